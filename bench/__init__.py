@@ -1,0 +1,1 @@
+"""Timing, correctness checks and recommendations over real kernels."""

@@ -1,0 +1,1 @@
+"""Command-line interface: parses arguments and routes; no logic lives here."""

@@ -1,0 +1,48 @@
+"""The `attnsel` command: builds the Typer app and registers each command module."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from attnsel import __version__
+
+app = typer.Typer(
+    name="attnsel",
+    help="Which vLLM attention backend will run, why, and which is really fastest on your GPU.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"attnsel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(
+        None, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """attnsel: probe GPUs, explain vLLM's attention-backend choice, tune backends and block sizes."""
+
+
+def _register_commands() -> None:
+    # Each module adds its command(s) to `app`; none of them imports torch at import time.
+    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd
+
+    for module in (probe_cmd, explain_cmd, tune_cmd, report_cmd, preflight_cmd):
+        module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    app()

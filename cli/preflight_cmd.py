@@ -1,0 +1,9 @@
+"""`attnsel preflight`."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

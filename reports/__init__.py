@@ -1,0 +1,1 @@
+"""Renderers: tables, JSON, Markdown, HTML. Never call NVML or CUDA."""
