@@ -1,0 +1,64 @@
+"""vLLM's ViT (vision tower) attention backend, `CudaPlatformBase.get_vit_attn_backend` (vllm-rules §8).
+
+Seed: the supported list is [FLASH_ATTN, TRITON_ATTN, TORCH_SDPA]; an explicit backend
+(--mm-encoder-attn-backend) must be in it; otherwise the first backend (TORCH_SDPA skipped) whose
+head size, dtype and compute capability pass wins; TORCH_SDPA is the fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from attnsel.attention.rules import RuleProfile
+from attnsel.attention.selector import SelectionContext, VllmRaises
+
+
+@dataclass(frozen=True)
+class VitChoice:
+    backend: str
+    log: Optional[str]  # the info_once line vLLM prints, or None (TORCH_SDPA fallback logs nothing)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "log": self.log}
+
+
+def _enum_repr(profile: RuleProfile, name: str) -> str:
+    return f"<AttentionBackendEnum.{name}: {profile.registry[name]!r}>"
+
+
+def vit_backend(
+    profile: RuleProfile,
+    head_size: int,
+    dtype: str,
+    capability: Optional[tuple[int, int]],
+    override: Optional[str] = None,
+    importable: Optional[Mapping[str, bool]] = None,
+) -> VitChoice:
+    """The ViT attention backend; raises VllmRaises(AssertionError) for an unsupported override."""
+    rules = profile.data["vit"]
+    supported = list(rules["supported"])
+    if override is not None:
+        name = profile.resolve_backend_name(override)
+        if name not in supported:
+            listed = "[" + ", ".join(_enum_repr(profile, n) for n in supported) + "]"
+            raise VllmRaises(
+                f"Backend AttentionBackendEnum.{name} is not supported for vit attention. "
+                f"Supported backends are: {listed}",
+                exc_type="AssertionError",
+                phase="vit",
+            )
+        return VitChoice(name, f"Using backend AttentionBackendEnum.{name} for vit attention")
+    ctx = SelectionContext(capability=capability or (0, 0), importable=importable)
+    for name in supported:
+        if name in rules["skip_in_auto"]:
+            continue
+        if not profile.is_importable(name, ctx):
+            continue  # an ImportError skips the backend
+        spec = profile.backend(name)
+        ok = profile.supports_head_size(spec, head_size) and dtype in spec.dtypes
+        if capability is not None:
+            ok = ok and profile.supports_capability(spec, capability)
+        if ok:
+            return VitChoice(name, f"Using backend AttentionBackendEnum.{name} for vit attention")
+    return VitChoice(rules["fallback"], None)

@@ -1,0 +1,201 @@
+"""Render an `Explanation` (attention/selector.py) as a rich table or a JSON dict. No NVML, no CUDA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from attnsel.attention.rules import MultipleOf, kernel_sizes_display
+from attnsel.attention.selector import Explanation
+
+JSON_SCHEMA_VERSION = 1
+
+
+def _capability_str(capability: Sequence[int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+def _kernel_sizes_json(sizes: Optional[Sequence[Any]]) -> Optional[list]:
+    if sizes is None:
+        return None
+    return [s.to_dict() if isinstance(s, MultipleOf) else s for s in sizes]
+
+
+def explanation_to_dict(expl: Explanation) -> dict:
+    """The `explain --json` document (schema version 1)."""
+    ctx = expl.context
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "profile": expl.profile,
+        "profile_vllm_version": expl.vllm_version,
+        "profile_note": expl.profile_note,
+        "gpu": {"name": expl.gpu_name, "capability": _capability_str(expl.capability)},
+        "inputs": expl.inputs.to_dict(),
+        "context": {
+            "num_heads": ctx.num_heads,
+            "attention_backend": ctx.user_backend.upper() if ctx.user_backend else None,
+            "is_hybrid": ctx.is_hybrid,
+            "is_attention_free": ctx.is_attention_free,
+            "mamba_cache_float32": ctx.mamba_cache_float32,
+            "qk_nope_head_dim": ctx.qk_nope_head_dim,
+            "has_index_topk": ctx.has_index_topk,
+            "use_trtllm_attention": ctx.use_trtllm_attention,
+            "batch_invariant": ctx.batch_invariant,
+            "has_flashinfer_cubin": ctx.has_flashinfer_cubin,
+            "flash_attn_version_override": ctx.flash_attn_version_override,
+            "imports_checked": ctx.importable is not None,
+            "missing_modules": sorted(m for m, ok in (ctx.importable or {}).items() if not ok),
+        },
+        "backends": [b.to_dict() for b in expl.backends],
+        "explicit_backend": expl.explicit_backend.to_dict() if expl.explicit_backend else None,
+        "selected": expl.selected,
+        "block_size": expl.block_size,
+        "kernel_block_size": expl.kernel_block_size,
+        "kernel_block_sizes": _kernel_sizes_json(expl.kernel_block_sizes),
+        "kv_cache_layout": expl.kv_cache_layout,
+        "flash_attn_version": expl.flash_attn_version,
+        "warnings": expl.warnings,
+        "logs": [line.to_dict() for line in expl.logs],
+        "error": expl.error,
+        "error_type": expl.error_type,
+        "error_phase": expl.error_phase,
+        "vllm_config_repr": expl.layer_config_repr,
+        "vllm_args": expl.vllm_args,
+        "notes": list(expl.notes),
+        "exit_code": expl.exit_code,
+    }
+
+
+def header_line(expl: Explanation) -> str:
+    gpu = f"{expl.gpu_name} " if expl.gpu_name else ""
+    return (
+        f"attnsel explain · rule profile {expl.profile} (vLLM {expl.vllm_version}) · "
+        f"GPU {gpu}(compute capability {_capability_str(expl.capability)})"
+    )
+
+
+def _inputs_line(expl: Explanation) -> str:
+    i = expl.inputs
+    parts = [
+        f"head_size={i.head_size}", f"dtype={i.dtype}", f"kv_cache_dtype={i.kv_cache_dtype}",
+        f"block_size={i.block_size}", f"use_mla={i.use_mla}", f"has_sink={i.has_sink}",
+        f"use_sparse={i.use_sparse}", f"use_mm_prefix={i.use_mm_prefix}", f"attn_type={i.attn_type}",
+    ]
+    if expl.context.num_heads is not None:
+        parts.append(f"num_heads/GPU={expl.context.num_heads}")
+    if expl.context.user_backend:
+        parts.append(f"--attention-backend {expl.context.user_backend.upper()}")
+    return "Inputs: " + ", ".join(parts)
+
+
+def backends_table(expl: Explanation) -> Table:
+    table = Table(show_header=True, header_style="bold", expand=False)
+    table.add_column("Prio", justify="right")
+    table.add_column("Backend")
+    table.add_column("Valid")
+    table.add_column("Reasons (vLLM's words, in vLLM's order)")
+    rows = list(expl.backends)
+    if expl.explicit_backend is not None and expl.explicit_backend.priority is None:
+        rows.append(expl.explicit_backend)
+    for verdict in rows:
+        name = Text(verdict.name)
+        if verdict.name == expl.selected:
+            name = Text(f"{verdict.name} ◀ selected", style="bold green")
+        valid = Text("yes", style="green") if verdict.valid else Text("no", style="red")
+        priority = "-" if verdict.priority is None else str(verdict.priority)
+        table.add_row(priority, name, valid, "; ".join(verdict.reasons) or "")
+    return table
+
+
+def render_explanation(expl: Explanation, console: Console) -> None:
+    console.print(header_line(expl))
+    if expl.profile_note:
+        console.print(f"Note: {expl.profile_note}")
+    console.print(_inputs_line(expl))
+    console.print(backends_table(expl))
+    if expl.selected is not None:
+        console.print(f"vLLM selects: [bold]{expl.selected}[/bold]")
+    if expl.block_size is not None:
+        kernel = ""
+        if expl.kernel_block_size is not None:
+            kernel = f" (kernel block size {expl.kernel_block_size}"
+            if expl.kernel_block_sizes is not None:
+                kernel += f"; backend kernel sizes {kernel_sizes_display(list(expl.kernel_block_sizes))}"
+            kernel += ")"
+        origin = "your --block-size" if expl.inputs.block_size is not None else "chosen by vLLM"
+        console.print(f"KV cache block size: {expl.block_size}, {origin}{kernel}")
+    if expl.kv_cache_layout:
+        console.print(f"KV cache layout: {expl.kv_cache_layout} (required by {expl.selected})")
+    if expl.flash_attn_version is not None and not expl.inputs.use_mla:
+        console.print(f"FlashAttention version on this GPU: FA{expl.flash_attn_version}")
+    if expl.warnings:
+        console.print("vLLM logs:")
+        for line in expl.logs:
+            if line.level != "debug":
+                console.print(f"  {line.level.upper()} {line.message}", markup=False)
+    for note in expl.notes:
+        console.print(f"Note: {note}", markup=False)
+    if expl.error is not None:
+        console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
+    elif expl.vllm_args:
+        console.print("vLLM flags: " + " ".join(expl.vllm_args), markup=False)
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    family: str
+    gpu: str
+    explanation: Explanation
+
+    def to_dict(self) -> dict:
+        e = self.explanation
+        return {
+            "family": self.family,
+            "gpu": self.gpu,
+            "capability": _capability_str(e.capability),
+            "dtype": e.inputs.dtype,
+            "selected": e.selected,
+            "block_size": e.block_size,
+            "kernel_block_size": e.kernel_block_size,
+            "valid_backends": e.valid_backends,
+            "valid_count": len(e.valid_backends),
+            "error": e.error,
+            "exit_code": e.exit_code,
+        }
+
+
+def matrix_to_dict(rows: Sequence[MatrixRow]) -> dict:
+    first = rows[0].explanation if rows else None
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "profile": first.profile if first else None,
+        "profile_vllm_version": first.vllm_version if first else None,
+        "inputs": first.inputs.to_dict() if first else None,
+        "rows": [row.to_dict() for row in rows],
+    }
+
+
+def render_matrix(rows: Sequence[MatrixRow], console: Console) -> None:
+    if not rows:
+        return
+    first = rows[0].explanation
+    console.print(f"attnsel explain --gpu all · rule profile {first.profile} (vLLM {first.vllm_version})")
+    console.print(_inputs_line(first).replace(f"dtype={first.inputs.dtype}", "dtype=(per row)"))
+    table = Table(show_header=True, header_style="bold")
+    for column in ("GPU family", "GPU", "CC", "dtype", "vLLM selects", "Block", "Valid", "vLLM error"):
+        table.add_column(column)
+    for row in rows:
+        e = row.explanation
+        error = e.error or ""
+        if len(error) > 90:
+            error = error[:87] + "..."
+        table.add_row(
+            row.family, row.gpu, _capability_str(e.capability), e.inputs.dtype, e.selected or "-",
+            "-" if e.block_size is None else str(e.block_size),
+            f"{len(e.valid_backends)}/{len(e.backends)}", Text(error, style="red"),
+        )
+    console.print(table)

@@ -1,0 +1,200 @@
+"""`attnsel explain` with explicit inputs: exit codes 0/1/2, the JSON document, vLLM's exact messages.
+
+Expectations from shared/reference/vllm-rules.md (cited per test) and the issue's exit-code contract.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from attnsel.cli.app import app
+
+RUNNER = CliRunner()
+
+
+def run(*args):
+    return RUNNER.invoke(app, ["explain", *args])
+
+
+def run_json(*args):
+    result = run(*args, "--json")
+    return result, json.loads(result.stdout)
+
+
+def test_h100_llama_json_document():
+    result, doc = run_json("--head-size", "128", "--dtype", "bf16", "--gpu", "H100")
+    assert result.exit_code == 0
+    assert doc["profile"] == "seed_0_17"
+    assert doc["gpu"] == {"name": "H100 SXM5 80GB", "capability": "9.0"}
+    assert doc["inputs"]["head_size"] == 128 and doc["inputs"]["dtype"] == "bfloat16"
+    assert [b["name"] for b in doc["backends"]] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
+    assert doc["backends"][0] == {"name": "FLASH_ATTN", "priority": 0, "valid": True, "reasons": []}
+    assert (doc["selected"], doc["block_size"], doc["kernel_block_size"]) == ("FLASH_ATTN", 16, 16)
+    assert doc["error"] is None
+    assert doc["vllm_args"] == ["--attention-backend", "FLASH_ATTN", "--block-size", "16"]
+    assert doc["warnings"] == [  # vllm-rules §5d seed log line
+        "Using FLASH_ATTN attention backend out of potential backends: "
+        "('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')"
+    ]
+
+
+def test_json_stdout_is_only_json_even_on_failure():
+    result = RUNNER.invoke(app, ["explain", "--head-size", "128", "--gpu", "H100", "--attention-backend", "FLASHMLA", "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["selected"] is None and doc["exit_code"] == 1
+    # vllm-rules §5c explicit-backend message
+    expected = (
+        "Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
+        "Reason: ['head_size not supported', 'block_size not supported', 'non-MLA not supported']"
+    )
+    assert doc["error"] == expected
+    assert expected in result.stderr
+
+
+def test_human_output_names_the_profile_and_the_choice():
+    result = run("--head-size", "128", "--dtype", "bf16", "--gpu", "H100")
+    assert result.exit_code == 0
+    assert "rule profile seed_0_17" in result.stdout
+    assert "vLLM selects: FLASH_ATTN" in result.stdout
+    assert "--attention-backend FLASH_ATTN --block-size 16" in result.stdout
+
+
+def test_blackwell_deepseek_gets_flashinfer_mla_and_block_32():
+    result, doc = run_json("--head-size", "576", "--use-mla", "--num-heads", "128", "--qk-nope-head-dim", "128",
+                           "--gpu", "B200")
+    assert result.exit_code == 0
+    assert (doc["selected"], doc["block_size"], doc["kv_cache_layout"]) == ("FLASHINFER_MLA", 32, "HND")
+    assert "Setting kv cache block size to 32 for FLASHINFER_MLA backend." in doc["warnings"]  # §5f step 7
+
+
+def test_vllm_refusal_exits_1_with_the_message_on_stderr():
+    # vllm-rules §5f: --block-size 8 with --attention-backend FLASHINFER
+    result = run("--head-size", "128", "--gpu", "H100", "--attention-backend", "FLASHINFER", "--block-size", "8")
+    assert result.exit_code == 1
+    assert (
+        "User-specified --block-size 8 is incompatible with the specified --attention-backend FLASHINFER "
+        "(supported kernel block sizes: [16, 32, 64])."
+    ) in result.stderr
+
+
+def test_bf16_on_turing_is_vllms_dtype_error():
+    result = run("--head-size", "128", "--dtype", "bfloat16", "--gpu", "T4")
+    assert result.exit_code == 1
+    assert "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU" in result.stderr
+
+
+def test_block_size_outside_vllms_choices_exits_1():
+    # vllm-rules §4: BlockSize is also the set of --block-size choices
+    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--block-size", "48")
+    assert result.exit_code == 1
+    assert doc["error"] == "argument --block-size: invalid choice: 48 (choose from 1, 8, 16, 32, 64, 128, 256)"
+    assert all("block_size not supported" in b["reasons"] for b in doc["backends"])
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--head-size", "128", "--gpu", "H100", "--attention-backend", "flash_atn"],
+         "Unknown attention backend: 'FLASH_ATN'. Valid options are: FLASH_ATTN, FLASH_ATTN_DIFFKV,"),
+        (["--head-size", "128", "--gpu", "H100", "--kv-cache-dtype", "fp4"],
+         "Invalid kv_cache_dtype: fp4. Valid values are: ('auto', 'bfloat16', 'fp8',"),
+        (["--head-size", "128", "--gpu", "H100", "--dtype", "int8"], "Unknown dtype: 'int8'"),
+        (["--head-size", "128", "--gpu", "NOPE100"], "unknown GPU name"),
+        (["--head-size", "128", "--capability", "nine"], "bad --capability"),
+        (["--head-size", "128", "--gpu", "H100", "--attn-type", "cross"], "unknown --attn-type"),
+        (["--gpu", "H100"], "--head-size"),
+        (["--head-size", "128", "--gpu", "H100", "--vllm-version", "0.33.0"], "no rule profile for vLLM '0.33.0'"),
+        (["--head-size", "128", "--gpu", "H100", "--flash-attn-version", "5"], "flash_attn_version must be one of"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, fragment):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_unknown_backend_suggests_the_closest_name():
+    result = run("--head-size", "128", "--gpu", "H100", "--attention-backend", "flashinfr")
+    assert result.exit_code == 2 and "did you mean FLASHINFER?" in result.stderr
+
+
+def test_no_gpu_and_no_flags_names_both_flags(monkeypatch):
+    import attnsel.probe.collect as collect
+
+    class _Empty:
+        gpus = ()
+
+    monkeypatch.setattr(collect, "collect_probe", lambda **kw: _Empty())
+    result = run("--head-size", "128")
+    assert result.exit_code == 2
+    assert "--gpu" in result.stderr and "--capability" in result.stderr
+
+
+def test_capability_flag_and_vllm_version():
+    result, doc = run_json("--head-size", "128", "--capability", "12.0", "--vllm-version", "0.17.0")
+    assert result.exit_code == 0
+    assert doc["gpu"] == {"name": None, "capability": "12.0"}
+    assert doc["selected"] == "FLASH_ATTN"  # §5a: SM12x uses the "other" list
+    assert doc["profile"] == "seed_0_17" and doc["profile_note"] is None
+
+
+def test_close_version_says_which_profile_answered():
+    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.16.0")
+    assert result.exit_code == 0 and "seed_0_17" in doc["profile_note"]
+
+
+def test_check_imports_reports_missing_packages(monkeypatch):
+    import attnsel.attention.rules as rules
+
+    monkeypatch.setattr(rules, "module_available", lambda name: not name.startswith("flashinfer"))
+    result, doc = run_json("--head-size", "128", "--gpu", "B200", "--check-imports")
+    assert doc["backends"][0] == {"name": "FLASHINFER", "priority": 0, "valid": False, "reasons": ["ImportError"]}
+    assert doc["selected"] == "FLASH_ATTN"  # §5b then §5c
+    assert "flashinfer" in doc["context"]["missing_modules"]
+
+
+def test_gpu_all_matrix_json():
+    result = run("--head-size", "128", "--gpu", "all", "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    by_gpu = {row["gpu"]: row for row in doc["rows"]}
+    assert by_gpu["H100"]["selected"] == "FLASH_ATTN" and by_gpu["B200"]["selected"] == "FLASHINFER"
+    assert by_gpu["V100"]["selected"] == "TRITON_ATTN" and by_gpu["V100"]["dtype"] == "float16"  # §6 auto
+    assert by_gpu["H100"]["dtype"] == "bfloat16"
+
+
+def test_gpu_all_human_table():
+    result = run("--head-size", "576", "--use-mla", "--gpu", "all")
+    assert result.exit_code == 0
+    assert "Hopper 9.0" in result.stdout and "FLASH_ATTN_MLA" in result.stdout
+
+
+def test_explain_imports_no_torch():
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from attnsel.cli.app import app\n"
+        "r = CliRunner().invoke(app, ['explain', '--head-size', '128', '--gpu', 'H100', '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_model_hook_feeds_the_selector():
+    # gpt-oss has sinks: on A100 FA2 and FlashInfer cannot take them (vllm-rules §3a) -> TRITON_ATTN
+    model_config = pytest.importorskip("attnsel.attention.model_config")
+    if "gpt-oss-20b" not in model_config.list_catalog():
+        pytest.skip("catalog has no gpt-oss-20b")
+    result, doc = run_json("--model", "gpt-oss-20b", "--gpu", "A100")
+    assert result.exit_code == 0
+    assert doc["inputs"]["has_sink"] is True
+    assert doc["selected"] == "TRITON_ATTN"
+    assert doc["model"]["model_type"] == "gpt_oss"
