@@ -22,6 +22,12 @@ class GpuInfo:
     is_mig: bool = False
     parent_uuid: Optional[str] = None  # for MIG slices
     error: Optional[str] = None  # set when this GPU could only be partly read (e.g. "GPU is lost")
+    pci_device_id: Optional[str] = None  # NVML pciDeviceId as hex, e.g. "0x233510DE" (same chip & board)
+    multiprocessor_count: Optional[int] = None  # torch fallback only (NVML has no SM count)
+    cuda_cores: Optional[int] = None  # nvmlDeviceGetNumGpuCores, where the driver has it
+    max_sm_clock_mhz: Optional[int] = None
+    # Datasheet peak from probe/gpu_table.py, used when NVML cannot give bus width x clock.
+    table_peak_memory_bandwidth_bytes_per_s: Optional[float] = None
 
     @property
     def capability_str(self) -> Optional[str]:
@@ -33,13 +39,21 @@ class GpuInfo:
     def peak_memory_bandwidth_bytes_per_s(self) -> Optional[float]:
         """Bus width x max memory clock x 2 (DDR), the way nvbench prints its bus peak."""
         if not self.memory_bus_width_bits or not self.max_memory_clock_mhz:
-            return None
+            return self.table_peak_memory_bandwidth_bytes_per_s
         return self.memory_bus_width_bits / 8 * self.max_memory_clock_mhz * 1e6 * 2
+
+    @property
+    def peak_memory_bandwidth_source(self) -> Optional[str]:
+        """"nvml" (bus width x clock), "table" (datasheet, probe/gpu_table.py) or None."""
+        if self.memory_bus_width_bits and self.max_memory_clock_mhz:
+            return "nvml"
+        return "table" if self.table_peak_memory_bandwidth_bytes_per_s else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["compute_capability"] = self.capability_str
         d["peak_memory_bandwidth_bytes_per_s"] = self.peak_memory_bandwidth_bytes_per_s
+        d["peak_memory_bandwidth_source"] = self.peak_memory_bandwidth_source
         return d
 
 
@@ -53,6 +67,15 @@ class P2PPair:
     topology: Optional[str] = None  # like `nvidia-smi topo -m`: NV#, PIX, PXB, PHB, NODE, SYS
     measured_gbps: Optional[float] = None
     error: Optional[str] = None
+    physical_a: Optional[int] = None  # NVML indices of the pair
+    physical_b: Optional[int] = None
+    nvlink_status: Optional[str] = None  # NVML_P2P_STATUS_* name for NVML_P2P_CAPS_INDEX_NVLINK ("OK", ...)
+    read_status: Optional[str] = None
+    write_status: Optional[str] = None
+    atomics: Optional[bool] = None
+    pcie_topology: Optional[str] = None  # nvmlDeviceGetTopologyCommonAncestor as PIX/PXB/PHB/NODE/SYS
+    nvlink_count: Optional[int] = None  # active NVLinks (the smaller of the two GPUs' counts)
+    measure_note: Optional[str] = None  # why measured_gbps is missing, when --measure-p2p was asked
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,12 +87,18 @@ class NvlinkVerdict:
     reason: str
     custom_allreduce: str  # what this means for vLLM's custom all-reduce
     pairs: tuple[P2PPair, ...] = ()
+    world_size: int = 0  # visible GPUs taken as one tensor-parallel group
+    custom_allreduce_on: Optional[bool] = None  # None: not used (1 GPU) or unknown
+    physical_ids: tuple[int, ...] = ()  # what vLLM's is_fully_connected would be given (NVML indices)
 
     def to_dict(self) -> dict:
         return {
             "fully_connected": self.fully_connected,
             "reason": self.reason,
+            "world_size": self.world_size,
+            "physical_ids": list(self.physical_ids),
             "custom_allreduce": self.custom_allreduce,
+            "custom_allreduce_on": self.custom_allreduce_on,
             "pairs": [p.to_dict() for p in self.pairs],
         }
 
@@ -87,14 +116,26 @@ class ProbeReport:
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    device_order: Optional[str] = None  # the order CUDA uses: FASTEST_FIRST (default) or PCI_BUS_ID
+    invalid_visible_entry: Optional[str] = None  # CUDA_VISIBLE_DEVICES entry where CUDA stopped reading
+    physical_gpu_count: Optional[int] = None  # every GPU NVML sees, visible or not
+    physical_gpu_names: tuple[str, ...] = ()
+    vllm_device_warning: Optional[str] = None  # what vLLM's own log_warnings would log (all GPUs)
+    fallback_reason: Optional[str] = None  # why the source is not NVML
 
     def to_dict(self) -> dict:
         return {
             "source": self.source,
+            "fallback_reason": self.fallback_reason,
             "driver_version": self.driver_version,
             "cuda_driver_version": self.cuda_driver_version,
             "cuda_visible_devices": self.cuda_visible_devices,
             "cuda_device_order": self.cuda_device_order,
+            "device_order": self.device_order,
+            "invalid_visible_entry": self.invalid_visible_entry,
+            "physical_gpu_count": self.physical_gpu_count,
+            "physical_gpu_names": list(self.physical_gpu_names),
+            "vllm_device_warning": self.vllm_device_warning,
             "gpus": [g.to_dict() for g in self.gpus],
             "nvlink": self.nvlink.to_dict(),
             "mixed_gpus": self.mixed_gpus,

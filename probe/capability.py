@@ -1,0 +1,60 @@
+"""vLLM's per-GPU capability facts (vllm-rules §5g, seed `vllm/platforms/cuda.py`). Pure functions."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attnsel.probe.facts import GpuInfo
+
+
+def _at_least(cc: Optional[tuple[int, int]], major: int, minor: int) -> bool:
+    # vLLM's has_device_capability compares major * 10 + minor and is False without a capability.
+    return cc is not None and cc[0] * 10 + cc[1] >= major * 10 + minor
+
+
+def supported_dtypes(cc: Optional[tuple[int, int]]) -> list[str]:
+    """CudaPlatformBase.supported_dtypes: CC >= 8.0 -> bf16, fp16, fp32; >= 6.0 -> fp16, fp32; else fp32.
+
+    >>> supported_dtypes((9, 0))
+    ['bfloat16', 'float16', 'float32']
+    >>> supported_dtypes((7, 5))
+    ['float16', 'float32']
+    >>> supported_dtypes((5, 2))
+    ['float32']
+    """
+    if _at_least(cc, 8, 0):
+        return ["bfloat16", "float16", "float32"]
+    if _at_least(cc, 6, 0):
+        return ["float16", "float32"]
+    return ["float32"]
+
+
+def bf16_error(gpu_name: str, cc: Optional[tuple[int, int]]) -> Optional[str]:
+    """The ValueError vLLM's check_if_supports_dtype raises for bf16 below CC 8.0, verbatim; None if bf16 is fine.
+
+    >>> bf16_error("Tesla T4", (7, 5))
+    'Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.'
+    >>> bf16_error("NVIDIA H200", (9, 0)) is None
+    True
+    """
+    if _at_least(cc, 8, 0):
+        return None
+    compute_str = "does not have a compute capability" if cc is None else f"has compute capability {cc[0]}.{cc[1]}"
+    return (
+        "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+        f"Your {gpu_name} GPU {compute_str}. "
+        "You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half."
+    )
+
+
+def capability_facts(gpu: GpuInfo) -> dict:
+    """Everything vLLM derives from one GPU's compute capability (used by `probe` and `explain`)."""
+    cc = gpu.compute_capability
+    return {
+        "compute_capability": gpu.capability_str,
+        "supported_dtypes": supported_dtypes(cc),
+        "supports_bf16": _at_least(cc, 8, 0),
+        "supports_fp16": _at_least(cc, 6, 0),
+        "supports_fp8": _at_least(cc, 8, 9),  # CudaPlatformBase.supports_fp8: has_device_capability(89)
+        "bf16_error": bf16_error(gpu.name, cc),
+    }
