@@ -3,6 +3,7 @@ and no torch import on the NVML path. NVML is replayed from tests/fixtures/probe
 ATTNSEL_NVML_SCENARIO, the CLI's documented switch."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,8 @@ def test_missing_scenario_file_is_exit_2(tmp_path):
 
 def test_probe_json_in_a_subprocess_never_imports_torch():
     env = {"ATTNSEL_NVML_SCENARIO": str(FIXTURES / "h200_x2_nvlink.json"), "PATH": "/usr/bin:/bin"}
+    if os.environ.get("PYTHONPATH"):  # the GPU machine imports attnsel through PYTHONPATH
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "attnsel", "probe", "--json"],
         capture_output=True, text=True, env=env, timeout=60,
