@@ -86,6 +86,10 @@ class ModelFacts:
     warnings: tuple[str, ...]  # vLLM warning lines, formatted
     infos: tuple[str, ...]  # vLLM info lines, formatted
     notes: tuple[str, ...]  # how each value was derived
+    # MLA dims and the sparse indexer's top-k (0.33 rules: TOKENSPEED_MLA, sparse MLA backends)
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    index_topk: Optional[int] = None
 
     def selector_fields(self) -> dict[str, Any]:
         """The model-derived fields of `AttentionSelectorConfig` (§2), in its field order."""
@@ -401,6 +405,10 @@ def derive_model_facts(
     mla_disabled = _mla_disabled(env)
 
     is_deepseek_mla = _is_deepseek_mla(text_config, text_model_type, rules)
+    if is_deepseek_mla and rules.non_causal_disables_mla and text_config.get("is_causal") is False:
+        # 0.33 (§9 use_mla): hf_text_config.is_causal == False gives use_mla False
+        notes.append(f"use_mla: {text_model_type!r} has is_causal false → not MLA")
+        is_deepseek_mla = False
     use_mla = is_deepseek_mla and not mla_disabled
     if is_deepseek_mla:
         notes.append(
@@ -490,7 +498,15 @@ def derive_model_facts(
         warnings=resolution.warnings,
         infos=resolution.infos,
         notes=tuple(notes),
+        qk_rope_head_dim=_optional_int(text_config, "qk_rope_head_dim"),
+        v_head_dim=_optional_int(text_config, "v_head_dim"),
+        index_topk=_optional_int(text_config, "index_topk") or _optional_int(hf_config, "index_topk"),
     )
+
+
+def _optional_int(config: Mapping, key: str) -> Optional[int]:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _model_type(hf_config: Mapping) -> str:
@@ -554,6 +570,8 @@ def _mla_disabled(env: Mapping[str, str]) -> bool:
 
 
 def _is_deepseek_mla(text_config: Mapping, text_model_type: str, rules: ModelRules) -> bool:
+    if text_model_type in rules.mla_head_dim_model_types:
+        return text_config.get("head_dim") is not None  # 0.33: V4 models need head_dim (§9)
     if text_model_type in rules.mla_model_types:
         return text_config.get("kv_lora_rank") is not None
     if text_model_type == "eagle":
@@ -601,6 +619,10 @@ def _head_size(
     if text_model_type in rules.attention_head_dim_model_types:
         size = _positive_int(text_config, "attention_head_dim", "the head size")
         notes.append(f"head_size: attention_head_dim = {size}")
+        return size
+    if is_deepseek_mla and text_model_type in rules.mla_head_dim_model_types:
+        size = _positive_int(text_config, "head_dim", "the MLA head size")
+        notes.append(f"head_size: {text_model_type!r} (compress ratios) uses head_dim = {size}")
         return size
     if is_deepseek_mla:
         kv_lora_rank = _positive_int(text_config, "kv_lora_rank", "the MLA head size")

@@ -2,14 +2,15 @@
 
 Everything `attention/model_config.py` needs to turn a Hugging Face `config.json` into the
 selector inputs vLLM derives (vllm-rules §6, §7, §9). One `ModelRules` per profile:
-"seed" = vLLM main, February 2026 (v0.16.0/v0.17.0 code, §6). A "0.33" profile will be added
-from the §9 "HEAD" column.
+"seed" = vLLM main, February 2026 (v0.16.0/v0.17.0 code, §6); "0.33" = vLLM 0.33.0 (§9 "HEAD"
+column: use_mla list, mm-prefix list, float16 list, head_dim rules).
 
 Nothing here executes model code; the lists mirror vLLM's own lists and model-class flags.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -98,6 +99,11 @@ class ModelRules:
     # transformers config-class defaults that config.json files rely on by omission
     # (e.g. gemma-3 text configs omit head_dim: Gemma3TextConfig(head_dim=256)).
     transformers_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # 0.33 (§9 use_mla / head_size): MLA model types that need `head_dim` (not kv_lora_rank)
+    # and take it as the head size (DeepSeek-V4 with compress ratios).
+    mla_head_dim_model_types: frozenset[str] = frozenset()
+    # 0.33 (§9 use_mla): `hf_text_config.is_causal == False` turns MLA off.
+    non_causal_disables_mla: bool = False
 
 
 _SEED_MLA = frozenset(
@@ -322,7 +328,41 @@ SEED = ModelRules(
     transformers_defaults=_SEED_TRANSFORMERS_DEFAULTS,
 )
 
-PROFILES: Mapping[str, ModelRules] = MappingProxyType({"seed": SEED})
+# --- vLLM 0.33 (vllm-rules §9 "use_mla", "head_size", "mm_prefix models", "dtype") -----------------
+_V033_MLA_ADDED = frozenset(
+    {
+        "deepseek_v4",
+        "deepseek_v41",
+        "dots3_note",
+        "k3_dspark",
+        "glm5_next",
+        "glm5_next_text",
+        "bailing_hybrid_mtp",
+        "bailing_hybrid_v3_mtp",
+        "hy_v4",
+        "hy_v4_mtp",
+    }
+)
+# §9: "AXK1 is spelled axk1"
+_V033_MLA = (_SEED_MLA - {"AXK1"}) | {"axk1"} | _V033_MLA_ADDED
+
+V033 = dataclasses.replace(
+    SEED,
+    profile="0.33",
+    mla_model_types=_V033_MLA,
+    mla_eagle_inner_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
+    # §9: adds bagel, moondream3
+    mm_prefix_model_types=frozenset({"gemma3", "molmo2", "paligemma", "bagel", "moondream3"}),
+    # §9: plamo2 dropped from _FLOAT16_NOT_SUPPORTED_MODELS
+    float16_not_supported=MappingProxyType(
+        {k: v for k, v in SEED.float16_not_supported.items() if k != "plamo2"}
+    ),
+    known_model_types=(SEED.known_model_types - {"AXK1"}) | _V033_MLA | {"bagel", "moondream3"},
+    mla_head_dim_model_types=frozenset({"deepseek_v4", "deepseek_v41"}),
+    non_causal_disables_mla=True,
+)
+
+PROFILES: Mapping[str, ModelRules] = MappingProxyType({"seed": SEED, "0.33": V033})
 
 
 def rules_for(profile: str) -> ModelRules:

@@ -11,10 +11,12 @@ Facts: shared/reference/vllm-rules.md (§2 validation, §3 backends, §3c FA ver
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.machinery
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -79,7 +81,7 @@ class BackendSpec:
     head_sizes: Any  # "any" | {"list": [...]} | {"multiple_of": n, "max": m} | {"min": n}
     capability: Any  # "any" | {"min": [M, m], "max": [M, m]} | {"majors": [...]}
     sink: Any  # bool | {"rule": ...}
-    mm_prefix: bool
+    mm_prefix: Any  # bool | {"rule": ...}
     mla: bool
     sparse: bool
     attn_types: tuple[str, ...]
@@ -87,6 +89,16 @@ class BackendSpec:
     combination: Optional[str]
     imports: tuple[str, ...]
     required_layout: Any
+    # 0.33 selector inputs (vllm-rules §9 "New validation reasons"); the seed has none of them.
+    sliding_window: Any = False
+    rswa: Any = False
+    non_causal: Any = False
+    non_causal_dcp: Any = False
+    batch_invariance: Any = False
+    kv_connector: Any = True
+    pcp: Any = False
+    dcp: Any = False
+    device_cpu_query_lens_mismatch: Any = True
 
     @property
     def module(self) -> str:
@@ -126,7 +138,9 @@ class RuleCode:
             return ctx.module_present(mods["fa4"]) and major in (9, 10, 11)
         return False
 
-    def flash_attn_version(self, ctx: "SelectionContext", head_size: Optional[int] = None) -> FlashAttnResolution:
+    def flash_attn_version(
+        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+    ) -> FlashAttnResolution:
         rules = self.profile.params["flash_attn_version_rules"]
         major = ctx.capability[0]
         warnings: list[str] = []
@@ -165,6 +179,35 @@ class RuleCode:
     def flash_attn_supports_mla(self, ctx: "SelectionContext") -> bool:
         # fa_utils.flash_attn_supports_mla: FA3 supported and family 9.x, independent of overrides
         return self.fa_version_supported(3, ctx) and ctx.capability[0] == 9
+
+    # --- §5a priorities (seed `_get_backend_priorities(use_mla, cc, num_heads)`) -------------
+    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        prio = self.profile.data["priorities"]
+        blackwell = ctx.capability[0] == prio["blackwell_major"]
+        if inputs.use_mla:
+            if not blackwell:
+                return list(prio["mla_other"])
+            few_heads = ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]
+            tail = prio["mla_blackwell_sparse_few_heads"] if few_heads else prio["mla_blackwell_sparse"]
+            return list(prio["mla_blackwell"]) + list(tail)
+        return list(prio["blackwell"] if blackwell else prio["other"])
+
+    # --- import failures (§5b) ----------------------------------------------------------------
+    def import_failure_reason(self, module: str) -> str:
+        return IMPORT_ERROR_REASON
+
+    # --- flags that are data, or rules named in the data ----------------------------------------
+    def supports_mm_prefix(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        return self.supports_flag(spec, "mm_prefix", ctx)
+
+    def supports_flag(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+        rule = getattr(spec, attr)
+        if isinstance(rule, bool):
+            return rule
+        return self.flag_rule(rule, ctx)
+
+    def flag_rule(self, rule: dict, ctx: "SelectionContext") -> bool:
+        raise ValueError(f"unknown rule {rule!r} in profile {self.profile.name}")
 
     # --- FlashInfer sinks through TRT-LLM (vllm-rules §3a, §7) ----------------------------
     def supports_trtllm_attention(self, ctx: "SelectionContext") -> bool:
@@ -265,7 +308,195 @@ class RuleCode:
         return None
 
 
-_RULE_CODE: dict[str, type[RuleCode]] = {"seed_0_17": RuleCode}
+UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
+
+
+def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
+    """`is_quantized_kv_cache` as the 0.33 priority list uses it (vllm-rules §9 MLA priorities)."""
+    return kv_cache_dtype is not None and kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES
+
+
+class RuleCode033(RuleCode):
+    """vLLM 0.33.0 rules that are code (vllm-rules §9 and the 0.33 column of §2-§8).
+
+    Sources: the reference §9; vllm/platforms/cuda.py `_get_backend_priorities` of v0.27.1
+    (6e448d0ea, read through the code index) for the MLA sparse tail and the non-causal switch;
+    vllm/v1/attention/backend.py `validate_configuration` of a v0.29+ copy for the order of the
+    new reasons. Facts the reference does not pin down are listed under "unverified" in
+    profiles/vllm_0_33.json; `python -m attnsel.bench.parity_live` checks them against vLLM.
+    """
+
+    # --- §9 "FA version" ------------------------------------------------------------------------
+    def flash_attn_version(
+        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+    ) -> FlashAttnResolution:
+        major = ctx.capability[0]
+        warnings: list[str] = []
+        if major == 9 and self.fa_version_supported(3, ctx):
+            version = 3
+        elif major == 10 and self.fa_version_supported(4, ctx):
+            version = 4
+        else:
+            version = 2
+        if ctx.flash_attn_version_override is not None:
+            version = ctx.flash_attn_version_override
+        if major >= 10 and version == 3:
+            warnings.append(
+                "Cannot use FA version 3 on Blackwell platform, "
+                "defaulting to FA version 4 if supported, otherwise FA2."
+            )
+            version = 4 if self.fa_version_supported(4, ctx) else 2
+        if major == 9 and version == 3 and head_size is not None and head_size > 256:
+            if self.fa_version_supported(4, ctx):
+                version = 4  # SM90: FA3 -> FA4 for head sizes FA3 cannot run
+        if ctx.batch_invariant and version == 4:
+            version = 2
+        if version == 4 and major in (10, 11) and head_size is not None:
+            if head_size == 256:
+                if inputs is not None and self._fa4_hd256_falls_back(inputs, ctx):
+                    version = 2
+            elif head_size > 128:
+                warnings.append(
+                    f"FA4 on Blackwell does not support head_size={head_size} due to TMEM "
+                    "capacity limits, defaulting to FA version 2."
+                )
+                version = 2
+        if not self.fa_version_supported(version, ctx):
+            return FlashAttnResolution(None, tuple(warnings))
+        return FlashAttnResolution(version, tuple(warnings))
+
+    @staticmethod
+    def _fa4_hd256_falls_back(inputs: "SelectorInputs", ctx: "SelectionContext") -> bool:
+        # §9: FA4 hd256 on CC 10/11 -> FA2 on sinks, quantized kv, block not a multiple of 128,
+        # mm_prefix, R-SWA or DCP (soft-cap is not a selector input)
+        block = inputs.block_size
+        return bool(
+            inputs.has_sink
+            or is_quantized_kv_cache(inputs.kv_cache_dtype)
+            or (block is not None and block % 128 != 0)
+            or inputs.use_mm_prefix
+            or inputs.use_rswa
+            or inputs.use_dcp
+        )
+
+    # --- §9 priorities ------------------------------------------------------------------------
+    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        prio = self.profile.data["priorities"]
+        major = ctx.capability[0]
+        if inputs.use_mla:
+            if major == 10:
+                if is_quantized_kv_cache(inputs.kv_cache_dtype):
+                    tail = prio["mla_blackwell_sparse_quantized_kv"]
+                elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
+                    tail = prio["mla_blackwell_sparse_few_heads"]
+                else:
+                    tail = prio["mla_blackwell_sparse"]
+                return list(prio["mla_blackwell"]) + list(tail)
+            if major == 12:
+                return list(prio["mla_sm12x"])
+            sm90_sparse = prio["mla_other_sparse_head_512_first"]
+            if inputs.head_size == 512:
+                return list(prio["mla_other"]) + [sm90_sparse] + list(prio["mla_other_sparse"])
+            return list(prio["mla_other"]) + list(prio["mla_other_sparse"]) + [sm90_sparse]
+        if major == 10 and not inputs.use_non_causal:
+            first = [prio["mm_prefix_blackwell"]] if inputs.use_mm_prefix else []
+            return first + list(prio["blackwell"])
+        first = [prio["mm_prefix_hopper"]] if major == 9 and inputs.use_mm_prefix else []
+        return first + list(prio["other"])
+
+    # --- §9 "Import failure reason" -------------------------------------------------------------
+    def import_failure_reason(self, module: str) -> str:
+        # `{type(e).__name__}: {e}`; a missing module raises ModuleNotFoundError (an ImportError)
+        return f"ModuleNotFoundError: No module named '{module}'"
+
+    # --- flags named by rule in the 0.33 data ---------------------------------------------------
+    def flag_rule(self, rule: dict, ctx: "SelectionContext") -> bool:
+        if rule.get("rule") == "fa4_supported":
+            return self.fa_version_supported(4, ctx)
+        return super().flag_rule(rule, ctx)
+
+    def supports_trtllm_attention(self, ctx: "SelectionContext") -> bool:
+        # §9 FLASHINFER: sinks need TRT-LLM on 9.0, 12.x or 10.x
+        if ctx.batch_invariant:
+            return False
+        cc = tuple(ctx.capability)
+        return (cc == (9, 0) or cc[0] in (10, 12)) and self.has_nvidia_artifactory(ctx)
+
+    # --- supports_combination texts (§9) --------------------------------------------------------
+    def _combination_flash_attn_033(self, inputs, ctx) -> Optional[str]:
+        major = ctx.capability[0]
+        kv = inputs.kv_cache_dtype or "auto"
+        resolved = self.flash_attn_version(ctx, inputs.head_size, inputs).version
+        if kv.startswith("fp8"):
+            if major == 9 and inputs.use_mm_prefix:
+                return "SM90 FP8 KV with mm_prefix requires Triton"
+            fp8_ok = (
+                (major == 9 and resolved == 3)
+                or (major == 9 and resolved == 4 and inputs.head_size == 512)
+                or (major == 10 and resolved == 4)
+            )
+            if not fp8_ok:
+                return "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
+        if inputs.use_mm_prefix and self.fa_version_supported(4, ctx) and resolved != 4:
+            return (
+                "mm_prefix (PrefixLM bidirectional attention) requires FlashAttention v4, "
+                "which does not resolve for this head_size"
+            )
+        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
+            return "sink not supported on compute capability < 9.0"
+        return None
+
+    def _combination_flashinfer_mla_033(self, inputs, ctx) -> Optional[str]:
+        qk_nope = ctx.effective_qk_nope_head_dim
+        if qk_nope not in (64, 128, 192):
+            return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
+        return None
+
+    def _combination_tokenspeed_mla(self, inputs, ctx) -> Optional[str]:
+        # unverified text: the reference says only "R1 dims 128/64/128"
+        dims = (ctx.effective_qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim)
+        if dims != (128, 64, 128):
+            return (
+                "TokenSpeed MLA requires DeepSeek-R1 dimensions (qk_nope_head_dim=128, "
+                f"qk_rope_head_dim=64, v_head_dim=128), but got {dims}"
+            )
+        return None
+
+    def _combination_flashinfer_mla_sparse_033(self, inputs, ctx) -> Optional[str]:
+        qk_nope = ctx.effective_qk_nope_head_dim
+        nope_model = (ctx.qk_rope_head_dim == 0) and inputs.head_size in (256, 512)
+        if qk_nope not in (128, 192) and not nope_model:
+            return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim in [128, 192], but got {qk_nope}"
+        if not ctx.has_index_topk:
+            return "FlashInfer MLA Sparse requires model with index_topk config"
+        if inputs.use_pcp and inputs.use_dcp:
+            return "FlashInfer MLA Sparse does not support PCP together with DCP"
+        return None
+
+    def _combination_flash_attn_mla_sparse_fa4(self, inputs, ctx) -> Optional[str]:
+        topk = ctx.index_topk
+        if topk is not None and topk % 128 != 0:
+            return f"FlashAttention MLA Sparse FA4 requires index_topk % 128 == 0, but got {topk}"
+        heads = (ctx.num_heads or 0) * max(1, ctx.decode_context_parallel_size)
+        if heads not in (8, 16, 32, 64, 128):
+            return f"FlashAttention MLA Sparse FA4 requires num_heads * dcp in [8, 16, 32, 64, 128], but got {heads}"
+        return None
+
+
+_RULE_CODE: dict[str, type[RuleCode]] = {"seed_0_17": RuleCode, "vllm_0_33": RuleCode033}
+
+
+_OPTIONAL_SPEC_FIELDS = (
+    "sliding_window",
+    "rswa",
+    "non_causal",
+    "non_causal_dcp",
+    "batch_invariance",
+    "kv_connector",
+    "pcp",
+    "dcp",
+    "device_cpu_query_lens_mismatch",
+)
 
 
 class RuleProfile:
@@ -308,7 +539,7 @@ class RuleProfile:
             head_sizes=merged["head_sizes"],
             capability=merged["capability"],
             sink=merged["sink"],
-            mm_prefix=bool(merged["mm_prefix"]),
+            mm_prefix=merged["mm_prefix"],
             mla=bool(merged["mla"]),
             sparse=bool(merged["sparse"]),
             attn_types=tuple(merged["attn_types"]),
@@ -316,6 +547,7 @@ class RuleProfile:
             combination=merged["combination"],
             imports=tuple(merged["imports"]),
             required_layout=merged["required_layout"],
+            **{key: merged[key] for key in _OPTIONAL_SPEC_FIELDS if key in merged},
         )
 
     @property
@@ -346,17 +578,9 @@ class RuleProfile:
             message += f" (attnsel: did you mean {close[0]}?)"
         raise UserInputError(message)
 
-    # --- §5a priorities -----------------------------------------------------------------------
+    # --- §5a / §9 priorities ------------------------------------------------------------------
     def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
-        prio = self.data["priorities"]
-        blackwell = ctx.capability[0] == prio["blackwell_major"]
-        if inputs.use_mla:
-            if not blackwell:
-                return list(prio["mla_other"])
-            few_heads = ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]
-            tail = prio["mla_blackwell_sparse_few_heads"] if few_heads else prio["mla_blackwell_sparse"]
-            return list(prio["mla_blackwell"]) + list(tail)
-        return list(prio["blackwell"] if blackwell else prio["other"])
+        return self.code.priority_list(inputs, ctx)
 
     # --- per-backend facts --------------------------------------------------------------------
     def kernel_block_sizes(self, backend: str, ctx: "SelectionContext") -> list[KernelBlockSize]:
@@ -371,8 +595,8 @@ class RuleProfile:
         # AttentionBackend.supports_block_size (vllm-rules §2, seeds/002)
         if block_size is None:
             return True
-        if block_size not in self.block_sizes:
-            return False
+        if self.block_sizes and block_size not in self.block_sizes:
+            return False  # seed: the BlockSize Literal (§2); 0.33 has none (§9)
         sizes = self.kernel_block_sizes(backend, ctx)
         if not sizes:
             return True
@@ -386,14 +610,17 @@ class RuleProfile:
             return default
         return min(s.base if isinstance(s, MultipleOf) else s for s in sizes)
 
-    def supports_head_size(self, spec: BackendSpec, head_size: int) -> bool:
+    def supports_head_size(self, spec: BackendSpec, head_size: int, ctx: Optional["SelectionContext"] = None) -> bool:
         rule = spec.head_sizes
         if rule == "any":
             return True
         if "list" in rule:
             return (not rule["list"]) or head_size in rule["list"]
         if "multiple_of" in rule:
-            return head_size % rule["multiple_of"] == 0 and head_size <= rule["max"]
+            limit = rule["max"]
+            if "max_if_fa4" in rule and ctx is not None and self.code.fa_version_supported(4, ctx):
+                limit = rule["max_if_fa4"]  # 0.33 FLASH_ATTN: <=512 when FA4 is supported (§9)
+            return head_size % rule["multiple_of"] == 0 and head_size <= limit
         if "min" in rule:
             return head_size >= rule["min"]
         raise ValueError(f"unknown head-size rule {rule!r}")
@@ -438,15 +665,23 @@ class RuleProfile:
         names.append(self.data["flashinfer_cubin_module"])
         return list(dict.fromkeys(names))
 
-    # --- §2 validate_configuration ------------------------------------------------------------
+    # --- §2 / §9 validate_configuration -------------------------------------------------------
+    def missing_module(self, backend: str, ctx: "SelectionContext") -> Optional[str]:
+        for module in self.import_modules(backend):
+            if not ctx.module_present(module):
+                return module
+        return None
+
     def validate(self, backend: str, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
-        """`validate_configuration` reasons in vLLM's order and words; `["ImportError"]` if missing."""
+        """`validate_configuration` reasons in vLLM's order and words; an import failure gives the
+        profile's import reason (`ImportError` in the seed, `ModuleNotFoundError: ...` in 0.33)."""
         spec = self.backend(backend)
-        if not self.is_importable(backend, ctx):
-            return [IMPORT_ERROR_REASON]
+        missing = self.missing_module(backend, ctx)
+        if missing is not None:
+            return [self.code.import_failure_reason(missing)]
         code = self.code
         reasons: list[str] = []
-        if not self.supports_head_size(spec, inputs.head_size):
+        if not self.supports_head_size(spec, inputs.head_size, ctx):
             reasons.append("head_size not supported")
         if inputs.dtype not in spec.dtypes:
             reasons.append("dtype not supported")
@@ -454,12 +689,12 @@ class RuleProfile:
             reasons.append("kv_cache_dtype not supported")
         if not self.supports_block_size(backend, inputs.block_size, ctx):
             reasons.append("block_size not supported")
-        if inputs.use_mm_prefix and not spec.mm_prefix:
+        if inputs.use_mm_prefix and not code.supports_mm_prefix(spec, ctx):
             reasons.append("partial multimodal token full attention not supported")
         if inputs.use_mla != spec.mla:
             reasons.append("MLA not supported" if inputs.use_mla else "non-MLA not supported")
         if inputs.has_sink and not code.supports_sink(spec, ctx):
-            reasons.append("sink setting not supported")
+            reasons.append(self.params.get("sink_reason", "sink setting not supported"))
         if inputs.use_sparse != spec.sparse:
             reasons.append("sparse not supported" if inputs.use_sparse else "non-sparse not supported")
         if (
@@ -472,10 +707,45 @@ class RuleProfile:
             reasons.append("compute capability not supported")
         if not self.supports_attn_type(spec, inputs.attn_type):
             reasons.append(f"attention type {attn_type_str(inputs.attn_type)} not supported")
+        reasons.extend(self._new_input_reasons(spec, inputs, ctx))
         combination = code.combination_reason(spec, inputs, ctx)
         if combination is not None:
             reasons.append(combination)
         return reasons
+
+    def _new_input_reasons(self, spec: BackendSpec, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        """The checks 0.33 appends after the attention type (vllm/v1/attention/backend.py
+        `validate_configuration`, order read from a v0.29+-era copy; R-SWA placed after sliding
+        window, which the reference lists next to it but the copy read does not have)."""
+        code = self.code
+        reasons: list[str] = []
+        for field_name, attr, reason in _NEW_INPUT_CHECKS:
+            if not self.has_selector_field(field_name) or not getattr(inputs, field_name):
+                continue
+            if field_name == "use_non_causal" and attr == "non_causal_dcp":
+                if not (inputs.use_mla and inputs.use_dcp):
+                    continue
+            if not code.supports_flag(spec, attr, ctx):
+                reasons.append(reason)
+        return reasons
+
+
+# (selector field, BackendSpec attribute, vLLM's reason) in vLLM's order (vllm-rules §9)
+_NEW_INPUT_CHECKS = (
+    ("has_sliding_window", "sliding_window", "sliding window not supported"),
+    ("use_rswa", "rswa", "R-SWA not supported"),
+    ("use_non_causal", "non_causal", "non-causal attention not supported"),
+    ("use_non_causal", "non_causal_dcp", "non-causal MLA attention with DCP not supported"),
+    ("use_batch_invariant", "batch_invariance", "batch invariance not supported"),
+    ("use_kv_connector", "kv_connector", "KV connector not supported"),
+    ("use_pcp", "pcp", "PCP not supported"),
+    ("use_dcp", "dcp", "DCP not supported"),
+    (
+        "use_adaptive_verification",
+        "device_cpu_query_lens_mismatch",
+        "device-cpu query lens mismatch not supported, this is needed for adaptive verification",
+    ),
+)
 
 
 def attn_type_str(attn_type: str) -> str:
@@ -496,7 +766,7 @@ def available_profiles() -> list[str]:
 
 @lru_cache(maxsize=None)
 def _profile(name: str) -> RuleProfile:
-    return RuleProfile(json.loads(_load_profile_data(name)))
+    return RuleProfile(_profile_meta(name))
 
 
 @dataclass(frozen=True)
@@ -504,30 +774,143 @@ class ProfileChoice:
     profile: RuleProfile
     requested: Optional[str]
     note: Optional[str] = None  # set when the profile only approximates the requested version
+    source: str = "default"  # "--vllm-version" | "installed" | "newest" | "default"
+    installed_version: Optional[str] = None  # vLLM found in this environment (package metadata)
+
+    @property
+    def reason(self) -> str:
+        """One line: which profile answered and why."""
+        name = f"{self.profile.name} (vLLM {self.profile.vllm_version})"
+        if self.source == "--vllm-version":
+            why = f"--vllm-version {self.requested}"
+        elif self.source == "installed":
+            why = f"vLLM {self.installed_version} is installed here"
+        elif self.source == "newest":
+            why = "no vLLM installed here: the newest profile"
+        else:
+            why = "the default profile"
+        return f"rule profile {name}: {why}" + (f"; {self.note}" if self.note else "")
+
+
+_VERSION_PREFIX = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+def parse_vllm_version(text: str) -> Optional[tuple[int, int, int]]:
+    """"0.33.0", "v0.20", "0.19.1rc1.dev5+g1234" -> (0, 33, 0), (0, 20, 0), (0, 19, 1); else None."""
+    match = _VERSION_PREFIX.match(str(text).strip().lower())
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=None)
+def _profile_meta(name: str) -> dict:
+    """A profile's JSON, parsed but not built into a RuleProfile (cheap: used to pick one)."""
+    return json.loads(_load_profile_data(name))
+
+
+class _LazyProfiles:
+    """Profiles ordered by vLLM release; a RuleProfile is built only for the one picked."""
+
+    def __init__(self) -> None:
+        self.names = sorted(available_profiles(), key=lambda n: tuple(_profile_meta(n)["vllm_release"]))
+
+    def release(self, name: str) -> tuple[int, int, int]:
+        return tuple(_profile_meta(name)["vllm_release"])  # type: ignore[return-value]
+
+
+def _version_str(release: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in release)
+
+
+def profile_for_version(version: str) -> ProfileChoice:
+    """The profile for a vLLM version: the same major.minor, else the nearest older profile.
+
+    Older than every profile -> the oldest, with a note; newer than every profile -> the newest.
+    """
+    release = parse_vllm_version(version)
+    if release is None:
+        raise UserInputError(f"cannot read a vLLM version from {version!r} (expected e.g. 0.33.0)")
+    lazy = _LazyProfiles()
+    older = [n for n in lazy.names if lazy.release(n)[:2] <= release[:2]]
+    if not older:
+        oldest = lazy.names[0]
+        note = (
+            f"vLLM {version} is older than every rule profile; answered with the oldest, "
+            f"{oldest} (vLLM {_version_str(lazy.release(oldest))}), so the answer may be wrong"
+        )
+        return ProfileChoice(_profile(oldest), version, note)
+    chosen = older[-1]
+    if lazy.release(chosen)[:2] == release[:2]:
+        return ProfileChoice(_profile(chosen), version)
+    if chosen == lazy.names[-1]:
+        note = (
+            f"vLLM {version} is newer than every rule profile; answered with the newest, "
+            f"{chosen} (vLLM {_version_str(lazy.release(chosen))}); run `attnsel explain --compare-live` to check"
+        )
+    else:
+        note = (
+            f"no rule profile for vLLM {version}; answered with {chosen} "
+            f"(vLLM {_version_str(lazy.release(chosen))}), the nearest older one"
+        )
+    return ProfileChoice(_profile(chosen), version, note)
 
 
 def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
-    """Pick the profile answering for a profile name or vLLM version; None gives the default."""
+    """Pick the profile answering for a profile name or vLLM version; None gives the default.
+
+    The default (library API) stays the seed-era profile; the CLI uses `select_profile()`, which
+    looks at the installed vLLM first.
+    """
     if name_or_version is None or not str(name_or_version).strip():
         return ProfileChoice(_profile(DEFAULT_PROFILE), None)
-    wanted = str(name_or_version).strip().lower().removeprefix("v")
+    wanted = str(name_or_version).strip().lower()
     for name in available_profiles():
-        profile = _profile(name)
-        if wanted in [a.lower() for a in profile.data.get("answers_for", [])]:
-            return ProfileChoice(profile, name_or_version)
-        if wanted in [a.lower() for a in profile.data.get("close_versions", [])]:
-            note = (
-                f"no rule profile for vLLM {name_or_version} itself; answered with {profile.name} "
-                f"({profile.vllm_version}), the closest one"
-            )
-            return ProfileChoice(profile, name_or_version, note)
-    known = "; ".join(f"{n} ({', '.join(_profile(n).data.get('answers_for', []))})" for n in available_profiles())
-    raise UserInputError(f"no rule profile for vLLM {name_or_version!r}. Known profiles: {known}")
+        aliases = [a.lower() for a in _profile_meta(name).get("answers_for", [])]
+        if wanted in aliases or wanted.removeprefix("v") in aliases:
+            return ProfileChoice(_profile(name), name_or_version, source="--vllm-version")
+    if parse_vllm_version(wanted) is None:
+        known = "; ".join(
+            f"{n} ({', '.join(_profile_meta(n).get('answers_for', []))})" for n in available_profiles()
+        )
+        raise UserInputError(f"no rule profile for vLLM {name_or_version!r}. Known profiles: {known}")
+    choice = profile_for_version(str(name_or_version).strip())
+    return dataclasses.replace(choice, source="--vllm-version")
+
+
+def installed_vllm_version() -> Optional[str]:
+    """The vLLM version installed in this environment, from package metadata (never imports vLLM)."""
+    import importlib.metadata  # ~5 ms: only when the version is not given
+
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def select_profile(version_flag: Optional[str] = None) -> ProfileChoice:
+    """The CLI's choice: --vllm-version if given; else the installed vLLM's version; else the newest."""
+    if version_flag is not None and str(version_flag).strip():
+        return choose_profile(version_flag)
+    installed = installed_vllm_version()
+    if installed is None:
+        return ProfileChoice(_profile(_LazyProfiles().names[-1]), None, source="newest")
+    choice = profile_for_version(installed)
+    return dataclasses.replace(choice, source="installed", installed_version=installed)
 
 
 def get_profile(name_or_version: Optional[str] = None) -> RuleProfile:
     """The rule profile for a profile name ("seed_0_17") or a vLLM version ("0.17.0"); loads lazily."""
     return choose_profile(name_or_version).profile
+
+
+def block_size_cli_error(profile: RuleProfile, block_size: Optional[int]) -> Optional[str]:
+    """vLLM's argument-parser error for --block-size: the seed accepts only the BlockSize Literal
+    (vllm-rules §4); 0.33 has no Literal, any int > 0 (§9)."""
+    if block_size is None or not profile.block_sizes or block_size in profile.block_sizes:
+        return None
+    choices = ", ".join(str(s) for s in profile.block_sizes)
+    return f"argument --block-size: invalid choice: {block_size} (choose from {choices})"
 
 
 # --- module presence without importing (for --check-imports) -------------------------------------
@@ -572,10 +955,17 @@ __all__ = [
     "ProfileChoice",
     "RuleCode",
     "RuleProfile",
+    "RuleCode033",
     "attn_type_str",
     "available_profiles",
+    "block_size_cli_error",
     "choose_profile",
     "get_profile",
+    "installed_vllm_version",
+    "is_quantized_kv_cache",
+    "parse_vllm_version",
+    "profile_for_version",
+    "select_profile",
     "importable_map",
     "kernel_sizes_display",
     "kernel_sizes_repr",

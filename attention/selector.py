@@ -10,11 +10,12 @@ block size, the exact log lines and the exact error. Never imports torch.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from attnsel.attention.rules import (
-    IMPORT_ERROR_REASON,
     MultipleOf,
     RuleProfile,
     attn_type_str,
@@ -48,6 +49,20 @@ def normalize_dtype(name: str, capability: Optional[tuple[int, int]] = None) -> 
     return DTYPE_ALIASES[key]
 
 
+# Selector inputs that only some profiles have (vllm-rules §2 0.17.0, §9)
+OPTIONAL_SELECTOR_FIELDS = (
+    "use_per_head_quant_scales",
+    "has_sliding_window",
+    "use_non_causal",
+    "use_batch_invariant",
+    "use_kv_connector",
+    "use_pcp",
+    "use_adaptive_verification",
+    "use_dcp",
+    "use_rswa",
+)
+
+
 @dataclass(frozen=True)
 class SelectorInputs:
     """vLLM's `AttentionSelectorConfig` (vllm-rules §2). `block_size` is the user's --block-size."""
@@ -62,6 +77,15 @@ class SelectorInputs:
     use_mm_prefix: bool = False
     attn_type: str = "decoder"  # decoder | encoder | encoder_only | encoder_decoder
     use_per_head_quant_scales: bool = False
+    # vLLM 0.33 selector inputs (vllm-rules §9); ignored (with a note) by profiles without them
+    has_sliding_window: bool = False
+    use_non_causal: bool = False
+    use_batch_invariant: bool = False
+    use_kv_connector: bool = False
+    use_pcp: bool = False
+    use_adaptive_verification: bool = False
+    use_dcp: bool = False
+    use_rswa: bool = False
 
     def replace(self, **changes: Any) -> "SelectorInputs":
         return dataclasses.replace(self, **changes)
@@ -84,6 +108,8 @@ class SelectorInputs:
             "use_per_head_quant_scales": str(self.use_per_head_quant_scales),
             "attn_type": attn_type_str(self.attn_type),
         }
+        for name in OPTIONAL_SELECTOR_FIELDS:
+            values[name] = str(getattr(self, name))
         body = ", ".join(f"{name}={values[name]}" for name in profile.params["selector_fields"])
         return f"AttentionSelectorConfig({body})"
 
@@ -124,6 +150,13 @@ class SelectionContext:
     flash_attn_version_override: Optional[int] = None
     importable: Optional[Mapping[str, bool]] = None
     gpu_name: Optional[str] = None
+    # 0.33 rules (vllm-rules §9): MLA dims for TOKENSPEED_MLA / sparse FlashInfer, the indexer
+    # top-k for FLASH_ATTN_MLA_SPARSE_FA4, and the context-parallel sizes behind use_dcp/use_pcp.
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    index_topk: Optional[int] = None
+    decode_context_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -193,6 +226,7 @@ class Explanation:
     layer_config_repr: Optional[str]  # AttentionSelectorConfig the layers pass (final block size)
     notes: tuple[str, ...] = ()
     profile_note: Optional[str] = None
+    profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
 
     @property
     def ok(self) -> bool:
@@ -243,7 +277,8 @@ def validate_backend(profile: RuleProfile, name: str, inputs: SelectorInputs, ct
         # get_class() -> get_path() raises ValueError (not ImportError), so it propagates
         raise VllmRaises(_unregistered_message(name))
     if name in profile.data.get("missing_module", []):
-        return [IMPORT_ERROR_REASON]
+        # the enum names a module that no wheel ships (vllm-rules §9 "Not CUDA" table)
+        return [profile.code.import_failure_reason(profile.registry[name].rsplit(".", 1)[0])]
     _check_explicit_backend_modelled(profile, name)
     return profile.validate(name, inputs, ctx)
 
@@ -365,6 +400,7 @@ class _Run:
         self.ctx = ctx
         self.logs: list[LogLine] = []
         self._once: set[str] = set()
+        self.block_size: Optional[int] = None  # the KV block size as far as the flow got
 
     def log(self, level: str, message: str, source: str, once: bool = False) -> None:
         if once:
@@ -471,6 +507,8 @@ def _get_attn_backend_cls(run: _Run, cfg: SelectorInputs, user_backend: Optional
             "cuda.py get_attn_backend_cls",
         )
         names = tuple(name for name, _priority in valid)
+        if profile.params.get("block_size_flow") == "0.33" and cfg.block_size is not None:
+            _log_precluded_by_block_size(run, cfg, chosen, valid, invalid)
         if profile.params["selection_log_format"] == "tuple":
             message = f"Using {chosen} attention backend out of potential backends: {names!r}"
         else:  # v0.16.0/v0.17.0 releases print a list and a final period
@@ -480,6 +518,80 @@ def _get_attn_backend_cls(run: _Run, cfg: SelectorInputs, user_backend: Optional
     if layout is not None:
         run.log("info", f"Using {layout} KV cache layout for {chosen} backend.", "selector.py _cached_get_attn_backend")
     return chosen
+
+
+def _log_precluded_by_block_size(run: _Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    """0.33 `get_attn_backend_cls`: higher-priority backends whose ONLY reason was the block size."""
+    priorities = run.profile.priority_list(cfg, run.ctx)
+    chosen_priority = dict(valid)[chosen]
+    excluded = [
+        name for name, reasons in invalid.items()
+        if priorities.index(name) < chosen_priority and reasons == ["block_size not supported"]
+    ]
+    if excluded:
+        run.log(
+            "warning",
+            f"--block-size {cfg.block_size} precluded higher-priority backend(s) {', '.join(excluded)}. "
+            f"Using {chosen} instead, which may result in reduced performance. Consider removing "
+            "--block-size to auto-select the optimal block size.",
+            "cuda.py get_attn_backend_cls",
+        )
+
+
+# --- 0.33 block-size flow (vllm-rules §9 "Block-size flow") -----------------------------------------
+def common_block_size(
+    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None
+) -> int:
+    """`Platform.update_block_size_for_backend` (0.33): one block size every layer's backend accepts.
+
+    One backend: its `get_preferred_block_size(16)`. Several: the smallest LCM of their kernel
+    sizes that every backend accepts (starting from the LCM of their preferred sizes); none ->
+    vLLM's "share no supported KV cache block size" ValueError.
+    """
+    default = profile.params["default_block_size"] if default is None else default
+    names = list(dict.fromkeys(backends))
+    if len(names) == 1:
+        return profile.preferred_block_size(names[0], ctx, default)
+
+    def accepted(size: int) -> bool:
+        return all(profile.supports_block_size(name, size, ctx) for name in names)
+
+    preferred_lcm = math.lcm(*(profile.preferred_block_size(name, ctx, default) for name in names))
+    if accepted(preferred_lcm):
+        return preferred_lcm
+    choices = [
+        [s.base if isinstance(s, MultipleOf) else s for s in profile.kernel_block_sizes(name, ctx)] or [default]
+        for name in names
+    ]
+    candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
+    for size in candidates:
+        if size >= default and accepted(size):
+            return size
+    listed = "; ".join(f"{name}: {kernel_sizes_repr(profile.kernel_block_sizes(name, ctx))}" for name in names)
+    raise VllmRaises(f"The attention backends share no supported KV cache block size ({listed}).")
+
+
+def aligned_block_size_error(
+    profile: RuleProfile, backends: list[str], block_size: int, ctx: SelectionContext
+) -> Optional[str]:
+    """0.33: after aligning hybrid / heterogeneous-KV sizes, every backend must accept the size."""
+    rejecting = [name for name in dict.fromkeys(backends) if not profile.supports_block_size(name, block_size, ctx)]
+    if not rejecting:
+        return None
+    return f"Aligned KV cache block size {block_size} is not supported by attention backend(s): {', '.join(rejecting)}."
+
+
+def _update_block_size_for_backend_033(run: _Run, inputs: SelectorInputs, backends: list[str]) -> int:
+    """0.33: the user's --block-size is kept; otherwise one size for every layer backend."""
+    if inputs.block_size is not None:
+        return inputs.block_size  # cache_config.user_specified_block_size
+    size = common_block_size(run.profile, backends, run.ctx)
+    run.log(
+        "info",
+        f"Setting kv cache block size to {size} for {', '.join(dict.fromkeys(backends))} backend(s).",
+        "interface.py Platform.update_block_size_for_backend",
+    )
+    return size
 
 
 def backend_verdicts(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> tuple[BackendVerdict, ...]:
@@ -503,14 +615,82 @@ def _explicit_verdict(
     return BackendVerdict(name, priority, not reasons, tuple(reasons))
 
 
+_FIELD_WORDS = {
+    "use_per_head_quant_scales": "per-head quant scales",
+    "has_sliding_window": "sliding window",
+    "use_non_causal": "non-causal attention",
+    "use_batch_invariant": "batch invariance",
+    "use_kv_connector": "KV connector",
+    "use_pcp": "prefill context parallel (PCP)",
+    "use_adaptive_verification": "adaptive verification",
+    "use_dcp": "decode context parallel (DCP)",
+    "use_rswa": "R-SWA",
+}
+
+
+def strip_unknown_inputs(profile: RuleProfile, inputs: SelectorInputs) -> tuple[SelectorInputs, list[str]]:
+    """Inputs the profile's AttentionSelectorConfig does not have are ignored, with a note."""
+    notes: list[str] = []
+    changes: dict[str, bool] = {}
+    for name in OPTIONAL_SELECTOR_FIELDS:
+        if getattr(inputs, name) and not profile.has_selector_field(name):
+            changes[name] = False
+            notes.append(
+                f"{_FIELD_WORDS[name]} ({name}) is not a selector input of vLLM {profile.vllm_version} "
+                f"(profile {profile.name}): ignored"
+            )
+    return (inputs.replace(**changes) if changes else inputs), notes
+
+
+def _flow_seed(
+    run: _Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]
+) -> tuple[Optional[int], Optional[str], Optional[SelectorInputs]]:
+    """Seed (vllm-rules §5f then §5d): the block size is settled at config time, then the layers select."""
+    block_size = inputs.block_size
+    if run.ctx.is_hybrid:
+        # cuda.py skips hybrid models: HybridAttentionMambaModelConfig sets their block size
+        notes.append(
+            "hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state "
+            "(HybridAttentionMambaModelConfig); attnsel does not compute that size"
+        )
+    else:
+        block_size = _update_block_size_for_backend(run, inputs, user_backend)
+    run.block_size = block_size
+    if run.ctx.is_attention_free:
+        notes.append("attention-free model: no attention layer asks for a backend")
+        return block_size, None, None
+    layer_cfg = inputs.replace(block_size=block_size)
+    return block_size, _get_attn_backend_cls(run, layer_cfg, user_backend), layer_cfg
+
+
+def _flow_033(
+    run: _Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]
+) -> tuple[Optional[int], Optional[str], Optional[SelectorInputs]]:
+    """0.33 (vllm-rules §9): each layer calls get_attn_backend_cls with block_size set only when
+    the user gave --block-size; then update_block_size_for_backend picks one size."""
+    if run.ctx.is_attention_free:
+        notes.append("attention-free model: no attention layer asks for a backend")
+        return inputs.block_size, None, None
+    layer_cfg = inputs
+    selected = _get_attn_backend_cls(run, layer_cfg, user_backend)
+    if run.ctx.is_hybrid:
+        notes.append(
+            "hybrid (attention + Mamba) model: vLLM then aligns the block size with the Mamba state "
+            "(update_block_size_for_backend); attnsel shows the attention backend's size only"
+        )
+    block_size = _update_block_size_for_backend_033(run, inputs, [selected])
+    return block_size, selected, layer_cfg
+
+
 def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> Explanation:
     """What vLLM would do at start-up with these inputs on this GPU (vllm-rules §5)."""
     user_backend = profile.resolve_backend_name(ctx.user_backend) if ctx.user_backend else None
+    inputs, notes = strip_unknown_inputs(profile, inputs)
     check_inputs(profile, inputs, ctx)
     if user_backend is not None:
         _check_explicit_backend_modelled(profile, user_backend)
     run = _Run(profile, ctx)
-    notes: list[str] = []
+    run.block_size = inputs.block_size
     backends = backend_verdicts(profile, inputs, ctx)
     explicit = _explicit_verdict(profile, user_backend, inputs, ctx) if user_backend else None
     block_size: Optional[int] = inputs.block_size
@@ -520,22 +700,14 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
     try:
         _bf16_check(inputs, ctx)
         _fa_warnings(run, inputs, user_backend)
-        if ctx.is_hybrid:
-            # cuda.py skips hybrid models: HybridAttentionMambaModelConfig sets their block size
-            notes.append(
-                "hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state "
-                "(HybridAttentionMambaModelConfig); attnsel does not compute that size"
-            )
+        if profile.params.get("block_size_flow") == "0.33":
+            block_size, selected, layer_cfg = _flow_033(run, inputs, user_backend, notes)
         else:
-            block_size = _update_block_size_for_backend(run, inputs, user_backend)
-        if ctx.is_attention_free:
-            notes.append("attention-free model: no attention layer asks for a backend")
-        else:
-            layer_cfg = inputs.replace(block_size=block_size)
-            selected = _get_attn_backend_cls(run, layer_cfg, user_backend)
+            block_size, selected, layer_cfg = _flow_seed(run, inputs, user_backend, notes)
     except VllmRaises as exc:
         error = exc
         selected = None
+        block_size = run.block_size
     kernel_block_size = None
     kernel_sizes = None
     layout = None
@@ -549,7 +721,7 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
                 "vLLM then fails at run time: There is a bug in FlashInfer block_size 16 head size 256 "
                 "support. Please avoid this combination by passing --block-size 32 or --block-size 64."
             )
-    fa_runtime = profile.code.flash_attn_version(ctx, inputs.head_size)
+    fa_runtime = profile.code.flash_attn_version(ctx, inputs.head_size, inputs)
     if selected == "FLASH_ATTN":
         # FlashAttentionImpl resolves the version again, now with the head size (vllm-rules §3c)
         for message in fa_runtime.warnings:
@@ -585,8 +757,11 @@ __all__ = [
     "SelectionContext",
     "SelectorInputs",
     "VllmRaises",
+    "aligned_block_size_error",
     "backend_verdicts",
     "check_inputs",
+    "common_block_size",
+    "strip_unknown_inputs",
     "explain",
     "get_valid_backends",
     "kernel_block_size_for",

@@ -3,6 +3,9 @@
 Seed: the supported list is [FLASH_ATTN, TRITON_ATTN, TORCH_SDPA]; an explicit backend
 (--mm-encoder-attn-backend) must be in it; otherwise the first backend (TORCH_SDPA skipped) whose
 head size, dtype and compute capability pass wins; TORCH_SDPA is the fallback.
+0.33 (§9 ViT): CC >= 8 [FLASH_ATTN, TRITON_ATTN, TORCH_SDPA, FLASHINFER], else [FLASH_ATTN,
+TORCH_SDPA, TRITON_ATTN, FLASHINFER]; the loop returns TORCH_SDPA when it reaches it, so
+FLASHINFER is explicit-only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def vit_backend(
     """The ViT attention backend; raises VllmRaises(AssertionError) for an unsupported override."""
     rules = profile.data["vit"]
     supported = list(rules["supported"])
+    if "supported_below_cc80" in rules and (capability is None or tuple(capability) < (8, 0)):
+        supported = list(rules["supported_below_cc80"])
     if override is not None:
         name = profile.resolve_backend_name(override)
         if name not in supported:
@@ -53,10 +58,13 @@ def vit_backend(
     for name in supported:
         if name in rules["skip_in_auto"]:
             continue
+        if name == rules.get("returned_when_reached"):
+            return VitChoice(name, f"Using backend AttentionBackendEnum.{name} for vit attention")
         if not profile.is_importable(name, ctx):
             continue  # an ImportError skips the backend
         spec = profile.backend(name)
-        ok = profile.supports_head_size(spec, head_size) and dtype in spec.dtypes
+        ok = profile.supports_head_size(spec, head_size, ctx if capability is not None else None)
+        ok = ok and dtype in spec.dtypes
         if capability is not None:
             ok = ok and profile.supports_capability(spec, capability)
         if ok:

@@ -32,11 +32,11 @@ def time_cli(args: list[str], runs: int) -> list[float]:
     return samples
 
 
-def time_engine(runs: int) -> float:
+def time_engine(runs: int, profile_name: str | None = None) -> float:
     from attnsel.attention.rules import get_profile
     from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
 
-    profile = get_profile()
+    profile = get_profile(profile_name)
     inputs = SelectorInputs(128, "bfloat16")
     ctx = SelectionContext(capability=(9, 0))
     start = time.perf_counter()
@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> None:
         "max_s": round(max(samples), 4),
         "python_startup_median_s": round(statistics.median(python_start), 4),
         "engine_only_ms": round(time_engine(200) * 1e3, 3),
+        "engine_only_ms_by_profile": {
+            name: round(time_engine(200, name) * 1e3, 3) for name in ("seed_0_17", "vllm_0_33")
+        },
         "target_s": 0.3,
         "within_target": statistics.median(samples) < 0.3,
     }, indent=2))

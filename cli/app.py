@@ -29,8 +29,13 @@ def _root(
     version: Optional[bool] = typer.Option(
         None, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only results and errors: no progress or info lines."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="More detail on stderr."),
 ) -> None:
     """attnsel: probe GPUs, explain vLLM's attention-backend choice, tune backends and block sizes."""
+    from attnsel.cli.settings import set_verbosity
+
+    set_verbosity(quiet=quiet, verbose=verbose)
 
 
 def _register_commands() -> None:

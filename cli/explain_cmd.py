@@ -102,9 +102,16 @@ class _Request:
     hybrid: Optional[bool]
     mamba_cache_float32: Optional[bool]
     mm_encoder_attn_backend: Optional[str]
+    # vLLM 0.33 selector inputs (vllm-rules §9)
+    sliding_window: Optional[bool] = None
+    non_causal: bool = False
+    kv_connector: bool = False
+    dcp: int = 1
+    pcp: int = 1
+    per_head_quant_scales: bool = False
 
 
-def _model_facts(model: str, req: _Request, capability, gpu_name, profile_name: str):
+def _model_facts(model: str, req: _Request, capability, gpu_name, model_rules: str):
     """Hook for the config helper (attention/model_config.py); None when it is not installed."""
     try:
         from attnsel.attention import model_config
@@ -118,6 +125,7 @@ def _model_facts(model: str, req: _Request, capability, gpu_name, profile_name: 
         dtype=dtype,
         tensor_parallel_size=req.tensor_parallel_size,
         gpu_name=gpu_name,
+        profile=model_rules,
     )
 
 
@@ -129,8 +137,11 @@ def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
     return default
 
 
-def _build(req: _Request, facts: Any, capability, gpu_name, importable):
+def _build(req: _Request, facts: Any, capability, gpu_name, importable, profile=None):
     from attnsel.attention.selector import SelectionContext, SelectorInputs, normalize_dtype
+
+    def has_field(name: str) -> bool:
+        return profile is None or profile.has_selector_field(name)
 
     if req.head_size is None and facts is None:
         raise UserInputError("pass --head-size N (or --model PATH)")
@@ -150,6 +161,15 @@ def _build(req: _Request, facts: Any, capability, gpu_name, importable):
         use_sparse=use_sparse,
         use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
         attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
+        use_per_head_quant_scales=req.per_head_quant_scales,
+        # 0.33 inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
+        has_sliding_window=bool(_pick(req.sliding_window, _has_window(facts), False)),
+        use_non_causal=req.non_causal,
+        # VLLM_BATCH_INVARIANT is also a selector input from 0.33 on; the seed reads it elsewhere
+        use_batch_invariant=req.batch_invariant and has_field("use_batch_invariant"),
+        use_kv_connector=req.kv_connector,
+        use_dcp=req.dcp > 1,
+        use_pcp=req.pcp > 1,
     )
     model_float32 = None
     if facts is not None:
@@ -170,28 +190,30 @@ def _build(req: _Request, facts: Any, capability, gpu_name, importable):
         flash_attn_version_override=req.flash_attn_version,
         importable=importable,
         gpu_name=gpu_name,
+        qk_rope_head_dim=getattr(facts, "qk_rope_head_dim", None),
+        v_head_dim=getattr(facts, "v_head_dim", None),
+        index_topk=getattr(facts, "index_topk", None),
+        decode_context_parallel_size=req.dcp,
+        prefill_context_parallel_size=req.pcp,
     )
     return inputs, ctx
 
 
-def _block_size_cli_error(profile, block_size: Optional[int]) -> Optional[str]:
-    """vLLM's argument parser only accepts the BlockSize literal (vllm-rules §4)."""
-    if block_size is None or block_size in profile.block_sizes:
+def _has_window(facts: Any) -> Optional[bool]:
+    if facts is None:
         return None
-    choices = ", ".join(str(s) for s in profile.block_sizes)
-    return f"argument --block-size: invalid choice: {block_size} (choose from {choices})"
+    return getattr(facts, "sliding_window", None) is not None
 
 
-def _explain_one(profile, inputs, ctx, profile_note):
+def _explain_one(profile, inputs, ctx, choice):
+    from attnsel.attention.rules import block_size_cli_error
     from attnsel.attention.selector import explain
 
     expl = explain(profile, inputs, ctx)
-    cli_error = _block_size_cli_error(profile, inputs.block_size)
+    cli_error = block_size_cli_error(profile, inputs.block_size)
     if cli_error is not None:
         expl = dataclasses.replace(expl, error=cli_error, error_type="argparse error", error_phase="cli", selected=None)
-    if profile_note:
-        expl = dataclasses.replace(expl, profile_note=profile_note)
-    return expl
+    return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason)
 
 
 def _model_section(facts: Any, profile, capability, vit_override: Optional[str], importable) -> Optional[dict]:
@@ -227,8 +249,8 @@ def _run_matrix(req: _Request, choice, as_json: bool, importable) -> None:
         raise UserInputError("--gpu all needs --head-size N (the matrix uses explicit inputs)")
     rows = []
     for family, spec in families():
-        inputs, ctx = _build(req, None, spec.compute_capability, spec.name, importable)
-        rows.append(MatrixRow(family, spec.key, _explain_one(choice.profile, inputs, ctx, choice.note)))
+        inputs, ctx = _build(req, None, spec.compute_capability, spec.name, importable, choice.profile)
+        rows.append(MatrixRow(family, spec.key, _explain_one(choice.profile, inputs, ctx, choice)))
     if as_json:
         print_json(matrix_to_dict(rows))
     else:
@@ -264,15 +286,30 @@ def register(app: typer.Typer) -> None:
         mamba_cache_float32: Optional[bool] = typer.Option(None, "--mamba-cache-float32/--no-mamba-cache-float32", help="Hybrid model with float32 Mamba cache."),
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="Rule profile to answer with (default: seed era, 0.17.0)."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for. Default: the vLLM installed here, else the newest profile."),
+        sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (0.33 input; default: from the model's sliding_window)."),
+        non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (0.33 input)."),
+        kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; 0.33 input)."),
+        dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (0.33 input: DCP when > 1)."),
+        pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (0.33 input: PCP when > 1)."),
+        per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
+        live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
+        compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
-        from attnsel.attention.rules import choose_profile, importable_map
+        from attnsel.attention.rules import importable_map, select_profile
 
         if attn_type is not None and attn_type.lower() not in ATTN_TYPES:
             raise UserInputError(f"unknown --attn-type {attn_type!r}; use one of {', '.join(ATTN_TYPES)}")
-        choice = choose_profile(vllm_version)
+        for flag, value in (("--dcp", dcp), ("--pcp", pcp), ("--tensor-parallel-size", tensor_parallel_size)):
+            if value < 1:
+                raise UserInputError(f"{flag} must be >= 1")
+        if live or compare_live:
+            from attnsel.attention.live import require_vllm
+
+            require_vllm()  # exit 2 without vLLM, before any work
+        choice = select_profile(vllm_version)
         profile = choice.profile
         importable = importable_map(profile) if check_imports else None
         req = _Request(
@@ -280,22 +317,51 @@ def register(app: typer.Typer) -> None:
             use_mm_prefix, attn_type.lower() if attn_type else None, num_heads, tensor_parallel_size,
             qk_nope_head_dim, index_topk, flash_attn_version, use_trtllm_attention, batch_invariant,
             flashinfer_cubin, hybrid, mamba_cache_float32, mm_encoder_attn_backend,
+            sliding_window=sliding_window, non_causal=non_causal, kv_connector=kv_connector, dcp=dcp, pcp=pcp,
+            per_head_quant_scales=per_head_quant_scales,
         )
-        if tensor_parallel_size < 1:
-            raise UserInputError("--tensor-parallel-size must be >= 1")
         if gpu is not None and gpu.strip().lower() == "all":
-            if model is not None:
-                raise UserInputError("--gpu all works with explicit inputs only (not --model)")
+            if model is not None or live or compare_live:
+                raise UserInputError("--gpu all works with explicit inputs only (not --model, --live or --compare-live)")
             _run_matrix(req, choice, as_json, importable)
             return
         gpu_name, cc = _resolve_gpu(gpu, capability)
-        facts = _model_facts(model, req, cc, gpu_name, profile.name) if model else None
-        inputs, ctx = _build(req, facts, cc, gpu_name, importable)
-        expl = _explain_one(profile, inputs, ctx, choice.note)
+        facts = _model_facts(model, req, cc, gpu_name, profile.data.get("model_rules", "seed")) if model else None
+        inputs, ctx = _build(req, facts, cc, gpu_name, importable, profile)
+        expl = _explain_one(profile, inputs, ctx, choice)
+        if live or compare_live:
+            _run_live(expl, inputs, ctx, compare_live, as_json)
+            return
         model_section = _model_section(facts, profile, cc, mm_encoder_attn_backend, importable)
         _output(expl, model_section, as_json)
         if expl.error is not None:
             raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
+
+
+def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
+    """--live: vLLM's own answer in the explain format; --compare-live: where the profile differs."""
+    from attnsel.attention.live import ask_vllm, compare
+    from attnsel.reports.explain_report import live_to_dict, render_comparison, render_live
+
+    answer = ask_vllm(inputs, ctx)
+    mismatches = compare(expl, answer) if compare_live else None
+    if as_json:
+        doc = {"live": live_to_dict(answer, expl)}
+        if mismatches is not None:
+            doc["profile"] = expl.profile
+            doc["profile_reason"] = expl.profile_reason
+            doc["mismatches"] = [m.to_dict() for m in mismatches]
+            doc["agree"] = not mismatches
+        print_json(doc)
+    else:
+        console = stdout_console()
+        render_live(answer, expl, console)
+        if mismatches is not None:
+            render_comparison(expl, mismatches, console)
+    if mismatches:
+        raise fail(f"rule profile {expl.profile} and vLLM {answer.vllm_version} disagree in {len(mismatches)} place(s)", EXIT_FAILED)
+    if not compare_live and answer.error is not None:
+        raise fail(f"vLLM raises: {answer.error}", EXIT_FAILED)
 
 
 def _output(expl, model_section: Optional[dict], as_json: bool) -> None:

@@ -1,9 +1,98 @@
-"""`attnsel preflight`."""
+"""`attnsel preflight`: probe + explain for one deployment, as pass/warn/fail checks for CI.
+
+Exit codes: 0 no check failed (warnings allowed); 1 a check failed; 2 bad input (model path,
+flags, an unreadable ATTNSEL_NVML_SCENARIO file). GPUs come from NVML; torch.cuda is asked only
+when NVML is unavailable (as `attnsel probe` does).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Optional
+
 import typer
+
+from attnsel.cli.common import handle_errors, print_json
+from attnsel.errors import EXIT_FAILED, UserInputError
+
+
+def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
+    from attnsel.attention.deployment import target_report
+
+    if gpu is not None:
+        return target_report(gpu, num_gpus if num_gpus is not None else tp)
+    if num_gpus is not None:
+        raise UserInputError("--num-gpus describes a target machine: pass it with --gpu NAME (e.g. --gpu H100 --num-gpus 8)")
+    from attnsel.probe.collect import collect_probe
+
+    # NVML first; torch.cuda is imported only if NVML is unavailable (and only if installed)
+    return collect_probe()
+
+
+def _normalize_format(output_format: str, as_json: bool) -> str:
+    from attnsel.reports.preflight_report import FORMATS
+
+    fmt = "json" if as_json else output_format.strip().lower()
+    if fmt not in FORMATS:
+        raise UserInputError(f"unknown --format {output_format!r}; use one of {', '.join(FORMATS)}")
+    return fmt
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("preflight")
+    @handle_errors
+    def preflight(
+        model: str = typer.Option(..., "--model", help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", help="vLLM --attention-backend NAME."),
+        block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
+        kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
+        dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
+        num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
+        strict: bool = typer.Option(False, "--strict", help="Fail (not warn) on different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
+        output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
+        as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
+    ) -> None:
+        """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
+        (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
+        from attnsel.attention.deployment import Deployment, run_preflight
+        from attnsel.attention.model_config import load_model_config
+        from attnsel.attention.rules import select_profile
+        from attnsel.cli import settings
+        from attnsel.reports import preflight_report as view
+
+        fmt = _normalize_format(output_format, as_json)
+        if tensor_parallel_size < 1:
+            raise UserInputError("--tensor-parallel-size must be >= 1")
+        if num_gpus is not None and num_gpus < 1:
+            raise UserInputError("--num-gpus must be >= 1")
+        hf_config = load_model_config(model)
+        choice = select_profile(vllm_version)
+        report = _probe(gpu, num_gpus, tensor_parallel_size)
+        names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
+        settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
+        deployment = Deployment(
+            tensor_parallel_size=tensor_parallel_size,
+            attention_backend=attention_backend,
+            block_size=block_size,
+            kv_cache_dtype=kv_cache_dtype,
+            dtype=dtype,
+            strict=strict,
+        )
+        result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
+                               profile_reason=choice.reason)
+        if fmt == "json":
+            print_json(view.preflight_to_dict(result))
+        elif fmt == "github":
+            view.render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
+        else:
+            colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            view.render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(),
+                             colour=colour)
+        sys.stdout.flush()
+        if not result.ok:
+            raise typer.Exit(EXIT_FAILED)

@@ -1,9 +1,94 @@
-"""`attnsel report`."""
+"""`attnsel report`: render a tune result (and explain answers) as Markdown, HTML, CSV or JSON.
+
+Exit codes: 0 written; 2 bad input (missing, empty or malformed file, unknown format).
+Reads files only: no NVML, no CUDA, no torch.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from attnsel.cli.common import handle_errors, print_json
+from attnsel.errors import UserInputError
+
+FORMATS = ("md", "html", "csv", "json")
+_SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".csv": "csv", ".json": "json"}
+
+
+def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path]) -> str:
+    """--json, then --format, then the -o file's suffix, then Markdown."""
+    if as_json:
+        return "json"
+    if requested is not None:
+        fmt = requested.strip().lower()
+        fmt = {"markdown": "md", "htm": "html"}.get(fmt, fmt)
+        if fmt not in FORMATS:
+            raise UserInputError(f"unknown --format {requested!r}; use one of {', '.join(FORMATS)}")
+        return fmt
+    if output is not None and output.suffix.lower() in _SUFFIXES:
+        return _SUFFIXES[output.suffix.lower()]
+    return "md"
+
+
+def render(data, fmt: str) -> str:
+    if fmt == "md":
+        from attnsel.reports import markdown
+
+        return markdown.render(data)
+    if fmt == "html":
+        from attnsel.reports import html
+
+        return html.render(data)
+    if fmt == "csv":
+        from attnsel.reports import csv_out
+
+        return csv_out.render(data)
+    import json
+
+    from attnsel.reports.frames import report_dict
+
+    return json.dumps(report_dict(data), indent=2, default=str) + "\n"
+
+
+def _write(text: str, output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose another -o path") from None
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("report")
+    @handle_errors
+    def report(
+        inputs: List[Path] = typer.Argument(
+            ..., metavar="INPUT",
+            help="A tune output folder (or its tune.json / results.jsonl) and/or `attnsel explain --json` files.",
+        ),
+        output_format: Optional[str] = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+        as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No 'wrote FILE' line on stderr."),
+    ) -> None:
+        """Render tune results and explain answers: a summary (GPU, environment, recommendation, vLLM flags)
+        then tables per workload. HTML is one self-contained file with charts (exit 0: written; 2: bad input)."""
+        from attnsel.cli import settings
+        from attnsel.reports.loaders import load_inputs
+
+        fmt = pick_format(output_format, as_json, output)
+        data = load_inputs(inputs)
+        settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")
+        text = render(data, fmt)
+        if output is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        _write(text, output)
+        settings.log(f"wrote {output} ({fmt}, {len(text.encode('utf-8')) // 1024} KiB)", quiet=quiet)
+        if as_json:
+            print_json({"output": str(output), "format": fmt})

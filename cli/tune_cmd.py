@@ -1,9 +1,147 @@
-"""`attnsel tune`."""
+"""`attnsel tune`: time every valid backend x block size on this GPU and recommend vLLM flags."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
+from attnsel.errors import EXIT_FAILED, UserInputError
+
+
+def _progress(console):
+    """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnsel.bench.sweep import SweepProgress
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=False)
+    task = bar.add_task("tune", total=None)
+    reported: set = set()
+
+    def on_start(item: dict) -> None:
+        bar.update(task, description=f"{item['key'].split('|')[0]} bs={item['block_size']} {item['workload']['label']}")
+
+    def on_row(row: dict) -> None:
+        problem = (row["backend"], row.get("status"), row.get("error"))
+        if row.get("status") != "ok" and problem not in reported:  # each distinct failure once
+            reported.add(problem)
+            bar.console.print(f"  {row['backend']} --block-size {row['block_size']} {row.get('workload_label')}: "
+                              f"{row.get('status')}: {(row.get('error') or '')[:120]}")
+        bar.advance(task)
+
+    return bar, SweepProgress(on_total=lambda n: bar.update(task, total=n), on_start=on_start, on_row=on_row)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("tune")
+    @handle_errors
+    def tune_command(
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
+        head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size."),
+        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads of the model (divided by --tensor-parallel-size)."),
+        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads (GQA); default = --num-heads."),
+        dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype (only auto is timed today)."),
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Heads per GPU = total // TP."),
+        backends: Optional[str] = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION."),
+        block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
+        workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
+        weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
+        full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
+        cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Time CUDA-graph replays (10 calls, rotating input copies) instead of events."),
+        hot_l2: bool = typer.Option(False, "--hot-l2", help="Do not flush L2 before each call (decode KV that fits in L2 then beats HBM peak)."),
+        check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
+        tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
+        timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
+        retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
+        capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
+        show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
+        as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
+    ) -> None:
+        """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
+        --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
+        3: no GPU / torch / kernel library)."""
+        from attnsel.bench import plan as P
+        from attnsel.bench import recommend as REC
+        from attnsel.bench import tune as TUNE
+        from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
+        from attnsel.reports import tune_report
+
+        if quick and full:
+            raise UserInputError("--quick and --full exclude each other")
+        if check not in CHECK_POLICIES:
+            raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
+        if timeout <= 0:
+            raise UserInputError("--timeout must be positive")
+        if retry_failed and not resume:
+            raise UserInputError("--retry-failed only makes sense with --resume")
+        if resume and output is None:
+            raise UserInputError("--resume needs --output DIR (the folder of the sweep to continue)")
+        req = TUNE.TuneRequest(
+            model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+            backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
+            block_sizes_given=block_sizes is not None,
+            kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
+            weights=REC.parse_weights(weights), gpu_name=gpu,
+            capability=P.parse_capability(capability) if capability else None,
+            options=SweepOptions(mode="graph" if cuda_graph else "events", cold_l2=not hot_l2, check=check,
+                                 tolerance=tolerance, item_timeout_s=timeout),
+        )
+        if dry_run:
+            cc, gpu_name = TUNE.capability_without_gpu(req)
+            plan = TUNE.make_plan(req, cc, gpu_name)
+            doc = TUNE.plan_document(plan, req.options)
+            if as_json:
+                print_json(doc)
+            else:
+                tune_report.render_plan(doc, stdout_console())
+            return
+        if gpu or capability:
+            raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
+
+        TUNE.check_shape_flags(req)
+        err = stderr_console()
+        out_dir = output or TUNE.default_output_dir()
+        err.print("attnsel tune: asking the GPU (a worker process imports torch)...")
+        bar, progress = _progress(err)
+
+        def on_plan(plan) -> None:
+            err.print(f"results go to {out_dir}/ (results.jsonl is written row by row)")
+            skipped = len(plan.skipped_configs)
+            err.print(f"{plan.shape.describe()}; {len(plan.runnable_configs)} configs x {len(plan.workloads)} shapes"
+                      f" ({skipped} configs skipped by vLLM's rules)")
+            bar.start()
+
+        try:
+            outcome = TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
+                                    on_plan=on_plan)
+        finally:
+            bar.stop()
+        _write_summary(outcome, tune_report)
+        if as_json:
+            print_json(outcome.document)
+        else:
+            tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
+        if outcome.timed_rows == 0:
+            err.print(f"error: no backend could be timed; see {out_dir}/{TUNE.DOCUMENT_FILE} and the worker logs")
+            raise typer.Exit(EXIT_FAILED)
+
+
+def _write_summary(outcome, tune_report) -> None:
+    from rich.console import Console
+
+    from attnsel.bench.tune import SUMMARY_FILE
+
+    with open(outcome.output_dir / SUMMARY_FILE, "w", encoding="utf-8") as fh:
+        console = Console(file=fh, width=160, no_color=True, highlight=False)
+        tune_report.render_results(outcome.document, console, show_rows=True)

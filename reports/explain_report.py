@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
-from attnsel.attention.selector import Explanation
+from attnsel.attention.selector import OPTIONAL_SELECTOR_FIELDS, Explanation
 
 JSON_SCHEMA_VERSION = 1
 
@@ -33,6 +33,7 @@ def explanation_to_dict(expl: Explanation) -> dict:
         "profile": expl.profile,
         "profile_vllm_version": expl.vllm_version,
         "profile_note": expl.profile_note,
+        "profile_reason": expl.profile_reason,
         "gpu": {"name": expl.gpu_name, "capability": _capability_str(expl.capability)},
         "inputs": expl.inputs.to_dict(),
         "context": {
@@ -47,6 +48,8 @@ def explanation_to_dict(expl: Explanation) -> dict:
             "batch_invariant": ctx.batch_invariant,
             "has_flashinfer_cubin": ctx.has_flashinfer_cubin,
             "flash_attn_version_override": ctx.flash_attn_version_override,
+            "decode_context_parallel_size": ctx.decode_context_parallel_size,
+            "prefill_context_parallel_size": ctx.prefill_context_parallel_size,
             "imports_checked": ctx.importable is not None,
             "missing_modules": sorted(m for m, ok in (ctx.importable or {}).items() if not ok),
         },
@@ -85,6 +88,7 @@ def _inputs_line(expl: Explanation) -> str:
         f"block_size={i.block_size}", f"use_mla={i.use_mla}", f"has_sink={i.has_sink}",
         f"use_sparse={i.use_sparse}", f"use_mm_prefix={i.use_mm_prefix}", f"attn_type={i.attn_type}",
     ]
+    parts += [f"{name}=True" for name in OPTIONAL_SELECTOR_FIELDS if getattr(i, name)]
     if expl.context.num_heads is not None:
         parts.append(f"num_heads/GPU={expl.context.num_heads}")
     if expl.context.user_backend:
@@ -113,8 +117,10 @@ def backends_table(expl: Explanation) -> Table:
 
 def render_explanation(expl: Explanation, console: Console) -> None:
     console.print(header_line(expl))
-    if expl.profile_note:
-        console.print(f"Note: {expl.profile_note}")
+    if expl.profile_reason:
+        console.print(f"Profile: {expl.profile_reason}", markup=False)
+    elif expl.profile_note:
+        console.print(f"Note: {expl.profile_note}", markup=False)
     console.print(_inputs_line(expl))
     console.print(backends_table(expl))
     if expl.selected is not None:
@@ -198,4 +204,56 @@ def render_matrix(rows: Sequence[MatrixRow], console: Console) -> None:
             "-" if e.block_size is None else str(e.block_size),
             f"{len(e.valid_backends)}/{len(e.backends)}", Text(error, style="red"),
         )
+    console.print(table)
+
+
+# --- --live / --compare-live -------------------------------------------------------------------------
+def live_to_dict(answer: Any, expl: Explanation) -> dict:
+    """The installed vLLM's answer, with the GPU and inputs it was asked about."""
+    return {
+        **answer.to_dict(),
+        "gpu": {"name": expl.gpu_name, "capability": _capability_str(expl.capability)},
+        "inputs": expl.inputs.to_dict(),
+    }
+
+
+def render_live(answer: Any, expl: Explanation, console: Console) -> None:
+    gpu = f"{expl.gpu_name} " if expl.gpu_name else ""
+    console.print(
+        f"attnsel explain --live · vLLM {answer.vllm_version} installed here (its own selector, "
+        f"{answer.api} API) · GPU {gpu}(compute capability {_capability_str(expl.capability)})"
+    )
+    console.print(_inputs_line(expl))
+    table = Table(show_header=True, header_style="bold", expand=False)
+    for column in ("Prio", "Backend", "Valid", "Reasons (vLLM's own answer)"):
+        table.add_column(column, justify="right" if column == "Prio" else "left")
+    rows = list(answer.backends)
+    if answer.explicit_backend is not None and answer.explicit_backend.name not in {b.name for b in rows}:
+        rows.append(answer.explicit_backend)
+    for verdict in rows:
+        name = Text(verdict.name)
+        if verdict.name == answer.selected:
+            name = Text(f"{verdict.name} ◀ selected", style="bold green")
+        valid = Text("yes", style="green") if verdict.valid else Text("no", style="red")
+        priority = "-" if verdict.priority is None else str(verdict.priority)
+        table.add_row(priority, name, valid, "; ".join(verdict.reasons))
+    console.print(table)
+    if answer.selected is not None:
+        console.print(f"vLLM selects: [bold]{answer.selected}[/bold]")
+    if answer.block_size is not None:
+        console.print(f"KV cache block size: {answer.block_size}")
+    if answer.error is not None:
+        console.print(f"vLLM raises ValueError: {answer.error}", style="red", markup=False)
+
+
+def render_comparison(expl: Explanation, mismatches: Sequence[Any], console: Console) -> None:
+    if not mismatches:
+        console.print(f"Rule profile {expl.profile} agrees with the installed vLLM on every backend, the choice and the block size.")
+        return
+    console.print(f"Rule profile {expl.profile} and the installed vLLM disagree:", style="red")
+    table = Table(show_header=True, header_style="bold")
+    for column in ("What", "Backend", f"Profile {expl.profile}", "Installed vLLM"):
+        table.add_column(column)
+    for m in mismatches:
+        table.add_row(m.what, m.backend or "", str(m.ours), str(m.live))
     console.print(table)

@@ -1,0 +1,126 @@
+"""What every kernel adapter promises the `tune` harness (torch-free: importable without torch).
+
+An adapter wraps one provider of one vLLM backend's kernel (e.g. FLASH_ATTN through FA4's CuTe
+kernels). The harness asks `availability()` once, `unsupported_reason(...)` per shape, then
+`prepare(batch)` and times `PreparedKernel.run` with the plan/compile cost already paid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .paged import PagedBatch, Workload
+
+BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+
+
+@dataclass
+class PreparedKernel:
+    run: Callable[[], Any]
+    """One call = one attention launch (or the launches vLLM makes for that batch) over the batch."""
+    output: Callable[[], Any]
+    """The output tensor of the last run, shaped like PagedBatch.query."""
+    provider: str
+    """Which library and version ran, and which path, e.g. 'flashinfer 0.7.2.post1 (decode, tensor cores)'."""
+    kernel_block_size: int
+    setup_seconds: float
+    """Plan + JIT/compile time, first call included, measured apart from run time."""
+    notes: tuple[str, ...] = ()
+    poison_output: Callable[[], None] | None = None
+    """Fill the output buffer with NaN so that a kernel which writes nothing cannot pass the check.
+    None when the kernel allocates a fresh output on every call (then nothing stale can survive).
+    prepare() has already poisoned once after its warm-up call."""
+    writes_into_given_output: bool = False
+    """True when the kernel writes into a buffer we pass (vLLM's `out=`) rather than returning a new one."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Provider-specific facts worth recording (tuning knobs used, layout, fa_version...)."""
+
+
+@runtime_checkable
+class KernelAdapter(Protocol):
+    backend: str
+    """vLLM's name: FLASHINFER | FLASH_ATTN | TRITON_ATTN | FLEX_ATTENTION."""
+    name: str
+    """Provider short name, e.g. 'flashinfer', 'fa4-cute', 'attnsel-triton'."""
+
+    def availability(self) -> str | None:
+        """None if usable here, else why not (package missing, no GPU...)."""
+
+    def unsupported_reason(self, w: "Workload", block_size: int, device: str) -> str | None:
+        """None if this provider can run that shape with that KV block size on that device."""
+
+    def prepare(self, b: "PagedBatch") -> PreparedKernel:
+        """Plan, convert layouts, compile; may raise (the harness isolates failures)."""
+
+
+class KernelUnavailable(RuntimeError):
+    """The provider cannot run here (missing package, wrong GPU); the message says why."""
+
+
+def installed_version(*distributions: str) -> str | None:
+    """Version of the first installed distribution among `distributions`, without importing it."""
+    for dist in distributions:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def module_importable(module: str) -> str | None:
+    """None if `module` imports, else a one-line reason. Imports it (callers only do this lazily)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # ImportError, but also CUDA/ABI errors raised at import time
+        return f"{module} not importable: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return None
+
+
+def module_missing(module: str) -> str | None:
+    """Why `module` is absent (without importing it; parents are imported), or None if present."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except Exception:  # a missing parent package raises instead of returning None
+        found = False
+    return None if found else f"{module} is not installed"
+
+
+def cuda_device_reason(device: str) -> str | None:
+    """None if `device` is a CUDA device torch can use, else why not."""
+    if not str(device).startswith("cuda"):
+        return f"needs a CUDA device, got {device!r}"
+    try:
+        import torch
+    except Exception:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch"
+    return None
+
+
+def kernel_block_size_for(block_size: int, supported: "tuple[int, ...] | list[int]") -> int | None:
+    """The page size a kernel runs with for a KV-cache block size, the way vLLM splits cache blocks
+    into kernel blocks: the block size itself if supported, else the largest supported size that
+    divides it (one cache block = several kernel blocks); None if none does."""
+    if block_size in supported:
+        return block_size
+    divisors = [s for s in supported if s < block_size and block_size % s == 0]
+    return max(divisors) if divisors else None
+
+
+def compute_capability(device: str = "cuda") -> tuple[int, int] | None:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+    except Exception:
+        return None

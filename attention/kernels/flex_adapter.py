@@ -1,0 +1,180 @@
+"""FLEX_ATTENTION: torch's FlexAttention over the paged KV cache, compiled, the way vLLM's
+flex_attention backend (vllm/v1/attention/backends/flex_attention.py) drives it:
+
+- The whole cache is one long key sequence: (num_blocks * block_size) tokens, (1, Hkv, N, D).
+  All query tokens of the batch are one query sequence (1, Hq, T, D); enable_gqa=True.
+- A mask_mod maps a physical KV index to its logical position through a physical-to-logical
+  block table (per request), and a query index to its request (doc_ids) and logical position
+  (decode_offset = seq_len - query_len): valid & causal.
+- The BlockMask is built directly from the block table (vLLM's `_build_block_mask_direct`,
+  torch >= 2.9): query tiles of q_block_size=16 tokens, kv tiles = one page, each query tile
+  listing the deduplicated pages of the requests it holds.
+- flex_attention is torch.compile'd (fullgraph); kernel_options pin BLOCK_M/BLOCK_N to the mask's
+  tiles with FORCE_USE_FLEX_ATTENTION on GPU. vLLM copies the result into its output buffer; so
+  does run() here.
+
+vLLM's physical_to_logical resets physical block 0 to -1 ("block 0 is always empty"): PagedBatch
+never hands block 0 to a request, so the same holds here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .base import PreparedKernel, installed_version, module_importable
+
+Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
+
+_COMPILED: dict[str, object] = {}
+
+
+def _compiled_flex():
+    if "flex" not in _COMPILED:
+        import torch
+        import torch._dynamo
+        from torch.nn.attention.flex_attention import flex_attention
+
+        # Every batch shape/mask recompiles; past dynamo's recompile limit (8 by default; vLLM
+        # raises it to 16) torch silently falls back to the unfused eager path. Sweeps need more,
+        # and a silent fallback must never be timed as "FlexAttention".
+        config = torch._dynamo.config
+        if hasattr(config, "recompile_limit"):
+            config.recompile_limit = max(config.recompile_limit, 256)
+        if hasattr(config, "fail_on_recompile_limit_hit"):
+            config.fail_on_recompile_limit_hit = True
+        _COMPILED["flex"] = torch.compile(flex_attention, fullgraph=True)
+    return _COMPILED["flex"]
+
+
+def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
+    """BlockMask + mask_mod over the physical cache for batch `b` (plan step, outside timing)."""
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    dev = b.query.device
+    seq_lens, q_lens = b.host_lists()
+    page = b.block_size
+    table = b.block_table.cpu()
+    num_tokens = int(b.query.shape[0])
+
+    pages_of = []
+    p2l = torch.full((b.batch, b.num_blocks), -1, dtype=torch.int64)
+    for r, seq_len in enumerate(seq_lens):
+        n = -(-seq_len // page)
+        pages = table[r, :n].long()
+        p2l[r, pages] = torch.arange(n)
+        pages_of.append(pages.tolist())
+    doc_ids = torch.repeat_interleave(torch.arange(b.batch), torch.tensor(q_lens))
+
+    groups = -(-num_tokens // q_block_size)
+    lists = []
+    for g in range(groups):
+        seen: dict[int, None] = {}
+        for r in sorted(set(doc_ids[g * q_block_size : (g + 1) * q_block_size].tolist())):
+            for p in pages_of[r]:
+                seen.setdefault(p, None)
+        lists.append(list(seen))
+    width = max(len(x) for x in lists)
+    if dev.type == "cpu":
+        # Inductor's CPU lowering asserts "KV seqlen must be smaller than the block_mask size in
+        # the KV dimension": give the mask one column per physical page there.
+        width = b.num_blocks
+    kv_indices = torch.zeros((groups, width), dtype=torch.int32)
+    kv_num = torch.zeros((groups,), dtype=torch.int32)
+    for g, pages in enumerate(lists):
+        kv_indices[g, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        kv_num[g] = len(pages)
+
+    doc_ids = doc_ids.to(dev)
+    p2l = p2l.to(dev)
+    seq_t = b.seq_lens.to(device=dev, dtype=torch.int64)
+    cu_q = b.cu_query_lens.to(device=dev, dtype=torch.int64)
+    offset = (b.seq_lens - b.query_lens).to(device=dev, dtype=torch.int64)
+
+    def mask_mod(batch, head, q_idx, kv_idx):
+        req = doc_ids[q_idx]
+        logical_block = p2l[req, kv_idx // page]
+        logical_kv = logical_block * page + kv_idx % page
+        q_pos = q_idx - cu_q[req] + offset[req]
+        return (logical_block >= 0) & (logical_kv < seq_t[req]) & (logical_kv <= q_pos)
+
+    mask = BlockMask.from_kv_blocks(
+        kv_num[None, None].to(dev),
+        kv_indices[None, None].to(dev),
+        BLOCK_SIZE=(q_block_size, page),
+        mask_mod=mask_mod,
+        seq_lengths=(num_tokens, b.num_blocks * page),
+        compute_q_blocks=False,
+    )
+    return mask
+
+
+class FlexAttentionAdapter:
+    backend = "FLEX_ATTENTION"
+    name = "torch-flex"
+
+    def __init__(self, compile: bool = True):
+        self.compile = compile
+
+    def availability(self) -> str | None:
+        return module_importable("torch.nn.attention.flex_attention")
+
+    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+        # vLLM FLEX_ATTENTION: fp16/bf16/fp32, any head size (vllm-rules §3a); the direct
+        # BlockMask build needs kv tiles of one page, and Triton tiles need >= 16 tokens.
+        if w.dtype not in ("bfloat16", "float16", "float32"):
+            return f"dtype {w.dtype} not supported (fp16, bf16, fp32)"
+        if block_size % 16 or block_size & (block_size - 1):
+            return f"block size {block_size}: FlexAttention's kv tile (= one page) must be a power of two >= 16"
+        return None
+
+    def prepare(self, b) -> PreparedKernel:
+        import torch
+
+        t0 = time.perf_counter()
+        mask = build_block_mask(b)
+        hkv, d = b.num_kv_heads, b.head_size
+        query = b.query.permute(1, 0, 2)[None]  # (1, Hq, T, D)
+        key = b.key_cache.view(-1, hkv, d).permute(1, 0, 2)[None]  # (1, Hkv, N, D)
+        value = b.value_cache.view(-1, hkv, d).permute(1, 0, 2)[None]
+        on_gpu = b.query.device.type == "cuda"
+        options = {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK_SIZE, "BLOCK_N": b.block_size} if on_gpu else None
+        if self.compile:
+            flex = _compiled_flex()
+        else:
+            from torch.nn.attention.flex_attention import flex_attention as flex
+        gqa = b.num_q_heads != hkv
+        out = torch.empty_like(b.query)
+
+        def run():
+            o = flex(query, key, value, None, mask, b.scale, enable_gqa=gqa, kernel_options=options)
+            out.copy_(o[0].permute(1, 0, 2))
+            return out
+
+        if not self.compile:
+            import warnings
+
+            plain = run
+
+            def run():  # noqa: F811  (eager is asked for on purpose: no "use torch.compile" warning)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    return plain()
+
+        run()
+        if on_gpu:
+            torch.cuda.synchronize(b.query.device)
+        setup = time.perf_counter() - t0
+        out.fill_(float("nan"))
+        mode = "compiled" if self.compile else "eager"
+        return PreparedKernel(
+            run=run,
+            output=lambda: out,
+            provider=f"torch {installed_version('torch') or torch.__version__} flex_attention ({mode})",
+            kernel_block_size=b.block_size,
+            setup_seconds=setup,
+            notes=(f"BlockMask direct build: q tiles {Q_BLOCK_SIZE}, kv tiles {b.block_size}",),
+            poison_output=lambda: out.fill_(float("nan")),
+            writes_into_given_output=True,
+            details={"compiled": self.compile, "kernel_options": options},
+        )

@@ -1,0 +1,381 @@
+"""TRITON_ATTN providers: attnsel's own Triton paged-attention kernels, and vLLM's when installed.
+
+Our kernels (source in `_triton_kernels.py`) take vLLM's NHD per-block layout directly and walk
+the block table; they run on GPU (Triton 3.6+) and on CPU under TRITON_INTERPRET=1.
+
+Tuning knobs (all sweepable from bench/kernel_check.py --triton-configs all):
+- DecodeConfig: block_n (KV tokens per tile), num_splits (flash-decoding splits, 0 = heuristic),
+  num_warps, num_stages.
+- PrefillConfig: block_q (query tokens per tile; rows = block_q x padded group), block_n,
+  num_warps, num_stages.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .base import PreparedKernel, installed_version, module_importable
+
+# H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
+DEFAULT_SM_COUNT = 132
+
+
+def next_pow2(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_n: int = 0  # 0: heuristic
+    num_splits: int = 0  # 0: heuristic
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def label(self) -> str:
+        return f"decode(block_n={self.block_n}, splits={self.num_splits or 'auto'}, warps={self.num_warps}, stages={self.num_stages})"
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    block_q: int = 0  # 0: heuristic (rows = block_q x padded group ≈ 64)
+    block_n: int = 0  # 0: heuristic
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def label(self) -> str:
+        return f"prefill(block_q={self.block_q or 'auto'}, block_n={self.block_n}, warps={self.num_warps}, stages={self.num_stages})"
+
+
+def default_block_n(block_size: int, head_size: int) -> int:
+    """KV tokens per tile: 64 (32 above head 128) so a K and a V tile stay <= 16 KiB each in bf16,
+    leaving shared memory for 2-3 pipeline stages. That is several whole pages for pages of 16/32,
+    exactly one page for 64, and an aligned slice of one page for 128/256 (one block-table read
+    per tile whenever the page is a multiple of the tile)."""
+    del block_size  # any page size works: the kernel gathers per token when tiles straddle pages
+    return 64 if head_size <= 128 else 32
+
+
+def heuristic_num_splits(batch: int, num_kv_heads: int, max_seq_len: int, block_n: int, num_sms: int) -> int:
+    """Enough programs for ~4 per SM (flash-decoding), but no split shorter than 4 tiles."""
+    programs = max(1, batch * num_kv_heads)
+    wanted = math.ceil(4 * num_sms / programs)
+    longest_useful = max(1, math.ceil(max_seq_len / (4 * block_n)))
+    return int(max(1, min(wanted, longest_useful, 64)))
+
+
+def resolve_decode_config(
+    cfg: DecodeConfig, batch: int, num_kv_heads: int, max_seq_len: int, block_size: int, head_size: int, num_sms: int
+) -> DecodeConfig:
+    block_n = cfg.block_n or default_block_n(block_size, head_size)
+    splits = cfg.num_splits or heuristic_num_splits(batch, num_kv_heads, max_seq_len, block_n, num_sms)
+    return replace(cfg, block_n=block_n, num_splits=splits)
+
+
+def resolve_prefill_config(cfg: PrefillConfig, group: int, block_size: int, head_size: int) -> PrefillConfig:
+    group_pad = next_pow2(group)
+    block_q = cfg.block_q or max(1, 64 // group_pad)
+    if block_q * group_pad < 16:  # tl.dot needs >= 16 rows
+        block_q = 16 // group_pad
+    block_n = cfg.block_n or default_block_n(block_size, head_size)
+    return replace(cfg, block_q=block_q, block_n=block_n)
+
+
+def decode_config_grid(block_size: int) -> list[DecodeConfig]:
+    """The sweep `--triton-configs all` runs for decode."""
+    block_ns = sorted({32, 64, 128} | ({block_size} if 16 <= block_size <= 128 else set()))
+    out = []
+    for block_n in block_ns:
+        for splits in (0, 1, 2, 4):
+            for warps in (2, 4, 8):
+                for stages in (2, 3, 4):
+                    out.append(DecodeConfig(block_n, splits, warps, stages))
+    return out
+
+
+def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int, dtype: str) -> str | None:
+    if dtype not in ("bfloat16", "float16", "float32"):
+        return f"dtype {dtype} not supported (fp16, bf16, fp32)"
+    if block_size % 16:
+        # vLLM's TRITON_ATTN: kernel block sizes [MultipleOf(16)] (vllm-rules §3a).
+        return "Block size must be a multiple of 16."
+    if head_size < 16 or head_size > 256:
+        return f"head size {head_size} outside 16..256"
+    if num_q_heads % num_kv_heads:
+        return "num_q_heads must be a multiple of num_kv_heads"
+    return None
+
+
+def _num_sms(device) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return DEFAULT_SM_COUNT
+
+
+class PagedAttentionLauncher:
+    """Plans once (tile tables, scratch buffers, configs) and launches our kernels per run()."""
+
+    def __init__(self, b, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+        import torch
+
+        from . import _triton_kernels
+
+        self.kernels = _triton_kernels.jitted()
+        # Triton 3.9's interpreter gets bf16 tl.dot wrong; see _triton_kernels' docstring.
+        self.dot_in_fp32 = _triton_kernels.interpreting() and b.query.dtype == torch.bfloat16
+        self.b = b
+        q = b.query
+        self.device = q.device
+        self.group = b.num_q_heads // b.num_kv_heads
+        self.head_pad = max(16, next_pow2(b.head_size))
+        seq_lens, q_lens = b.host_lists()
+        self.num_decodes = b.num_decodes
+        self.scale_log2 = float(b.scale) * 1.4426950408889634  # exp2 domain: scale * log2(e)
+        self.out = torch.empty_like(q)
+        self.decode_cfg = None
+        self.prefill_cfg = None
+
+        if self.num_decodes:
+            dec_lens = seq_lens[: self.num_decodes]
+            self.decode_cfg = resolve_decode_config(
+                decode_cfg or DecodeConfig(), self.num_decodes, b.num_kv_heads, max(dec_lens),
+                b.block_size, b.head_size, _num_sms(self.device),
+            )
+            splits = self.decode_cfg.num_splits
+            if splits > 1:
+                rows = self.num_decodes * b.num_q_heads * splits
+                self.part_out = torch.empty((rows, self.head_pad), dtype=torch.float32, device=self.device)
+                self.part_lse = torch.empty((rows,), dtype=torch.float32, device=self.device)
+            else:
+                self.part_out = torch.empty((1,), dtype=torch.float32, device=self.device)
+                self.part_lse = self.part_out
+        if self.num_decodes < b.batch:
+            self.prefill_cfg = resolve_prefill_config(prefill_cfg or PrefillConfig(), self.group, b.block_size, b.head_size)
+            tile_req, tile_q0 = [], []
+            for r in range(self.num_decodes, b.batch):
+                for q0 in range(0, q_lens[r], self.prefill_cfg.block_q):
+                    tile_req.append(r)
+                    tile_q0.append(q0)
+            self.tile_req = torch.tensor(tile_req, dtype=torch.int32, device=self.device)
+            self.tile_q0 = torch.tensor(tile_q0, dtype=torch.int32, device=self.device)
+
+    def run(self):
+        if self.num_decodes:
+            self._decode()
+        if self.prefill_cfg is not None:
+            self._prefill()
+        return self.out
+
+    def _common_strides(self):
+        b = self.b
+        return (
+            b.query.stride(0), b.query.stride(1),
+            b.key_cache.stride(0), b.key_cache.stride(1), b.key_cache.stride(2),
+            b.value_cache.stride(0), b.value_cache.stride(1), b.value_cache.stride(2),
+            b.block_table.stride(0),
+            self.out.stride(0), self.out.stride(1),
+        )
+
+    def _decode(self):
+        b, cfg = self.b, self.decode_cfg
+        splits = cfg.num_splits
+        group_pad = max(16, next_pow2(self.group))
+        grid = (self.num_decodes, b.num_kv_heads, splits)
+        self.kernels["paged_decode"][grid](
+            b.query, b.key_cache, b.value_cache, b.block_table, b.seq_lens, b.cu_query_lens,
+            self.out, self.part_out, self.part_lse,
+            self.scale_log2,
+            *self._common_strides(),
+            GROUP=self.group, GROUP_PAD=group_pad, HEAD=b.head_size, HEAD_PAD=self.head_pad,
+            PAGE=b.block_size, BLOCK_N=cfg.block_n, NUM_SPLITS=splits, NUM_Q_HEADS=b.num_q_heads,
+            DOT_IN_FP32=self.dot_in_fp32,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if splits > 1:
+            self.kernels["reduce_splits"][(self.num_decodes, b.num_q_heads)](
+                self.part_out, self.part_lse, self.out, b.cu_query_lens,
+                self.out.stride(0), self.out.stride(1),
+                NUM_Q_HEADS=b.num_q_heads, HEAD=b.head_size, HEAD_PAD=self.head_pad,
+                NUM_SPLITS=splits, SPLITS_PAD=max(2, next_pow2(splits)),
+                num_warps=4,
+            )
+
+    def _prefill(self):
+        b, cfg = self.b, self.prefill_cfg
+        grid = (int(self.tile_req.shape[0]), b.num_kv_heads)
+        self.kernels["paged_prefill"][grid](
+            b.query, b.key_cache, b.value_cache, b.block_table, b.seq_lens, b.query_lens, b.cu_query_lens,
+            self.tile_req, self.tile_q0, self.out,
+            self.scale_log2,
+            *self._common_strides(),
+            GROUP=self.group, GROUP_PAD=next_pow2(self.group), HEAD=b.head_size, HEAD_PAD=self.head_pad,
+            PAGE=b.block_size, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
+            DOT_IN_FP32=self.dot_in_fp32,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.decode_cfg:
+            d["decode"] = self.decode_cfg.__dict__.copy()
+        if self.prefill_cfg:
+            d["prefill"] = self.prefill_cfg.__dict__.copy()
+        return d
+
+
+def paged_attention(b, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+    """One-shot convenience: plan and run our kernels over `b`, return the output."""
+    return PagedAttentionLauncher(b, decode_cfg, prefill_cfg).run()
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _triton_provider() -> str:
+    from . import _triton_kernels
+
+    mode = " interpreter" if _triton_kernels.interpreting() else ""
+    return f"attnsel triton (triton {installed_version('triton') or '?'}{mode})"
+
+
+class AttnselTritonAdapter:
+    """TRITON_ATTN through attnsel's own kernels (attention/kernels/_triton_kernels.py)."""
+
+    backend = "TRITON_ATTN"
+    name = "attnsel-triton"
+
+    def __init__(self, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+        self.decode_cfg = decode_cfg
+        self.prefill_cfg = prefill_cfg
+
+    def availability(self) -> str | None:
+        for module in ("torch", "triton"):
+            reason = module_importable(module)
+            if reason:
+                return reason
+        return None
+
+    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+        reason = check_supported(w.num_q_heads, w.num_kv_heads, w.head_size, block_size, w.dtype)
+        if reason:
+            return reason
+        from . import _triton_kernels
+
+        if not str(device).startswith("cuda") and not _triton_kernels.interpreting():
+            return "on CPU Triton runs only under TRITON_INTERPRET=1"
+        return None
+
+    def prepare(self, b) -> PreparedKernel:
+        from .paged import dtype_name
+
+        reason = check_supported(b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size, dtype_name(b.query))
+        if reason:
+            raise ValueError(reason)
+        t0 = time.perf_counter()
+        launcher = PagedAttentionLauncher(b, self.decode_cfg, self.prefill_cfg)
+        launcher.run()  # compiles
+        _sync(launcher.device)
+        setup = time.perf_counter() - t0
+
+        def poison():
+            launcher.out.fill_(float("nan"))
+
+        poison()
+        paths = "+".join(k for k in ("decode", "prefill") if k in launcher.describe())
+        return PreparedKernel(
+            run=launcher.run,
+            output=lambda: launcher.out,
+            provider=f"{_triton_provider()} ({paths})",
+            kernel_block_size=b.block_size,
+            setup_seconds=setup,
+            notes=tuple(
+                c.label() for c in (launcher.decode_cfg, launcher.prefill_cfg) if c is not None
+            ),
+            poison_output=poison,
+            writes_into_given_output=True,
+            details=launcher.describe(),
+        )
+
+
+class VllmTritonAdapter:
+    """TRITON_ATTN through vLLM's own Triton kernel (`unified_attention`), when vLLM is installed."""
+
+    backend = "TRITON_ATTN"
+    name = "vllm-triton"
+    _MODULES = (
+        "vllm.v1.attention.ops.triton_unified_attention",  # seed era (0.15+)
+        "vllm.attention.ops.triton_unified_attention",  # older releases
+    )
+
+    def _module(self):
+        import importlib
+
+        errors = []
+        for name in self._MODULES:
+            try:
+                return importlib.import_module(name)
+            except Exception as exc:
+                errors.append(f"{name}: {type(exc).__name__}")
+        raise ImportError("vLLM's Triton attention not importable (" + "; ".join(errors) + ")")
+
+    def availability(self) -> str | None:
+        if installed_version("vllm") is None:
+            return "vllm is not installed"
+        try:
+            self._module()
+        except ImportError as exc:
+            return str(exc)
+        return None
+
+    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+        if not str(device).startswith("cuda"):
+            return "vLLM's Triton kernel runs on CUDA only here"
+        if block_size % 16:
+            return "Block size must be a multiple of 16."
+        if w.head_size < 32:
+            return f"head size {w.head_size} < 32 (vLLM TRITON_ATTN needs hs >= 32)"
+        return None
+
+    def prepare(self, b) -> PreparedKernel:
+        import torch
+
+        mod = self._module()
+        seq_lens, q_lens = b.host_lists()
+        out = torch.empty_like(b.query)
+        kwargs = dict(
+            q=b.query, k=b.key_cache, v=b.value_cache, out=out,
+            cu_seqlens_q=b.cu_query_lens, max_seqlen_q=max(q_lens),
+            seqused_k=b.seq_lens, max_seqlen_k=max(seq_lens),
+            softmax_scale=b.scale, causal=True, window_size=(-1, -1),
+            block_table=b.block_table, softcap=0, q_descale=None,
+            # vLLM passes layer._k_scale / _v_scale expanded to (num_seqs, num_kv_heads); 1.0 here.
+            k_descale=torch.ones(1, device=b.query.device).expand(b.batch, b.num_kv_heads),
+            v_descale=torch.ones(1, device=b.query.device).expand(b.batch, b.num_kv_heads),
+        )
+
+        def run():
+            mod.unified_attention(**kwargs)
+            return out
+
+        t0 = time.perf_counter()
+        run()
+        _sync(b.query.device)
+        setup = time.perf_counter() - t0
+        out.fill_(float("nan"))
+        return PreparedKernel(
+            run=run,
+            output=lambda: out,
+            provider=f"vllm {installed_version('vllm')} unified_attention (triton {installed_version('triton')})",
+            kernel_block_size=b.block_size,
+            setup_seconds=setup,
+            poison_output=lambda: out.fill_(float("nan")),
+            writes_into_given_output=True,
+        )

@@ -1,0 +1,264 @@
+"""GPU check of every available kernel provider on one shape: correct? how fast?
+
+Run from the repository root on a CUDA machine (attnsel need not be installed):
+
+    python bench/kernel_check.py                  # bar shape: decode, batch 64, ctx 4096, 32/8 heads, d128, bf16
+    python bench/kernel_check.py --quick          # smoke run: small shape, block sizes 16 and 64, 10 timed calls
+    python bench/kernel_check.py --triton-configs all --backends TRITON_ATTN,FLASHINFER --block-sizes 16,64
+
+For each backend, provider and block size: build the paged batch (shuffled block table, ragged
+lengths unless --uniform), prepare the kernel (plan/compile, timed apart), compare with the fp32
+reference (||out-ref||/||ref||; the output buffer is NaN-poisoned first), then time it with CUDA
+events, cold L2 (a 2 x L2 buffer zeroed before every call), median of --iters calls. Prints one
+JSON line per row on stdout, then a table on stderr with ms, TB/s (FlashInfer's counting: Q + K +
+V over the real lengths + O, 10^12 bytes), % of the GPU's peak and our Triton's throughput
+relative to FlashInfer's tensor-core decode at the same block size (the issue's bar: >= 0.8).
+One failing provider never stops the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def _bootstrap_attnsel() -> None:
+    """Make `import attnsel` work from a plain checkout (the repo root is the package)."""
+    if importlib.util.find_spec("attnsel") is not None:
+        return
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "attnsel", root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["attnsel"] = module
+    spec.loader.exec_module(module)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def emit(row: dict) -> None:
+    print(json.dumps(row, default=str), flush=True)
+
+
+def peak_bandwidth_tb_s() -> float | None:
+    """Bus width x max memory clock x 2 (DDR) from NVML, in TB/s (gpu-facts: H200 -> 4.81)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(h)
+        mem_mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        return bus_bits / 8 * mem_mhz * 1e6 * 2 / 1e12
+    except Exception:
+        return None
+
+
+class ColdL2Timer:
+    def __init__(self, iters: int, warmup: int):
+        import torch
+
+        self.torch = torch
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.iters, self.warmup = iters, warmup
+
+    def time_ms(self, fn) -> dict:
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for s, e in zip(starts, ends):
+            self.flush.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
+        return {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8), "n": len(times)}
+
+
+def triton_variants(spec: str, block_size: int):
+    """(label, adapter) pairs for our Triton kernel: default heuristic, a grid, or explicit configs."""
+    from attnsel.attention.kernels import triton_paged as tp
+
+    if spec == "default":
+        return [("default", tp.AttnselTritonAdapter())]
+    if spec in ("all", "quick"):
+        configs = tp.decode_config_grid(block_size)
+        if spec == "quick":
+            configs = [c for c in configs if c.num_warps == 4 and c.num_stages in (2, 3) and c.block_n in (32, 64)]
+        return [("default", tp.AttnselTritonAdapter())] + [
+            (c.label(), tp.AttnselTritonAdapter(decode_cfg=c, prefill_cfg=tp.PrefillConfig(block_n=c.block_n)))
+            for c in configs
+        ]
+    variants = []
+    for item in spec.split(";"):
+        kv = dict(part.split("=") for part in item.split(",") if part)
+        cfg = tp.DecodeConfig(
+            block_n=int(kv.get("block_n", 0)), num_splits=int(kv.get("splits", 0)),
+            num_warps=int(kv.get("warps", 4)), num_stages=int(kv.get("stages", 2)),
+        )
+        pre = tp.PrefillConfig(
+            block_q=int(kv.get("block_q", 0)), block_n=int(kv.get("block_n", 0)),
+            num_warps=int(kv.get("warps", 4)), num_stages=int(kv.get("stages", 2)),
+        )
+        variants.append((cfg.label(), tp.AttnselTritonAdapter(decode_cfg=cfg, prefill_cfg=pre)))
+    return variants
+
+
+def run_row(adapter, variant: str, w, block_size: int, batch, ref, timer, peak, args) -> dict:
+    from attnsel.attention.kernels.paged import relative_error, tolerance_for
+
+    row = {
+        "backend": adapter.backend, "adapter": adapter.name, "variant": variant,
+        "block_size": block_size, "workload": w.label(), "ragged": not args.uniform,
+    }
+    reason = adapter.unsupported_reason(w, block_size, "cuda")
+    if reason:
+        row.update(status="unsupported", reason=reason)
+        return row
+    try:
+        pk = adapter.prepare(batch)
+        row.update(provider=pk.provider, kernel_block_size=pk.kernel_block_size,
+                   setup_s=round(pk.setup_seconds, 3), notes=list(pk.notes), details=pk.details)
+        if pk.poison_output is not None:
+            pk.poison_output()
+        pk.run()
+        timer.torch.cuda.synchronize()
+        err = relative_error(pk.output(), ref)
+        row["rel_err"] = err
+        row["correct"] = math.isfinite(err) and err < tolerance_for(w.dtype)
+        t = timer.time_ms(pk.run)
+        tb_s = batch.bytes_moved() / (t["ms"] * 1e-3) / 1e12
+        row.update(t, tb_per_s=round(tb_s, 3), tflops=round(batch.flops() / (t["ms"] * 1e-3) / 1e12, 2))
+        if peak:
+            row["pct_peak"] = round(100 * tb_s / peak, 1)
+        row["status"] = "ok" if row["correct"] else "wrong"
+    except Exception as exc:  # one provider's failure must not stop the others
+        row.update(status="error", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:400])
+        if args.verbose:
+            row["traceback"] = traceback.format_exc()[-3000:]
+    finally:
+        timer.torch.cuda.empty_cache()
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    fi = {r["block_size"]: r["ms"] for r in rows if r.get("adapter") == "flashinfer" and r.get("status") == "ok"}
+    log("")
+    log(f"{'backend':15} {'adapter':22} {'block':>5} {'ms':>8} {'TB/s':>6} {'%peak':>6} {'err':>8} {'vs FI':>6}  variant / reason")
+    for r in rows:
+        base = f"{r['backend']:15} {r['adapter']:22} {r['block_size']:>5}"
+        if r.get("status") in ("ok", "wrong"):
+            ratio = ""
+            if r["block_size"] in fi:
+                ratio = f"{fi[r['block_size']] / r['ms']:.2f}"
+            flag = "" if r["status"] == "ok" else "  WRONG"
+            log(f"{base} {r['ms']:8.4f} {r['tb_per_s']:6.2f} {r.get('pct_peak', ''):>6} {r['rel_err']:8.1e} {ratio:>6}  {r['variant']}{flag}")
+        else:
+            log(f"{base} {'-':>8} {'-':>6} {'-':>6} {'-':>8} {'':>6}  {r['status']}: {r.get('reason') or r.get('error')}")
+    ours = [r for r in rows if r.get("adapter") == "attnsel-triton" and r.get("status") == "ok" and r["block_size"] in fi]
+    if ours and fi:
+        best = min(ours, key=lambda r: r["ms"])
+        best_fi = min(fi.values())
+        log("")
+        log(f"best attnsel triton: {best['ms']:.4f} ms ({best['tb_per_s']:.2f} TB/s) at block {best['block_size']} [{best['variant']}]")
+        log(f"best flashinfer:     {best_fi:.4f} ms; ratio (FI ms / ours ms) = {best_fi / best['ms']:.2f} (bar: >= 0.80)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kind", default="decode", choices=["decode", "prefill", "mixed"])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--query-len", type=int, default=256, help="prefill chunk (prefill/mixed)")
+    p.add_argument("--heads", default="32/8", help="query/kv heads")
+    p.add_argument("--head-size", type=int, default=128)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--block-sizes", default="16,32,64,128,256")
+    p.add_argument("--backends", default="FLASHINFER,FLASH_ATTN,TRITON_ATTN,FLEX_ATTENTION")
+    p.add_argument("--triton-configs", default="default",
+                   help="default | quick | all | 'block_n=64,splits=2,warps=4,stages=3;...'")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--uniform", action="store_true", help="every KV length exactly --context")
+    p.add_argument("--quick", action="store_true", help="batch 8, ctx 512, blocks 16,64, 10 iters")
+    p.add_argument("--verbose", action="store_true", help="tracebacks in error rows")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.context, args.iters, args.warmup = 8, 512, 10, 2
+        args.query_len = min(args.query_len, 64)
+        if args.block_sizes == p.get_default("block_sizes"):
+            args.block_sizes = "16,64"
+
+    _bootstrap_attnsel()
+    import torch
+
+    if not torch.cuda.is_available():
+        log("kernel_check needs a CUDA GPU")
+        return 3
+    from attnsel.attention.kernels.paged import Workload, make_paged_batch, reference_attention
+    from attnsel.attention.kernels.registry import adapters_for
+
+    hq, hkv = (int(x) for x in args.heads.split("/"))
+    w = Workload(args.kind, args.batch, args.context, 1 if args.kind == "decode" else args.query_len,
+                 hq, hkv, args.head_size, args.dtype)
+    peak = peak_bandwidth_tb_s()
+    props = torch.cuda.get_device_properties(0)
+    log(f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B, peak {peak or '?'} TB/s; "
+        f"torch {torch.__version__}; workload {w.label()}")
+    emit({"event": "start", "gpu": props.name, "peak_tb_s": peak, "workload": w.label(), "torch": torch.__version__})
+    timer = ColdL2Timer(args.iters, args.warmup)
+
+    adapters = []
+    for backend in [b.strip().upper() for b in args.backends.split(",") if b.strip()]:
+        for adapter in adapters_for(backend):
+            t0 = time.perf_counter()
+            reason = adapter.availability()
+            if reason:
+                row = {"backend": backend, "adapter": adapter.name, "status": "unavailable", "reason": reason}
+                emit(row)
+                log(f"{backend}/{adapter.name}: unavailable: {reason}")
+                continue
+            log(f"{backend}/{adapter.name}: available ({time.perf_counter() - t0:.1f} s to check)")
+            adapters.append(adapter)
+
+    rows: list[dict] = []
+    for block_size in [int(x) for x in args.block_sizes.split(",")]:
+        batch = make_paged_batch(w, block_size, device="cuda", seed=0, ragged=not args.uniform)
+        ref = reference_attention(batch)
+        for adapter in adapters:
+            variants = (
+                triton_variants(args.triton_configs, block_size)
+                if adapter.name == "attnsel-triton" else [("default", adapter)]
+            )
+            for label, variant_adapter in variants:
+                row = run_row(variant_adapter, label, w, block_size, batch, ref, timer, peak, args)
+                rows.append(row)
+                emit(row)
+                if row.get("status") in ("ok", "wrong"):
+                    log(f"  block {block_size:>3} {adapter.name:22} {row['ms']:.4f} ms {row['tb_per_s']:.2f} TB/s "
+                        f"err {row['rel_err']:.1e} [{label}]")
+                else:
+                    log(f"  block {block_size:>3} {adapter.name:22} {row['status']}: {row.get('reason') or row.get('error')}")
+        del batch, ref
+        torch.cuda.empty_cache()
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

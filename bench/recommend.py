@@ -1,0 +1,318 @@
+"""Turn result rows into a recommendation: per workload and overall, the fastest valid
+`--attention-backend` / `--block-size`, its margin over vLLM's own default, and whether that
+margin is above noise. Pure functions over row dicts (CI runs them on recorded results).
+
+Rules (README, "How tune recommends"):
+  * A config is (backend, block size). It is **disqualified** if any of its rows failed the
+    correctness check (status "wrong"): it is reported, never recommended.
+  * Within a workload kind, a config is a candidate only if every shape of that kind was timed
+    ("ok"); one that crashed, hung or ran out of memory on some shape is listed as incomplete.
+  * Workload score = geometric mean of the per-shape median times (shapes weigh equally).
+  * Overall score = weighted geometric mean of the per-workload scores, weights from
+    `--weights` (default decode=0.7, prefill=0.2, mixed=0.1: serving is decode-dominated),
+    renormalised over the workload kinds that were run. Lower is better; the margin over vLLM's
+    default is exp(sum_k w_k * ln(T_k(default) / T_k(best))) - 1.
+  * Noise gate: the margin counts as real only if every compared shape has >= 10 samples and the
+    margin exceeds both 2% and the typical combined spread -- the median over shapes of
+    ((p80-p20)/median of the winner + the same for the default) / 2. Otherwise: "noisy", and
+    vLLM's default is as good as anything measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from attnsel.bench import results as R
+from attnsel.bench import timing as T
+from attnsel.errors import UserInputError
+
+DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+
+Config = tuple[str, int]  # (backend, block size)
+
+
+def parse_weights(text: Optional[str]) -> dict[str, float]:
+    """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
+
+    >>> parse_weights("decode=3,prefill=1")
+    {'decode': 3.0, 'prefill': 1.0, 'mixed': 0.0}
+    """
+    if not text:
+        return dict(DEFAULT_WEIGHTS)
+    weights = {k: 0.0 for k in DEFAULT_WEIGHTS}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in weights:
+            raise UserInputError(f"--weights must look like decode=0.7,prefill=0.2,mixed=0.1, got {text!r}")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise UserInputError(f"--weights: {value!r} is not a number") from None
+        if weights[name] < 0 or math.isnan(weights[name]):
+            raise UserInputError("--weights must not be negative")
+    if sum(weights.values()) <= 0:
+        raise UserInputError("--weights must give at least one workload a positive weight")
+    return weights
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError("geometric mean needs positive values")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def flags_for(backend: str, block_size: int) -> str:
+    return f"--attention-backend {backend} --block-size {block_size}"
+
+
+@dataclass
+class ConfigScore:
+    backend: str
+    block_size: int
+    kernel_block_size: Optional[int]
+    geomean_ms: float
+    shapes: int
+    # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
+    vs_best: Optional[str] = None
+
+    @property
+    def config(self) -> Config:
+        return (self.backend, self.block_size)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
+                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best}
+
+
+@dataclass
+class Decision:
+    """The fastest config of one workload kind (or overall) against vLLM's default."""
+
+    scope: str  # "decode" | "prefill" | "mixed" | "overall"
+    best: Optional[ConfigScore]
+    default: Optional[ConfigScore]
+    speedup_vs_default: Optional[float]  # > 1: best is faster than the default
+    noise_threshold: Optional[float]  # relative margin the speedup had to exceed
+    verdict: str  # "faster", "noisy", "default is fastest", "default not measured", "no valid config"
+    ranking: list[ConfigScore] = field(default_factory=list)
+    incomplete: list[dict] = field(default_factory=list)
+    weights: Optional[dict] = None
+
+    @property
+    def above_noise(self) -> bool:
+        return self.verdict == "faster"
+
+    @property
+    def flags(self) -> Optional[str]:
+        return flags_for(self.best.backend, self.best.block_size) if self.best else None
+
+    def advice(self) -> str:
+        if self.best is None:
+            return "no valid configuration was measured"
+        best = f"{self.best.backend} with --block-size {self.best.block_size}"
+        if self.verdict == "default is fastest":
+            return f"vLLM's default ({best}) is the fastest measured: no flags needed"
+        if self.verdict == "default not measured":
+            return f"fastest measured: {best}; vLLM's default could not be measured, so no margin"
+        margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
+        if self.verdict == "faster":
+            return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}"
+        return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
+                f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
+
+    def to_dict(self) -> dict:
+        return {
+            "scope": self.scope,
+            "best": self.best.to_dict() if self.best else None,
+            "vllm_default": self.default.to_dict() if self.default else None,
+            "speedup_vs_default": self.speedup_vs_default,
+            "margin_pct": (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else None,
+            "noise_threshold_pct": self.noise_threshold * 100 if self.noise_threshold is not None else None,
+            "verdict": self.verdict,
+            "above_noise": self.above_noise,
+            "flags": self.flags,
+            "advice": self.advice(),
+            "ranking": [c.to_dict() for c in self.ranking],
+            "incomplete": self.incomplete,
+            "weights": self.weights,
+        }
+
+
+@dataclass
+class Recommendation:
+    vllm_default: Optional[Config]
+    per_workload: dict[str, Decision]
+    overall: Optional[Decision]
+    disqualified: list[dict]
+
+    def to_dict(self) -> dict:
+        return {
+            "vllm_default": ({"backend": self.vllm_default[0], "block_size": self.vllm_default[1]}
+                             if self.vllm_default else None),
+            "workloads": {k: d.to_dict() for k, d in self.per_workload.items()},
+            "overall": self.overall.to_dict() if self.overall else None,
+            "disqualified": self.disqualified,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _config(row: dict) -> Config:
+    return (row["backend"], int(row["block_size"]))
+
+
+def disqualified_configs(rows: Iterable[dict]) -> dict[Config, str]:
+    """Configs with a failed correctness check -> the first failure's text."""
+    out: dict[Config, str] = {}
+    for row in rows:
+        if row.get("status") == R.STATUS_WRONG:
+            out.setdefault(_config(row), f"{row.get('workload_label')}: {row.get('error')}")
+    return out
+
+
+def _stats(row: dict) -> T.TimingStats:
+    return T.TimingStats.from_dict(row["timing"])
+
+
+def _timed_by_config(rows: Sequence[dict], kind: str) -> dict[Config, dict[str, dict]]:
+    table: dict[Config, dict[str, dict]] = {}
+    for row in rows:
+        if row.get("kind") == kind and row.get("status") != R.STATUS_SKIPPED_BY_VLLM:
+            table.setdefault(_config(row), {})[row["workload_label"]] = row
+    return table
+
+
+def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) -> tuple[float, bool]:
+    """(relative margin to beat, enough samples everywhere)."""
+    spreads = []
+    enough = True
+    for a, b in zip(best_rows, default_rows):
+        sa, sb = _stats(a), _stats(b)
+        spreads.append((sa.relative_spread + sb.relative_spread) / 2)
+        enough = enough and min(sa.n, sb.n) >= T.MIN_SAMPLES
+    spreads.sort()
+    typical = T.percentile(spreads, 50) if spreads else 0.0
+    return max(T.RELATIVE_NOISE_THRESHOLD, typical), enough
+
+
+def decide_workload(
+    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Optional[Config],
+    disqualified: Mapping[Config, str],
+) -> Decision:
+    by_config = _timed_by_config(rows, kind)
+    scores: list[ConfigScore] = []
+    incomplete: list[dict] = []
+    for config, by_label in sorted(by_config.items()):
+        if config in disqualified:
+            continue
+        missing = [lbl for lbl in shape_labels if by_label.get(lbl, {}).get("status") != R.STATUS_OK]
+        if missing:
+            statuses = sorted({by_label[l]["status"] for l in missing if l in by_label} or {"not run"})
+            incomplete.append({"backend": config[0], "block_size": config[1], "missing": len(missing),
+                               "statuses": statuses})
+            continue
+        chosen = [by_label[lbl] for lbl in shape_labels]
+        scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
+                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen)))
+    scores.sort(key=lambda s: s.geomean_ms)
+    best = scores[0] if scores else None
+    if best is not None:
+        _mark_ties(scores, by_config, shape_labels)
+    default = next((s for s in scores if s.config == vllm_default), None)
+    if best is None:
+        return Decision(kind, None, None, None, None, "no valid config", scores, incomplete)
+    if default is None:
+        return Decision(kind, best, None, None, None, "default not measured", scores, incomplete)
+    if best.config == default.config:
+        return Decision(kind, best, default, 1.0, None, "default is fastest", scores, incomplete)
+    per_shape_best = [by_config[best.config][l] for l in shape_labels]
+    per_shape_default = [by_config[default.config][l] for l in shape_labels]
+    threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
+    speedup = default.geomean_ms / best.geomean_ms
+    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    return Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+
+
+def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
+               shape_labels: Sequence[str]) -> None:
+    """Label each config against the best with the same gate as the recommendation: configs
+    that tie with the best are equally good choices (e.g. FlashInfer page sizes, gpu-facts.md)."""
+    best = scores[0]
+    best.vs_best = "best"
+    best_rows = [by_config[best.config][l] for l in shape_labels]
+    for score in scores[1:]:
+        threshold, enough = _noise_threshold(best_rows, [by_config[score.config][l] for l in shape_labels])
+        faster = score.geomean_ms / best.geomean_ms - 1 > threshold
+        score.vs_best = "slower" if enough and faster else "tie"
+
+
+def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
+                   vllm_default: Optional[Config], rows: Sequence[dict],
+                   workload_labels: Mapping[str, Sequence[str]]) -> Optional[Decision]:
+    """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
+    kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
+    if not kinds:
+        return None
+    total = sum(weights[k] for k in kinds)
+    norm = {k: weights[k] / total for k in kinds}
+    common = set.intersection(*({s.config for s in decisions[k].ranking} for k in kinds))
+    if not common:
+        return Decision("overall", None, None, None, None, "no valid config", [], [], norm)
+
+    def score(config: Config) -> float:
+        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
+
+    ranking = sorted(
+        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds))
+         for c in common),
+        key=lambda s: s.geomean_ms,
+    )
+    best = ranking[0]
+    default = next((s for s in ranking if s.config == vllm_default), None)
+    if default is None:
+        return Decision("overall", best, None, None, None, "default not measured", ranking, [], norm)
+    if default.config == best.config:
+        return Decision("overall", best, default, 1.0, None, "default is fastest", ranking, [], norm)
+    speedup = default.geomean_ms / best.geomean_ms
+    # The overall bar: the per-workload bars of this very pair, weighted like the score.
+    threshold, enough = 0.0, True
+    for k in kinds:
+        by_config = _timed_by_config(rows, k)
+        labels = workload_labels[k]
+        pair_threshold, pair_enough = _noise_threshold([by_config[best.config][l] for l in labels],
+                                                       [by_config[default.config][l] for l in labels])
+        threshold += norm[k] * pair_threshold
+        enough = enough and pair_enough
+    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    return Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+
+
+def _score_of(decision: Decision, config: Config) -> ConfigScore:
+    return next(s for s in decision.ranking if s.config == config)
+
+
+def recommend(
+    rows: Sequence[dict],
+    *,
+    workload_labels: Mapping[str, Sequence[str]],
+    vllm_default: Optional[Config],
+    weights: Optional[Mapping[str, float]] = None,
+) -> Recommendation:
+    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
+    weights = dict(weights or DEFAULT_WEIGHTS)
+    rows = list(rows)
+    disqualified = disqualified_configs(rows)
+    decisions = {
+        kind: decide_workload(rows, kind, labels, vllm_default, disqualified)
+        for kind, labels in workload_labels.items() if labels
+    }
+    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels)
+    dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
+    return Recommendation(vllm_default, decisions, overall, dq)

@@ -1,0 +1,281 @@
+"""`attnsel tune` end to end, between the CLI (arguments) and the renderers (output).
+
+    request -> shape (flags or --model, same derivation as `explain`) -> device (worker probe)
+    -> plan (vLLM's rules filter the grid) -> sweep (workers, JSONL) -> recommendation
+    -> one JSON document (tune.json) that the renderers and `--json` print.
+Torch-free: everything that touches CUDA happens in worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnsel import __version__
+from attnsel.bench import env_info
+from attnsel.bench import plan as P
+from attnsel.bench import recommend as REC
+from attnsel.bench import results as R
+from attnsel.bench import timing as T
+from attnsel.bench.sweep import SweepOptions, SweepProgress, probe_device, run_sweep
+from attnsel.errors import CheckFailed, UserInputError
+
+DOCUMENT_SCHEMA = "attnsel-tune/1"
+PLAN_SCHEMA = "attnsel-tune-plan/1"
+DOCUMENT_FILE = "tune.json"
+SUMMARY_FILE = "summary.txt"
+CSV_FILE = "results.csv"
+
+
+@dataclass
+class TuneRequest:
+    model: Optional[str] = None
+    head_size: Optional[int] = None
+    num_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    backends: list[str] = field(default_factory=lambda: list(P.BACKENDS))
+    block_sizes: list[int] = field(default_factory=lambda: list(P.DEFAULT_BLOCK_SIZES))
+    block_sizes_given: bool = False  # --block-sizes was passed
+    kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
+    grid: str = "default"
+    weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
+    capability: Optional[tuple[int, int]] = None  # --capability
+    options: SweepOptions = field(default_factory=SweepOptions)
+
+
+def check_shape_flags(req: TuneRequest) -> None:
+    """Bad shape flags fail before anything starts (no GPU probe, no output folder)."""
+    if req.model:
+        if req.head_size or req.num_heads or req.num_kv_heads:
+            raise UserInputError("pass either --model or --head-size/--num-heads/--num-kv-heads, not both")
+        return
+    if req.head_size is None or req.num_heads is None:
+        raise UserInputError("pass --head-size and --num-heads (and --num-kv-heads for GQA), or --model CONFIG")
+    P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, "bfloat16", req.kv_cache_dtype,
+                 req.tensor_parallel_size)
+
+
+def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
+    check_shape_flags(req)
+    if req.model:
+        return P.shape_from_model(req.model, capability=capability, dtype=req.dtype,
+                                  kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size)
+    dtype = req.dtype
+    if dtype == "auto":
+        # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
+        dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
+    return P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, dtype, req.kv_cache_dtype,
+                        req.tensor_parallel_size)
+
+
+def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
+    shape = resolve_shape(req, capability)
+    return P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
+                        grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given)
+
+
+def plan_document(plan: P.Plan, options: SweepOptions) -> dict:
+    return {"schema": PLAN_SCHEMA, "attnsel_version": __version__, "options": options.to_dict(), **plan.to_dict()}
+
+
+def capability_without_gpu(req: TuneRequest) -> tuple[tuple[int, int], Optional[str]]:
+    """For --dry-run: --capability / --gpu, else what NVML says about GPU 0, else an error."""
+    if req.capability:
+        return req.capability, req.gpu_name
+    if req.gpu_name:
+        from attnsel.probe.gpu_table import find_gpu
+
+        spec = find_gpu(req.gpu_name)
+        return spec.compute_capability, spec.name
+    reader = env_info.NvmlReader()
+    try:
+        index = reader.index_for(None)
+        if reader.session is not None and index is not None:
+            cc = reader.session.get("nvmlDeviceGetCudaComputeCapability", index)
+            if cc:
+                return (int(cc[0]), int(cc[1])), reader.session.get("nvmlDeviceGetName", index)
+    finally:
+        reader.close()
+    raise UserInputError("no GPU found: pass --gpu NAME (e.g. H100) or --capability X.Y for a dry run")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TuneOutcome:
+    document: dict
+    output_dir: Path
+
+    @property
+    def timed_rows(self) -> int:
+        return sum(1 for r in self.document["rows"] if r.get("status") == R.STATUS_OK)
+
+
+def _enricher(peak: Optional[float]) -> Callable[[dict], dict]:
+    def enrich(row: dict) -> dict:
+        row["peak_memory_bandwidth_bytes_per_s"] = peak
+        row["pct_of_peak_bandwidth"] = T.percent_of_peak(row.get("bandwidth_bytes_per_s"), peak)
+        return row
+
+    return enrich
+
+
+def workload_labels(plan: P.Plan) -> dict[str, list[str]]:
+    labels: dict[str, list[str]] = {}
+    for w in plan.workloads:
+        labels.setdefault(w.kind, []).append(w.label())
+    return labels
+
+
+def run_tune(
+    req: TuneRequest,
+    output_dir: Path,
+    *,
+    resume: bool = False,
+    retry_failed: bool = False,
+    progress: Optional[SweepProgress] = None,
+    on_plan: Optional[Callable[[P.Plan], None]] = None,
+) -> TuneOutcome:
+    options = req.options
+    output_dir = Path(output_dir)
+    results_path = output_dir / R.RESULTS_FILE
+    if results_path.exists() and results_path.stat().st_size > 0 and not resume:
+        raise UserInputError(f"{results_path} already holds results: pass --resume to continue that sweep, "
+                             f"or choose another --output")
+    check_shape_flags(req)
+    device = probe_device(options.toolkit, options.startup_timeout_s)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    capability = tuple(device.get("capability") or ())
+    if len(capability) != 2:
+        raise UserInputError("the GPU probe did not report a compute capability")
+    plan = make_plan(req, capability, device.get("name"))
+    if not plan.runnable_configs:
+        reasons = "; ".join(sorted({f"{c.backend}: {', '.join(c.reasons)}" for c in plan.skipped_configs}))
+        raise CheckFailed(f"vLLM would refuse every backend x block size in the grid, nothing to time ({reasons})")
+    if on_plan:
+        on_plan(plan)
+    nvml = env_info.NvmlReader()
+    try:
+        index = nvml.index_for(device.get("uuid"))
+        gpu_env = nvml.environment(index)
+        peak = gpu_env.get("peak_memory_bandwidth_bytes_per_s")
+        if peak is None:
+            peak, source = env_info.peak_from_worker_info(device)
+            gpu_env["peak_memory_bandwidth_bytes_per_s"], gpu_env["peak_bandwidth_source"] = peak, source
+        before = nvml.snapshot(index)
+        started = time.time()
+        rows, infos = run_sweep(plan, options, output_dir, resume=resume, retry_failed=retry_failed,
+                                progress=progress, enrich=_enricher(peak))
+        elapsed = time.time() - started
+        after = nvml.snapshot(index)
+    finally:
+        nvml.close()
+    keys = {k for group in _planned_keys(plan, options) for k in group}
+    rows = [r for r in rows if r["key"] in keys]
+    document = build_document(plan, options, rows, req.weights, device=device, gpu_env=gpu_env,
+                              clocks={"before": before, "after": after}, worker_info=infos, elapsed_s=elapsed)
+    write_document(document, output_dir)
+    return TuneOutcome(document, output_dir)
+
+
+def _planned_keys(plan: P.Plan, options: SweepOptions) -> list[list[str]]:
+    from attnsel.bench.sweep import items_for, skipped_rows
+
+    timed = [item["key"] for items in items_for(plan, options).values() for item in items]
+    return [timed, [row["key"] for row in skipped_rows(plan, options)]]
+
+
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *, device: dict,
+                   gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
+    """The full results: one row per backend x block size x shape, the environment, the advice."""
+    default = None
+    if plan.vllm_default_backend and plan.vllm_default_block_size:
+        default = (plan.vllm_default_backend, int(plan.vllm_default_block_size))
+    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights)
+    warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
+    warnings += _bandwidth_warnings(rows)
+    if any(r.get("backend") == "FLASH_ATTN" and "fa4" in str(r.get("adapter", "")).lower() for r in rows):
+        warnings.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
+                        "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")
+    return {
+        "schema": DOCUMENT_SCHEMA,
+        "attnsel_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "plan": plan.to_dict(),
+        "options": options.to_dict(),
+        "environment": {"gpu": gpu_env, "device": device, "clocks": clocks, "workers": worker_info,
+                        "versions": device.get("versions")},
+        "elapsed_s": elapsed_s,
+        "rows": sorted(rows, key=_row_order),
+        "recommendation": recommendation.to_dict(),
+        "warnings": warnings,
+    }
+
+
+def _row_order(row: dict) -> tuple:
+    w = row.get("workload") or {}
+    return (P.BACKENDS.index(row["backend"]) if row.get("backend") in P.BACKENDS else 99, row.get("block_size", 0),
+            P.WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in P.WORKLOAD_KINDS else 9,
+            w.get("batch", 0), w.get("context_len", 0), w.get("query_len", 0))
+
+
+def _bandwidth_warnings(rows: list[dict]) -> list[str]:
+    """Above 100% of peak means a hot L2 or a bytes-counting bug (users-and-measuring §C3)."""
+    over = [r for r in rows if (r.get("pct_of_peak_bandwidth") or 0) > 100 and (r.get("timing") or {}).get("l2") != "hot"]
+    if not over:
+        return []
+    worst = max(over, key=lambda r: r["pct_of_peak_bandwidth"])
+    return [f"{len(over)} row(s) report more than 100% of peak memory bandwidth (worst: {worst['backend']} "
+            f"--block-size {worst['block_size']} {worst['workload_label']}, {worst['pct_of_peak_bandwidth']:.0f}%): "
+            f"the data was partly served from L2; treat those rows with care"]
+
+
+CSV_COLUMNS = (
+    "backend", "block_size", "kernel_block_size", "kernel_block_size_used", "kind", "workload_label", "batch",
+    "context_len", "query_len", "dtype", "kv_cache_dtype", "mode", "status", "adapter", "provider", "n", "median_ms",
+    "p20_ms", "p80_ms", "bandwidth_tb_per_s", "pct_of_peak_bandwidth", "tflops", "setup_s", "rel_error",
+    "gpu", "driver", "error",
+)
+
+
+def csv_rows(document: dict) -> list[dict]:
+    """One flat line per row, with the GPU and driver on each (for spreadsheets and pandas)."""
+    gpu = (document.get("environment") or {}).get("gpu") or {}
+    out = []
+    for r in document["rows"]:
+        t, w = r.get("timing") or {}, r.get("workload") or {}
+        bw = r.get("bandwidth_bytes_per_s")
+        flat = {**{k: r.get(k) for k in CSV_COLUMNS}, **{k: t.get(k) for k in ("n", "median_ms", "p20_ms", "p80_ms")},
+                **{k: w.get(k) for k in ("batch", "context_len", "query_len")}}
+        flat.update(bandwidth_tb_per_s=bw / 1e12 if bw else None, gpu=gpu.get("name"), driver=gpu.get("driver_version"))
+        out.append(flat)
+    return out
+
+
+def write_document(document: dict, output_dir: Path) -> Path:
+    """tune.json (everything) and results.csv (flat rows); written atomically."""
+    import csv
+
+    path = Path(output_dir) / DOCUMENT_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    csv_path = Path(output_dir) / CSV_FILE
+    with open(csv_path.with_suffix(".csv.tmp"), "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+        writer.writeheader()
+        writer.writerows(csv_rows(document))
+    csv_path.with_suffix(".csv.tmp").replace(csv_path)
+    return path
+
+
+def default_output_dir() -> Path:
+    return Path(f"attnsel-tune-{time.strftime('%Y%m%d-%H%M%S')}")

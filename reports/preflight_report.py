@@ -1,0 +1,125 @@
+"""Render a `PreflightResult` (attention/deployment.py) as text, JSON or GitHub Actions annotations.
+
+GitHub workflow commands: `::error::message` / `::warning::message`, one line each; the message is
+escaped the way the Actions toolkit escapes command data (% -> %25, CR -> %0D, LF -> %0A).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, TextIO
+
+from attnsel.attention.deployment import FAIL, PASS, WARN, Check, PreflightResult
+
+JSON_SCHEMA_VERSION = 1
+FORMATS = ("text", "json", "github")
+_LABEL = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL"}
+_ANSI = {PASS: "\x1b[32m", WARN: "\x1b[33m", FAIL: "\x1b[1;31m"}  # green, yellow, bold red
+_RESET = "\x1b[0m"
+
+
+_SOURCES = {"nvml": "seen through NVML", "torch": "seen through torch.cuda (no NVML)", "target": "target machine from --gpu"}
+
+
+def _gpu_summary(result: PreflightResult) -> str:
+    if not result.gpus:
+        return "no GPU visible"
+    names = list(dict.fromkeys(f"{g.name} (CC {g.capability_str or '?'})" for g in result.gpus))
+    source = _SOURCES.get(result.probe_source, result.probe_source)
+    return f"{len(result.gpus)} × " + ", ".join(names) + f", {source}"
+
+
+def header_line(result: PreflightResult) -> str:
+    tp = result.deployment.tensor_parallel_size
+    model = f"{result.model} · " if result.model else ""
+    return f"attnsel preflight · {model}TP={tp} · {_gpu_summary(result)}"
+
+
+def summary_line(result: PreflightResult) -> str:
+    c = result.counts
+    return f"Result: {c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail -> exit {result.exit_code}"
+
+
+def preflight_to_dict(result: PreflightResult) -> dict:
+    from attnsel.reports.explain_report import explanation_to_dict
+
+    facts = result.model_facts
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "ok": result.ok,
+        "exit_code": result.exit_code,
+        "counts": result.counts,
+        "model": result.model,
+        "model_type": getattr(facts, "model_type", None),
+        "deployment": {
+            "tensor_parallel_size": result.deployment.tensor_parallel_size,
+            "attention_backend": result.deployment.attention_backend,
+            "block_size": result.deployment.block_size,
+            "kv_cache_dtype": result.deployment.kv_cache_dtype,
+            "dtype": result.deployment.dtype,
+            "strict": result.deployment.strict,
+            "vllm_flags": result.deployment.vllm_flags(),
+        },
+        "rule_profile": result.profile_reason,
+        "gpu_source": result.probe_source,
+        "gpus": [g.to_dict() for g in result.gpus],
+        "checks": [c.to_dict() for c in result.checks],
+        "explain": explanation_to_dict(result.explanation) if result.explanation is not None else None,
+    }
+
+
+def render_text(result: PreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
+                colour: bool = False) -> None:
+    """One line per check (`PASS name  message`), hints and vLLM's words indented below.
+    quiet: only warn/fail lines and nothing else. colour: ANSI-coloured labels (a terminal
+    without NO_COLOR); the text is the same either way."""
+    width = max((len(c.name) for c in result.checks), default=0)
+    if not quiet:
+        _write_header(result, out)
+    for check in result.checks:
+        if quiet and check.status == PASS:
+            continue
+        label = f"{_ANSI[check.status]}{_LABEL[check.status]}{_RESET}" if colour else _LABEL[check.status]
+        out.write(f"{label}  {check.name.ljust(width)}  {check.message}\n")
+        indent = " " * (width + 8)
+        if check.vllm_message and (check.status != PASS or verbose):
+            out.write(f"{indent}vLLM: {check.vllm_message}\n")
+        if check.hint and (check.status != PASS or verbose):
+            out.write(f"{indent}hint: {check.hint}\n")
+    if not quiet:
+        out.write(summary_line(result) + "\n")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_line(check: Check) -> Optional[str]:
+    """The workflow command for one check; None for a pass (printed as a plain log line instead)."""
+    if check.status == PASS:
+        return None
+    command = "error" if check.status == FAIL else "warning"
+    parts = [f"attnsel preflight {check.name}: {check.message}"]
+    if check.vllm_message:
+        parts.append(f"vLLM: {check.vllm_message}")
+    if check.hint:
+        parts.append(f"hint: {check.hint}")
+    return f"::{command}::{_escape_data(' — '.join(parts))}"
+
+
+def _write_header(result: PreflightResult, out: TextIO) -> None:
+    out.write(header_line(result) + "\n")
+    if result.profile_reason:
+        out.write(f"vLLM rules: {result.profile_reason}\n")
+
+
+def render_github(result: PreflightResult, out: TextIO, *, quiet: bool = False) -> None:
+    if not quiet:
+        _write_header(result, out)
+    for check in result.checks:
+        line = github_line(check)
+        if line is not None:
+            out.write(line + "\n")
+        elif not quiet:
+            out.write(f"ok: {check.name}: {check.message}\n")
+    if not quiet:
+        out.write(summary_line(result) + "\n")

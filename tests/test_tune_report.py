@@ -1,0 +1,55 @@
+"""Rendering a tune document (recorded rows, no GPU): the ranking, one line per distinct failure,
+the disqualified config and the ready-to-paste vLLM flags."""
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from attnsel.bench import plan as P
+from attnsel.bench import recommend as REC
+from attnsel.bench.sweep import SweepOptions, skipped_rows
+from attnsel.bench.tune import build_document
+from attnsel.reports import tune_report
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tune"
+_spec = importlib.util.spec_from_file_location("tune_fake_rules_report", FIXTURES / "fake_rules.py")
+fake_rules = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_rules)
+
+
+def _rows(plan):
+    data = json.loads((FIXTURES / "recorded_h200_decode.json").read_text())
+    rows = []
+    for d in data["rows"]:
+        m = d["median_ms"]
+        rows.append({"key": f"{d['backend']}|{d['block_size']}", "backend": d["backend"], "block_size": d["block_size"],
+                     "kernel_block_size": d["block_size"], "workload_label": d["label"], "kind": "decode",
+                     "status": "ok", "timing": {"n": 100, "median_ms": m, "p20_ms": m * 0.99, "p80_ms": m * 1.01,
+                                                "min_ms": m, "max_ms": m, "mean_ms": m}})
+    for bs in (16, 32):
+        rows.append({"key": f"TRITON_ATTN|{bs}", "backend": "TRITON_ATTN", "block_size": bs, "kind": "decode",
+                     "workload_label": "decode b=64 ctx=4096", "status": "oom", "error": "CUDA out of memory"})
+    rows.append({"key": "FLASHINFER|32", "backend": "FLASHINFER", "block_size": 32, "kind": "decode",
+                 "workload_label": "decode b=64 ctx=4096", "status": "wrong", "error": "relative error 0.3"})
+    return rows + skipped_rows(plan, SweepOptions())
+
+
+def test_rendered_results_show_flags_failures_and_disqualified_configs():
+    shape = P.make_shape(128, 32, 8, "bf16")
+    plan = P.build_plan(shape, (9, 0), block_sizes=[8, 16, 32, 64, 128], kinds=["decode"], grid="quick",
+                        verdict=fake_rules.verdict, default_choice=fake_rules.default_choice)
+    plan = P.Plan(**{**plan.__dict__, "workloads": (P.WorkloadSpec("decode", 64, 4096),)})
+    doc = build_document(plan, SweepOptions(), _rows(plan), REC.DEFAULT_WEIGHTS, device={"name": "NVIDIA H200"},
+                         gpu_env={"name": "NVIDIA H200", "peak_memory_bandwidth_bytes_per_s": 4.81e12},
+                         clocks={}, worker_info={})
+    buf = io.StringIO()
+    tune_report.render_results(doc, Console(file=buf, width=200, no_color=True))
+    text = buf.getvalue()
+    assert "vLLM flags: --attention-backend FLASHINFER --block-size 64" in text
+    assert text.count("CUDA out of memory") == 1  # two block sizes, one line
+    assert "disqualified FLASHINFER --block-size 32" in text
+    assert "skipped (vLLM would refuse): FLASH_ATTN --block-size 8: block_size not supported" in text
+    assert json.loads(json.dumps(doc))["schema"] == "attnsel-tune/1"  # the document is plain JSON
