@@ -280,11 +280,18 @@ Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], Opti
 DefaultChoice = Callable[[TuneShape, tuple[int, int]], tuple[Optional[str], Optional[int], Optional[str]]]
 
 
-def _rules():
-    """(profile, selector module): the default rule profile (attention/rules.py)."""
+def rule_profile_choice(vllm_version: Optional[str] = None):
+    """The rule profile `explain` would use: --vllm-version, else the installed vLLM, else the newest."""
+    from attnsel.attention import rules
+
+    return rules.select_profile(vllm_version)
+
+
+def _rules(vllm_version: Optional[str] = None):
+    """(profile, rules module, selector module) for this vLLM version (attention/rules.py)."""
     from attnsel.attention import rules, selector
 
-    return rules.get_profile(None), selector
+    return rule_profile_choice(vllm_version).profile, rules, selector
 
 
 def _selector_inputs(selector, shape: TuneShape, block_size: Optional[int]):
@@ -313,14 +320,15 @@ def _selection_context(selector, shape: TuneShape, capability: tuple[int, int], 
     )
 
 
-def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int]) -> tuple[list[str], Optional[int]]:
+def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
+                 vllm_version: Optional[str] = None) -> tuple[list[str], Optional[int]]:
     """What vLLM says about `--attention-backend BACKEND --block-size N` (vllm-rules §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
-    profile, selector = _rules()
-    if block_size not in profile.block_sizes:
-        # vLLM's argument parser only accepts the BlockSize literal (vllm-rules §4)
-        choices = ", ".join(str(s) for s in profile.block_sizes)
-        return [f"argument --block-size: invalid choice: {block_size} (choose from {choices})"], None
+    profile, rules, selector = _rules(vllm_version)
+    cli_error = rules.block_size_cli_error(profile, block_size)
+    if cli_error:
+        # the seed's argument parser only accepts the BlockSize literal (vllm-rules §4; gone in 0.33, §9)
+        return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:
         reasons = list(selector.validate_backend(profile, backend, _selector_inputs(selector, shape, block_size), ctx))
@@ -334,9 +342,10 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
         return [getattr(exc, "message", str(exc)).strip()], None
 
 
-def vllm_default_choice(shape: TuneShape, capability: tuple[int, int]) -> tuple[Optional[str], Optional[int], Optional[str]]:
+def vllm_default_choice(shape: TuneShape, capability: tuple[int, int], *,
+                        vllm_version: Optional[str] = None) -> tuple[Optional[str], Optional[int], Optional[str]]:
     """What `explain` says vLLM picks with neither flag: (backend, block size, error)."""
-    profile, selector = _rules()
+    profile, _rules_module, selector = _rules(vllm_version)
     ctx = _selection_context(selector, shape, capability, None)
     explanation = selector.explain(profile, _selector_inputs(selector, shape, None), ctx)
     return explanation.selected, explanation.block_size, explanation.error
@@ -379,6 +388,8 @@ class Plan:
     vllm_default_block_size: Optional[int]
     vllm_default_error: Optional[str] = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
+    rule_profile_reason: Optional[str] = None
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -405,6 +416,8 @@ class Plan:
             "capability": f"{self.capability[0]}.{self.capability[1]}",
             "gpu": self.gpu_name,
             "grid": self.grid,
+            "rule_profile": self.rule_profile,
+            "rule_profile_reason": self.rule_profile_reason,
             "vllm_default": {
                 "backend": self.vllm_default_backend,
                 "block_size": self.vllm_default_block_size,

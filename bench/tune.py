@@ -8,6 +8,9 @@ Torch-free: everything that touches CUDA happens in worker processes.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import json
 import time
 from dataclasses import dataclass, field
@@ -47,6 +50,7 @@ class TuneRequest:
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
     gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
     capability: Optional[tuple[int, int]] = None  # --capability
+    vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
     options: SweepOptions = field(default_factory=SweepOptions)
 
 
@@ -77,8 +81,13 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
 
 def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
     shape = resolve_shape(req, capability)
-    return P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
-                        grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given)
+    version = req.vllm_version
+    plan = P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
+                        grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given,
+                        verdict=functools.partial(P.vllm_verdict, vllm_version=version),
+                        default_choice=functools.partial(P.vllm_default_choice, vllm_version=version))
+    choice = P.rule_profile_choice(version)
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 
 
 def plan_document(plan: P.Plan, options: SweepOptions) -> dict:

@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
         capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
     ) -> None:
@@ -94,6 +95,7 @@ def register(app: typer.Typer) -> None:
             kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
             weights=REC.parse_weights(weights), gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
+            vllm_version=vllm_version,
             options=SweepOptions(mode="graph" if cuda_graph else "events", cold_l2=not hot_l2, check=check,
                                  tolerance=tolerance, item_timeout_s=timeout),
         )

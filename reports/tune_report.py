@@ -66,6 +66,8 @@ def render_plan(plan: dict, console: Console) -> None:
     console.print(f"[bold]attnsel tune --dry-run[/bold]: {gpu} (compute capability {plan['capability']}), "
                   f"grid {plan['grid']}")
     console.print(_shape_line(plan["shape"]))
+    if plan.get("rule_profile_reason"):
+        console.print(f"vLLM rules: {plan['rule_profile_reason']}")
     console.print(_default_line(plan))
     console.print(plan_table(plan))
     console.print(workloads_table(plan))

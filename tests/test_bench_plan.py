@@ -92,14 +92,22 @@ def test_flag_parsers_reject_bad_values():
 
 
 def test_the_real_rules_refuse_what_vllm_refuses():
-    """Through the one rules boundary (plan.vllm_verdict) with the shipped profile."""
+    """Through the one rules boundary (plan.vllm_verdict), pinned to the seed-era profile."""
     shape = P.make_shape(128, 32, 8, "bf16")
-    assert P.vllm_verdict("FLASH_ATTN", 8, shape, (9, 0))[0] == ["block_size not supported"]
-    assert P.vllm_verdict("FLASHINFER", 256, shape, (9, 0)) == ([], 64)
-    assert P.vllm_verdict("FLASHINFER", 16, P.make_shape(72, 32, 8, "bf16"), (9, 0))[0] == ["head_size not supported"]
-    assert "invalid choice: 48" in P.vllm_verdict("TRITON_ATTN", 48, shape, (9, 0))[0][0]  # §4 BlockSize literal
-    assert P.vllm_default_choice(shape, (9, 0))[:2] == ("FLASH_ATTN", 16)
-    assert P.vllm_default_choice(shape, (10, 0))[:2] == ("FLASHINFER", 16)  # Blackwell: FlashInfer first (§5a)
+    seed = {"vllm_version": "0.17"}
+    assert P.vllm_verdict("FLASH_ATTN", 8, shape, (9, 0), **seed)[0] == ["block_size not supported"]
+    assert P.vllm_verdict("FLASHINFER", 256, shape, (9, 0), **seed) == ([], 64)
+    assert P.vllm_verdict("FLASHINFER", 16, P.make_shape(72, 32, 8, "bf16"), (9, 0), **seed)[0] == ["head_size not supported"]
+    assert "invalid choice: 48" in P.vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), **seed)[0][0]  # §4 BlockSize literal
+    assert P.vllm_default_choice(shape, (9, 0), **seed)[:2] == ("FLASH_ATTN", 16)
+    assert P.vllm_default_choice(shape, (10, 0), **seed)[:2] == ("FLASHINFER", 16)  # Blackwell: FlashInfer first (§5a)
+
+
+def test_the_0_33_profile_accepts_any_multiple_of_16_for_triton():
+    """vllm-rules §9: 0.33 dropped the BlockSize literal; TRITON_ATTN only needs bs % 16 == 0."""
+    shape = P.make_shape(128, 32, 8, "bf16")
+    assert P.vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), vllm_version="0.33") == ([], 48)
+    assert P.vllm_verdict("TRITON_ATTN", 40, shape, (9, 0), vllm_version="0.33")[0] == ["block_size not supported"]
 
 
 def test_flex_attention_keeps_only_vllms_preferred_block_in_the_default_grid():

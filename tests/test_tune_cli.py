@@ -20,12 +20,14 @@ def invoke(args, env=None):
 
 
 def test_dry_run_json_lists_the_filtered_grid_without_a_gpu():
-    result = invoke([*SHAPE, "--block-sizes", "8,16,128", "--gpu", "H100", "--dry-run", "--json"])
+    result = invoke([*SHAPE, "--block-sizes", "8,16,128", "--gpu", "H100", "--dry-run", "--json", "--vllm-version", "0.17"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "attnsel-tune-plan/1"
+    assert doc["rule_profile"] == "seed_0_17"
     configs = {(c["backend"], c["block_size"]): c for c in doc["configs"]}
     # vllm-rules §2/§3a: 8 is not a multiple of FLASH_ATTN's 16; FLEX_ATTENTION (MultipleOf(1)) accepts it in the seed
+    # (0.33 raised FLEX_ATTENTION to MultipleOf(16), §9)
     assert configs[("FLASH_ATTN", 8)]["status"] == "skipped"
     assert configs[("FLASH_ATTN", 8)]["reasons"] == ["block_size not supported"]
     assert configs[("FLEX_ATTENTION", 8)]["status"] == "planned"
