@@ -5,6 +5,8 @@ Run from the repository root on a CUDA machine (attnsel need not be installed):
     python bench/kernel_check.py                  # bar shape: decode, batch 64, ctx 4096, 32/8 heads, d128, bf16
     python bench/kernel_check.py --quick          # smoke run: small shape, block sizes 16 and 64, 10 timed calls
     python bench/kernel_check.py --triton-configs all --backends TRITON_ATTN,FLASHINFER --block-sizes 16,64
+    python bench/kernel_check.py --device cpu --quick --batch 3 --context 100 --heads 4/2 --head-size 32
+                                                  # CPU smoke run (Triton interpreter, FlexAttention)
 
 For each backend, provider and block size: build the paged batch (shuffled block table, ragged
 lengths unless --uniform), prepare the kernel (plan/compile, timed apart), compare with the fp32
@@ -65,6 +67,8 @@ def peak_bandwidth_tb_s() -> float | None:
 
 
 class ColdL2Timer:
+    mode = "cuda events, cold L2 (2 x L2 zeroed before each call)"
+
     def __init__(self, iters: int, warmup: int):
         import torch
 
@@ -72,6 +76,9 @@ class ColdL2Timer:
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
         self.iters, self.warmup = iters, warmup
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
 
     def time_ms(self, fn) -> dict:
         torch = self.torch
@@ -88,6 +95,33 @@ class ColdL2Timer:
         times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
         q = lambda f: times[min(len(times) - 1, int(f * len(times)))]  # noqa: E731
         return {"ms": statistics.median(times), "p20_ms": q(0.2), "p80_ms": q(0.8), "n": len(times)}
+
+
+class WallTimer:
+    """CPU smoke runs (--device cpu): wall-clock median, no cache control; numbers mean nothing."""
+
+    mode = "CPU wall clock (smoke run: not a measurement)"
+
+    def __init__(self, iters: int, warmup: int):
+        import torch
+
+        self.torch = torch
+        self.iters, self.warmup = iters, warmup
+
+    def sync(self) -> None:
+        pass
+
+    def time_ms(self, fn) -> dict:
+        for _ in range(self.warmup):
+            fn()
+        times = []
+        for _ in range(self.iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        times.sort()
+        return {"ms": statistics.median(times), "p20_ms": times[int(0.2 * len(times))],
+                "p80_ms": times[min(len(times) - 1, int(0.8 * len(times)))], "n": len(times)}
 
 
 def triton_variants(spec: str, block_size: int):
@@ -126,7 +160,7 @@ def run_row(adapter, variant: str, w, block_size: int, batch, ref, timer, peak, 
         "backend": adapter.backend, "adapter": adapter.name, "variant": variant,
         "block_size": block_size, "workload": w.label(), "ragged": not args.uniform,
     }
-    reason = adapter.unsupported_reason(w, block_size, "cuda")
+    reason = adapter.unsupported_reason(w, block_size, args.device)
     if reason:
         row.update(status="unsupported", reason=reason)
         return row
@@ -137,7 +171,7 @@ def run_row(adapter, variant: str, w, block_size: int, batch, ref, timer, peak, 
         if pk.poison_output is not None:
             pk.poison_output()
         pk.run()
-        timer.torch.cuda.synchronize()
+        timer.sync()
         err = relative_error(pk.output(), ref)
         row["rel_err"] = err
         row["correct"] = math.isfinite(err) and err < tolerance_for(w.dtype)
@@ -152,7 +186,8 @@ def run_row(adapter, variant: str, w, block_size: int, batch, ref, timer, peak, 
         if args.verbose:
             row["traceback"] = traceback.format_exc()[-3000:]
     finally:
-        timer.torch.cuda.empty_cache()
+        if args.device == "cuda":
+            timer.torch.cuda.empty_cache()
     return row
 
 
@@ -197,18 +232,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uniform", action="store_true", help="every KV length exactly --context")
     p.add_argument("--quick", action="store_true", help="batch 8, ctx 512, blocks 16,64, 10 iters")
     p.add_argument("--verbose", action="store_true", help="tracebacks in error rows")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: smoke run of the CPU-capable providers (Triton interpreter, FlexAttention)")
     args = p.parse_args(argv)
-    if args.quick:
-        args.batch, args.context, args.iters, args.warmup = 8, 512, 10, 2
-        args.query_len = min(args.query_len, 64)
-        if args.block_sizes == p.get_default("block_sizes"):
-            args.block_sizes = "16,64"
+    if args.device == "cpu":
+        # Triton fixes interpreter mode at its first import (see attention/kernels/_triton_kernels.py).
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.quick:  # smaller defaults; options given explicitly still win
+        for name, value in (("batch", 8), ("context", 512), ("iters", 10), ("warmup", 2), ("block_sizes", "16,64")):
+            if getattr(args, name) == p.get_default(name):
+                setattr(args, name, value)
+        args.query_len = min(args.query_len, 64, args.context)
 
     _bootstrap_attnsel()
     import torch
 
-    if not torch.cuda.is_available():
-        log("kernel_check needs a CUDA GPU")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        log("kernel_check needs a CUDA GPU (or --device cpu for a smoke run)")
         return 3
     from attnsel.attention.kernels.paged import Workload, make_paged_batch, reference_attention
     from attnsel.attention.kernels.registry import adapters_for
@@ -216,20 +258,29 @@ def main(argv: list[str] | None = None) -> int:
     hq, hkv = (int(x) for x in args.heads.split("/"))
     w = Workload(args.kind, args.batch, args.context, 1 if args.kind == "decode" else args.query_len,
                  hq, hkv, args.head_size, args.dtype)
-    peak = peak_bandwidth_tb_s()
-    props = torch.cuda.get_device_properties(0)
-    log(f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B, peak {peak or '?'} TB/s; "
-        f"torch {torch.__version__}; workload {w.label()}")
-    emit({"event": "start", "gpu": props.name, "peak_tb_s": peak, "workload": w.label(), "torch": torch.__version__})
-    timer = ColdL2Timer(args.iters, args.warmup)
+    if args.device == "cuda":
+        peak = peak_bandwidth_tb_s()
+        props = torch.cuda.get_device_properties(0)
+        gpu = props.name
+        log(f"{gpu}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B, peak {peak or '?'} TB/s; "
+            f"torch {torch.__version__}; workload {w.label()}")
+        timer = ColdL2Timer(args.iters, args.warmup)
+    else:
+        peak, gpu = None, "cpu"
+        log(f"CPU smoke run; torch {torch.__version__}; workload {w.label()}")
+        timer = WallTimer(args.iters, args.warmup)
+    emit({"event": "start", "device": gpu, "peak_tb_s": peak, "workload": w.label(), "torch": torch.__version__,
+          "timing": timer.mode})
 
-    adapters = []
+    adapters, unavailable = [], []
     for backend in [b.strip().upper() for b in args.backends.split(",") if b.strip()]:
         for adapter in adapters_for(backend):
             t0 = time.perf_counter()
             reason = adapter.availability()
             if reason:
-                row = {"backend": backend, "adapter": adapter.name, "status": "unavailable", "reason": reason}
+                row = {"backend": backend, "adapter": adapter.name, "block_size": "-", "status": "unavailable",
+                       "reason": reason}
+                unavailable.append(row)
                 emit(row)
                 log(f"{backend}/{adapter.name}: unavailable: {reason}")
                 continue
@@ -238,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict] = []
     for block_size in [int(x) for x in args.block_sizes.split(",")]:
-        batch = make_paged_batch(w, block_size, device="cuda", seed=0, ragged=not args.uniform)
+        batch = make_paged_batch(w, block_size, device=args.device, seed=0, ragged=not args.uniform)
         ref = reference_attention(batch)
         for adapter in adapters:
             variants = (
@@ -255,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     log(f"  block {block_size:>3} {adapter.name:22} {row['status']}: {row.get('reason') or row.get('error')}")
         del batch, ref
-        torch.cuda.empty_cache()
-    print_table(rows)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print_table(unavailable + rows)
     return 0
 
 

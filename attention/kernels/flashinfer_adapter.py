@@ -102,9 +102,7 @@ class FlashInferAdapter:
         out = torch.empty_like(b.query)
         nd = b.num_decodes
         dtype = b.query.dtype
-        common = dict(
-            num_qo_heads=b.num_q_heads, num_kv_heads=b.num_kv_heads, page_size=b.block_size,
-        )
+        heads_and_page = (b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size)
         calls = []
         paths = []
         if nd:
@@ -112,8 +110,7 @@ class FlashInferAdapter:
                 workspace, layout, use_tensor_cores=self.use_tensor_cores
             )
             decode.plan(
-                indptr_cpu[: nd + 1], indices_gpu, last_cpu[:nd],
-                common["num_qo_heads"], common["num_kv_heads"], b.head_size, common["page_size"],
+                indptr_cpu[: nd + 1], indices_gpu, last_cpu[:nd], *heads_and_page,
                 pos_encoding_mode="NONE", sm_scale=b.scale, q_data_type=dtype, kv_data_type=dtype,
             )
             q_dec, out_dec = b.query[:nd], out[:nd]
@@ -124,8 +121,8 @@ class FlashInferAdapter:
             tok0 = int(b.cu_query_lens[nd])
             qo_indptr = (b.cu_query_lens[nd:].cpu() - tok0).to(torch.int32)
             prefill.plan(
-                qo_indptr, indptr_cpu[nd:], indices_gpu, last_cpu[nd:],
-                common["num_qo_heads"], common["num_kv_heads"], b.head_size, common["page_size"],
+                # vLLM passes the prefill slice of paged_kv_indptr un-rebased with all indices.
+                qo_indptr, indptr_cpu[nd:], indices_gpu, last_cpu[nd:], *heads_and_page,
                 causal=True, sm_scale=b.scale, q_data_type=dtype, kv_data_type=dtype,
             )
             q_pre, out_pre = b.query[tok0:], out[tok0:]

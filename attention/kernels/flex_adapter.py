@@ -24,6 +24,8 @@ import time
 from .base import PreparedKernel, installed_version, module_importable
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
+CPU_MAX_KV_TILE = 32
+GPU_FALLBACK_KV_TILE = 64
 
 _COMPILED: dict[str, object] = {}
 
@@ -38,11 +40,14 @@ def _compiled_flex():
         # raises it to 16) torch silently falls back to the unfused eager path. Sweeps need more,
         # and a silent fallback must never be timed as "FlexAttention".
         config = torch._dynamo.config
-        if hasattr(config, "recompile_limit"):
-            config.recompile_limit = max(config.recompile_limit, 256)
+        for limit in ("recompile_limit", "cache_size_limit"):  # the name changed across torch releases
+            if hasattr(config, limit):
+                setattr(config, limit, max(getattr(config, limit), 256))
         if hasattr(config, "fail_on_recompile_limit_hit"):
             config.fail_on_recompile_limit_hit = True
-        _COMPILED["flex"] = torch.compile(flex_attention, fullgraph=True)
+        # dynamic=False: a sweep changes shapes between calls, and automatic dynamic shapes after
+        # the first recompile broke the CPU template (index out of bounds); each shape compiles once.
+        _COMPILED["flex"] = torch.compile(flex_attention, fullgraph=True, dynamic=False)
     return _COMPILED["flex"]
 
 
@@ -131,6 +136,14 @@ class FlexAttentionAdapter:
     def prepare(self, b) -> PreparedKernel:
         import torch
 
+        from .paged import split_into_kernel_blocks
+
+        notes = []
+        if b.query.device.type == "cpu" and self.compile and b.block_size > CPU_MAX_KV_TILE:
+            # torch 2.13's CPU flex template emits C++ that does not compile for kv tiles >= 64
+            # ("'cur_kvSplitSize8' was not declared"); walk the pages as 32-token kernel blocks.
+            notes.append(f"CPU: cache block {b.block_size} walked as kernel blocks of {CPU_MAX_KV_TILE}")
+            b = split_into_kernel_blocks(b, CPU_MAX_KV_TILE)
         t0 = time.perf_counter()
         mask = build_block_mask(b)
         hkv, d = b.num_kv_heads, b.head_size
@@ -161,8 +174,21 @@ class FlexAttentionAdapter:
                     warnings.simplefilter("ignore", UserWarning)
                     return plain()
 
-        run()
-        if on_gpu:
+        try:
+            run()
+            if on_gpu:
+                torch.cuda.synchronize(b.query.device)
+        except Exception as exc:
+            if not (on_gpu and b.block_size > GPU_FALLBACK_KV_TILE):
+                raise
+            # vLLM's options tile the kernel by whole pages (BLOCK_N = page); big pages can exceed
+            # shared memory. Record that, and run with a smaller tile inside each page instead.
+            notes.append(
+                f"BLOCK_N={b.block_size} (vLLM's choice) failed: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:160] if str(exc) else ''}; ran BLOCK_N={GPU_FALLBACK_KV_TILE}"
+            )
+            options["BLOCK_N"] = GPU_FALLBACK_KV_TILE
+            run()
             torch.cuda.synchronize(b.query.device)
         setup = time.perf_counter() - t0
         out.fill_(float("nan"))
@@ -173,7 +199,7 @@ class FlexAttentionAdapter:
             provider=f"torch {installed_version('torch') or torch.__version__} flex_attention ({mode})",
             kernel_block_size=b.block_size,
             setup_seconds=setup,
-            notes=(f"BlockMask direct build: q tiles {Q_BLOCK_SIZE}, kv tiles {b.block_size}",),
+            notes=tuple([f"BlockMask direct build: q tiles {Q_BLOCK_SIZE}, kv tiles {b.block_size}"] + notes),
             poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
             details={"compiled": self.compile, "kernel_options": options},
