@@ -24,13 +24,20 @@ from typing import Callable, Optional, Sequence
 
 # Budgets from FlashInfer's bench_gpu_time defaults (dry_run_time_ms=25, repeat_time_ms=100).
 WARMUP_BUDGET_MS = 25.0
-REPEAT_BUDGET_MS = 100.0
+# FlashInfer uses 100 ms; 50 ms still gives 10-200 samples per row and kept the default sweep's
+# warm wall time in reach of its 60 s target (100 ms: 89 s warm on an H200, 2026-11-21).
+REPEAT_BUDGET_MS = 50.0
 ESTIMATE_CALLS = 5
 # nvbench's cold-mode quality gate needs at least 10 samples before it trusts a measurement.
 MIN_SAMPLES = 10
 # Caps the sample count so a 3 us kernel + a 40 us flush does not turn a 100 ms budget into
 # seconds of wall time per row (the sweep must stay under 3 minutes per shape, issue "tune").
-MAX_SAMPLES = 300
+MAX_SAMPLES = 200
+# nvbench holds the stream with a spin kernel while the host queues the launch: without it a
+# small kernel's start event fires while the Python launch is still being prepared, and host
+# overhead lands in the "GPU time" (seen on an H200: a 25 us Triton decode read 25-70 us).
+SPIN_CLOCK_HZ = 2.0e9  # assumed SM clock for the spin; a slower clock only spins longer
+MAX_SPIN_S = 1e-3
 # A winner must beat the runner-up by more than this relative margin (and by more than the
 # measured spread, see `compare`) before we name it; below it the honest answer is "noisy".
 RELATIVE_NOISE_THRESHOLD = 0.02
@@ -166,8 +173,8 @@ def counts_from_budget(
 ) -> tuple[int, int]:
     """(warm-up calls, timed calls) from the per-call estimate, the way bench_gpu_time does.
 
-    >>> counts_from_budget(1.0)
-    (25, 100)
+    >>> counts_from_budget(1.0)   # 25 ms / 1 ms warm-up calls, 50 ms / 1 ms timed calls
+    (25, 50)
     >>> counts_from_budget(50.0)   # slow kernel: still the nvbench minimum of 10 samples
     (1, 10)
     """
@@ -229,6 +236,24 @@ def measure_first_call(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
+    """GPU cycles to spin so the host can queue the timed call (1.5x its queueing time + 20 us).
+
+    >>> spin_cycles_for(40e-6)
+    160000
+    >>> spin_cycles_for(1.0)  # capped at MAX_SPIN_S
+    2000000
+    """
+    if torch_module is not None and not hasattr(torch_module.cuda, "_sleep"):
+        return 0
+    seconds = min(MAX_SPIN_S, 1.5 * max(0.0, host_launch_s) + 20e-6)
+    return int(round(seconds * SPIN_CLOCK_HZ))
+
+
+def gpu_spin(torch_module, cycles: int) -> None:
+    torch_module.cuda._sleep(int(cycles))
+
+
 def time_events(
     fn: Callable[[], object],
     *,
@@ -242,6 +267,8 @@ def time_events(
     import torch
 
     flush = torch.empty(l2_flush_bytes(device_index) if cold_l2 else 1, dtype=torch.int8, device="cuda")
+    spin_cycles = 0
+    host_launch_s: list[float] = []
 
     def one_pass(count: int, record: bool) -> list[float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)] if record else []
@@ -249,14 +276,20 @@ def time_events(
         for i in range(count):
             if cold_l2:
                 flush.zero_()  # outside the timed span
+            if spin_cycles:
+                gpu_spin(torch, spin_cycles)  # holds the GPU until fn() is queued
             if record:
                 starts[i].record()
+            queued = time.perf_counter()
             fn()
+            host_launch_s.append(time.perf_counter() - queued)
             if record:
                 ends[i].record()
         torch.cuda.synchronize()  # once per pass, not per call
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
+    one_pass(ESTIMATE_CALLS, False)  # learns how long the host takes to queue one call
+    spin_cycles = spin_cycles_for(sorted(host_launch_s)[len(host_launch_s) // 2], torch)
     estimate = summarize(one_pass(ESTIMATE_CALLS, True)).median_ms
     warmup, repeat = counts_from_budget(estimate, warmup_budget_ms=warmup_budget_ms,
                                         repeat_budget_ms=repeat_budget_ms, max_samples=max_samples)

@@ -54,6 +54,13 @@ def test_drift_warnings():
     assert E.drift_warnings(None, hot) == []
 
 
+def test_an_idle_gpu_boosting_for_the_sweep_is_not_drift():
+    # what every H200 sweep showed (2026-11-21): parked at 345 MHz idle, 1980 MHz once loaded
+    before = {"sm_clock_mhz": 345, "temperature_c": 36, "throttle_reasons": ["gpu_idle"]}
+    after = {"sm_clock_mhz": 1980, "temperature_c": 38, "throttle_reasons": []}
+    assert E.drift_warnings(before, after) == []
+
+
 def test_no_nvml_means_no_clocks_not_a_crash(monkeypatch, tmp_path):
     scenario = {"schema": "attnsel-nvml-scenario/1", "init": {"nvml_error": "NVML_ERROR_LIBRARY_NOT_FOUND"}, "calls": {}}
     path = tmp_path / "s.json"
