@@ -276,7 +276,7 @@ def time_events(
         for i in range(count):
             if cold_l2:
                 flush.zero_()  # outside the timed span
-            if spin_cycles:
+            if record and spin_cycles:
                 gpu_spin(torch, spin_cycles)  # holds the GPU until fn() is queued
             if record:
                 starts[i].record()
