@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench import results as R
+from attnsel.bench import timing as T
 from attnsel.bench.plan import Plan, WorkloadSpec
 from attnsel.bench.worker import DEFAULT_TOOLKIT, mode_label
 from attnsel.errors import EnvironmentProblem
@@ -46,9 +47,9 @@ CHECK_POLICIES = ("first", "all", "none")
 class SweepOptions:
     mode: str = "events"  # "events" | "graph"
     cold_l2: bool = True
-    warmup_ms: float = 25.0
-    repeat_ms: float = 100.0
-    max_samples: int = 300
+    warmup_ms: float = T.WARMUP_BUDGET_MS
+    repeat_ms: float = T.REPEAT_BUDGET_MS
+    max_samples: int = T.MAX_SAMPLES
     check: str = "first"  # which rows are checked against the fp32 reference
     tolerance: Optional[float] = None
     seed: int = 0

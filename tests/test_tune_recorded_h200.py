@@ -1,0 +1,52 @@
+"""Replays the real default sweep of `attnsel tune --model llama-3.1-8b` on an H200 (2026-11-21):
+the recommendation recomputed from the recorded rows must be the one the run printed, and the
+recorded rows must satisfy what the method promises (every timed row cold, checked or timed
+after a checked sibling, bandwidth below peak)."""
+
+import json
+from pathlib import Path
+
+from attnsel.bench import recommend as REC
+
+RUN = Path(__file__).parent / "fixtures" / "tune" / "h200_llama8b_default" / "tune.json"
+
+
+def _doc():
+    return json.loads(RUN.read_text())
+
+
+def _labels(doc):
+    labels = {}
+    for w in doc["plan"]["workloads"]:
+        labels.setdefault(w["kind"], []).append(w["label"])
+    return labels
+
+
+def test_recomputed_recommendation_matches_what_the_run_printed():
+    doc = _doc()
+    default = doc["recommendation"]["vllm_default"]
+    rec = REC.recommend(doc["rows"], workload_labels=_labels(doc),
+                        vllm_default=(default["backend"], default["block_size"]),
+                        weights=doc["recommendation"]["overall"]["weights"]).to_dict()
+    for scope in ("decode", "prefill", "mixed"):
+        got, printed = rec["workloads"][scope]["best"], doc["recommendation"]["workloads"][scope]["best"]
+        assert (got["backend"], got["block_size"], got["kernel_block_size"]) == \
+            (printed["backend"], printed["block_size"], printed["kernel_block_size"])
+        assert abs(got["geomean_ms"] - printed["geomean_ms"]) < 1e-9
+        assert rec["workloads"][scope]["flags"] == doc["recommendation"]["workloads"][scope]["flags"]
+    assert rec["overall"]["flags"] == doc["recommendation"]["overall"]["flags"]
+
+
+def test_every_recorded_row_was_timed_cold_and_stays_under_hbm_peak():
+    doc = _doc()
+    rows = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert len(rows) == 256
+    for r in rows:
+        assert r["timing"]["l2"] == "cold" and r["timing"]["n"] >= 10
+        assert r["pct_of_peak_bandwidth"] < 100.0
+
+
+def test_vllms_default_is_measured_and_beaten_above_noise_on_decode():
+    rec = _doc()["recommendation"]["workloads"]["decode"]
+    assert rec["vllm_default"]["backend"] == "FLASH_ATTN" and rec["vllm_default"]["block_size"] == 16
+    assert rec["above_noise"] and rec["margin_pct"] > rec["noise_threshold_pct"]
