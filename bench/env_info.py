@@ -183,3 +183,77 @@ class NvmlReader:
 def peak_from_worker_info(info: Mapping[str, Any]) -> tuple[Optional[float], Optional[str]]:
     """Fallback when NVML is unusable: the GPU table by the name torch reported."""
     return peak_bandwidth(info.get("name"), info.get("total_memory_bytes"), None, None)
+
+
+def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[dict]:
+    """Name + compute capability of the GPU the workers will use (CUDA device 0), from NVML,
+    so the plan needs no torch probe process. None when NVML cannot tell for sure: no NVML, a
+    CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG), or several visible GPUs of
+    different kinds (CUDA's default FASTEST_FIRST order need not match NVML's PCI order).
+    L2 size, SM count and library versions come later, from the first worker's "ready"."""
+    session = reader.session
+    if session is None:
+        return None
+    count = session.get("nvmlDeviceGetCount")
+    if not isinstance(count, int) or count < 1:
+        return None
+    indices = _visible_nvml_indices(session, int(count), env.get("CUDA_VISIBLE_DEVICES"))
+    if not indices:
+        return None
+    kinds = set()
+    for index in indices:
+        cc = session.get("nvmlDeviceGetCudaComputeCapability", index)
+        name = session.get("nvmlDeviceGetName", index)
+        if not cc or not name:
+            return None
+        kinds.add((str(name), int(cc[0]), int(cc[1])))
+    if len(kinds) != 1:
+        return None
+    name, major, minor = kinds.pop()
+    index = indices[0]
+    memory = session.get("nvmlDeviceGetMemoryInfo", index)
+    return {
+        "name": name,
+        "capability": [major, minor],
+        "uuid": session.get("nvmlDeviceGetUUID", index),
+        "total_memory_bytes": memory.get("total") if isinstance(memory, dict) else None,
+        "nvml_index": index,
+        "source": "nvml",
+    }
+
+
+def _visible_nvml_indices(session: NvmlSession, count: int, visible: Optional[str]) -> Optional[list[int]]:
+    if visible is None:
+        return list(range(count))
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    out = []
+    for entry in entries:
+        if entry.isdigit():
+            if int(entry) >= count:
+                break  # CUDA stops at the first invalid entry
+            out.append(int(entry))
+        elif entry.lower().startswith("gpu-"):
+            match = [i for i in range(count) if _uuid_matches(session.get("nvmlDeviceGetUUID", i), entry)]
+            if not match:
+                return None
+            out.append(match[0])
+        else:
+            return None  # MIG slices and other forms: let torch say what it sees
+    return out or None
+
+
+def merge_worker_info(device: dict, info: Optional[Mapping[str, Any]]) -> list[str]:
+    """Adds what only torch knows (L2, SMs, versions) to an NVML-made device dict, in place;
+    returns warnings when the worker saw a different GPU than the plan was made for."""
+    if not info:
+        return []
+    warnings = []
+    for key, value in info.items():
+        if key in ("name", "capability") and device.get(key) is not None:
+            continue
+        if device.get(key) is None:
+            device[key] = value
+    if info.get("capability") and list(info["capability"]) != list(device.get("capability") or []):
+        warnings.append(f"the plan used compute capability {device.get('capability')} from NVML, but the worker's "
+                        f"torch saw {list(info['capability'])} ({info.get('name')}): rerun with CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    return warnings

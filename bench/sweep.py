@@ -13,6 +13,11 @@ A (backend, block size) that hung once or crashed twice is not tried on its rema
 (they are recorded as not run, with the reason): a hang costs a full timeout and a crash a worker
 restart each time. After `max_restarts` deaths in one backend its remaining rows are not run.
 Every row is appended to results.jsonl as soon as it arrives (bench/results.py).
+
+Pre-spawning (bench/TUNE_PERF.md): while backend N runs, backend N+1's worker is already started;
+it imports torch and its kernel library, then waits for "go" before it touches CUDA. It keeps the
+same isolation (own session, startup timeout, crash detection); one that dies before "ready" is
+replaced by a fresh worker once.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ DEFAULT_MAX_RESTARTS = 8
 CONFIG_CRASH_LIMIT = 2  # crashes of one (backend, block size) before its other shapes are skipped
 CONFIG_TIMEOUT_LIMIT = 1
 CHECK_POLICIES = ("first", "all", "none")
+# Backends run in this order so that each pre-spawned worker's library import hides behind the
+# previous backend's rows: TRITON_ATTN imports only triton, so FA4's 6.1 s import (H200,
+# 2026-11-21) overlaps TRITON's rows, FlashInfer's 5.5 s overlaps FLASH_ATTN's, and inductor's
+# overlaps FlashInfer's. Each backend has its own process, so the order changes no measurement.
+STARTUP_ORDER = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER", "FLEX_ATTENTION")
 
 
 @dataclass
@@ -57,6 +67,9 @@ class SweepOptions:
     item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     max_restarts: int = DEFAULT_MAX_RESTARTS
+    # Start backend N+1's worker (imports only, no CUDA) while backend N runs; ATTNSEL_TUNE_PRESPAWN=0
+    # turns it off (to measure what it saves, or if a library's import ever disturbs a timing).
+    prespawn: bool = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_PRESPAWN", "1") != "0")
     # The worker's boundary to torch + kernels; ATTNSEL_TUNE_TOOLKIT swaps in a fake (CI only).
     toolkit: str = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_TOOLKIT") or DEFAULT_TOOLKIT)
 
@@ -69,7 +82,8 @@ class SweepOptions:
 
     def to_dict(self) -> dict:
         d = self.worker_options()
-        d.update(check=self.check, item_timeout_s=self.item_timeout_s, startup_timeout_s=self.startup_timeout_s)
+        d.update(check=self.check, item_timeout_s=self.item_timeout_s, startup_timeout_s=self.startup_timeout_s,
+                 prespawn=self.prespawn)
         return d
 
 
@@ -161,11 +175,16 @@ def _tail(path: Path, start: int, limit: int = 600) -> str:
 class WorkerProcess:
     """One `python -m attnsel.bench.worker` child: send a job, read protocol lines with timeouts."""
 
-    def __init__(self, job: dict, log_path: Path):
+    def __init__(self, job: dict, log_path: Path, *, prespawned: bool = False):
         self.log_path = log_path
+        self.prespawned = prespawned
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
+        self.spawned_at = time.time()
+        self.go_at: Optional[float] = None
+        self.imported: Optional[dict] = None  # the worker's "imported" startup figures
+        self.imported_seen_at: Optional[float] = None
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attnsel.bench.worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -173,11 +192,27 @@ class WorkerProcess:
         )
         self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        self._write(json.dumps({**job, "spawned_at": self.spawned_at}) + "\n")
+
+    def _write(self, text: str) -> None:
         try:
-            self.proc.stdin.write(json.dumps(job).encode())
+            self.proc.stdin.write(text.encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # it died (or stdin is closed); the reader sees EOF
+
+    def go(self) -> None:
+        """Lets the worker touch CUDA and start its items (it waits for this after importing)."""
+        if self.go_at is None:
+            self.go_at = time.time()
+            self._write("go\n")
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        try:
             self.proc.stdin.close()
-        except BrokenPipeError:
-            pass  # it died at once; the reader sees EOF
+        except (BrokenPipeError, OSError):
+            pass
 
     def _read(self) -> None:
         for raw in self.proc.stdout:
@@ -202,6 +237,7 @@ class WorkerProcess:
                 return message
 
     def kill(self) -> None:
+        self._close_stdin()
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the child we started
@@ -227,6 +263,53 @@ class GroupOutcome:
     rows: list[dict] = field(default_factory=list)
     info: Optional[dict] = None
     restarts: int = 0
+    started_at: Optional[float] = None  # wall clock (time.time) when the group began / ended
+    ended_at: Optional[float] = None
+    workers: list[dict] = field(default_factory=list)  # one startup record per worker process
+    prespawn_failures: int = 0  # pre-spawned workers that died before "ready" (replaced by a fresh one)
+
+    @property
+    def wall_s(self) -> Optional[float]:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+def worker_record(worker: "WorkerProcess", ready_startup: Optional[dict], ready_at: Optional[float],
+                  group_started_at: float) -> dict:
+    """Startup of one worker, as the parent saw it (wall clock) and as the worker measured it.
+    `exposed_s` is what the sweep waited for: from max(go, group start) to "ready"; a pre-spawned
+    worker's import before that was hidden behind the previous backend (`overlapped_s`)."""
+    figures = dict(ready_startup or worker.imported or {})
+    go_at = worker.go_at or group_started_at
+    begin = max(go_at, group_started_at)
+    imported_at = figures.get("imported_at")
+    record = {
+        "pid": worker.proc.pid,
+        "prespawned": worker.prespawned,
+        "spawned_at": worker.spawned_at,
+        "imported_at": imported_at,
+        "go_at": worker.go_at,
+        "ready_at": ready_at,
+        "startup_s": (ready_at - worker.spawned_at) if ready_at else None,
+        "exposed_s": (ready_at - begin) if ready_at else None,
+        "overlapped_s": max(0.0, min(imported_at or begin, begin) - worker.spawned_at) if worker.prespawned else 0.0,
+    }
+    for key in ("interpreter_s", "torch_import_s", "library_import_s", "waited_s", "cuda_init_s",
+                "cuda_initialized_by_import"):
+        record[key] = figures.get(key)
+    return record
+
+
+def group_job(backend: str, items: list[dict], shape: dict, options: SweepOptions) -> dict:
+    return {"action": "run", "toolkit": options.toolkit, "backend": backend, "shape": shape,
+            "options": options.worker_options(), "items": items}
+
+
+def prespawn_worker(backend: str, items: list[dict], shape: dict, options: SweepOptions,
+                    log_path: Path) -> "WorkerProcess":
+    """A worker that imports torch + `backend`'s library now and waits for go() before CUDA."""
+    return WorkerProcess(group_job(backend, items, shape, options), log_path, prespawned=True)
 
 
 def run_backend_group(
@@ -238,19 +321,23 @@ def run_backend_group(
     on_row: Callable[[dict], None],
     on_start: Optional[Callable[[dict], None]] = None,
     on_info: Optional[Callable[[dict], None]] = None,
+    worker: Optional["WorkerProcess"] = None,
 ) -> GroupOutcome:
-    """All items of one backend, restarting the worker after a timeout or a crash."""
-    return _GroupRun(backend, items, shape, options, log_path, on_row, on_start, on_info).run()
+    """All items of one backend, restarting the worker after a timeout or a crash. `worker`: one
+    pre-spawned for exactly these items (prespawn_worker); it is used first, then replaced as usual."""
+    return _GroupRun(backend, items, shape, options, log_path, on_row, on_start, on_info, worker).run()
 
 
 class _GroupRun:
-    def __init__(self, backend, items, shape, options, log_path, on_row, on_start, on_info):
+    def __init__(self, backend, items, shape, options, log_path, on_row, on_start, on_info, worker=None):
         self.backend, self.shape, self.options, self.log_path = backend, shape, options, log_path
         self.on_row, self.on_start, self.on_info = on_row, on_start, on_info
         self.pending: list[dict] = list(items)
         self.by_key = {item["key"]: item for item in items}
         self.outcome = GroupOutcome()
         self.failures: dict[tuple[int, str], int] = {}  # (block size, status) -> count
+        self.prespawned = worker
+        self.retry_startup = False  # set by drive(): a pre-spawned worker died before "ready"
 
     def emit(self, row: dict) -> None:
         self.outcome.rows.append(row)
@@ -265,11 +352,20 @@ class _GroupRun:
             self.fail(item, status, error)
 
     def run(self) -> GroupOutcome:
+        self.outcome.started_at = time.time()
+        try:
+            self._run()
+        finally:
+            self.outcome.ended_at = time.time()
+        return self.outcome
+
+    def _run(self) -> None:
         deaths = 0
         while self.pending:
-            job = {"action": "run", "toolkit": self.options.toolkit, "backend": self.backend, "shape": self.shape,
-                   "options": self.options.worker_options(), "items": self.pending}
-            worker = WorkerProcess(job, self.log_path)
+            worker, self.prespawned = self.prespawned, None
+            if worker is None:
+                worker = WorkerProcess(group_job(self.backend, self.pending, self.shape, self.options), self.log_path)
+            self.retry_startup = False
             try:
                 finished = self.drive(worker)
             except BaseException:
@@ -277,11 +373,15 @@ class _GroupRun:
                 raise
             if finished or not self.pending:
                 break
+            if self.retry_startup:
+                # The pre-spawned worker died while importing/waiting: start a fresh one, once,
+                # the way this backend would have started without pre-spawning.
+                self.outcome.prespawn_failures += 1
+                continue
             deaths += 1
             self.outcome.restarts = deaths
             if deaths > self.options.max_restarts:
                 self.fail_all(R.STATUS_CRASHED, f"not run: the {self.backend} worker failed {deaths} times")
-        return self.outcome
 
     def give_up_on_config(self, failed: dict, status: str) -> None:
         """After a hang or repeated crashes, record the config's other shapes as not run."""
@@ -299,6 +399,9 @@ class _GroupRun:
         """Read one worker's messages until it finishes (True), dies or hangs (False)."""
         ready = False
         current: Optional[dict] = None
+        worker.go()
+        record_index = len(self.outcome.workers)
+        self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
         while True:
             limit = self.options.item_timeout_s if ready else self.options.startup_timeout_s
             try:
@@ -320,11 +423,20 @@ class _GroupRun:
                     self.fail(current, R.STATUS_CRASHED, detail)
                     self.give_up_on_config(current, R.STATUS_CRASHED)
                 elif not ready:
+                    if worker.prespawned and not self.outcome.prespawn_failures:
+                        self.outcome.workers[record_index]["error"] = detail
+                        self.retry_startup = True
+                        return False
                     self.fail_all(R.STATUS_ERROR, detail)
                 return False
             kind = message["type"]
-            if kind == "ready":
+            if kind == "imported":
+                worker.imported = message.get("startup") or {}
+                worker.imported_seen_at = time.time()
+            elif kind == "ready":
                 ready = True
+                self.outcome.workers[record_index] = worker_record(worker, message.get("startup"), time.time(),
+                                                                   self.outcome.started_at)
                 self.outcome.info = message.get("info")
                 if self.on_info and self.outcome.info:
                     self.on_info(self.outcome.info)
@@ -354,6 +466,7 @@ def probe_device(toolkit: str = DEFAULT_TOOLKIT, timeout_s: float = DEFAULT_STAR
 
     log = log_path or Path(tempfile.gettempdir()) / f"attnsel-tune-probe-{os.getpid()}.log"
     worker = WorkerProcess({"action": "probe", "toolkit": toolkit}, log)
+    worker.go()
     try:
         return _read_probe(worker, timeout_s)
     finally:
@@ -404,9 +517,12 @@ def run_sweep(
     retry_failed: bool = False,
     progress: Optional[SweepProgress] = None,
     enrich: Callable[[dict], dict] = lambda row: row,
+    outcomes: Optional[dict[str, GroupOutcome]] = None,
 ) -> tuple[list[dict], dict[str, dict]]:
     """Run every planned row not already in results.jsonl; return (all rows, worker info by backend).
-    `enrich` adds parent-side figures (% of peak bandwidth) before a row is written."""
+    `enrich` adds parent-side figures (% of peak bandwidth) before a row is written; `outcomes`
+    (if given) receives each backend's GroupOutcome (startup records, wall times) for the phases.
+    While backend N runs, backend N+1's worker is already importing (options.prespawn)."""
     progress = progress or SweepProgress()
     path = Path(output_dir) / R.RESULTS_FILE
     existing = R.read_rows(path) if resume else []
@@ -419,18 +535,32 @@ def run_sweep(
         for row in skipped_rows(plan, options):
             if row["key"] not in done:
                 writer.write(row)
-        for backend, items in groups.items():
-            progress.on_backend(backend, len(items))
+        order = sorted(groups.items(), key=lambda kv: STARTUP_ORDER.index(kv[0]) if kv[0] in STARTUP_ORDER
+                       else len(STARTUP_ORDER))
+        log_for = {backend: Path(output_dir) / f"worker-{backend}.log" for backend, _ in order}
+        next_worker: Optional[WorkerProcess] = None
+        try:
+            for i, (backend, items) in enumerate(order):
+                progress.on_backend(backend, len(items))
+                worker, next_worker = next_worker, None
+                if options.prespawn and i + 1 < len(order):
+                    following, following_items = order[i + 1]
+                    next_worker = prespawn_worker(following, following_items, shape, options, log_for[following])
 
-            def on_row(row: dict) -> None:
-                row = enrich(row)
-                writer.write(row)
-                progress.on_row(row)
+                def on_row(row: dict) -> None:
+                    row = enrich(row)
+                    writer.write(row)
+                    progress.on_row(row)
 
-            outcome = run_backend_group(
-                backend, items, shape, options, Path(output_dir) / f"worker-{backend}.log",
-                on_row=on_row, on_start=progress.on_start,
-            )
-            if outcome.info:
-                infos[backend] = outcome.info
+                outcome = run_backend_group(
+                    backend, items, shape, options, log_for[backend],
+                    on_row=on_row, on_start=progress.on_start, worker=worker,
+                )
+                if outcome.info:
+                    infos[backend] = outcome.info
+                if outcomes is not None:
+                    outcomes[backend] = outcome
+        finally:
+            if next_worker is not None:
+                next_worker.kill()  # Ctrl-C or an error: the pre-spawned worker must not outlive us
     return list(R.latest_by_key(R.read_rows(path)).values()), infos

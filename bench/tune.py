@@ -160,7 +160,9 @@ def run_tune(
         raise UserInputError(f"{results_path} already holds results: pass --resume to continue that sweep, "
                              f"or choose another --output")
     check_shape_flags(req)
-    device = probe_device(options.toolkit, options.startup_timeout_s)
+    run_started = time.time()
+    device = device_for_plan(options)
+    probe_s = time.time() - run_started
     output_dir.mkdir(parents=True, exist_ok=True)
     capability = tuple(device.get("capability") or ())
     if len(capability) != 2:
@@ -181,18 +183,94 @@ def run_tune(
             gpu_env["peak_memory_bandwidth_bytes_per_s"], gpu_env["peak_bandwidth_source"] = peak, source
         before = nvml.snapshot(index)
         started = time.time()
+        outcomes: dict = {}
         rows, infos = run_sweep(plan, options, output_dir, resume=resume, retry_failed=retry_failed,
-                                progress=progress, enrich=_enricher(peak))
+                                progress=progress, enrich=_enricher(peak), outcomes=outcomes)
         elapsed = time.time() - started
         after = nvml.snapshot(index)
     finally:
         nvml.close()
+    device_warnings = []
+    if device.get("source") == "nvml":
+        first = next((info for info in infos.values() if info), None)
+        device_warnings = env_info.merge_worker_info(device, first)
     keys = {k for group in _planned_keys(plan, options) for k in group}
     rows = [r for r in rows if r["key"] in keys]
     document = build_document(plan, options, rows, req.weights, device=device, gpu_env=gpu_env,
                               clocks={"before": before, "after": after}, worker_info=infos, elapsed_s=elapsed)
+    document["warnings"] = device_warnings + prespawn_warnings(outcomes) + document["warnings"]
+    document["phases"] = phase_breakdown(outcomes, probe_s=probe_s, total_s=time.time() - run_started,
+                                         probe_source=device.get("source", "worker"))
     write_document(document, output_dir)
     return TuneOutcome(document, output_dir)
+
+
+def device_for_plan(options: SweepOptions) -> dict:
+    """Name + capability for the plan: from NVML when it answers for sure (no extra process:
+    a torch probe costs a torch import + a CUDA context, ~5-10 s), else from a probe worker."""
+    reader = env_info.NvmlReader()
+    try:
+        device = env_info.device_from_nvml(reader)
+    finally:
+        reader.close()
+    if device is not None:
+        return device
+    device = probe_device(options.toolkit, options.startup_timeout_s)
+    device["source"] = "worker"
+    return device
+
+
+def prespawn_warnings(outcomes: dict) -> list[str]:
+    """A pre-spawned worker whose library import created a CUDA context did so while the previous
+    backend was timing: harmless in principle (no kernels run), but say so, so it can be ruled out."""
+    out = []
+    backends = list(outcomes)
+    for i, backend in enumerate(backends):
+        early = [w for w in outcomes[backend].workers if w.get("prespawned") and w.get("cuda_initialized_by_import")]
+        if early and i > 0:
+            out.append(f"importing {backend}'s kernel library created a CUDA context while {backends[i - 1]} was "
+                       f"being timed (pre-spawned worker); rerun with ATTNSEL_TUNE_PRESPAWN=0 to rule out interference")
+    return out
+
+
+ROW_PHASES = (("batch_s", ("batch_s",)), ("setup_s", ("prepare_s", "first_call_s")), ("check_s", ("check_s",)),
+              ("timing_s", ("timing_s",)))
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(float(value), 3)
+
+
+def backend_phases(outcome) -> dict:
+    """Where one backend's wall time went: exposed worker startup, then per-row batch build,
+    setup (prepare: plan + JIT + first call, and the extra first call), check, timing, and the
+    rest (library import inside the first row, release, protocol, worker exit) as `other_s`."""
+    wall = outcome.wall_s or 0.0
+    workers = outcome.workers
+    startup = sum(w.get("exposed_s") or 0.0 for w in workers)
+    out = {"wall_s": wall, "startup_s": startup}
+    for name, parts in ROW_PHASES:
+        out[name] = sum((r.get("wall_breakdown_s") or {}).get(p, 0.0) or 0.0 for r in outcome.rows for p in parts)
+    out["other_s"] = wall - sum(out[k] for k in ("startup_s", "batch_s", "setup_s", "check_s", "timing_s"))
+    out["rows"] = len(outcome.rows)
+    out["row_wall_s"] = sum(r.get("row_wall_s") or 0.0 for r in outcome.rows)
+    detail = {}
+    for key in ("interpreter_s", "torch_import_s", "library_import_s", "cuda_init_s", "overlapped_s"):
+        values = [w.get(key) for w in workers if isinstance(w.get(key), (int, float))]
+        detail[key] = sum(values) if values else None
+    out["startup_detail"] = detail
+    out["workers"] = len(workers)
+    out["prespawn_failures"] = outcome.prespawn_failures
+    return {k: (_round(v) if isinstance(v, float) else v) for k, v in out.items()} | {
+        "startup_detail": {k: _round(v) for k, v in detail.items()}}
+
+
+def phase_breakdown(outcomes: dict, *, probe_s: float, total_s: float, probe_source: str) -> dict:
+    """tune.json "phases": total = probe + each backend's wall + other (plan, NVML, writing)."""
+    backends = {backend: backend_phases(outcome) for backend, outcome in outcomes.items()}
+    spent = probe_s + sum(b["wall_s"] or 0.0 for b in backends.values())
+    return {"total_s": _round(total_s), "probe_s": _round(probe_s), "probe_source": probe_source,
+            "backends": backends, "other_s": _round(total_s - spent)}
 
 
 def _planned_keys(plan: P.Plan, options: SweepOptions) -> list[list[str]]:

@@ -4,12 +4,15 @@ Why a child process: a kernel library can segfault, abort, hang in a JIT compile
 CUDA context unusable after an OOM. The parent (`bench/sweep.py`, torch-free) starts one worker
 per backend with a timeout, so such a failure costs one row, never the sweep.
 
-Protocol. The parent writes one JSON job on stdin:
+Protocol. The parent writes one JSON job as the first line on stdin:
     {"action": "run" | "probe", "toolkit": "module:attr" | "/path/file.py:attr",
      "backend": "FLASHINFER", "shape": {...TuneShape...}, "options": {...}, "items": [
         {"key", "block_size", "kernel_block_size", "workload": {...WorkloadSpec...}, "check": bool}]}
-and reads JSON lines from the worker's original stdout:
-    {"type": "ready", "info": {...device and library versions...}}
+then "go" on a line of its own, at once or later (a pre-spawned worker imports torch and the
+kernel library, says "imported", and waits for "go" before touching CUDA; EOF instead of "go"
+means "not needed": the worker exits). The parent reads JSON lines from the worker's original stdout:
+    {"type": "imported", "startup": {torch_import_s, library_import_s, ...}}
+    {"type": "ready", "info": {...device and library versions...}, "startup": {... cuda_init_s}}
     {"type": "start", "key": ...}      before each item (the parent's timeout clock starts here)
     {"type": "row", "row": {...}}      after each item
     {"type": "done"}
@@ -22,6 +25,7 @@ is the real one; CI passes a fake toolkit with fake adapters that hang, raise or
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -43,6 +47,18 @@ DEFAULT_TOOLKIT = "attnsel.bench.worker:KernelToolkit"
 # or page mapping.
 DEFAULT_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 FP8_KV_TOLERANCE = 1e-1
+
+EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
+
+# Imported before "go" besides each adapter's own `module`: the libraries availability()/prepare()
+# would import anyway (FlashInfer's adapter has no `module` attribute; FlexAttention's compile
+# imports dynamo + inductor on its first row). Import only: none of these creates a CUDA context
+# by itself.
+PRELOAD_MODULES = {
+    "FLASHINFER": ("flashinfer",),
+    "TRITON_ATTN": ("triton",),
+    "FLEX_ATTENTION": ("torch.nn.attention.flex_attention", "torch._dynamo", "torch._inductor.compile_fx"),
+}
 
 LIBRARY_DISTRIBUTIONS = (
     "torch", "triton", "flashinfer-python", "flash-attn", "flash-attn-4", "vllm", "nvidia-cutlass-dsl",
@@ -121,6 +137,8 @@ class ItemRunner:
         self._unavailable: dict[str, str] = {}
         self._failed_check: dict[int, str] = {}  # block size -> where it failed the correctness check
         self.import_seconds: Optional[float] = None
+        self.preloaded_import_s = 0.0  # library imports done before "go" (see preload_libraries)
+        self._phases: dict[str, float] = {}
 
     def adapters(self) -> list:
         if self._adapters is None:
@@ -133,8 +151,9 @@ class ItemRunner:
                 else:
                     available.append(adapter)
             self._adapters = available
-            # availability() imports the library (FlashInfer: 8.5 s, gpu-facts.md): reported apart
-            self.import_seconds = time.perf_counter() - started
+            # availability() imports the library (FlashInfer: 8.5 s, gpu-facts.md): reported apart;
+            # most of it was usually paid before "go", while the previous backend was timing
+            self.import_seconds = self.preloaded_import_s + (time.perf_counter() - started)
         return self._adapters
 
     def base_row(self, item: dict) -> dict:
@@ -155,7 +174,9 @@ class ItemRunner:
         }
 
     def run(self, item: dict) -> dict:
+        started = time.perf_counter()
         row = self.base_row(item)
+        self._phases = row["wall_breakdown_s"] = {}
         try:
             self._measure(item, row)
         except BaseException as exc:  # noqa: BLE001 -- the row records it; the worker goes on
@@ -165,11 +186,22 @@ class ItemRunner:
             row["error"] = _error_text(exc)
             row["traceback"] = traceback.format_exc(limit=6)[-2000:]
         finally:
-            try:
-                self.toolkit.release()
-            except Exception:  # noqa: BLE001
-                pass
+            with self._phase("release_s"):
+                try:
+                    self.toolkit.release()
+                except Exception:  # noqa: BLE001
+                    pass
+        row["row_wall_s"] = time.perf_counter() - started
         return row
+
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Adds the wall seconds of the block to this row's breakdown (even when it raises)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] = self._phases.get(name, 0.0) + (time.perf_counter() - started)
 
     def _pick_adapter(self, workload: Any, block_size: int) -> tuple[Optional[Any], list[str]]:
         reasons = []
@@ -190,7 +222,8 @@ class ItemRunner:
                             f"{self.shape.get('dtype')} K/V (attention/kernels/paged.py)")
             return
         first_row = self._adapters is None
-        adapters = self.adapters()
+        with self._phase("library_import_s"):
+            adapters = self.adapters()
         if first_row:
             row["library_import_s"] = self.import_seconds
         if not adapters:
@@ -210,18 +243,22 @@ class ItemRunner:
             row["status"] = R.STATUS_WRONG
             row["error"] = f"not timed: failed the correctness check on {self._failed_check[block_size]}"
             return
-        batch = self.toolkit.make_batch(workload, block_size, int(self.options.get("seed", 0)))
+        with self._phase("batch_s"):
+            batch = self.toolkit.make_batch(workload, block_size, int(self.options.get("seed", 0)))
         started = time.perf_counter()
-        prepared = adapter.prepare(batch)
+        with self._phase("prepare_s"):
+            prepared = adapter.prepare(batch)
         # The adapter's plan + JIT/compile + first call, measured apart from run time.
         row["setup_s"] = getattr(prepared, "setup_seconds", None) or (time.perf_counter() - started)
         row["provider"] = getattr(prepared, "provider", None)
         row["notes"] = list(getattr(prepared, "notes", ()) or ())
         if getattr(prepared, "kernel_block_size", None):
             row["kernel_block_size_used"] = prepared.kernel_block_size
-        row["first_call_s"] = self.toolkit.first_call_seconds(prepared)
+        with self._phase("first_call_s"):
+            row["first_call_s"] = self.toolkit.first_call_seconds(prepared)
         if item.get("check", True):
-            err = float(self.toolkit.relative_error(prepared, batch))
+            with self._phase("check_s"):
+                err = float(self.toolkit.relative_error(prepared, batch))
             tol = tolerance_for(self.shape, self.options)
             row["rel_error"] = err
             row["tolerance"] = tol
@@ -233,7 +270,8 @@ class ItemRunner:
                 return
         else:
             row["checked"] = False
-        result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options)
+        with self._phase("timing_s"):
+            result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options)
         row["timing"] = result.to_dict(with_samples=bool(self.options.get("keep_samples")))
         bytes_moved, flops = self.toolkit.figures(batch)
         row["bytes_moved"] = bytes_moved
@@ -251,6 +289,8 @@ class KernelToolkit:
     """torch, CUDA events and the adapters of `attnsel.attention.kernels`."""
 
     def __init__(self) -> None:
+        # Import only: no CUDA call here, so a pre-spawned worker can run this while another
+        # worker is timing (bench/sweep.py); start_cuda() runs after the parent's "go".
         import torch
 
         from attnsel.attention.kernels import paged, registry
@@ -258,9 +298,23 @@ class KernelToolkit:
         self.torch = torch
         self.paged = paged
         self.registry = registry
-        if not torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available to torch in the worker process")
         self._live: list = []
+
+    def preload(self, backend: str) -> None:
+        try:
+            adapters = self.adapters_for(backend)
+        except Exception:  # noqa: BLE001 -- an unknown backend is reported by ItemRunner later
+            return
+        import_backend_libraries(adapters, backend)
+
+    def cuda_initialized(self) -> bool:
+        return bool(self.torch.cuda.is_initialized())
+
+    def start_cuda(self) -> None:
+        if not self.torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to torch in the worker process")
+        self.torch.cuda.init()
+        self.torch.empty(1, device="cuda")  # creates the context now, so cuda_init_s measures it
 
     def device_info(self) -> dict:
         torch = self.torch
@@ -336,6 +390,8 @@ class KernelToolkit:
 
     def _affordable_copies(self, wanted: int, batch: Any) -> int:
         free, _total = self.torch.cuda.mem_get_info()
+        # blocks torch keeps cached after earlier rows (release()) are free for these copies too
+        free += max(0, self.torch.cuda.memory_reserved() - self.torch.cuda.memory_allocated())
         per_copy = max(1, int(batch.bytes_moved()))
         return max(1, min(wanted, int(0.5 * free // per_copy)))
 
@@ -348,8 +404,21 @@ class KernelToolkit:
 
     def release(self) -> None:
         self._live.clear()
-        self.torch.cuda.synchronize()
-        self.torch.cuda.empty_cache()
+        self.torch.cuda.synchronize()  # an asynchronous kernel error surfaces in this row, not the next
+        # Returning multi-GB caches to the driver after every row and mapping them again for the
+        # next one costs time for nothing: the next row writes fresh K/V (and the check poisons the
+        # output), and timing flushes L2 before every call, so reused memory changes no result.
+        # Give it back only when the allocator holds more than half the GPU (kernel libraries that
+        # allocate outside torch, and the next worker, then still find room).
+        reserved = self.torch.cuda.memory_reserved()
+        total = self._total_memory()
+        if not total or reserved > EMPTY_CACHE_FRACTION * total:
+            self.torch.cuda.empty_cache()
+
+    def _total_memory(self) -> int:
+        if not hasattr(self, "_total_bytes"):
+            self._total_bytes = int(self.torch.cuda.get_device_properties(0).total_memory)
+        return self._total_bytes
 
 
 def library_versions() -> dict:
@@ -382,13 +451,84 @@ def _send(stream: TextIO, message: dict) -> None:
     stream.flush()
 
 
-def serve(job: dict, stream: TextIO) -> int:
+def preload_libraries(toolkit: Any, backend: Optional[str]) -> float:
+    """Runs the toolkit's `preload(backend)` (import the kernel libraries, no CUDA) and returns the
+    seconds spent. A pre-spawned worker pays this (FLASH_ATTN/FA4 6.1 s, FLASHINFER 5.5 s on an
+    H200) while the previous backend is timing."""
+    started = time.perf_counter()
+    preload = getattr(toolkit, "preload", None)
+    if backend and preload is not None:
+        preload(backend)
+    return time.perf_counter() - started
+
+
+def import_backend_libraries(adapters: list, backend: str) -> None:
+    """Imports what `backend`'s adapters would import in availability()/prepare(), WITHOUT
+    touching CUDA ourselves. An import that fails here fails again, with its reason, in
+    availability(); nothing is decided here."""
+    modules: list[str] = []
+    for adapter in adapters:
+        before_import = getattr(adapter, "before_import", None)
+        if before_import is not None:
+            before_import()  # e.g. FA4: turn its persistent compile cache on before it is imported
+        module = getattr(adapter, "module", None)
+        if isinstance(module, str):
+            modules.append(module)
+    modules += PRELOAD_MODULES.get(str(backend).upper(), ())
+    for module in dict.fromkeys(modules):
+        try:
+            if importlib.util.find_spec(module.split(".")[0]) is not None:
+                importlib.import_module(module)
+        except Exception:  # noqa: BLE001 -- availability() reports it
+            pass
+
+
+def _wait_for_go(control: TextIO) -> bool:
+    """Blocks until the parent writes "go" (True) or closes our stdin (False: not needed)."""
+    while True:
+        line = control.readline()
+        if not line:
+            return False
+        if line.strip() == "go":
+            return True
+
+
+def serve(job: dict, stream: TextIO, control: Optional[TextIO] = None, started_at: Optional[float] = None) -> int:
+    """Import stage (torch, adapters' libraries; no CUDA) -> "imported" -> wait for "go" on
+    `control` -> CUDA init -> "ready" -> the items. `control` None means go at once."""
+    startup: dict[str, Any] = {"pid": os.getpid()}
+    spawned_at = job.get("spawned_at")
+    started_at = started_at if started_at is not None else time.time()
+    if isinstance(spawned_at, (int, float)):
+        startup["interpreter_s"] = max(0.0, started_at - spawned_at)  # python + attnsel imports
+    t0 = time.perf_counter()
     toolkit = load_toolkit(job.get("toolkit") or DEFAULT_TOOLKIT)
-    _send(stream, {"type": "ready", "info": toolkit.device_info()})
+    startup["torch_import_s"] = time.perf_counter() - t0  # the toolkit module: torch + kernels package
+    startup["library_import_s"] = preload_libraries(toolkit, job.get("backend"))
+    # Some imports create a CUDA context themselves (flashinfer#4889: flashinfer.gemm with cuda.tile
+    # installed); a pre-spawned worker then did so while another backend was timing: say so.
+    is_initialized = getattr(toolkit, "cuda_initialized", None)
+    startup["cuda_initialized_by_import"] = bool(is_initialized()) if is_initialized is not None else False
+    startup["imported_at"] = time.time()
+    _send(stream, {"type": "imported", "startup": dict(startup)})
+    if control is not None:
+        t_wait = time.perf_counter()
+        if not _wait_for_go(control):
+            return 0  # the parent did not need this worker (or is gone)
+        startup["waited_s"] = time.perf_counter() - t_wait
+    t1 = time.perf_counter()
+    start_cuda = getattr(toolkit, "start_cuda", None)
+    if start_cuda is not None:
+        start_cuda()
+    info = toolkit.device_info()
+    startup["cuda_init_s"] = time.perf_counter() - t1
+    startup["ready_at"] = time.time()
+    _send(stream, {"type": "ready", "info": info, "startup": startup})
     if job.get("action") == "probe":
         _send(stream, {"type": "done"})
         return 0
     runner = ItemRunner(toolkit, job["backend"], job["shape"], job.get("options") or {})
+    runner.preloaded_import_s = startup["library_import_s"]
     for item in job.get("items") or []:
         _send(stream, {"type": "start", "key": item["key"]})
         _send(stream, {"type": "row", "row": runner.run(item)})
@@ -397,14 +537,15 @@ def serve(job: dict, stream: TextIO) -> int:
 
 
 def main() -> int:
+    started_at = time.time()
     stream = _protocol_stream()
     try:
-        job = json.loads(sys.stdin.read())
+        job = json.loads(sys.stdin.readline())
     except ValueError as exc:
         _send(stream, {"type": "fatal", "error": f"bad job: {exc}"})
         return 2
     try:
-        return serve(job, stream)
+        return serve(job, stream, control=sys.stdin, started_at=started_at)
     except Exception as exc:  # noqa: BLE001 -- e.g. the toolkit could not start (no CUDA, import error)
         traceback.print_exc()
         _send(stream, {"type": "fatal", "error": _error_text(exc)})

@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         TUNE.check_shape_flags(req)
         err = stderr_console()
         out_dir = output or TUNE.default_output_dir()
-        err.print("attnsel tune: asking the GPU (a worker process imports torch)...")
+        err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
         bar, progress = _progress(err)
 
         def on_plan(plan) -> None:

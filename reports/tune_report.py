@@ -171,6 +171,25 @@ def setup_lines(rows: Sequence[dict]) -> list[str]:
     return out
 
 
+def _s(value) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
+
+
+def phase_line(phases: Optional[dict]) -> Optional[str]:
+    """One line: where the sweep's wall time went (tune.json "phases", bench/TUNE_PERF.md)."""
+    if not phases:
+        return None
+    parts = [f"probe {_s(phases.get('probe_s'))} ({phases.get('probe_source', '?')})"]
+    for backend, b in (phases.get("backends") or {}).items():
+        hidden = (b.get("startup_detail") or {}).get("overlapped_s")
+        startup = f"startup {_s(b.get('startup_s'))}" + (f" +{_s(hidden)} hidden" if hidden else "")
+        parts.append(f"{backend} {_s(b.get('wall_s'))} ({startup}, batch {_s(b.get('batch_s'))}, "
+                     f"setup/JIT {_s(b.get('setup_s'))}, check {_s(b.get('check_s'))}, "
+                     f"timing {_s(b.get('timing_s'))}, other {_s(b.get('other_s'))})")
+    parts.append(f"other {_s(phases.get('other_s'))}")
+    return f"time: {_s(phases.get('total_s'))} s = " + " + ".join(parts)
+
+
 def render_recommendation(rec: dict, console: Console) -> None:
     console.print("[bold]Recommendation[/bold]")
     for kind, decision in rec["workloads"].items():
@@ -219,6 +238,9 @@ def render_results(document: dict, console: Console, *, show_rows: bool = False)
         console.print(f"[dim]skipped (vLLM would refuse): {backend} --block-size {bs}: {why}[/dim]")
     for line in setup_lines(rows):
         console.print(line)
+    timeline = phase_line(document.get("phases"))
+    if timeline:
+        console.print(timeline, soft_wrap=True)
     render_recommendation(rec, console)
     for warning in document.get("warnings") or []:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -140,3 +140,24 @@ def test_the_parent_process_never_imports_torch(tmp_path):
            "ATTNSEL_NVML_SCENARIO": str(FIXTURES / "nvml_h200.json")}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_tune_json_and_summary_say_where_the_time_went(tmp_path, monkeypatch):
+    """bench/TUNE_PERF.md: phases per backend, one line in summary.txt; NVML answered, so no probe worker."""
+    for k, v in _sweep_env(tmp_path, {"FLASH_ATTN": {"*": "ok:0.2", "sleep": 0.1}, "FLASHINFER": {"*": "ok:0.4"}}).items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "tune"
+    result = invoke([*SHAPE, "--quick", "--workload", "decode", "--backends", "FLASH_ATTN,FLASHINFER",
+                     "--block-sizes", "16", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "tune.json").read_text())
+    phases = doc["phases"]
+    assert phases["probe_source"] == "nvml"
+    assert set(phases["backends"]) == {"FLASH_ATTN", "FLASHINFER"}
+    assert phases["backends"]["FLASH_ATTN"]["timing_s"] >= 0.1 * 3  # 3 quick decode shapes
+    assert sum(b["wall_s"] for b in phases["backends"].values()) <= phases["total_s"]
+    assert doc["environment"]["device"]["l2_cache_bytes"] == 50 * 2**20  # from the first worker's "ready"
+    assert all(isinstance(r.get("row_wall_s"), float) for r in doc["rows"] if r["status"] == "ok")
+    summary = (out / "summary.txt").read_text()
+    line = next(l for l in summary.splitlines() if l.startswith("time: "))
+    assert "FLASH_ATTN" in line and "setup/JIT" in line and "probe 0.0 (nvml)" in line

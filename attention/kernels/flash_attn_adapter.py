@@ -179,6 +179,43 @@ class FA3Adapter(_FlashAttnBase):
         )
 
 
+# FA4 keeps its compiled CuTe kernels in memory only unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+# (flash_attn/cute/cache_utils.py, read once when the module is imported): then each compiled
+# kernel is exported as an object file under FLASH_ATTENTION_CUTE_DSL_CACHE_DIR (default
+# /tmp/$USER/flash_attention_cute_dsl_cache), keyed by the compile key and a fingerprint of FA4's
+# sources + cutlass/tvm_ffi versions, and loaded by later processes instead of compiling again
+# (measured without it on an H200: up to 3.6 s per new block size/shape, in every worker).
+FA4_CACHE_ENABLE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+FA4_CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+
+
+def enable_fa4_compile_cache(env=None) -> None:
+    """Turns FA4's persistent compile cache on unless the user set it; call before importing
+    flash_attn.cute (the flag is read at import). The kernels are the same, only not recompiled."""
+    import os
+
+    env = os.environ if env is None else env
+    env.setdefault(FA4_CACHE_ENABLE_ENV, "1")
+    if env.get(FA4_CACHE_ENABLE_ENV) == "1" and not env.get(FA4_CACHE_DIR_ENV):
+        base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        env[FA4_CACHE_DIR_ENV] = os.path.join(base, "flash_attention_cute_dsl_cache")
+
+
+def fa4_compile_cache_note() -> str:
+    """What this process's FA4 does with compiled kernels (for the row notes)."""
+    try:
+        from flash_attn.cute import cache_utils  # type: ignore
+    except Exception:
+        return "FA4 compiles its kernels in every process (this flash_attn.cute has no persistent compile cache)"
+    if getattr(cache_utils, "CUTE_DSL_CACHE_ENABLED", False):
+        try:
+            where = str(cache_utils.get_cache_path())
+        except Exception:
+            where = "?"
+        return f"FA4 persistent compile cache on ({FA4_CACHE_ENABLE_ENV}=1, {where})"
+    return f"FA4 persistent compile cache off ({FA4_CACHE_ENABLE_ENV} is not 1): compiles in every process"
+
+
 def _fa4_version() -> str:
     version = installed_version("flash-attn-4", "flash_attn_4", "fa4")
     if version:
@@ -197,6 +234,13 @@ class FA4Adapter(_FlashAttnBase):
 
     name = "fa4-cute"
     module = "flash_attn.cute.interface"
+
+    def before_import(self) -> None:
+        enable_fa4_compile_cache()
+
+    def availability(self) -> str | None:
+        self.before_import()
+        return super().availability()
 
     def cc_reason(self, cc):
         # vllm-rules §3c (0.17): FA4 supported on CC families 9.x, 10.x, 11.x.
@@ -234,7 +278,7 @@ class FA4Adapter(_FlashAttnBase):
 
         setup = _timed_first_call(run, b.query.device)
         cc = compute_capability(str(b.query.device))
-        notes = ["returns a fresh output tensor each call"]
+        notes = ["returns a fresh output tensor each call", fa4_compile_cache_note()]
         if cc is not None and cc[0] == 9:
             notes.append("vLLM runs FA3 on Hopper; FA4 stands in for FLASH_ATTN here")
         return PreparedKernel(

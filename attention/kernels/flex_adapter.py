@@ -51,6 +51,29 @@ def _compiled_flex():
     return _COMPILED["flex"]
 
 
+def inductor_cache_note() -> str:
+    """Whether inductor's on-disk caches (FX graph, AOTAutograd, autotune) are on in this process:
+    they are by default, and they are what keeps a warm sweep from recompiling every shape. attnsel
+    leaves them as the user set them (TORCHINDUCTOR_FX_GRAPH_CACHE=0 etc. turn them off)."""
+    try:
+        from torch._inductor import config
+    except Exception:
+        return "inductor caches: unknown"
+    flags = {"fx graph": getattr(config, "fx_graph_cache", None),
+             "autotune": getattr(config, "autotune_local_cache", None)}
+    functorch = None
+    try:
+        from torch._functorch import config as fconfig
+
+        functorch = getattr(fconfig, "enable_autograd_cache", None)
+    except Exception:
+        pass
+    if functorch is not None:
+        flags["aot autograd"] = functorch
+    shown = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in flags.items() if v is not None)
+    return f"inductor on-disk caches: {shown or 'unknown'} (a cold cache compiles every shape)"
+
+
 def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
     """BlockMask + mask_mod over the physical cache for batch `b` (plan step, outside timing)."""
     import torch
@@ -199,7 +222,8 @@ class FlexAttentionAdapter:
             provider=f"torch {installed_version('torch') or torch.__version__} flex_attention ({mode})",
             kernel_block_size=b.block_size,
             setup_seconds=setup,
-            notes=tuple([f"BlockMask direct build: q tiles {Q_BLOCK_SIZE}, kv tiles {b.block_size}"] + notes),
+            notes=tuple([f"BlockMask direct build: q tiles {Q_BLOCK_SIZE}, kv tiles {b.block_size}"] + notes
+                        + ([inductor_cache_note()] if self.compile else [])),
             poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
             details={"compiled": self.compile, "kernel_options": options},
