@@ -4,11 +4,11 @@ Imported only under `--live` / `--compare-live` / `bench/parity_live.py`: it imp
 torch). No GPU is needed: vLLM's CUDA platform takes the compute capability as an argument in
 `get_valid_backends`, and backend classes validate from class attributes.
 
-Two API eras are handled (vllm-rules §5b/§5c seed, §9 0.33; cuda.py of v0.27.1 read through the
-code index):
-- seed (Feb 2026 main): `CudaPlatformBase.select_attention_backend(selected_backend, cfg,
-  device_capability, raise_on_invalid, num_heads)` and `get_valid_backends(device_capability,
-  cfg, num_heads)` returning `([(enum, priority)], {enum: [reasons]})`.
+Two API eras are handled (vllm-rules §5b/§5c seed, §9 0.33; checked against the installed 0.17.0
+and 0.33.0 wheels):
+- seed (Feb 2026 main) and releases up to 0.17: `get_valid_backends(device_capability, cfg,
+  num_heads)` returning `([(enum, priority)], {enum: [reasons]})`, import failures as the literal
+  "ImportError" (the seed also has `select_attention_backend`, which this module does not need).
 - 0.18+ / 0.33: no `select_attention_backend`; `get_valid_backends(device_capability,
   attn_selector_config, num_heads=None)` returns `([_BackendCandidate(backend_class, backend,
   priority)], {enum: (priority, [reasons])})`. The selection is the valid entry with the lowest
@@ -17,13 +17,21 @@ code index):
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import importlib
+import importlib.util
+import os
+import sys
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from attnsel.attention import rules
-from attnsel.errors import UserInputError
+from attnsel.errors import EnvironmentProblem, UserInputError
 
 NOT_INSTALLED = "--live needs vLLM installed in this Python environment (no 'vllm' distribution found)"
 
@@ -51,6 +59,7 @@ class LiveAnswer:
     block_size: Optional[int]  # user's --block-size, else the selected backend's preferred size
     error: Optional[str]
     fields_passed: tuple[str, ...] = field(default_factory=tuple)
+    config_repr: Optional[str] = None  # repr(AttentionSelectorConfig) as vLLM prints it in its messages
 
     @property
     def valid_backends(self) -> list[str]:
@@ -77,21 +86,310 @@ def require_vllm() -> str:
     return version
 
 
+# --- talking to the installed vLLM ----------------------------------------------------------------
+# vLLM's rules read more than the selector inputs: `current_platform` (the GPU's capability, in the
+# FA-version, FlashMLA and TRT-LLM helpers), the current VllmConfig (FlashInfer sinks and block
+# sizes, FA overrides, MLA dims; 0.33 raises "Current vLLM config is not set" without one) and
+# VLLM_BATCH_INVARIANT. `_VllmRuntime` gives them what a real start-up on the TARGET GPU gives:
+# a CUDA platform object reporting the target capability, and a config built from our inputs.
+#
+# `offline=True` (bench/parity_live.py) additionally assumes what our default SelectionContext
+# assumes, on a machine with no GPU driver: every package vLLM ships with is present. Compiled vLLM
+# extensions that cannot even be loaded here (they link libcuda.so.1) are replaced by empty modules
+# (nothing in the selection path calls into them; vLLM only imports them), and
+# VLLM_HAS_FLASHINFER_CUBIN=1 (FlashInfer kernels usable without nvcc) and `has_nvidia_artifactory()`
+# answers the case's `has_flashinfer_cubin` without its network probe (FLASHINFER_CUBINS_REPOSITORY
+# points at a closed local port as well, so no request can leave the machine).
+
+_OTHER_PLATFORMS = ("ROCM_", "CPU_", "AMX_", "XPU_")
+# the model stand-in's head count when the context gives none (MHA: no GQA); the 0.33 rules use the same
+DEFAULT_NUM_HEADS = rules.RuleCode033.MODEL_HEADS_WHEN_UNKNOWN
+
+
+def _compiled_extensions(package_dir: Path) -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(package_dir.rglob("*.so")):
+        relative = path.relative_to(package_dir.parent)
+        dotted = ".".join(relative.parts)[: -len(".so")]
+        dotted = dotted.split(".abi3")[0].split(".cpython")[0]
+        found.append((dotted, path))
+    return found
+
+
+def _stub_driverless_extensions() -> list[str]:
+    """Empty modules for vLLM extensions that need the GPU driver just to load (offline only)."""
+    import ctypes
+
+    import torch  # noqa: F401  # loads libtorch*.so, which vLLM's extensions link against
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    stubbed = []
+    for dotted, path in _compiled_extensions(Path(list(spec.submodule_search_locations)[0])):
+        if dotted in sys.modules:
+            continue
+        try:
+            ctypes.CDLL(str(path))
+        except OSError as exc:
+            if "libcuda" not in str(exc):
+                continue
+            module = types.ModuleType(dotted)
+            module.__attnsel_stub__ = True  # type: ignore[attr-defined]
+            sys.modules[dotted] = module
+            stubbed.append(dotted)
+    return stubbed
+
+
+class _VllmRuntime:
+    """The installed vLLM's modules, with a CUDA platform that reports the target capability."""
+
+    def __init__(self, offline: bool):
+        self.offline = offline
+        self.stubbed: list[str] = []
+        if offline:
+            os.environ["VLLM_HAS_FLASHINFER_CUBIN"] = "1"
+            os.environ["FLASHINFER_CUBINS_REPOSITORY"] = "http://127.0.0.1:9/"
+            self.stubbed = _stub_driverless_extensions()
+        self.version = require_vllm()
+        self.package = importlib.import_module("vllm")
+        self.platforms = importlib.import_module("vllm.platforms")
+        self.interface = importlib.import_module("vllm.platforms.interface")
+        self.cuda = importlib.import_module("vllm.platforms.cuda")
+        self.selector = importlib.import_module("vllm.v1.attention.selector")
+        self.registry = importlib.import_module("vllm.v1.attention.backends.registry")
+        try:
+            config_pkg = importlib.import_module("vllm.config")
+        except ImportError:  # test fakes have no config package
+            config_pkg = None
+        getter = getattr(config_pkg, "get_current_vllm_config", None)
+        self.config_module = sys.modules[getter.__module__] if getter is not None else None
+        self.attention_config_cls = getattr(config_pkg, "AttentionConfig", None)
+        self.platform_cls = self._target_platform_class()
+        # 0.18+ returns _BackendCandidate entries and "{ExcType}: {msg}" import reasons; older
+        # releases (and the seed) return (enum, priority) pairs and the literal "ImportError"
+        self.api = "0.33" if hasattr(self.cuda, "_BackendCandidate") else "seed"
+        self._artifactory = True
+        if offline:
+            self._preimport_backends()
+            self._answer_artifactory_from_context()
+        self._cache_key: Any = None
+        self._caches: Optional[list[Any]] = None
+
+    def _target_platform_class(self) -> Any:
+        base = self.cuda.CudaPlatformBase
+
+        class TargetCudaPlatform(base):  # type: ignore[misc, valid-type]
+            target: Any = None
+            target_name: str = "CUDA"
+
+            @classmethod
+            def get_device_capability(cls, device_id: int = 0) -> Any:
+                return cls.target
+
+            @classmethod
+            def get_device_name(cls, device_id: int = 0) -> str:
+                return cls.target_name
+
+            @classmethod
+            def num_compute_units(cls, device_id: int = 0) -> int:
+                return 132  # read by module-level workspaces only (CUTLASS MLA); an H100's SM count
+
+        instance = TargetCudaPlatform()
+        previous = self.platforms.__dict__.get("_current_platform")
+        self.platforms._current_platform = instance
+        for module in list(sys.modules.values()):  # modules that bound the old object at import
+            name = getattr(module, "__name__", "")
+            if name.startswith("vllm") and previous is not None and getattr(module, "current_platform", None) is previous:
+                module.current_platform = instance
+        return TargetCudaPlatform
+
+    def _answer_artifactory_from_context(self) -> None:
+        """`has_nvidia_artifactory()` answers the case's `has_flashinfer_cubin` (default True), so its
+        GET to FLASHINFER_CUBINS_REPOSITORY never runs (also where a module imported the name)."""
+
+        def has_nvidia_artifactory() -> bool:
+            return self._artifactory
+
+        for name, module in list(sys.modules.items()):
+            if name.startswith("vllm") and module is not None and hasattr(module, "has_nvidia_artifactory"):
+                module.has_nvidia_artifactory = has_nvidia_artifactory
+
+    def _preimport_backends(self) -> None:
+        """Import the backend modules once with CUDA allocations sent to the meta device: some
+        allocate a workspace at import time (0.33 cutlass_mla.py `SM100Workspace`, 0.17
+        flashinfer_mla.py `g_fi_workspace`), which needs a driver.
+        A module that still fails is left for vLLM's own import in get_class() to report."""
+        import torch
+
+        factories = {name: getattr(torch, name) for name in ("empty", "zeros")}
+
+        def off_gpu(factory: Any) -> Any:
+            def make(*args: Any, **kwargs: Any) -> Any:
+                if str(kwargs.get("device", "")).startswith("cuda"):
+                    kwargs["device"] = "meta"
+                return factory(*args, **kwargs)
+
+            return make
+
+        for name, factory in factories.items():
+            setattr(torch, name, off_gpu(factory))
+        try:
+            for member in self.registry.AttentionBackendEnum:
+                path = member.value
+                if not isinstance(path, str) or "." not in path or member.name.startswith(_OTHER_PLATFORMS):
+                    continue
+                try:
+                    importlib.import_module(path.rsplit(".", 1)[0])
+                except Exception:  # noqa: BLE001 -- reported by vLLM itself when selected
+                    continue
+        finally:
+            for name, factory in factories.items():
+                setattr(torch, name, factory)
+
+    def capability(self, cc: tuple[int, int]) -> Any:
+        return self.interface.DeviceCapability(*cc)
+
+    def _all_caches(self) -> list[Any]:
+        """functools caches in vLLM modules (e.g. supports_trtllm_attention) read the platform or
+        the environment once; they are cleared whenever the target GPU or the env changes."""
+        caches = []
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("vllm") or module is None:
+                continue
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == name:
+                    caches.append(value)
+        return caches
+
+    @contextmanager
+    def case(self, inputs: Any, ctx: Any):
+        """The platform, environment and current VllmConfig of one selection."""
+        self.platform_cls.target = self.capability(ctx.capability)
+        self.platform_cls.target_name = ctx.gpu_name or "CUDA"
+        saved_env = os.environ.get("VLLM_BATCH_INVARIANT")
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if ctx.batch_invariant else "0"
+        invariance = sys.modules.get("vllm.model_executor.layers.batch_invariant")
+        if invariance is not None and hasattr(invariance, "VLLM_BATCH_INVARIANT"):
+            invariance.VLLM_BATCH_INVARIANT = bool(ctx.batch_invariant)  # 0.17 read the env at import
+        self._artifactory = bool(ctx.has_flashinfer_cubin)
+        key = (tuple(ctx.capability), bool(ctx.batch_invariant), self._artifactory)
+        if key != self._cache_key:
+            # new backend modules get imported lazily, so collect again each time
+            for cached in self._all_caches():
+                cached.cache_clear()
+            self._cache_key = key
+        module = self.config_module
+        saved_config = getattr(module, "_current_vllm_config", None)
+        if module is not None:
+            module._current_vllm_config = self._vllm_config(inputs, ctx)
+        try:
+            yield
+        finally:
+            if module is not None:
+                module._current_vllm_config = saved_config
+            if saved_env is None:
+                os.environ.pop("VLLM_BATCH_INVARIANT", None)
+            else:
+                os.environ["VLLM_BATCH_INVARIANT"] = saved_env
+
+    def _attention_config(self, inputs: Any, ctx: Any) -> Any:
+        wanted = {
+            "flash_attn_version": ctx.flash_attn_version_override,
+            "use_trtllm_attention": ctx.use_trtllm_attention,
+            "use_non_causal": bool(getattr(inputs, "use_non_causal", False)),
+        }
+        if self.attention_config_cls is None:
+            return types.SimpleNamespace(**wanted)
+        known = {f.name for f in dataclasses.fields(self.attention_config_cls)}
+        return self.attention_config_cls(**{k: v for k, v in wanted.items() if k in known})
+
+    def _vllm_config(self, inputs: Any, ctx: Any) -> Any:
+        """A stand-in VllmConfig with what the backends' rules read, from our inputs."""
+        text_config = types.SimpleNamespace()
+        for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
+            if getattr(ctx, name, None) is not None:
+                setattr(text_config, name, getattr(ctx, name))
+        if ctx.has_index_topk:
+            text_config.index_topk = ctx.index_topk if ctx.index_topk is not None else rules.RuleCode033.DEFAULT_INDEX_TOPK
+        heads = ctx.num_heads if ctx.num_heads is not None else DEFAULT_NUM_HEADS
+        kv_heads = getattr(ctx, "num_kv_heads", None) or heads
+        model = types.SimpleNamespace(
+            get_head_size=lambda: inputs.head_size,
+            get_num_attention_heads=lambda parallel_config=None: heads,
+            get_num_kv_heads=lambda parallel_config=None: kv_heads,
+            hf_text_config=text_config,
+            hf_config=text_config,
+            is_mm_prefix_lm=bool(inputs.use_mm_prefix),
+            rswa_window=128 if getattr(inputs, "use_rswa", False) else None,
+            is_diffusion=False,
+            is_hybrid=bool(ctx.is_hybrid),
+            use_mla=bool(inputs.use_mla),
+            dtype=_torch_dtype(inputs.dtype),
+            max_model_len=8192,
+        )
+        mamba_dtype = "float32" if ctx.mamba_cache_float32 else "auto"
+        cache = types.SimpleNamespace(
+            cache_dtype=inputs.kv_cache_dtype or "auto",
+            block_size=inputs.block_size,
+            user_specified_block_size=inputs.block_size is not None,
+            mamba_ssm_cache_dtype=mamba_dtype,
+            mamba_cache_dtype=mamba_dtype,
+        )
+        parallel = types.SimpleNamespace(
+            decode_context_parallel_size=ctx.decode_context_parallel_size,
+            prefill_context_parallel_size=ctx.prefill_context_parallel_size,
+            tensor_parallel_size=1,
+            pipeline_parallel_size=1,
+            cp_kv_cache_interleave_size=1,
+        )
+        return types.SimpleNamespace(
+            attention_config=self._attention_config(inputs, ctx),
+            model_config=model,
+            cache_config=cache,
+            parallel_config=parallel,
+            scheduler_config=types.SimpleNamespace(max_num_seqs=256, max_num_batched_tokens=8192),
+            kv_transfer_config=None,
+            speculative_config=None,
+        )
+
+    def selector_config(self, inputs: Any) -> Any:
+        """vLLM's AttentionSelectorConfig from our inputs: only the fields this vLLM has."""
+        config_cls = self.selector.AttentionSelectorConfig
+        values = {name: getattr(inputs, name) for name in config_cls._fields if hasattr(inputs, name)}
+        values["dtype"] = _torch_dtype(inputs.dtype)
+        values["block_size"] = inputs.block_size
+        attn_type_default = config_cls._field_defaults.get("attn_type")
+        if "attn_type" in values and isinstance(attn_type_default, enum.Enum):
+            values["attn_type"] = type(attn_type_default)(values["attn_type"])  # AttentionType member
+        return config_cls(**values)
+
+
+_RUNTIMES: dict[bool, _VllmRuntime] = {}
+
+
+def vllm_runtime(offline: bool = False) -> _VllmRuntime:
+    """One runtime per process and mode; rebuilt when the `vllm` package object changed (tests swap
+    fake vLLM trees)."""
+    runtime = _RUNTIMES.get(offline)
+    if runtime is None or runtime.package is not sys.modules.get("vllm"):
+        try:
+            runtime = _RUNTIMES[offline] = _VllmRuntime(offline)
+        except (ImportError, OSError) as exc:  # e.g. vllm._C needs libcuda.so.1 (no NVIDIA driver here)
+            raise EnvironmentProblem(
+                f"the installed vLLM cannot load its CUDA platform here ({type(exc).__name__}: {exc}); "
+                "without a GPU driver run `python -m attnsel.bench.parity_live`, which stands in for "
+                "driver-only extensions"
+            ) from exc
+    return runtime
+
+
 def _torch_dtype(name: str) -> Any:
     try:
         import torch
     except ImportError:  # a vLLM without torch cannot exist; fakes in tests may run without it
         return name
     return getattr(torch, name)
-
-
-def _selector_config(selector_module: Any, inputs: Any) -> Any:
-    """vLLM's AttentionSelectorConfig from our inputs: only the fields this vLLM has."""
-    config_cls = selector_module.AttentionSelectorConfig
-    values = {name: getattr(inputs, name) for name in config_cls._fields if hasattr(inputs, name)}
-    values["dtype"] = _torch_dtype(inputs.dtype)
-    values["block_size"] = inputs.block_size
-    return config_cls(**values)
 
 
 def _entry(item: Any) -> tuple[str, int]:
@@ -108,99 +406,83 @@ def _invalid(value: Any) -> tuple[Optional[int], list[str]]:
     return None, [str(r) for r in value]
 
 
-def _valid_backends(platform: Any, capability: Any, config: Any, num_heads: Optional[int]):
-    try:
-        return platform.get_valid_backends(capability, config, num_heads)
-    except TypeError:
-        return platform.get_valid_backends(capability, config)
-
-
 def _import_reason(exc: BaseException, api: str) -> str:
     # seed: the literal "ImportError"; 0.33: "{ExcType}: {message}" (vllm-rules §5b, §9)
     return "ImportError" if api == "seed" else f"{type(exc).__name__}: {exc}"
 
 
-def _explicit(registry: Any, name: str, capability: Any, config: Any, api: str) -> LiveVerdict:
-    enum = registry.AttentionBackendEnum[name.upper()]
+def _explicit(runtime: _VllmRuntime, name: str, capability: Any, config: Any) -> LiveVerdict:
+    enum_member = runtime.registry.AttentionBackendEnum[name.upper()]
+    caught: tuple[type[BaseException], ...] = (ImportError,) if runtime.api == "seed" else (ImportError, OSError)
     try:
-        backend_class = enum.get_class()
+        backend_class = enum_member.get_class()
         reasons = backend_class.validate_configuration(device_capability=capability, **config._asdict())
-    except (ImportError, OSError) as exc:
-        reasons = [_import_reason(exc, api)]
-    return LiveVerdict(enum.name, None, not reasons, tuple(str(r) for r in reasons))
+    except caught as exc:
+        reasons = [_import_reason(exc, runtime.api)]
+    return LiveVerdict(enum_member.name, None, not reasons, tuple(str(r) for r in reasons))
 
 
-def _preferred_block_size(registry: Any, name: str, default: int) -> Optional[int]:
+def _preferred_block_size(runtime: _VllmRuntime, name: str, default: int) -> Optional[int]:
     try:
-        return int(registry.AttentionBackendEnum[name].get_class().get_preferred_block_size(default))
+        return int(runtime.registry.AttentionBackendEnum[name].get_class().get_preferred_block_size(default))
     except (ImportError, OSError, AttributeError):
         return None
 
 
-def ask_vllm(inputs: Any, ctx: Any) -> LiveAnswer:
+def ask_vllm(inputs: Any, ctx: Any, offline: bool = False) -> LiveAnswer:
     """Run the installed vLLM's CUDA selector on `inputs` at `ctx.capability` (no GPU needed)."""
-    version = require_vllm()
-    cuda = importlib.import_module("vllm.platforms.cuda")
-    interface = importlib.import_module("vllm.platforms.interface")
-    selector = importlib.import_module("vllm.v1.attention.selector")
-    registry = importlib.import_module("vllm.v1.attention.backends.registry")
-    platform = getattr(cuda, "CudaPlatformBase", None) or cuda.CudaPlatform
-    api = "seed" if hasattr(platform, "select_attention_backend") else "0.33"
-    capability = interface.DeviceCapability(*ctx.capability)
-    config = _selector_config(selector, inputs)
-    with _target_capability(capability):
-        valid, invalid = _valid_backends(platform, capability, config, ctx.num_heads)
-        explicit = _explicit(registry, ctx.user_backend, capability, config, api) if ctx.user_backend else None
-    verdicts: dict[int, LiveVerdict] = {}
-    for item in valid:
-        name, priority = _entry(item)
-        verdicts[priority] = LiveVerdict(name, priority, True, ())
-    unordered: list[LiveVerdict] = []
-    for backend, value in invalid.items():
-        priority, reasons = _invalid(value)
-        verdict = LiveVerdict(backend.name, priority, False, tuple(reasons))
-        if priority is None:
-            unordered.append(verdict)
-        else:
-            verdicts[priority] = verdict
-    backends = [verdicts[p] for p in sorted(verdicts)]
-    if unordered:  # seed API: no priority on invalid entries; rebuild the order from the valid ones
-        backends = _merge_seed_order(backends, unordered, valid)
-    selected, error = _selection(backends, explicit, config, platform)
-    block_size = inputs.block_size
-    if block_size is None and selected is not None:
-        block_size = _preferred_block_size(registry, selected, 16)
+    runtime = vllm_runtime(offline)
+    capability = runtime.capability(ctx.capability)
+    config = runtime.selector_config(inputs)
+    platform = runtime.cuda.CudaPlatformBase
+    with runtime.case(inputs, ctx):
+        dtype_failure = dtype_error(runtime, config)
+        valid, invalid = platform.get_valid_backends(capability, config, ctx.num_heads)
+        explicit = _explicit(runtime, ctx.user_backend, capability, config) if ctx.user_backend else None
+        verdicts: dict[int, LiveVerdict] = {}
+        for item in valid:
+            name, priority = _entry(item)
+            verdicts[priority] = LiveVerdict(name, priority, True, ())
+        unordered: list[LiveVerdict] = []
+        for backend, value in invalid.items():
+            priority, reasons = _invalid(value)
+            verdict = LiveVerdict(backend.name, priority, False, tuple(reasons))
+            if priority is None:
+                unordered.append(verdict)
+            else:
+                verdicts[priority] = verdict
+        backends = [verdicts[p] for p in sorted(verdicts)]
+        if unordered:  # seed API: no priority on invalid entries; rebuild the order from the valid ones
+            backends = _merge_seed_order(backends, unordered, valid)
+        selected, error = _selection(backends, explicit, config, platform)
+        if dtype_failure is not None:  # vLLM stops while building the model config: nothing is selected
+            selected, error = None, dtype_failure
+        block_size = inputs.block_size
+        if block_size is None and selected is not None:
+            block_size = _preferred_block_size(runtime, selected, 16)
     return LiveAnswer(
-        vllm_version=version,
-        api=api,
+        vllm_version=runtime.version,
+        api=runtime.api,
         backends=tuple(backends),
         explicit_backend=explicit,
         selected=selected,
         block_size=block_size,
         error=error,
         fields_passed=tuple(config._fields),
+        config_repr=repr(config),
     )
 
 
-@contextmanager
-def _target_capability(capability: Any):
-    """Some `supports_*` helpers (FA version, FlashMLA, TRT-LLM) read `current_platform`'s own
-    capability instead of the argument; make the platform report the target GPU meanwhile."""
+def dtype_error(runtime: _VllmRuntime, config: Any) -> Optional[str]:
+    """`check_if_supports_dtype` (bf16 needs CC >= 8.0), which vLLM runs before any selection."""
+    check = getattr(runtime.platform_cls, "check_if_supports_dtype", None)
+    if check is None:
+        return None
     try:
-        platforms = importlib.import_module("vllm.platforms")
-        platform_cls = type(platforms.current_platform)
-    except Exception:  # noqa: BLE001 -- no platform object (fakes, odd builds): nothing to patch
-        yield
-        return
-    saved = platform_cls.__dict__.get("get_device_capability")
-    platform_cls.get_device_capability = classmethod(lambda cls, device_id=0: capability)
-    try:
-        yield
-    finally:
-        if saved is None:
-            del platform_cls.get_device_capability
-        else:
-            platform_cls.get_device_capability = saved
+        check(config.dtype)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _merge_seed_order(valid: list[LiveVerdict], invalid: list[LiveVerdict], raw_valid: Any) -> list[LiveVerdict]:
@@ -262,7 +544,8 @@ def compare(explanation: Any, live: LiveAnswer) -> list[Mismatch]:
             mismatches.append(Mismatch("explicit backend", ours.name, list(ours.reasons), list(theirs.reasons)))
     if explanation.selected != live.selected:
         mismatches.append(Mismatch("selected", None, explanation.selected, live.selected))
-    elif explanation.selected is not None and explanation.block_size != live.block_size:
+    elif explanation.selected is not None and live.block_size is not None and explanation.block_size != live.block_size:
+        # live.block_size is None where vLLM has no get_preferred_block_size (before 0.18)
         mismatches.append(Mismatch("block size", explanation.selected, explanation.block_size, live.block_size))
     return mismatches
 

@@ -16,6 +16,7 @@ import difflib
 import importlib.machinery
 import importlib.util
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -99,6 +100,11 @@ class BackendSpec:
     pcp: Any = False
     dcp: Any = False
     device_cpu_query_lens_mismatch: Any = True
+    # 0.33: kernel block sizes computed by a rule (FLASH_ATTN, FLASHINFER); a composite backend
+    # (TRITON_FLASH_ATTN, TRITON_FLASHINFER: vllm/v1/attention/backends/composite.py)
+    kernel_block_sizes_rule: Optional[str] = None
+    composite: Optional[dict] = None
+    vllm_name: Optional[str] = None  # get_name(), when it differs from the enum name
 
     @property
     def module(self) -> str:
@@ -209,6 +215,16 @@ class RuleCode:
     def flag_rule(self, rule: dict, ctx: "SelectionContext") -> bool:
         raise ValueError(f"unknown rule {rule!r} in profile {self.profile.name}")
 
+    # --- kernel block sizes that are code (0.33 only) --------------------------------------------
+    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+        raise ValueError(f"unknown kernel block size rule {spec.kernel_block_sizes_rule!r}")
+
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+        raise ValueError(f"profile {self.profile.name} has no composite backends")
+
+    def preferred_block_size_override(self, spec: BackendSpec, ctx: "SelectionContext", inputs, default: int) -> Optional[int]:
+        return None
+
     # --- FlashInfer sinks through TRT-LLM (vllm-rules §3a, §7) ----------------------------
     def supports_trtllm_attention(self, ctx: "SelectionContext") -> bool:
         if ctx.batch_invariant:
@@ -317,19 +333,31 @@ def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
 
 
 class RuleCode033(RuleCode):
-    """vLLM 0.33.0 rules that are code (vllm-rules §9 and the 0.33 column of §2-§8).
+    """vLLM 0.33.0 rules that are code. Checked against the installed vLLM 0.33.0 (4ba787ec9) with
+    bench/parity_live.py; each method names the file of vllm/ it follows (read in site-packages,
+    restated here, not copied).
 
-    Sources: the reference §9; vllm/platforms/cuda.py `_get_backend_priorities` of v0.27.1
-    (6e448d0ea, read through the code index) for the MLA sparse tail and the non-causal switch;
-    vllm/v1/attention/backend.py `validate_configuration` of a v0.29+ copy for the order of the
-    new reasons. Facts the reference does not pin down are listed under "unverified" in
-    profiles/vllm_0_33.json; `python -m attnsel.bench.parity_live` checks them against vLLM.
+    Some rules read the model (head counts, MLA dims, index_topk) from vLLM's current VllmConfig;
+    here they come from the SelectionContext, and `MODEL_HEADS_WHEN_UNKNOWN` stands in for a head
+    count the context does not give (the parity harness's model stand-in uses the same value).
     """
 
-    # --- §9 "FA version" ------------------------------------------------------------------------
-    def flash_attn_version(
-        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+    MODEL_HEADS_WHEN_UNKNOWN = 8
+    DEFAULT_INDEX_TOPK = 2048  # DeepSeek V3.2's index_topk: used when only has_index_topk is known
+
+    # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
+    def fa_version(
+        self,
+        ctx: "SelectionContext",
+        inputs: Optional["SelectorInputs"] = None,
+        head_size: Optional[int] = None,
+        head_size_v: Optional[int] = None,
+        has_sinks: bool = False,
+        block_size: Optional[int] = None,
+        supports_fa4_hd256: bool = False,
     ) -> FlashAttnResolution:
+        """The FA version vLLM resolves; `inputs` stands for the model config it reads (cache dtype,
+        mm_prefix, R-SWA) and ctx for the parallel config (DCP)."""
         major = ctx.capability[0]
         warnings: list[str] = []
         if major == 9 and self.fa_version_supported(3, ctx):
@@ -346,46 +374,97 @@ class RuleCode033(RuleCode):
                 "defaulting to FA version 4 if supported, otherwise FA2."
             )
             version = 4 if self.fa_version_supported(4, ctx) else 2
-        if major == 9 and version == 3 and head_size is not None and head_size > 256:
-            if self.fa_version_supported(4, ctx):
-                version = 4  # SM90: FA3 -> FA4 for head sizes FA3 cannot run
+        if version == 3 and major == 9 and self.fa_version_supported(4, ctx):
+            if head_size is not None and head_size > 256:
+                version = 4  # "FA3 does not support head_size=N on SM90: upgrading FlashAttention 3 -> 4"
+            elif has_sinks and head_size is not None and head_size_v is not None and head_size != head_size_v:
+                version = 4
         if ctx.batch_invariant and version == 4:
+            warnings.append("Cannot use FA version 4 with batch invariance, defaulting to FA version 2.")
             version = 2
-        if version == 4 and major in (10, 11) and head_size is not None:
-            if head_size == 256:
-                if inputs is not None and self._fa4_hd256_falls_back(inputs, ctx):
-                    version = 2
-            elif head_size > 128:
-                warnings.append(
-                    f"FA4 on Blackwell does not support head_size={head_size} due to TMEM "
-                    "capacity limits, defaulting to FA version 2."
-                )
+        if version == 4 and self._uses_fa4_hd256_kernel(ctx, head_size, head_size_v):
+            if not supports_fa4_hd256:
                 version = 2
+            else:
+                reason = self._fa4_hd256_fallback_reason(ctx, inputs, has_sinks, block_size)
+                if reason is not None:
+                    warnings.append(
+                        f"FA4's Blackwell head_size=256 kernel does not support {reason}, "
+                        "defaulting to FA version 2."
+                    )
+                    version = 2
+        if (
+            version == 4
+            and major >= 10
+            and head_size is not None
+            and head_size > 128
+            and not ((head_size == 256 and head_size_v in (None, 256)) or (head_size == 192 and head_size_v == 128))
+        ):
+            warnings.append(
+                f"FA4 on Blackwell does not support head_size={head_size} due to TMEM "
+                "capacity limits, defaulting to FA version 2."
+            )
+            version = 2
         if not self.fa_version_supported(version, ctx):
             return FlashAttnResolution(None, tuple(warnings))
         return FlashAttnResolution(version, tuple(warnings))
 
-    @staticmethod
-    def _fa4_hd256_falls_back(inputs: "SelectorInputs", ctx: "SelectionContext") -> bool:
-        # §9: FA4 hd256 on CC 10/11 -> FA2 on sinks, quantized kv, block not a multiple of 128,
-        # mm_prefix, R-SWA or DCP (soft-cap is not a selector input)
-        block = inputs.block_size
-        return bool(
-            inputs.has_sink
-            or is_quantized_kv_cache(inputs.kv_cache_dtype)
-            or (block is not None and block % 128 != 0)
-            or inputs.use_mm_prefix
-            or inputs.use_rswa
-            or inputs.use_dcp
+    def flash_attn_version(
+        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+    ) -> FlashAttnResolution:
+        # FlashAttentionImpl's call at layer build: head size (and v size) known, hd256 kernel allowed
+        if head_size is None:
+            return self.fa_version(ctx, inputs)
+        return self.fa_version(
+            ctx, inputs, head_size=head_size, head_size_v=head_size,
+            has_sinks=bool(inputs.has_sink) if inputs is not None else False,
+            block_size=inputs.block_size if inputs is not None else None, supports_fa4_hd256=True,
         )
 
-    # --- §9 priorities ------------------------------------------------------------------------
+    @staticmethod
+    def _uses_fa4_hd256_kernel(ctx: "SelectionContext", head_size: Optional[int], head_size_v: Optional[int]) -> bool:
+        if head_size != 256 or (head_size_v is not None and head_size_v != 256):
+            return False
+        return ctx.capability[0] in (10, 11)
+
+    @staticmethod
+    def _fa4_hd256_fallback_reason(ctx, inputs, has_sinks: bool, block_size: Optional[int]) -> Optional[str]:
+        # fa_utils._fa4_hd256_fallback_reason (soft-capping is not a selector input: never set)
+        if has_sinks:
+            return "attention sinks"
+        if inputs is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
+            return f"quantized KV cache dtype {inputs.kv_cache_dtype}"
+        if block_size is not None and block_size % FA4_HD256_PAGE_SIZE:
+            return f"a KV cache block size of {block_size}"
+        if inputs is not None:
+            if inputs.use_mm_prefix:
+                return "mm_prefix bidirectional attention"
+            if inputs.use_rswa:
+                return "R-SWA"
+        if ctx.decode_context_parallel_size > 1:
+            return "decode context parallelism"
+        return None
+
+    def flash_attn_supports_kv_cache_dtype(self, ctx, kv_cache_dtype: str, inputs=None, **version_args) -> bool:
+        # fa_utils.flash_attn_supports_kv_cache_dtype
+        if kv_cache_dtype == "fp8_e5m2":
+            return False
+        version = self.fa_version(ctx, inputs, **version_args).version
+        head_size = version_args.get("head_size")
+        sm90_ok = version == 3 or (version == 4 and head_size in (None, 512))
+        major = ctx.capability[0]
+        return (sm90_ok and major == 9) or (version == 4 and major == 10)
+
+    def flash_attn_supports_fp8(self, ctx: "SelectionContext") -> bool:
+        return self.flash_attn_supports_kv_cache_dtype(ctx, "fp8_e4m3")
+
+    # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
     def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
         prio = self.profile.data["priorities"]
         major = ctx.capability[0]
         if inputs.use_mla:
             if major == 10:
-                if is_quantized_kv_cache(inputs.kv_cache_dtype):
+                if inputs.kv_cache_dtype is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
                     tail = prio["mla_blackwell_sparse_quantized_kv"]
                 elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
                     tail = prio["mla_blackwell_sparse_few_heads"]
@@ -404,89 +483,382 @@ class RuleCode033(RuleCode):
         first = [prio["mm_prefix_hopper"]] if major == 9 and inputs.use_mm_prefix else []
         return first + list(prio["other"])
 
-    # --- §9 "Import failure reason" -------------------------------------------------------------
+    # --- cuda.py get_valid_backends: `{type(e).__name__}: {e}` ---------------------------------
     def import_failure_reason(self, module: str) -> str:
-        # `{type(e).__name__}: {e}`; a missing module raises ModuleNotFoundError (an ImportError)
         return f"ModuleNotFoundError: No module named '{module}'"
+
+    # --- vllm/utils/flashinfer.py supports_trtllm_attention / can_use_trtllm_attention -----------
+    def trtllm_supported(self, ctx: "SelectionContext", is_prefill: bool) -> bool:
+        if ctx.batch_invariant or not self.has_nvidia_artifactory(ctx):
+            return False
+        cc = tuple(ctx.capability)
+        if cc == (9, 0) or cc[0] == 12:
+            return not is_prefill  # XQA decode only
+        return cc[0] == 10
+
+    def supports_trtllm_attention(self, ctx: "SelectionContext") -> bool:
+        return self.trtllm_supported(ctx, is_prefill=False)
+
+    def model_heads(self, ctx: "SelectionContext") -> tuple[int, int]:
+        heads = ctx.num_heads if ctx.num_heads is not None else self.MODEL_HEADS_WHEN_UNKNOWN
+        kv_heads = ctx.num_kv_heads or heads
+        return heads, kv_heads
+
+    def can_use_trtllm_attention(self, ctx: "SelectionContext", is_prefill: bool = False) -> bool:
+        if ctx.use_trtllm_attention is False:
+            return False
+        heads, kv_heads = self.model_heads(ctx)
+        return self.trtllm_supported(ctx, is_prefill) and heads % kv_heads == 0
+
+    def supports_sink(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        if isinstance(spec.sink, dict) and spec.sink.get("rule") == "flashinfer_033":
+            # flashinfer.py FlashInferBackend.supports_sink
+            if ctx.use_trtllm_attention is False:
+                return False
+            cc = tuple(ctx.capability)
+            if cc == (9, 0) or cc[0] == 12:
+                return self.trtllm_supported(ctx, is_prefill=False)
+            if cc[0] != 10:
+                return False
+            return self.trtllm_supported(ctx, False) and self.trtllm_supported(ctx, True)
+        if isinstance(spec.sink, dict) and spec.sink.get("rule") == "flash_attn_version":
+            return self.fa_version(ctx).version in tuple(spec.sink["versions"])
+        return super().supports_sink(spec, ctx)
+
+    def supports_per_head_quant_scales(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        rule = spec.per_head_quant_scales
+        if isinstance(rule, dict) and rule.get("rule") == "flash_attn_version_at_least":
+            version = self.fa_version(ctx).version
+            return version is not None and version >= rule["version"]
+        return super().supports_per_head_quant_scales(spec, ctx)
 
     # --- flags named by rule in the 0.33 data ---------------------------------------------------
     def flag_rule(self, rule: dict, ctx: "SelectionContext") -> bool:
         if rule.get("rule") == "fa4_supported":
             return self.fa_version_supported(4, ctx)
+        if rule.get("rule") == "flashinfer_query_lens":
+            # FlashInferBackend.supports_device_cpu_query_lens_mismatch: trtllm-gen decode on 10.x
+            if ctx.capability[0] != 10:
+                return False
+            return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
         return super().flag_rule(rule, ctx)
 
-    def supports_trtllm_attention(self, ctx: "SelectionContext") -> bool:
-        # §9 FLASHINFER: sinks need TRT-LLM on 9.0, 12.x or 10.x
-        if ctx.batch_invariant:
-            return False
-        cc = tuple(ctx.capability)
-        return (cc == (9, 0) or cc[0] in (10, 12)) and self.has_nvidia_artifactory(ctx)
+    # --- kv-cache dtypes --------------------------------------------------------------------------
+    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx) -> bool:
+        rule = spec.kv_cache_dtypes
+        if not isinstance(rule, dict):
+            return super().supports_kv_cache_dtype(spec, kv_cache_dtype, ctx)
+        listed = rule.get("list", [])
+        if rule["rule"] == "turboquant":
+            # TurboQuantAttentionBackend.supports_kv_cache_dtype: None is NOT accepted
+            return kv_cache_dtype is not None and kv_cache_dtype.startswith("turboquant_")
+        if kv_cache_dtype is None:
+            return True
+        if rule["rule"] == "flash_attn_033":
+            # FlashAttentionBackend.supports_kv_cache_dtype
+            if kv_cache_dtype not in listed:
+                return False
+            if is_quantized_kv_cache(kv_cache_dtype):
+                return self.flash_attn_supports_kv_cache_dtype(ctx, kv_cache_dtype)
+            return True
+        if rule["rule"] == "flashinfer_033":
+            # FlashInferBackend.supports_kv_cache_dtype: nvfp4 on FA2-path GPUs (8.x/9.x/12.x) is
+            # plain "nvfp4" only; on 10.x it needs TRT-LLM for prefill and decode
+            if kv_cache_dtype.startswith("nvfp4"):
+                if ctx.capability[0] in (8, 9, 12):
+                    return kv_cache_dtype == "nvfp4"
+                return (
+                    ctx.capability[0] == 10
+                    and self.trtllm_supported(ctx, is_prefill=True)
+                    and self.trtllm_supported(ctx, is_prefill=False)
+                )
+            return kv_cache_dtype in listed
+        return super().supports_kv_cache_dtype(spec, kv_cache_dtype, ctx)
 
-    # --- supports_combination texts (§9) --------------------------------------------------------
-    def _combination_flash_attn_033(self, inputs, ctx) -> Optional[str]:
-        major = ctx.capability[0]
-        kv = inputs.kv_cache_dtype or "auto"
-        resolved = self.flash_attn_version(ctx, inputs.head_size, inputs).version
-        if kv.startswith("fp8"):
-            if major == 9 and inputs.use_mm_prefix:
-                return "SM90 FP8 KV with mm_prefix requires Triton"
-            fp8_ok = (
-                (major == 9 and resolved == 3)
-                or (major == 9 and resolved == 4 and inputs.head_size == 512)
-                or (major == 10 and resolved == 4)
-            )
-            if not fp8_ok:
-                return "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
-        if inputs.use_mm_prefix and self.fa_version_supported(4, ctx) and resolved != 4:
-            return (
-                "mm_prefix (PrefixLM bidirectional attention) requires FlashAttention v4, "
-                "which does not resolve for this head_size"
-            )
-        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
-            return "sink not supported on compute capability < 9.0"
+    # --- kernel block sizes ------------------------------------------------------------------------
+    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+        if spec.kernel_block_sizes_rule == "flash_attn_033":
+            fixed = self._fa_fixed_block_size(ctx, inputs)
+            return [fixed] if fixed is not None else [MultipleOf(16)]
+        if spec.kernel_block_sizes_rule == "flashinfer_033":
+            # FlashInferBackend.get_supported_kernel_block_sizes: pages >= 128 only for GQA on
+            # 10.x when TRT-LLM attention can run
+            large = False
+            if inputs is not None:
+                heads, kv_heads = self.model_heads(ctx)
+                large = kv_heads > 0 and heads // kv_heads > 1 and ctx.capability[0] == 10 and self.can_use_trtllm_attention(ctx)
+            return [16, 32, 64, 128, 256, 512, 1024] if large else [16, 32, 64]
+        return super().kernel_block_sizes_rule(spec, ctx, inputs)
+
+    def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
+        """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4
+        head-256 kernel on 10.x/11.x -> 128 (FA4_HD256_PAGE_SIZE)."""
+        if inputs is None:
+            return None  # no model config: vLLM returns None from both helpers
+        head_size = inputs.head_size
+        if (
+            ctx.capability[0] == 9
+            and inputs.kv_cache_dtype in ("fp8", "fp8_e4m3")
+            and head_size == 512
+            and self.fa_version(ctx, inputs, head_size=head_size).version == 4
+        ):
+            return 64
+        if (
+            self._uses_fa4_hd256_kernel(ctx, head_size, None)
+            and self.fa_version(ctx, inputs, head_size=head_size, supports_fa4_hd256=True).version == 4
+        ):
+            return FA4_HD256_PAGE_SIZE
         return None
 
+    def preferred_block_size_override(self, spec: BackendSpec, ctx, inputs, default: int) -> Optional[int]:
+        if spec.kernel_block_sizes_rule == "flash_attn_033":
+            fixed = self._fa_fixed_block_size(ctx, inputs)
+            return max(default, fixed) if fixed is not None else None
+        return None
+
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx, inputs) -> list[KernelBlockSize]:
+        # composite.py: the listed sizes both children accept, else the intersection of their lists
+        general, causal = spec.composite["general"], spec.composite["causal"]
+        profile = self.profile
+        listed = spec.composite.get("kernel_block_sizes") or []
+        if listed:
+            return [
+                size for size in listed
+                if profile.supports_block_size(general, size, ctx, inputs)
+                and profile.supports_block_size(causal, size, ctx, inputs)
+            ]
+        result: list[KernelBlockSize] = []
+        for lhs in profile.kernel_block_sizes(general, ctx, inputs):
+            for rhs in profile.kernel_block_sizes(causal, ctx, inputs):
+                candidate = _intersect_sizes(lhs, rhs)
+                if candidate is not None and candidate not in result:
+                    result.append(candidate)
+        return result
+
+    # --- supports_combination texts ------------------------------------------------------------
+    def combination_reason(self, spec: BackendSpec, inputs: "SelectorInputs", ctx) -> Optional[str]:
+        if spec.composite is not None:
+            return self._composite_combination(spec, inputs, ctx)
+        return super().combination_reason(spec, inputs, ctx)
+
+    def _composite_combination(self, spec: BackendSpec, inputs, ctx) -> Optional[str]:
+        # composite.py supports_combination: each child, mm_prefix only for the general child
+        for variant, name in enumerate((spec.composite["general"], spec.composite["causal"])):
+            child = self.profile.backend(name)
+            child_inputs = inputs if variant == 0 else inputs.replace(use_mm_prefix=False)
+            reason = super().combination_reason(child, child_inputs, ctx)
+            if reason is None and variant == 1 and spec.composite.get("causal_combination"):
+                reason = getattr(self, f"_combination_{spec.composite['causal_combination']}")(child_inputs, ctx)
+            if reason:
+                return f"{child.vllm_name or child.name}: {reason}"
+        return None
+
+    def _combination_fa_causal_route(self, inputs, ctx) -> Optional[str]:
+        # triton_flash_attn.py _FABackend.supports_combination
+        version = self.fa_version(
+            ctx, inputs, head_size=inputs.head_size, has_sinks=inputs.has_sink,
+            block_size=inputs.block_size, supports_fa4_hd256=True,
+        ).version
+        if version not in (3, 4):
+            return "causal route requires FlashAttention v3 or v4"
+        return None
+
+    def _combination_flash_attn_033(self, inputs, ctx) -> Optional[str]:
+        # flash_attn.py FlashAttentionBackend.supports_combination
+        kv = inputs.kv_cache_dtype
+        quantized = kv is not None and is_quantized_kv_cache(kv)
+        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
+            return "sink not supported on compute capability < 9.0"
+        if inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0):
+            return "SM90 FP8 KV with mm_prefix requires Triton"
+        version_args = dict(
+            head_size=inputs.head_size, has_sinks=inputs.has_sink,
+            block_size=inputs.block_size, supports_fa4_hd256=True,
+        )
+        if quantized and not self.flash_attn_supports_kv_cache_dtype(
+            ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
+        ):
+            return "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
+        if inputs.use_mm_prefix and self.fa_version(ctx, inputs, **version_args).version != 4:
+            return (
+                "mm_prefix (PrefixLM bidirectional attention) requires "
+                "FlashAttention v4, which does not resolve for this head_size"
+            )
+        return None
+
+    def _combination_flashinfer_033(self, inputs, ctx) -> Optional[str]:
+        # flashinfer.py FlashInferBackend.supports_combination (NVFP4 on the FA2 prefill path)
+        kv = inputs.kv_cache_dtype
+        if kv is not None and kv.startswith("nvfp4") and ctx.capability[0] in (8, 9, 12):
+            if inputs.head_size == 64:
+                return "fa2 prefill misreads an NVFP4 KV cache at head_size 64"
+            if inputs.has_sink:
+                return "the sink prefill wrapper cannot read an NVFP4 KV cache"
+        return None
+
+    def _flashmla_033(self, inputs, ctx) -> Optional[str]:
+        # mla/flashmla.py -> v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported
+        unavailable = self._flashmla_available_reason(ctx)
+        if unavailable is not None:
+            return unavailable
+        major = ctx.capability[0]
+        if inputs.use_sparse:
+            if major not in (9, 10):
+                return "FlashMLA Sparse is only supported on Hopper and Blackwell DC devices."
+            return None
+        if major != 9:
+            return "FlashMLA Dense is only supported on Hopper devices."
+        return None
+
+    _combination_flashmla_033 = _flashmla_033
+
     def _combination_flashinfer_mla_033(self, inputs, ctx) -> Optional[str]:
+        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1)
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (64, 128, 192):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
         return None
 
     def _combination_tokenspeed_mla(self, inputs, ctx) -> Optional[str]:
-        # unverified text: the reference says only "R1 dims 128/64/128"
-        dims = (ctx.effective_qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim)
+        # mla/tokenspeed_mla.py: the package is imported here, not at module import
+        if not ctx.module_present("tokenspeed_mla"):
+            return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
+        dims = tuple(0 if v is None else v for v in (ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim))
         if dims != (128, 64, 128):
             return (
-                "TokenSpeed MLA requires DeepSeek-R1 dimensions (qk_nope_head_dim=128, "
-                f"qk_rope_head_dim=64, v_head_dim=128), but got {dims}"
+                "tokenspeed_mla requires DeepSeek R1 MLA dimensions "
+                "(qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128), "
+                f"got ({dims[0]}, {dims[1]}, {dims[2]})"
             )
         return None
 
-    def _combination_flashinfer_mla_sparse_033(self, inputs, ctx) -> Optional[str]:
-        qk_nope = ctx.effective_qk_nope_head_dim
-        nope_model = (ctx.qk_rope_head_dim == 0) and inputs.head_size in (256, 512)
-        if qk_nope not in (128, 192) and not nope_model:
+    def _index_topk(self, ctx) -> Optional[int]:
+        if not ctx.has_index_topk:
+            return None
+        return ctx.index_topk if ctx.index_topk is not None else self.DEFAULT_INDEX_TOPK
+
+    def _combination_flashinfer_mla_sparse_033(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> Optional[str]:
+        # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
+        if ctx.prefill_context_parallel_size > 1 and ctx.decode_context_parallel_size > 1:
+            return (
+                f"{name} does not support combined PCP+DCP; "
+                "use FLASHMLA_SPARSE, which gathers each DCP KV shard before "
+                "running the rank-local PCP prefill queries"
+            )
+        if inputs.kv_cache_dtype == "fp8_ds_mla":
+            return f"{name} SM10 does not support fp8_ds_mla kv-cache dtype"
+        qk_nope, qk_rope, kv_lora = ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.kv_lora_rank
+        if qk_rope == 0:
+            if qk_nope != 256 or kv_lora != 512:
+                return (
+                    "FlashInfer native no-rope MLA requires qk_nope_head_dim=256 and kv_lora_rank=512, "
+                    f"but got qk_nope_head_dim={qk_nope}, kv_lora_rank={kv_lora}"
+                )
+        elif qk_nope not in (128, 192):
             return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim in [128, 192], but got {qk_nope}"
         if not ctx.has_index_topk:
             return "FlashInfer MLA Sparse requires model with index_topk config"
-        if inputs.use_pcp and inputs.use_dcp:
-            return "FlashInfer MLA Sparse does not support PCP together with DCP"
         return None
 
     def _combination_flash_attn_mla_sparse_fa4(self, inputs, ctx) -> Optional[str]:
-        topk = ctx.index_topk
-        if topk is not None and topk % 128 != 0:
-            return f"FlashAttention MLA Sparse FA4 requires index_topk % 128 == 0, but got {topk}"
-        heads = (ctx.num_heads or 0) * max(1, ctx.decode_context_parallel_size)
-        if heads not in (8, 16, 32, 64, 128):
-            return f"FlashAttention MLA Sparse FA4 requires num_heads * dcp in [8, 16, 32, 64, 128], but got {heads}"
+        # mla/flashattn_mla_sparse.py FlashAttnMLASparseFA4Backend.supports_combination
+        if not self.fa_version_supported(4, ctx):
+            return f"FA4 unavailable: {self._fa4_unsupported_reason(ctx)}"
+        topk = self._index_topk(ctx)
+        if topk is None or topk % 128 != 0:
+            return f"FA4 sparse MLA requires index_topk % 128 == 0, got {topk}"
+        dims = (ctx.kv_lora_rank, ctx.qk_rope_head_dim)
+        if dims != (512, 64):
+            return f"FA4 sparse MLA requires (kv_lora_rank, qk_rope_head_dim) == (512, 64), got {dims}"
+        dcp = ctx.decode_context_parallel_size
+        heads, _kv_heads = self.model_heads(ctx)
+        head_counts = (8, 16, 32, 64) if dcp > 1 else (8, 16, 32, 64, 128)
+        if heads * dcp not in head_counts:
+            return f"FA4 sparse MLA requires {head_counts} gathered query heads, got num_heads={heads} * dcp_size={dcp}"
+        return self._combination_flashinfer_mla_sparse_033(inputs, ctx, name="FLASH_ATTN_MLA_SPARSE_FA4")
+
+    def _fa4_unsupported_reason(self, ctx) -> str:
+        # vllm_flash_attn/flash_attn_interface.py _is_fa4_supported
+        if not ctx.module_present(self.profile.data["flash_attn_modules"]["fa4"]):
+            return "FA4 is unavailable due to: vllm.vllm_flash_attn.cute.interface not found"
+        return "FA4 is only supported on devices with compute capability 9.x, 10.x, or 11.x"
+
+    def _combination_flash_attn_mla_sparse(self, inputs, ctx) -> Optional[str]:
+        # mla/flashattn_mla_sparse.py FlashAttnMLASparseBackend.supports_combination
+        if inputs.kv_cache_dtype not in (None, "auto", "float16", "bfloat16"):
+            return "FlashAttention MLA Sparse currently supports only FP16/BF16 KV cache"
+        if not self.flash_attn_supports_mla(ctx):
+            return "FlashAttention MLA not supported on this device"
+        if ctx.decode_context_parallel_size > 1:
+            return "FlashAttention MLA Sparse does not support DCP for now"
+        if not ctx.has_index_topk:
+            return "FlashAttention MLA Sparse requires model with index_topk"
         return None
+
+    def _combination_flashinfer_mla_sparse_sm90(self, inputs, ctx) -> Optional[str]:
+        # mla/flashinfer_mla_sparse_sm90.py (FlashInfer's SM90 NoPE MLA API assumed present)
+        if not inputs.use_sparse:
+            return "FLASHINFER_MLA_SPARSE_SM90 requires sparse MLA"
+        if ctx.kv_lora_rank != 512:
+            return "FLASHINFER_MLA_SPARSE_SM90 requires kv_lora_rank=512"
+        if ctx.qk_rope_head_dim not in (0, 64):
+            return "FLASHINFER_MLA_SPARSE_SM90 requires qk_rope_head_dim in (0, 64)"
+        return None
+
+    def _combination_flashinfer_mla_sparse_sm120(self, inputs, ctx) -> Optional[str]:
+        # mla/flashinfer_mla_sparse.py FlashInferMLASparseSM120Backend (sparse decode API assumed present)
+        if inputs.dtype != "bfloat16":
+            return "dtype not supported"
+        if inputs.kv_cache_dtype not in (None, "auto", "fp8", "fp8_e4m3", "fp8_ds_mla"):
+            return "kv_cache_dtype not supported"
+        topk = self._index_topk(ctx)
+        if topk is None:
+            return "FLASHINFER_MLA_SPARSE_SM120 requires a model with index_topk config"
+        if int(topk) != 2048:
+            return f"FLASHINFER_MLA_SPARSE_SM120 requires index_topk=2048; got {topk}"
+        return None
+
+    def _combination_flashmla_sparse_033(self, inputs, ctx) -> Optional[str]:
+        # mla/flashmla_sparse.py FlashMLASparseBackend.supports_combination
+        kv = inputs.kv_cache_dtype
+        major, minor = ctx.capability
+        if inputs.head_size == 512:
+            if kv in (None, "auto", "bfloat16", "float16", "fp8_ds_mla") and major == 9:
+                rope = 64 if ctx.qk_rope_head_dim is None else ctx.qk_rope_head_dim
+                if rope != 0:
+                    return "FLASHMLA_SPARSE supports head_size 512 only for rope-free (NoPE) models"
+            else:
+                return (
+                    "FLASHMLA_SPARSE supports head_size 512 only with bf16 or "
+                    f"fp8_ds_mla kv-cache on SM90 (NoPE), got kv_cache_dtype={kv}, "
+                    f"capability=DeviceCapability(major={major}, minor={minor})"
+                )
+        if kv == "nvfp4_ds_mla" and major != 10:
+            return f"FLASHMLA_SPARSE only supports the {kv} kv-cache dtype on SM100 (Blackwell)"
+        return None
+
+
+FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
+
+
+def _intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:
+    """composite.py _intersect_kernel_block_sizes for one pair of entries."""
+    if isinstance(lhs, MultipleOf) and isinstance(rhs, MultipleOf):
+        return MultipleOf(math.lcm(lhs.base, rhs.base))
+    if isinstance(lhs, MultipleOf):
+        return rhs if rhs % lhs.base == 0 else None
+    if isinstance(rhs, MultipleOf):
+        return lhs if lhs % rhs.base == 0 else None
+    return lhs if lhs == rhs else None
 
 
 _RULE_CODE: dict[str, type[RuleCode]] = {"seed_0_17": RuleCode, "vllm_0_33": RuleCode033}
 
 
 _OPTIONAL_SPEC_FIELDS = (
+    "kernel_block_sizes_rule",
+    "composite",
+    "vllm_name",
     "sliding_window",
     "rswa",
     "non_causal",
@@ -583,30 +955,49 @@ class RuleProfile:
         return self.code.priority_list(inputs, ctx)
 
     # --- per-backend facts --------------------------------------------------------------------
-    def kernel_block_sizes(self, backend: str, ctx: "SelectionContext") -> list[KernelBlockSize]:
+    def kernel_block_sizes(
+        self, backend: str, ctx: "SelectionContext", inputs: Optional["SelectorInputs"] = None
+    ) -> list[KernelBlockSize]:
+        """`get_supported_kernel_block_sizes()`; `inputs` (the model's head size, kv dtype, ...) is
+        what 0.33's FLASH_ATTN / FLASHINFER read from the current VllmConfig."""
         spec = self.backend(backend)
+        if spec.composite is not None:
+            return self.code.composite_kernel_block_sizes(spec, ctx, inputs)
+        if spec.kernel_block_sizes_rule is not None:
+            return self.code.kernel_block_sizes_rule(spec, ctx, inputs)
         if spec.kernel_block_sizes_hybrid_float32_mamba and ctx.is_hybrid and ctx.mamba_cache_float32:
             # FlashAttention: only these sizes avoid the NaN problem with float32 Mamba state
             # (vllm-rules §3a FLASH_ATTN; flash-attention issue #1974)
             return list(spec.kernel_block_sizes_hybrid_float32_mamba)
         return list(spec.kernel_block_sizes)
 
-    def supports_block_size(self, backend: str, block_size: Optional[int], ctx: "SelectionContext") -> bool:
+    def supports_block_size(
+        self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
+        inputs: Optional["SelectorInputs"] = None,
+    ) -> bool:
         # AttentionBackend.supports_block_size (vllm-rules §2, seeds/002)
         if block_size is None:
             return True
         if self.block_sizes and block_size not in self.block_sizes:
             return False  # seed: the BlockSize Literal (§2); 0.33 has none (§9)
-        sizes = self.kernel_block_sizes(backend, ctx)
+        sizes = self.kernel_block_sizes(backend, ctx, inputs)
+        if self.backend(backend).composite is not None and not sizes:
+            return False  # composite.py: no common kernel size -> no block size at all
         if not sizes:
             return True
         return any(block_size % (s.base if isinstance(s, MultipleOf) else s) == 0 for s in sizes)
 
-    def preferred_block_size(self, backend: str, ctx: "SelectionContext", default: Optional[int] = None) -> int:
+    def preferred_block_size(
+        self, backend: str, ctx: "SelectionContext", default: Optional[int] = None,
+        inputs: Optional["SelectorInputs"] = None,
+    ) -> int:
         # get_preferred_block_size(default) as quoted in vllm-rules §2 (v0.18.0+ text; seed assumed equal)
         default = self.params["default_block_size"] if default is None else default
-        sizes = self.kernel_block_sizes(backend, ctx)
-        if not sizes or self.supports_block_size(backend, default, ctx):
+        override = self.code.preferred_block_size_override(self.backend(backend), ctx, inputs, default)
+        if override is not None:
+            return override
+        sizes = self.kernel_block_sizes(backend, ctx, inputs)
+        if not sizes or self.supports_block_size(backend, default, ctx, inputs):
             return default
         return min(s.base if isinstance(s, MultipleOf) else s for s in sizes)
 
@@ -681,15 +1072,15 @@ class RuleProfile:
             return [self.code.import_failure_reason(missing)]
         code = self.code
         reasons: list[str] = []
-        if not self.supports_head_size(spec, inputs.head_size, ctx):
+        if not self.head_size_ok(spec, inputs.head_size, ctx):
             reasons.append("head_size not supported")
-        if inputs.dtype not in spec.dtypes:
+        if not self.dtype_ok(spec, inputs.dtype):
             reasons.append("dtype not supported")
-        if not code.supports_kv_cache_dtype(spec, inputs.kv_cache_dtype, ctx):
+        if not self.kv_cache_dtype_ok(spec, inputs.kv_cache_dtype, ctx):
             reasons.append("kv_cache_dtype not supported")
-        if not self.supports_block_size(backend, inputs.block_size, ctx):
+        if not self.supports_block_size(backend, inputs.block_size, ctx, inputs):
             reasons.append("block_size not supported")
-        if inputs.use_mm_prefix and not code.supports_mm_prefix(spec, ctx):
+        if inputs.use_mm_prefix and not self.mm_prefix_ok(spec, ctx):
             reasons.append("partial multimodal token full attention not supported")
         if inputs.use_mla != spec.mla:
             reasons.append("MLA not supported" if inputs.use_mla else "non-MLA not supported")
@@ -703,7 +1094,7 @@ class RuleProfile:
             and not code.supports_per_head_quant_scales(spec, ctx)
         ):
             reasons.append("per-head quant scales not supported")
-        if not self.supports_capability(spec, ctx.capability):
+        if not self.capability_ok(spec, ctx.capability):
             reasons.append("compute capability not supported")
         if not self.supports_attn_type(spec, inputs.attn_type):
             reasons.append(f"attention type {attn_type_str(inputs.attn_type)} not supported")
@@ -713,11 +1104,55 @@ class RuleProfile:
             reasons.append(combination)
         return reasons
 
+    # --- single checks; a composite backend combines its two children's (composite.py) ---------
+    def _children(self, spec: BackendSpec) -> list[BackendSpec]:
+        return [self.backend(spec.composite["general"]), self.backend(spec.composite["causal"])]
+
+    def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            listed = spec.composite.get("head_sizes") or []
+            return (not listed or head_size in listed) and all(
+                self.head_size_ok(child, head_size, ctx) for child in self._children(spec)
+            )
+        return self.supports_head_size(spec, head_size, ctx)
+
+    def dtype_ok(self, spec: BackendSpec, dtype: str) -> bool:
+        if spec.composite is not None:
+            return all(self.dtype_ok(child, dtype) for child in self._children(spec))
+        return dtype in spec.dtypes
+
+    def kv_cache_dtype_ok(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            return all(self.kv_cache_dtype_ok(child, kv_cache_dtype, ctx) for child in self._children(spec))
+        return self.code.supports_kv_cache_dtype(spec, kv_cache_dtype, ctx)
+
+    def mm_prefix_ok(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            # MMPrefixAttentionRouting: only the general child (variant 0) sees image masks
+            return self.mm_prefix_ok(self._children(spec)[0], ctx)
+        return self.code.supports_mm_prefix(spec, ctx)
+
+    def capability_ok(self, spec: BackendSpec, capability: tuple[int, int]) -> bool:
+        if spec.composite is not None:
+            major = spec.composite.get("device_major")
+            general, causal = self._children(spec)
+            causal_major = spec.composite.get("causal_capability_major")
+            return (
+                (major is None or capability[0] == major)
+                and self.capability_ok(general, capability)
+                and (causal_major is None or capability[0] == causal_major)
+                and self.capability_ok(causal, capability)
+            )
+        return self.supports_capability(spec, capability)
+
+    def flag_ok(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None and attr in ("sliding_window", "rswa"):
+            return all(self.flag_ok(child, attr, ctx) for child in self._children(spec))
+        return self.code.supports_flag(spec, attr, ctx)
+
     def _new_input_reasons(self, spec: BackendSpec, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
-        """The checks 0.33 appends after the attention type (vllm/v1/attention/backend.py
-        `validate_configuration`, order read from a v0.29+-era copy; R-SWA placed after sliding
-        window, which the reference lists next to it but the copy read does not have)."""
-        code = self.code
+        """The checks 0.33 appends after the attention type, in the order of vLLM 0.33.0's
+        vllm/v1/attention/backend.py `validate_configuration` (R-SWA right after sliding window)."""
         reasons: list[str] = []
         for field_name, attr, reason in _NEW_INPUT_CHECKS:
             if not self.has_selector_field(field_name) or not getattr(inputs, field_name):
@@ -725,7 +1160,7 @@ class RuleProfile:
             if field_name == "use_non_causal" and attr == "non_causal_dcp":
                 if not (inputs.use_mla and inputs.use_dcp):
                     continue
-            if not code.supports_flag(spec, attr, ctx):
+            if not self.flag_ok(spec, attr, ctx):
                 reasons.append(reason)
         return reasons
 

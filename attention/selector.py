@@ -154,9 +154,13 @@ class SelectionContext:
     # top-k for FLASH_ATTN_MLA_SPARSE_FA4, and the context-parallel sizes behind use_dcp/use_pcp.
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
     index_topk: Optional[int] = None
     decode_context_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
+    # KV heads per GPU (0.33 FlashInfer: GQA on CC 10.x with TRT-LLM allows kernel blocks up to
+    # 1024); None = unknown, read as "not GQA"
+    num_kv_heads: Optional[int] = None
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -332,7 +336,10 @@ def select_attention_backend(
 
 
 # --- kernel block size (tune needs it) --------------------------------------------------------------
-def kernel_block_size_for(profile: RuleProfile, backend: str, block_size: int, ctx: SelectionContext) -> int:
+def kernel_block_size_for(
+    profile: RuleProfile, backend: str, block_size: int, ctx: SelectionContext,
+    inputs: Optional[SelectorInputs] = None,
+) -> int:
     """The kernel block size vLLM's GPU runner uses for a framework block of `block_size`.
 
     vLLM's `select_common_block_size` (vllm/v1/worker/utils.py, called from
@@ -341,7 +348,7 @@ def kernel_block_size_for(profile: RuleProfile, backend: str, block_size: int, c
     or a MultipleOf it satisfies); otherwise the largest int kernel size that divides it. Each
     framework block is then split into block_size // kernel_block_size kernel blocks.
     """
-    sizes = profile.kernel_block_sizes(backend, ctx)
+    sizes = profile.kernel_block_sizes(backend, ctx, inputs)
 
     def accepted(size: int) -> bool:
         return any(
@@ -540,7 +547,8 @@ def _log_precluded_by_block_size(run: _Run, cfg: SelectorInputs, chosen: str, va
 
 # --- 0.33 block-size flow (vllm-rules §9 "Block-size flow") -----------------------------------------
 def common_block_size(
-    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None
+    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None,
+    inputs: Optional[SelectorInputs] = None,
 ) -> int:
     """`Platform.update_block_size_for_backend` (0.33): one block size every layer's backend accepts.
 
@@ -551,16 +559,16 @@ def common_block_size(
     default = profile.params["default_block_size"] if default is None else default
     names = list(dict.fromkeys(backends))
     if len(names) == 1:
-        return profile.preferred_block_size(names[0], ctx, default)
+        return profile.preferred_block_size(names[0], ctx, default, inputs)
 
     def accepted(size: int) -> bool:
-        return all(profile.supports_block_size(name, size, ctx) for name in names)
+        return all(profile.supports_block_size(name, size, ctx, inputs) for name in names)
 
-    preferred_lcm = math.lcm(*(profile.preferred_block_size(name, ctx, default) for name in names))
+    preferred_lcm = math.lcm(*(profile.preferred_block_size(name, ctx, default, inputs) for name in names))
     if accepted(preferred_lcm):
         return preferred_lcm
     choices = [
-        [s.base if isinstance(s, MultipleOf) else s for s in profile.kernel_block_sizes(name, ctx)] or [default]
+        [s.base if isinstance(s, MultipleOf) else s for s in profile.kernel_block_sizes(name, ctx, inputs)] or [default]
         for name in names
     ]
     candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
@@ -585,7 +593,7 @@ def _update_block_size_for_backend_033(run: _Run, inputs: SelectorInputs, backen
     """0.33: the user's --block-size is kept; otherwise one size for every layer backend."""
     if inputs.block_size is not None:
         return inputs.block_size  # cache_config.user_specified_block_size
-    size = common_block_size(run.profile, backends, run.ctx)
+    size = common_block_size(run.profile, backends, run.ctx, inputs=inputs)
     run.log(
         "info",
         f"Setting kv cache block size to {size} for {', '.join(dict.fromkeys(backends))} backend(s).",
@@ -712,10 +720,10 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
     kernel_sizes = None
     layout = None
     if selected is not None:
-        kernel_sizes = tuple(profile.kernel_block_sizes(selected, ctx))
+        kernel_sizes = tuple(profile.kernel_block_sizes(selected, ctx, inputs))
         layout = profile.required_kv_cache_layout(selected, ctx)
         if block_size is not None:
-            kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx)
+            kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
         if selected == "FLASHINFER" and ctx.capability[0] == 10 and inputs.head_size == 256 and kernel_block_size == 16:
             notes.append(
                 "vLLM then fails at run time: There is a bug in FlashInfer block_size 16 head size 256 "

@@ -109,6 +109,8 @@ class _Request:
     dcp: int = 1
     pcp: int = 1
     per_head_quant_scales: bool = False
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
 
 
 def _model_facts(model: str, req: _Request, capability, gpu_name, model_rules: str):
@@ -190,8 +192,8 @@ def _build(req: _Request, facts: Any, capability, gpu_name, importable, profile=
         flash_attn_version_override=req.flash_attn_version,
         importable=importable,
         gpu_name=gpu_name,
-        qk_rope_head_dim=getattr(facts, "qk_rope_head_dim", None),
-        v_head_dim=getattr(facts, "v_head_dim", None),
+        qk_rope_head_dim=_pick(req.qk_rope_head_dim, getattr(facts, "qk_rope_head_dim", None), None),
+        v_head_dim=_pick(req.v_head_dim, getattr(facts, "v_head_dim", None), None),
         index_topk=getattr(facts, "index_topk", None),
         decode_context_parallel_size=req.dcp,
         prefill_context_parallel_size=req.pcp,
@@ -293,6 +295,8 @@ def register(app: typer.Typer) -> None:
         dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (0.33 input: DCP when > 1)."),
         pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (0.33 input: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
+        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (0.33 TOKENSPEED_MLA / sparse rules)."),
+        v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (0.33 TOKENSPEED_MLA rule)."),
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
@@ -318,7 +322,7 @@ def register(app: typer.Typer) -> None:
             qk_nope_head_dim, index_topk, flash_attn_version, use_trtllm_attention, batch_invariant,
             flashinfer_cubin, hybrid, mamba_cache_float32, mm_encoder_attn_backend,
             sliding_window=sliding_window, non_causal=non_causal, kv_connector=kv_connector, dcp=dcp, pcp=pcp,
-            per_head_quant_scales=per_head_quant_scales,
+            per_head_quant_scales=per_head_quant_scales, qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim,
         )
         if gpu is not None and gpu.strip().lower() == "all":
             if model is not None or live or compare_live:

@@ -30,14 +30,17 @@ CASES = [
     ("FLASH_ATTN", A100, {"head_size": 320}, {}, ["head_size not supported"]),  # no FA4 on 8.x: <=256
     ("FLASH_ATTN", H100, {"kv_cache_dtype": "fp8"}, {}, []),  # FA3 on SM90
     ("FLASH_ATTN", B200, {"kv_cache_dtype": "fp8_e4m3"}, {}, []),  # FA4 on SM100
-    ("FLASH_ATTN", A100, {"kv_cache_dtype": "fp8"}, {}, [FP8_MSG]),
-    ("FLASH_ATTN", H100, {"kv_cache_dtype": "fp8_e5m2"}, {}, ["kv_cache_dtype not supported"]),  # kv list
+    # fp8 outside SM90/SM100: supports_kv_cache_dtype asks FA too, AND supports_combination says why
+    # (vLLM 0.33 flash_attn.py; recorded in tests/fixtures/parity/parity_033.json)
+    ("FLASH_ATTN", A100, {"kv_cache_dtype": "fp8"}, {}, ["kv_cache_dtype not supported", FP8_MSG]),
+    ("FLASH_ATTN", H100, {"kv_cache_dtype": "fp8_e5m2"}, {}, ["kv_cache_dtype not supported", FP8_MSG]),
     ("FLASH_ATTN", H100, {"kv_cache_dtype": "float16"}, {}, []),
     ("FLASH_ATTN", H100, {"kv_cache_dtype": "fp8", "use_mm_prefix": True}, {},
      ["SM90 FP8 KV with mm_prefix requires Triton"]),
     ("FLASH_ATTN", H100, {"head_size": 256, "use_mm_prefix": True}, {}, [MM_FA4_MSG]),  # FA3 resolves for 256
     ("FLASH_ATTN", H100, {"head_size": 512, "use_mm_prefix": True}, {}, []),  # FA3 -> FA4 for head > 256
-    ("FLASH_ATTN", A100, {"use_mm_prefix": True}, {}, ["partial multimodal token full attention not supported"]),
+    # no FA4 on 8.x: mm_prefix unsupported, and the combination check says FA4 does not resolve
+    ("FLASH_ATTN", A100, {"use_mm_prefix": True}, {}, ["partial multimodal token full attention not supported", MM_FA4_MSG]),
     ("FLASH_ATTN", H100, {"has_sink": True}, {}, []),  # sink iff FA 3 or 4
     ("FLASH_ATTN", B200, {"has_sink": True}, {}, []),
     ("FLASH_ATTN", H100, {"has_sliding_window": True, "use_rswa": True, "use_non_causal": True,

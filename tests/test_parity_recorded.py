@@ -1,0 +1,148 @@
+"""Parity with vLLM's OWN selector, replayed on CPU without vLLM.
+
+tests/fixtures/parity/parity_0*.json hold answers that the real vLLM (0.33.0 from PyPI, and 0.17.0
+whose backend classes are the seed's, vllm-rules §1) gave in bench/parity_live.py: the priority list
+of `CudaPlatformBase.get_valid_backends` for the target capability, every backend's
+`validate_configuration` reasons, the explicit `--attention-backend`'s reasons, the selected backend
+and (0.33) `get_preferred_block_size(16)`. Each recorded case is run through attnsel's rule profile
+and must give exactly vLLM's answer -- through the library (`explain`) and, where the case's inputs
+are all `attnsel explain` flags, through `explain --json`.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnsel.attention.rules import get_profile
+from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
+from attnsel.cli.app import app
+
+FIXTURES = Path(__file__).parent / "fixtures" / "parity"
+RECORDS = {name: json.loads((FIXTURES / f"parity_{name}.json").read_text()) for name in ("033", "017")}
+PROFILES = {"033": "0.33", "017": "seed"}
+
+
+def _cases(name):
+    doc = RECORDS[name]
+    return [pytest.param(name, case, id=f"{name}-{i}") for i, case in enumerate(doc["cases"])]
+
+
+def _inputs_and_context(case):
+    ctx_kw = dict(case["context"])
+    ctx_kw["capability"] = tuple(ctx_kw["capability"])
+    return SelectorInputs(**case["inputs"]), SelectionContext(**ctx_kw)
+
+
+@pytest.mark.parametrize("record", ["033", "017"])
+def test_recordings_come_from_a_large_clean_sweep(record):
+    doc = RECORDS[record]
+    assert doc["vllm_version"] == {"033": "0.33.0", "017": "0.17.0"}[record]
+    # the issue bar: many thousands of cases, every capability 7.0-12.1, no mismatch
+    assert doc["cases_compared"] >= 50000 and doc["mismatching_cases"] == 0
+    assert doc["coverage_values"]["capability"] == [
+        "10.0", "10.3", "11.0", "12.0", "12.1", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"
+    ]
+    assert len(doc["cases"]) >= 150
+
+
+@pytest.mark.parametrize("record,case", _cases("033") + _cases("017"))
+def test_profile_gives_vllms_recorded_answer(record, case):
+    profile = get_profile(PROFILES[record])
+    inputs, ctx = _inputs_and_context(case)
+    ours = explain(profile, inputs, ctx)
+    vllm = case["vllm"]
+    assert [[b.name, b.priority, list(b.reasons)] for b in ours.backends] == vllm["backends"]
+    if vllm["explicit_backend"] is not None:
+        assert [ours.explicit_backend.name, list(ours.explicit_backend.reasons)] == vllm["explicit_backend"]
+    assert ours.selected == vllm["selected"]
+    if vllm["selected"] is not None and vllm["block_size"] is not None:
+        assert ours.block_size == vllm["block_size"]
+    # the AttentionSelectorConfig text vLLM puts in "No valid attention backend found ... with {cfg}"
+    assert inputs.vllm_repr(profile) == vllm["config_repr"]
+
+
+# context fields `attnsel explain` has a flag for (others: library only)
+_CLI_CONTEXT = {
+    "capability", "user_backend", "num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "has_index_topk", "flash_attn_version_override", "use_trtllm_attention", "batch_invariant",
+    "has_flashinfer_cubin", "decode_context_parallel_size", "prefill_context_parallel_size",
+}
+_CLI_INPUTS = {
+    "head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse", "use_mm_prefix",
+    "attn_type", "has_sliding_window", "use_non_causal", "use_kv_connector", "use_per_head_quant_scales",
+    "use_batch_invariant", "use_dcp", "use_pcp",
+}
+
+
+def _cli_args(record, case):
+    inputs, ctx = case["inputs"], case["context"]
+    if set(ctx) - _CLI_CONTEXT or {k for k, v in inputs.items() if v} - _CLI_INPUTS:
+        return None
+    if ctx.get("has_index_topk") is False or ctx.get("index_topk") not in (None, 2048):
+        return None
+    major, minor = ctx["capability"]
+    args = ["explain", "--json", "--vllm-version", PROFILES[record], "--capability", f"{major}.{minor}",
+            "--head-size", str(inputs["head_size"]), "--dtype", inputs["dtype"],
+            "--kv-cache-dtype", inputs["kv_cache_dtype"], "--attn-type", inputs.get("attn_type", "decoder")]
+    if inputs.get("block_size") is not None:
+        args += ["--block-size", str(inputs["block_size"])]
+    for key, flag in (("use_mla", "--use-mla"), ("has_sink", "--has-sink"), ("use_sparse", "--use-sparse"),
+                      ("use_mm_prefix", "--use-mm-prefix"), ("has_sliding_window", "--sliding-window"),
+                      ("use_non_causal", "--non-causal"), ("use_kv_connector", "--kv-connector"),
+                      ("use_per_head_quant_scales", "--per-head-quant-scales")):
+        if inputs.get(key):
+            args.append(flag)
+    args.append("--index-topk" if ctx.get("has_index_topk") else "--no-index-topk")
+    for key, flag in (("user_backend", "--attention-backend"), ("num_heads", "--num-heads"),
+                      ("qk_nope_head_dim", "--qk-nope-head-dim"), ("qk_rope_head_dim", "--qk-rope-head-dim"),
+                      ("v_head_dim", "--v-head-dim"), ("flash_attn_version_override", "--flash-attn-version"),
+                      ("decode_context_parallel_size", "--dcp"), ("prefill_context_parallel_size", "--pcp")):
+        if ctx.get(key) is not None:
+            args += [flag, str(ctx[key])]
+    if ctx.get("use_trtllm_attention") is not None:
+        args.append("--use-trtllm-attention" if ctx["use_trtllm_attention"] else "--no-use-trtllm-attention")
+    if ctx.get("batch_invariant"):
+        args.append("--batch-invariant")
+    if ctx.get("has_flashinfer_cubin") is False:
+        args.append("--no-flashinfer-cubin")
+    return args
+
+
+def _cli_cases():
+    params = []
+    for record in ("033", "017"):
+        for i, case in enumerate(RECORDS[record]["cases"]):
+            args = _cli_args(record, case)
+            if args is not None:
+                params.append(pytest.param(record, case, args, id=f"{record}-{i}"))
+    return params[::3]  # a third of them keeps the CLI part fast
+
+
+@pytest.mark.parametrize("record,case,args", _cli_cases())
+def test_explain_json_gives_vllms_recorded_answer(record, case, args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    doc = json.loads(result.stdout)
+    vllm = case["vllm"]
+    assert [[b["name"], b["priority"], b["reasons"]] for b in doc["backends"]] == vllm["backends"]
+    assert doc["selected"] == vllm["selected"]
+    if vllm["explicit_backend"] is not None:
+        assert [doc["explicit_backend"]["name"], doc["explicit_backend"]["reasons"]] == vllm["explicit_backend"]
+
+
+@pytest.mark.parametrize("record", ["033", "017"])
+def test_vit_backend_is_vllms_recorded_choice(record):
+    # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (vllm-rules §8,
+    # §9 ViT), recorded for every capability x dtype x head size
+    from attnsel.attention.vit import vit_backend
+
+    profile = get_profile(PROFILES[record])
+    vit = RECORDS[record]["vit"]
+    assert len(vit["answers"]) == 33
+    for key, row in vit["answers"].items():
+        capability, dtype = key.split("/")
+        cc = tuple(int(part) for part in capability.split("."))
+        ours = [vit_backend(profile, head, dtype, cc).backend for head in vit["heads"]]
+        assert ours == row, key
