@@ -297,13 +297,18 @@ class RuleCode:
 
     def _combination_flashmla(self, inputs, ctx) -> Optional[str]:
         # FlashMLABackend.supports_combination returns is_flashmla_{sparse,dense}_supported()[1]
+        return self._flashmla_support_reason(inputs, ctx, sparse_devices="Hopper and Blackwell devices")
+
+    def _flashmla_support_reason(self, inputs, ctx, *, sparse_devices: str) -> Optional[str]:
+        """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (vllm-rules §3b);
+        0.33 words the sparse message "Hopper and Blackwell DC devices" (§9)."""
         unavailable = self._flashmla_available_reason(ctx)
         if unavailable is not None:
             return unavailable
         major = ctx.capability[0]
         if inputs.use_sparse:
             if major not in (9, 10):
-                return "FlashMLA Sparse is only supported on Hopper and Blackwell devices."
+                return f"FlashMLA Sparse is only supported on {sparse_devices}."
             return None
         if major != 9:
             return "FlashMLA Dense is only supported on Hopper devices."
@@ -698,17 +703,7 @@ class RuleCode033(RuleCode):
 
     def _flashmla_033(self, inputs, ctx) -> Optional[str]:
         # mla/flashmla.py -> v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported
-        unavailable = self._flashmla_available_reason(ctx)
-        if unavailable is not None:
-            return unavailable
-        major = ctx.capability[0]
-        if inputs.use_sparse:
-            if major not in (9, 10):
-                return "FlashMLA Sparse is only supported on Hopper and Blackwell DC devices."
-            return None
-        if major != 9:
-            return "FlashMLA Dense is only supported on Hopper devices."
-        return None
+        return self._flashmla_support_reason(inputs, ctx, sparse_devices="Hopper and Blackwell DC devices")
 
     _combination_flashmla_033 = _flashmla_033
 
