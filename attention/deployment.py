@@ -317,43 +317,17 @@ def _attention_hint(e: Any) -> str:
 
 
 def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: Optional[str]) -> Any:
-    """`explain` for the model's derived facts (attention/model_config.py) and the deployment's flags."""
-    from attnsel.attention import selector
-    from attnsel.attention.rules import block_size_cli_error
+    """`explain` for the model's derived facts (attention/model_config.py) and the deployment's flags:
+    the same inputs `attnsel explain --model` builds (attention/request.py)."""
+    from attnsel.attention.request import SelectionRequest, build_selection, explain_selection
 
-    # the model-derived part of what `attnsel explain --model` feeds the selector (cli/explain_cmd.py)
-    inputs = selector.SelectorInputs(
-        head_size=facts.head_size,
-        dtype=facts.dtype,
-        kv_cache_dtype=deployment.kv_cache_dtype or facts.kv_cache_dtype_forced or "auto",
+    request = SelectionRequest(
+        kv_cache_dtype=deployment.kv_cache_dtype or None,
         block_size=deployment.block_size,
-        use_mla=facts.use_mla,
-        has_sink=facts.has_sink,
-        use_sparse=facts.use_sparse,
-        use_mm_prefix=facts.use_mm_prefix,
-        attn_type=facts.attn_type,
-        has_sliding_window=getattr(facts, "sliding_window", None) is not None,  # a 0.33 input (vllm-rules §9)
+        attention_backend=deployment.attention_backend,
     )
-    ctx = selector.SelectionContext(
-        capability=tuple(capability),
-        num_heads=facts.num_heads_per_gpu,
-        user_backend=deployment.attention_backend,
-        is_hybrid=facts.is_hybrid,
-        is_attention_free=facts.is_attention_free,
-        mamba_cache_float32=facts.mamba_cache_float32,
-        qk_nope_head_dim=facts.qk_nope_head_dim,
-        has_index_topk=facts.has_index_topk,
-        gpu_name=gpu_name,
-        qk_rope_head_dim=getattr(facts, "qk_rope_head_dim", None),
-        v_head_dim=getattr(facts, "v_head_dim", None),
-        index_topk=getattr(facts, "index_topk", None),
-    )
-    explanation = selector.explain(profile, inputs, ctx)
-    cli_error = block_size_cli_error(profile, deployment.block_size)
-    if cli_error is not None:
-        explanation = dataclasses.replace(explanation, error=cli_error, error_type="argparse error",
-                                          error_phase="cli", selected=None)
-    return explanation
+    inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability, gpu_name=gpu_name)
+    return explain_selection(profile, inputs, ctx, notes)
 
 
 @dataclass

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import EXIT_FAILED, CheckFailed, UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.request import SelectionRequest
 
 ATTN_TYPES = ("decoder", "encoder", "encoder_only", "encoder_decoder")
+DEFAULT_SOURCE = "bundled default"
 
 
 def parse_capability(text: str) -> tuple[int, int]:
@@ -77,151 +83,76 @@ def _resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> tuple[Optiona
     return _detect_gpu()
 
 
-@dataclasses.dataclass
-class _Request:
-    """Everything the command line gave, before a model config fills the gaps."""
-
-    head_size: Optional[int]
-    dtype: Optional[str]
-    kv_cache_dtype: Optional[str]
-    block_size: Optional[int]
-    attention_backend: Optional[str]
-    use_mla: Optional[bool]
-    has_sink: Optional[bool]
-    use_sparse: Optional[bool]
-    use_mm_prefix: Optional[bool]
-    attn_type: Optional[str]
-    num_heads: Optional[int]
-    tensor_parallel_size: int
-    qk_nope_head_dim: Optional[int]
-    index_topk: Optional[bool]
-    flash_attn_version: Optional[int]
-    use_trtllm_attention: Optional[bool]
-    batch_invariant: bool
-    flashinfer_cubin: bool
-    hybrid: Optional[bool]
-    mamba_cache_float32: Optional[bool]
-    mm_encoder_attn_backend: Optional[str]
-    # vLLM 0.33 selector inputs (vllm-rules §9)
-    sliding_window: Optional[bool] = None
-    non_causal: bool = False
-    kv_connector: bool = False
-    dcp: int = 1
-    pcp: int = 1
-    per_head_quant_scales: bool = False
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
+# --index-topk alone (the model config has index_topk) or --index-topk N (its value): Typer has no
+# optional-value options, so `--index-topk N` is rewritten to `--index-topk --index-topk-value N`.
+INDEX_TOPK_FLAG = "--index-topk"
+INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 
-def _model_facts(model: str, req: _Request, capability, gpu_name, model_rules: str):
-    """Hook for the config helper (attention/model_config.py); None when it is not installed."""
-    try:
-        from attnsel.attention import model_config
-    except ImportError:
-        raise UserInputError("--model needs attnsel.attention.model_config, which is not available") from None
-    hf_config = model_config.load_model_config(model)
-    dtype = req.dtype or "auto"
+class _ExplainCommand(TyperCommand):
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, rewrite_index_topk(args))
+
+
+def rewrite_index_topk(args: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith(INDEX_TOPK_FLAG + "="):
+            out += [INDEX_TOPK_FLAG, INDEX_TOPK_VALUE_FLAG, arg.split("=", 1)[1]]
+        elif arg == INDEX_TOPK_FLAG and i + 1 < len(args) and args[i + 1].lstrip("-").isdigit():
+            out += [INDEX_TOPK_FLAG, INDEX_TOPK_VALUE_FLAG, args[i + 1]]
+            i += 1
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelChoice:
+    """Which model config explain reads: --model, or the bundled default when no head size is given."""
+
+    name: str
+    source: str  # "bundled default" | "catalog" | "path"
+
+
+def _model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[_ModelChoice]:
+    from attnsel.attention import model_config
+
+    if model is not None:
+        is_catalog = not Path(model).expanduser().exists() and model in model_config.list_catalog()
+        return _ModelChoice(model, "catalog" if is_catalog else "path")
+    if head_size is None:
+        return _ModelChoice(model_config.DEFAULT_MODEL, DEFAULT_SOURCE)
+    return None
+
+
+def _model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules: str):
+    from attnsel.attention import model_config
+
     return model_config.derive_model_facts(
-        hf_config,
-        capability=capability,
-        dtype=dtype,
-        tensor_parallel_size=req.tensor_parallel_size,
-        gpu_name=gpu_name,
-        profile=model_rules,
+        hf_config, capability=capability, dtype=dtype or "auto", tensor_parallel_size=tp,
+        gpu_name=gpu_name, profile=model_rules,
     )
 
 
-def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
-    if explicit is not None:
-        return explicit
-    if from_model is not None:
-        return from_model
-    return default
+def _explain_one(profile, inputs, ctx, choice, notes=()):
+    from attnsel.attention.request import explain_selection
 
-
-def _build(req: _Request, facts: Any, capability, gpu_name, importable, profile=None):
-    from attnsel.attention.selector import SelectionContext, SelectorInputs, normalize_dtype
-
-    def has_field(name: str) -> bool:
-        return profile is None or profile.has_selector_field(name)
-
-    if req.head_size is None and facts is None:
-        raise UserInputError("pass --head-size N (or --model PATH)")
-    if facts is not None:
-        dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
-    else:
-        dtype = normalize_dtype(req.dtype or "auto", capability)
-    kv = _pick(req.kv_cache_dtype, getattr(facts, "kv_cache_dtype_forced", None), "auto")
-    use_sparse = bool(_pick(req.use_sparse, getattr(facts, "use_sparse", None), False))
-    inputs = SelectorInputs(
-        head_size=_pick(req.head_size, getattr(facts, "head_size", None), None),
-        dtype=dtype,
-        kv_cache_dtype=kv,
-        block_size=req.block_size,
-        use_mla=bool(_pick(req.use_mla, getattr(facts, "use_mla", None), False)),
-        has_sink=bool(_pick(req.has_sink, getattr(facts, "has_sink", None), False)),
-        use_sparse=use_sparse,
-        use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
-        attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
-        use_per_head_quant_scales=req.per_head_quant_scales,
-        # 0.33 inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
-        has_sliding_window=bool(_pick(req.sliding_window, _has_window(facts), False)),
-        use_non_causal=req.non_causal,
-        # VLLM_BATCH_INVARIANT is also a selector input from 0.33 on; the seed reads it elsewhere
-        use_batch_invariant=req.batch_invariant and has_field("use_batch_invariant"),
-        use_kv_connector=req.kv_connector,
-        use_dcp=req.dcp > 1,
-        use_pcp=req.pcp > 1,
-    )
-    model_float32 = None
-    if facts is not None:
-        model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
-    ctx = SelectionContext(
-        capability=capability,
-        num_heads=_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
-        user_backend=req.attention_backend,
-        is_hybrid=bool(_pick(req.hybrid, getattr(facts, "is_hybrid", None), False)),
-        is_attention_free=bool(getattr(facts, "is_attention_free", False)),
-        mamba_cache_float32=bool(_pick(req.mamba_cache_float32, model_float32, False)),
-        qk_nope_head_dim=_pick(req.qk_nope_head_dim, getattr(facts, "qk_nope_head_dim", None), None),
-        # vLLM's use_sparse *is* `hasattr(hf_config, "index_topk")` for MLA models (vllm-rules §6)
-        has_index_topk=bool(_pick(req.index_topk, getattr(facts, "has_index_topk", None), use_sparse)),
-        use_trtllm_attention=req.use_trtllm_attention,
-        batch_invariant=req.batch_invariant,
-        has_flashinfer_cubin=req.flashinfer_cubin,
-        flash_attn_version_override=req.flash_attn_version,
-        importable=importable,
-        gpu_name=gpu_name,
-        qk_rope_head_dim=_pick(req.qk_rope_head_dim, getattr(facts, "qk_rope_head_dim", None), None),
-        v_head_dim=_pick(req.v_head_dim, getattr(facts, "v_head_dim", None), None),
-        index_topk=getattr(facts, "index_topk", None),
-        decode_context_parallel_size=req.dcp,
-        prefill_context_parallel_size=req.pcp,
-    )
-    return inputs, ctx
-
-
-def _has_window(facts: Any) -> Optional[bool]:
-    if facts is None:
-        return None
-    return getattr(facts, "sliding_window", None) is not None
-
-
-def _explain_one(profile, inputs, ctx, choice):
-    from attnsel.attention.rules import block_size_cli_error
-    from attnsel.attention.selector import explain
-
-    expl = explain(profile, inputs, ctx)
-    cli_error = block_size_cli_error(profile, inputs.block_size)
-    if cli_error is not None:
-        expl = dataclasses.replace(expl, error=cli_error, error_type="argparse error", error_phase="cli", selected=None)
+    expl = explain_selection(profile, inputs, ctx, list(notes))
     return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason)
 
 
-def _model_section(facts: Any, profile, capability, vit_override: Optional[str], importable) -> Optional[dict]:
+def _model_section(
+    choice: Optional[_ModelChoice], facts: Any, profile, capability, vit_override: Optional[str], importable
+) -> Optional[dict]:
     if facts is None:
         return None
     section: dict[str, Any] = {
+        "name": choice.name if choice else None,
+        "source": choice.source if choice else None,
         "model_type": getattr(facts, "model_type", None),
         "warnings": list(getattr(facts, "warnings", ()) or ()),
         "infos": list(getattr(facts, "infos", ()) or ()),
@@ -243,24 +174,53 @@ def _model_section(facts: Any, profile, capability, vit_override: Optional[str],
     return section
 
 
-def _run_matrix(req: _Request, choice, as_json: bool, importable) -> None:
+def _run_matrix(req: SelectionRequest, tp: int, model: Optional[_ModelChoice], choice, as_json: bool, importable) -> None:
+    """One row per GPU family of the built-in table; with a model, its facts are derived again for
+    each GPU (--dtype auto resolves per capability, vllm-rules §6)."""
     from attnsel.probe.gpu_table import families
     from attnsel.reports.explain_report import MatrixRow, matrix_to_dict, render_matrix
 
-    if req.head_size is None:
-        raise UserInputError("--gpu all needs --head-size N (the matrix uses explicit inputs)")
+    from attnsel.attention.request import build_selection
+
+    profile = choice.profile
+    hf_config = _load_config(model) if model is not None else None
     rows = []
     for family, spec in families():
-        inputs, ctx = _build(req, None, spec.compute_capability, spec.name, importable, choice.profile)
-        rows.append(MatrixRow(family, spec.key, _explain_one(choice.profile, inputs, ctx, choice)))
+        cc = spec.compute_capability
+        facts = None
+        if hf_config is not None:
+            try:
+                facts = _model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.data.get("model_rules", "seed"))
+            except CheckFailed as exc:  # vLLM refuses the model config on this GPU (e.g. no float16)
+                rows.append(MatrixRow(family, spec.key, None, capability=cc, model_error=exc.message))
+                continue
+        inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc,
+                                             gpu_name=spec.name, importable=importable)
+        expl = _explain_one(profile, inputs, ctx, choice, notes)
+        warnings = tuple(facts.warnings) if facts is not None else ()
+        rows.append(MatrixRow(family, spec.key, expl, capability=cc, model_warnings=warnings))
+    model_doc = _model_doc(model, hf_config)
     if as_json:
-        print_json(matrix_to_dict(rows))
+        print_json(matrix_to_dict(rows, model=model_doc, profile=profile))
     else:
-        render_matrix(rows, stdout_console())
+        render_matrix(rows, stdout_console(), model=model_doc, profile=profile)
+
+
+def _load_config(model: _ModelChoice) -> dict:
+    from attnsel.attention import model_config
+
+    return model_config.load_model_config(model.name)
+
+
+def _model_doc(model: Optional[_ModelChoice], hf_config: Optional[dict]) -> Optional[dict]:
+    if model is None:
+        return None
+    model_type = hf_config.get("model_type") if hf_config else None
+    return {"name": model.name, "source": model.source, "model_type": model_type}
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("explain")
+    @app.command("explain", cls=_ExplainCommand)
     @handle_errors
     def explain_command(
         model: Optional[str] = typer.Option(None, "--model", help="Model config.json (path, folder or catalog name)."),
@@ -279,7 +239,12 @@ def register(app: typer.Typer) -> None:
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
         capability: Optional[str] = typer.Option(None, "--capability", help="Compute capability X.Y (overrides --gpu's)."),
         qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA qk_nope_head_dim (absent = 1, as vLLM reads it)."),
-        index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", help="Model config has index_topk (default: same as --use-sparse)."),
+        index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), vllm-rules §6); --index-topk N also gives its value, which the 0.33 sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; vllm-rules §9). Default: same as --use-sparse."),
+        index_topk_value: Optional[str] = typer.Option(None, INDEX_TOPK_VALUE_FLAG, hidden=True),
+        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads per GPU. vLLM 0.33 FlashInfer uses TRT-LLM attention, and kernel blocks up to 1024 on CC 10.x, only for GQA (heads != KV heads; vllm-rules §9). Default: not GQA."),
+        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA kv_lora_rank. vLLM 0.33 sparse MLA backends require 512 (FLASHINFER_MLA_SPARSE_SM90, FLASH_ATTN_MLA_SPARSE_FA4 with qk_rope_head_dim 64; vllm-rules §9)."),
+        rswa: bool = typer.Option(False, "--rswa", help="R-SWA layers (0.33 selector input use_rswa): backends without it give 'R-SWA not supported'; FA4 hd256 falls back to FA2 (vllm-rules §9)."),
+        adaptive_verification: bool = typer.Option(False, "--adaptive-verification", help="Speculative decoding with adaptive verification (0.33 selector input use_adaptive_verification): needs backends that support a device-cpu query lens mismatch (vllm-rules §9)."),
         flash_attn_version: Optional[int] = typer.Option(None, "--flash-attn-version", help="--attention-config.flash_attn_version (2, 3, 4)."),
         use_trtllm_attention: Optional[bool] = typer.Option(None, "--use-trtllm-attention/--no-use-trtllm-attention", help="attention_config.use_trtllm_attention."),
         batch_invariant: bool = typer.Option(False, "--batch-invariant", help="VLLM_BATCH_INVARIANT=1."),
@@ -302,6 +267,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
+        from attnsel.attention.request import SelectionRequest, build_selection
         from attnsel.attention.rules import importable_map, select_profile
 
         if attn_type is not None and attn_type.lower() not in ATTN_TYPES:
@@ -316,30 +282,66 @@ def register(app: typer.Typer) -> None:
         choice = select_profile(vllm_version)
         profile = choice.profile
         importable = importable_map(profile) if check_imports else None
-        req = _Request(
-            head_size, dtype, kv_cache_dtype, block_size, attention_backend, use_mla, has_sink, use_sparse,
-            use_mm_prefix, attn_type.lower() if attn_type else None, num_heads, tensor_parallel_size,
-            qk_nope_head_dim, index_topk, flash_attn_version, use_trtllm_attention, batch_invariant,
-            flashinfer_cubin, hybrid, mamba_cache_float32, mm_encoder_attn_backend,
+        for flag, positive in (("--num-kv-heads", num_kv_heads), ("--kv-lora-rank", kv_lora_rank)):
+            if positive is not None and positive < 1:
+                raise UserInputError(f"{flag} must be >= 1")
+        topk_value = _parse_index_topk(index_topk, index_topk_value)
+        req = SelectionRequest(
+            head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
+            attention_backend=attention_backend, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
+            use_mm_prefix=use_mm_prefix, attn_type=attn_type.lower() if attn_type else None, num_heads=num_heads,
+            qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=flash_attn_version,
+            use_trtllm_attention=use_trtllm_attention, batch_invariant=batch_invariant,
+            flashinfer_cubin=flashinfer_cubin, hybrid=hybrid, mamba_cache_float32=mamba_cache_float32,
             sliding_window=sliding_window, non_causal=non_causal, kv_connector=kv_connector, dcp=dcp, pcp=pcp,
-            per_head_quant_scales=per_head_quant_scales, qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim,
+            per_head_quant_scales=per_head_quant_scales, rswa=rswa, adaptive_verification=adaptive_verification,
+            qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim, num_kv_heads=num_kv_heads,
+            kv_lora_rank=kv_lora_rank, index_topk=topk_value,
         )
+        model_choice = _model_choice(model, head_size)
         if gpu is not None and gpu.strip().lower() == "all":
-            if model is not None or live or compare_live:
-                raise UserInputError("--gpu all works with explicit inputs only (not --model, --live or --compare-live)")
-            _run_matrix(req, choice, as_json, importable)
+            if live or compare_live:
+                raise UserInputError("--gpu all does not combine with --live or --compare-live (one GPU: this one)")
+            _run_matrix(req, tensor_parallel_size, model_choice, choice, as_json, importable)
             return
         gpu_name, cc = _resolve_gpu(gpu, capability)
-        facts = _model_facts(model, req, cc, gpu_name, profile.data.get("model_rules", "seed")) if model else None
-        inputs, ctx = _build(req, facts, cc, gpu_name, importable, profile)
-        expl = _explain_one(profile, inputs, ctx, choice)
+        facts = None
+        if model_choice is not None:
+            facts = _model_facts(_load_config(model_choice), dtype, tensor_parallel_size, cc, gpu_name,
+                                 profile.data.get("model_rules", "seed"))
+        inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
+                                             importable=importable)
+        expl = _explain_one(profile, inputs, ctx, choice, notes)
         if live or compare_live:
             _run_live(expl, inputs, ctx, compare_live, as_json)
             return
-        model_section = _model_section(facts, profile, cc, mm_encoder_attn_backend, importable)
+        model_section = _model_section(model_choice, facts, profile, cc, mm_encoder_attn_backend, importable)
         _output(expl, model_section, as_json)
         if expl.error is not None:
             raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
+
+
+def _parse_index_topk(flag: Optional[bool], value: Optional[str]) -> Optional[int]:
+    if value is None:
+        return None
+    if flag is False:
+        raise UserInputError("--no-index-topk and --index-topk N contradict each other")
+    try:
+        topk = int(value)
+    except ValueError:
+        raise UserInputError(f"bad --index-topk {value!r}: use a whole number, e.g. --index-topk 2048") from None
+    if topk < 1:
+        raise UserInputError("--index-topk must be >= 1")
+    return topk
+
+
+def model_line(section: dict) -> str:
+    """"Model: NAME (where it came from) · model_type T" for the text output."""
+    if section.get("source") == DEFAULT_SOURCE:
+        origin = f"{DEFAULT_SOURCE}; pass --model or --head-size"
+    else:
+        origin = section.get("source") or "config"
+    return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
 
 
 def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
@@ -379,7 +381,7 @@ def _output(expl, model_section: Optional[dict], as_json: bool) -> None:
         return
     console = stdout_console()
     if model_section is not None:
-        console.print(f"Model: {model_section['model_type']}")
+        console.print(model_line(model_section), markup=False)
         for line in model_section["warnings"] + model_section["infos"]:
             console.print(f"  vLLM: {line}", markup=False)
     render_explanation(expl, console)

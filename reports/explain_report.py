@@ -50,6 +50,9 @@ def explanation_to_dict(expl: Explanation) -> dict:
             "flash_attn_version_override": ctx.flash_attn_version_override,
             "decode_context_parallel_size": ctx.decode_context_parallel_size,
             "prefill_context_parallel_size": ctx.prefill_context_parallel_size,
+            "num_kv_heads": ctx.num_kv_heads,
+            "kv_lora_rank": ctx.kv_lora_rank,
+            "index_topk": ctx.index_topk,
             "imports_checked": ctx.importable is not None,
             "missing_modules": sorted(m for m, ok in (ctx.importable or {}).items() if not ok),
         },
@@ -153,58 +156,89 @@ def render_explanation(expl: Explanation, console: Console) -> None:
 
 @dataclass(frozen=True)
 class MatrixRow:
+    """One GPU family of `explain --gpu all`. `explanation` is None when vLLM already refuses the
+    model config on this GPU (`model_error`, e.g. a model type without float16 support)."""
+
     family: str
     gpu: str
-    explanation: Explanation
+    explanation: Optional[Explanation]
+    capability: Optional[tuple[int, int]] = None
+    model_error: Optional[str] = None
+    model_warnings: tuple[str, ...] = ()  # vLLM's dtype lines for this GPU (e.g. the bf16 fallback)
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.model_error if self.explanation is None else self.explanation.error
 
     def to_dict(self) -> dict:
         e = self.explanation
+        capability = e.capability if e is not None else self.capability
         return {
             "family": self.family,
             "gpu": self.gpu,
-            "capability": _capability_str(e.capability),
-            "dtype": e.inputs.dtype,
-            "selected": e.selected,
-            "block_size": e.block_size,
-            "kernel_block_size": e.kernel_block_size,
-            "valid_backends": e.valid_backends,
-            "valid_count": len(e.valid_backends),
-            "error": e.error,
-            "exit_code": e.exit_code,
+            "capability": _capability_str(capability) if capability else None,
+            "dtype": e.inputs.dtype if e else None,
+            "selected": e.selected if e else None,
+            "block_size": e.block_size if e else None,
+            "kernel_block_size": e.kernel_block_size if e else None,
+            "valid_backends": e.valid_backends if e else [],
+            "valid_count": len(e.valid_backends) if e else 0,
+            "total_count": len(e.backends) if e else 0,
+            "error": self.error,
+            "model_warnings": list(self.model_warnings),
+            "exit_code": e.exit_code if e else 1,
         }
 
 
-def matrix_to_dict(rows: Sequence[MatrixRow]) -> dict:
-    first = rows[0].explanation if rows else None
+def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:
+    first = next((row.explanation for row in rows if row.explanation is not None), None)
     return {
         "schema_version": JSON_SCHEMA_VERSION,
-        "profile": first.profile if first else None,
-        "profile_vllm_version": first.vllm_version if first else None,
-        "inputs": first.inputs.to_dict() if first else None,
+        "profile": first.profile if first else getattr(profile, "name", None),
+        "profile_vllm_version": first.vllm_version if first else getattr(profile, "vllm_version", None),
+        "model": model,
+        "inputs": first.inputs.to_dict() if first and model is None else None,
         "rows": [row.to_dict() for row in rows],
     }
 
 
-def render_matrix(rows: Sequence[MatrixRow], console: Console) -> None:
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_matrix(rows: Sequence[MatrixRow], console: Console, model: Optional[dict] = None, profile: Any = None) -> None:
     if not rows:
         return
-    first = rows[0].explanation
-    console.print(f"attnsel explain --gpu all · rule profile {first.profile} (vLLM {first.vllm_version})")
-    console.print(_inputs_line(first).replace(f"dtype={first.inputs.dtype}", "dtype=(per row)"))
+    first = next((row.explanation for row in rows if row.explanation is not None), None)
+    name = first.profile if first else getattr(profile, "name", "?")
+    version = first.vllm_version if first else getattr(profile, "vllm_version", "?")
+    console.print(f"attnsel explain --gpu all · rule profile {name} (vLLM {version})", markup=False)
+    if model is not None:
+        console.print(f"Model: {model['name']} ({model['source']}) · model_type {model['model_type']} · "
+                      "inputs derived again for each GPU", markup=False)
+    elif first is not None:
+        console.print(_inputs_line(first).replace(f"dtype={first.inputs.dtype}", "dtype=(per row)"), markup=False)
     table = Table(show_header=True, header_style="bold")
     for column in ("GPU family", "GPU", "CC", "dtype", "vLLM selects", "Block", "Valid", "vLLM error"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column not in ("GPU family", "vLLM error"))
+    footnotes: list[str] = []
     for row in rows:
         e = row.explanation
-        error = e.error or ""
-        if len(error) > 90:
-            error = error[:87] + "..."
+        capability = e.capability if e is not None else row.capability
+        dtype = e.inputs.dtype if e is not None else "-"
+        if row.model_warnings:
+            footnotes += [f"{row.gpu}: vLLM: {line}" for line in row.model_warnings]
+            dtype += " *"
         table.add_row(
-            row.family, row.gpu, _capability_str(e.capability), e.inputs.dtype, e.selected or "-",
-            "-" if e.block_size is None else str(e.block_size),
-            f"{len(e.valid_backends)}/{len(e.backends)}", Text(error, style="red"),
+            row.family, row.gpu, _capability_str(capability), dtype,
+            (e.selected if e else None) or "-",
+            "-" if e is None or e.block_size is None else str(e.block_size),
+            f"{len(e.valid_backends)}/{len(e.backends)}" if e else "-",
+            Text(_short(row.error or ""), style="red"),
         )
     console.print(table)
+    for line in footnotes:
+        console.print(f"* {line}", markup=False)
 
 
 # --- --live / --compare-live -------------------------------------------------------------------------

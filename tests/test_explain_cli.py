@@ -110,7 +110,11 @@ def test_block_size_outside_vllms_choices_exits_1():
         (["--head-size", "128", "--gpu", "NOPE100"], "unknown GPU name"),
         (["--head-size", "128", "--capability", "nine"], "bad --capability"),
         (["--head-size", "128", "--gpu", "H100", "--attn-type", "cross"], "unknown --attn-type"),
-        (["--gpu", "H100"], "--head-size"),
+        # (`--gpu H100` alone no longer fails: it explains the bundled default model, see below)
+        (["--head-size", "128", "--gpu", "H100", "--index-topk", "0"], "--index-topk must be >= 1"),
+        (["--head-size", "128", "--gpu", "H100", "--index-topk=abc"], "bad --index-topk 'abc'"),
+        (["--head-size", "128", "--gpu", "H100", "--num-kv-heads", "0"], "--num-kv-heads must be >= 1"),
+        (["--head-size", "128", "--gpu", "H100", "--index-topk", "2048", "--no-index-topk"], "contradict"),
         (["--head-size", "128", "--gpu", "H100", "--vllm-version", "banana"], "no rule profile for vLLM 'banana'"),
         (["--head-size", "128", "--gpu", "H100", "--flash-attn-version", "5"], "flash_attn_version must be one of"),
     ],

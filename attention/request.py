@@ -1,0 +1,197 @@
+"""From what a user asked for (+ a model's derived facts) to the selector's inputs. Pure, no torch.
+
+`build_selection()` is the one place that decides, field by field, where each input of vLLM's
+selector comes from: an explicit flag wins, then the model config (attention/model_config.py
+`ModelFacts`), then vLLM's default. `attnsel explain` and `attnsel preflight` both use it, so the
+two commands cannot disagree about the same deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from attnsel.attention.selector import SelectionContext, SelectorInputs, normalize_dtype
+from attnsel.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class SelectionRequest:
+    """Explicit inputs (command-line or deployment flags). None means "not given": the model
+    config, then vLLM's default, fills it."""
+
+    head_size: Optional[int] = None
+    dtype: Optional[str] = None  # any spelling normalize_dtype accepts, or "auto"
+    kv_cache_dtype: Optional[str] = None
+    block_size: Optional[int] = None
+    attention_backend: Optional[str] = None
+    use_mla: Optional[bool] = None
+    has_sink: Optional[bool] = None
+    use_sparse: Optional[bool] = None
+    use_mm_prefix: Optional[bool] = None
+    attn_type: Optional[str] = None
+    num_heads: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    has_index_topk: Optional[bool] = None
+    flash_attn_version: Optional[int] = None
+    use_trtllm_attention: Optional[bool] = None
+    batch_invariant: bool = False
+    flashinfer_cubin: bool = True
+    hybrid: Optional[bool] = None
+    mamba_cache_float32: Optional[bool] = None
+    # vLLM 0.33 selector inputs (vllm-rules §9)
+    sliding_window: Optional[bool] = None
+    non_causal: bool = False
+    kv_connector: bool = False
+    dcp: int = 1
+    pcp: int = 1
+    per_head_quant_scales: bool = False
+    rswa: bool = False
+    adaptive_verification: bool = False
+    # model facts the 0.33 rules read from vLLM's VllmConfig (vllm-rules §9)
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    index_topk: Optional[int] = None
+
+
+# SelectionContext fields only the 0.33 rule code reads (RuleCode033): (field, flag, what for)
+CONTEXT_INPUTS_033 = (
+    ("num_kv_heads", "--num-kv-heads", "KV heads per GPU"),
+    ("kv_lora_rank", "--kv-lora-rank", "MLA kv_lora_rank"),
+    ("index_topk", "--index-topk N", "sparse-indexer index_topk value"),
+)
+
+
+def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
+    if explicit is not None:
+        return explicit
+    if from_model is not None:
+        return from_model
+    return default
+
+
+def _reads_033_context(profile: Any) -> bool:
+    from attnsel.attention.rules import RuleCode033
+
+    return isinstance(profile.code, RuleCode033)
+
+
+def _has_window(facts: Any) -> Optional[bool]:
+    if facts is None:
+        return None
+    return getattr(facts, "sliding_window", None) is not None
+
+
+def build_selection(
+    profile: Any,
+    request: SelectionRequest = SelectionRequest(),
+    *,
+    model_facts: Any = None,
+    capability: tuple[int, int],
+    gpu_name: Optional[str] = None,
+    importable: Optional[Mapping[str, bool]] = None,
+) -> tuple[SelectorInputs, SelectionContext, list[str]]:
+    """(SelectorInputs, SelectionContext, notes) for `profile`'s rules.
+
+    `model_facts`: a `ModelFacts` (its dtype is already resolved against the GPU), or None for
+    explicit inputs only. Notes name explicit inputs this profile's rules do not read (ignored).
+    Raises UserInputError when neither a head size nor a model is given.
+    """
+    req, facts = request, model_facts
+    if req.head_size is None and facts is None:
+        raise UserInputError("pass --head-size N (or --model PATH)")
+    if facts is not None:
+        dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
+    else:
+        dtype = normalize_dtype(req.dtype or "auto", capability)
+    use_sparse = bool(_pick(req.use_sparse, getattr(facts, "use_sparse", None), False))
+    inputs = SelectorInputs(
+        head_size=_pick(req.head_size, getattr(facts, "head_size", None), None),
+        dtype=dtype,
+        kv_cache_dtype=_pick(req.kv_cache_dtype, getattr(facts, "kv_cache_dtype_forced", None), "auto"),
+        block_size=req.block_size,
+        use_mla=bool(_pick(req.use_mla, getattr(facts, "use_mla", None), False)),
+        has_sink=bool(_pick(req.has_sink, getattr(facts, "has_sink", None), False)),
+        use_sparse=use_sparse,
+        use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
+        attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
+        use_per_head_quant_scales=req.per_head_quant_scales,
+        # 0.33 inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
+        has_sliding_window=bool(_pick(req.sliding_window, _has_window(facts), False)),
+        use_non_causal=req.non_causal,
+        # VLLM_BATCH_INVARIANT is also a selector input from 0.33 on; the seed reads it elsewhere
+        use_batch_invariant=req.batch_invariant and profile.has_selector_field("use_batch_invariant"),
+        use_kv_connector=req.kv_connector,
+        use_dcp=req.dcp > 1,
+        use_pcp=req.pcp > 1,
+        use_rswa=req.rswa,
+        use_adaptive_verification=req.adaptive_verification,
+    )
+    model_float32 = None
+    if facts is not None:
+        model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
+    notes: list[str] = []
+    extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS_033}
+    if not _reads_033_context(profile):
+        for name, flag, what in CONTEXT_INPUTS_033:
+            if extra[name] is not None:
+                notes.append(
+                    f"{what} ({flag}) is not an input of the vLLM {profile.vllm_version} rules "
+                    f"(profile {profile.name}): ignored"
+                )
+                extra[name] = None
+    ctx = SelectionContext(
+        capability=tuple(capability),
+        num_heads=_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
+        user_backend=req.attention_backend,
+        is_hybrid=bool(_pick(req.hybrid, getattr(facts, "is_hybrid", None), False)),
+        is_attention_free=bool(getattr(facts, "is_attention_free", False)),
+        mamba_cache_float32=bool(_pick(req.mamba_cache_float32, model_float32, False)),
+        qk_nope_head_dim=_pick(req.qk_nope_head_dim, getattr(facts, "qk_nope_head_dim", None), None),
+        # vLLM's use_sparse *is* `hasattr(hf_config, "index_topk")` for MLA models (vllm-rules §6)
+        has_index_topk=bool(_pick(req.has_index_topk, getattr(facts, "has_index_topk", None), use_sparse)),
+        use_trtllm_attention=req.use_trtllm_attention,
+        batch_invariant=req.batch_invariant,
+        has_flashinfer_cubin=req.flashinfer_cubin,
+        flash_attn_version_override=req.flash_attn_version,
+        importable=importable,
+        gpu_name=gpu_name,
+        qk_rope_head_dim=_pick(req.qk_rope_head_dim, getattr(facts, "qk_rope_head_dim", None), None),
+        v_head_dim=_pick(req.v_head_dim, getattr(facts, "v_head_dim", None), None),
+        kv_lora_rank=extra["kv_lora_rank"],
+        index_topk=_pick(extra["index_topk"], getattr(facts, "index_topk", None), None),
+        decode_context_parallel_size=req.dcp,
+        prefill_context_parallel_size=req.pcp,
+        num_kv_heads=_pick(extra["num_kv_heads"], _kv_heads_per_gpu(facts), None),
+    )
+    return inputs, ctx, notes
+
+
+def _kv_heads_per_gpu(facts: Any) -> Optional[int]:
+    """vLLM's ModelConfig.get_num_kv_heads: max(1, total KV heads // tensor_parallel_size)."""
+    total = getattr(facts, "num_kv_heads", None)
+    if not total:
+        return None
+    return max(1, int(total) // int(getattr(facts, "tensor_parallel_size", 1) or 1))
+
+
+def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContext, notes: Sequence[str] = ()) -> Any:
+    """selector.explain plus what vLLM's argument parser says about --block-size first, and the
+    build notes in front of the explanation's own."""
+    import dataclasses
+
+    from attnsel.attention.rules import block_size_cli_error
+    from attnsel.attention.selector import explain
+
+    expl = explain(profile, inputs, ctx)
+    cli_error = block_size_cli_error(profile, inputs.block_size)
+    if cli_error is not None:
+        expl = dataclasses.replace(expl, error=cli_error, error_type="argparse error", error_phase="cli", selected=None)
+    if notes:
+        expl = dataclasses.replace(expl, notes=(*notes, *expl.notes))
+    return expl
+
+
+__all__ = ["CONTEXT_INPUTS_033", "SelectionRequest", "build_selection", "explain_selection"]
