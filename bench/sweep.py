@@ -14,10 +14,14 @@ A (backend, block size) that hung once or crashed twice is not tried on its rema
 restart each time. After `max_restarts` deaths in one backend its remaining rows are not run.
 Every row is appended to results.jsonl as soon as it arrives (bench/results.py).
 
-Pre-spawning (bench/TUNE_PERF.md): while backend N runs, backend N+1's worker is already started;
+Pre-spawning (bench/TUNE_PERF.md): while backend N runs, the workers of backends N+1 and N+2
+(PRESPAWN_AHEAD) are already started;
 it imports torch and its kernel library, then waits for "go" before it touches CUDA. It keeps the
 same isolation (own session, startup timeout, crash detection); one that dies before "ready" is
-replaced by a fresh worker once.
+replaced by a fresh worker once. It also compiles its backend's JIT modules meanwhile (FlashInfer's
+nvcc builds: CPU only, no CUDA context), if its adapter has the optional `prebuild` hook; at "go"
+it waits for that build (which its first plan() would have run anyway). Fresh (not pre-spawned)
+workers never pre-build.
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ CHECK_POLICIES = ("first", "all", "none")
 # 2026-11-21) overlaps TRITON's rows, FlashInfer's 5.5 s overlaps FLASH_ATTN's, and inductor's
 # overlaps FlashInfer's. Each backend has its own process, so the order changes no measurement.
 STARTUP_ORDER = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER", "FLEX_ATTENTION")
+# How many backends ahead workers are pre-spawned. Two: FLASHINFER's worker then starts with the
+# sweep and compiles its JIT modules (103 s of nvcc on a cold H200, 2026-11-21) while TRITON_ATTN
+# (38 s) and FLASH_ATTN (26 s) run, instead of during FLASH_ATTN only, most of which its own
+# 12 s import would use up. A waiting worker holds no CUDA context, only host memory.
+PRESPAWN_AHEAD = 2
 
 
 @dataclass
@@ -70,6 +79,10 @@ class SweepOptions:
     # Start backend N+1's worker (imports only, no CUDA) while backend N runs; ATTNSEL_TUNE_PRESPAWN=0
     # turns it off (to measure what it saves, or if a library's import ever disturbs a timing).
     prespawn: bool = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_PRESPAWN", "1") != "0")
+    # A pre-spawned worker also compiles its backend's JIT modules (FlashInfer: nvcc) before "go",
+    # while the previous backend times; ATTNSEL_TUNE_PREBUILD=0 turns only that off. No prespawn,
+    # no pre-build.
+    prebuild: bool = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_PREBUILD", "1") != "0")
     # The worker's boundary to torch + kernels; ATTNSEL_TUNE_TOOLKIT swaps in a fake (CI only).
     toolkit: str = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_TOOLKIT") or DEFAULT_TOOLKIT)
 
@@ -83,7 +96,7 @@ class SweepOptions:
     def to_dict(self) -> dict:
         d = self.worker_options()
         d.update(check=self.check, item_timeout_s=self.item_timeout_s, startup_timeout_s=self.startup_timeout_s,
-                 prespawn=self.prespawn)
+                 prespawn=self.prespawn, prebuild=self.prespawn and self.prebuild)
         return d
 
 
@@ -296,7 +309,7 @@ def worker_record(worker: "WorkerProcess", ready_startup: Optional[dict], ready_
         "overlapped_s": max(0.0, min(imported_at or begin, begin) - worker.spawned_at) if worker.prespawned else 0.0,
     }
     for key in ("interpreter_s", "torch_import_s", "library_import_s", "waited_s", "cuda_init_s",
-                "cuda_initialized_by_import"):
+                "cuda_initialized_by_import", "prebuild"):
         record[key] = figures.get(key)
     return record
 
@@ -306,10 +319,24 @@ def group_job(backend: str, items: list[dict], shape: dict, options: SweepOption
             "options": options.worker_options(), "items": items}
 
 
+def prebuild_wait_s(options: SweepOptions) -> float:
+    """How long a pre-spawned worker may wait after "go" for its JIT pre-build: the build it waits
+    for is one its first plan() would have run anyway, but it must answer "ready" within the
+    startup timeout, with room for the CUDA init."""
+    return max(0.0, options.startup_timeout_s - min(60.0, options.startup_timeout_s / 4))
+
+
 def prespawn_worker(backend: str, items: list[dict], shape: dict, options: SweepOptions,
-                    log_path: Path) -> "WorkerProcess":
-    """A worker that imports torch + `backend`'s library now and waits for go() before CUDA."""
-    return WorkerProcess(group_job(backend, items, shape, options), log_path, prespawned=True)
+                    log_path: Path, *, previous_backend: Optional[str] = None,
+                    capability: Optional[tuple[int, int]] = None) -> "WorkerProcess":
+    """A worker that imports torch + `backend`'s library now and waits for go() before CUDA;
+    meanwhile it compiles the JIT modules its items need, if its adapter can (options.prebuild)."""
+    job = group_job(backend, items, shape, options)
+    if options.prebuild:
+        job["prebuild"] = {"previous_backend": previous_backend,
+                           "device_capability": list(capability) if capability else None,
+                           "wait_s": prebuild_wait_s(options)}
+    return WorkerProcess(job, log_path, prespawned=True)
 
 
 def run_backend_group(
@@ -522,7 +549,8 @@ def run_sweep(
     """Run every planned row not already in results.jsonl; return (all rows, worker info by backend).
     `enrich` adds parent-side figures (% of peak bandwidth) before a row is written; `outcomes`
     (if given) receives each backend's GroupOutcome (startup records, wall times) for the phases.
-    While backend N runs, backend N+1's worker is already importing (options.prespawn)."""
+    While backend N runs, the workers of the next PRESPAWN_AHEAD backends are already importing
+    (and pre-building JIT modules) (options.prespawn)."""
     progress = progress or SweepProgress()
     path = Path(output_dir) / R.RESULTS_FILE
     existing = R.read_rows(path) if resume else []
@@ -538,14 +566,18 @@ def run_sweep(
         order = sorted(groups.items(), key=lambda kv: STARTUP_ORDER.index(kv[0]) if kv[0] in STARTUP_ORDER
                        else len(STARTUP_ORDER))
         log_for = {backend: Path(output_dir) / f"worker-{backend}.log" for backend, _ in order}
-        next_worker: Optional[WorkerProcess] = None
+        waiting: dict[int, WorkerProcess] = {}  # pre-spawned workers by position in `order`
         try:
             for i, (backend, items) in enumerate(order):
                 progress.on_backend(backend, len(items))
-                worker, next_worker = next_worker, None
-                if options.prespawn and i + 1 < len(order):
-                    following, following_items = order[i + 1]
-                    next_worker = prespawn_worker(following, following_items, shape, options, log_for[following])
+                worker = waiting.pop(i, None)
+                if options.prespawn:
+                    for j in range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD)):
+                        if j not in waiting:
+                            following, following_items = order[j]
+                            waiting[j] = prespawn_worker(
+                                following, following_items, shape, options, log_for[following],
+                                previous_backend=" and ".join(b for b, _ in order[i:j]), capability=plan.capability)
 
                 def on_row(row: dict) -> None:
                     row = enrich(row)
@@ -561,6 +593,6 @@ def run_sweep(
                 if outcomes is not None:
                     outcomes[backend] = outcome
         finally:
-            if next_worker is not None:
-                next_worker.kill()  # Ctrl-C or an error: the pre-spawned worker must not outlive us
+            for waiting_worker in waiting.values():
+                waiting_worker.kill()  # Ctrl-C or an error: a pre-spawned worker must not outlive us
     return list(R.latest_by_key(R.read_rows(path)).values()), infos

@@ -12,6 +12,13 @@ then "go" on a line of its own, at once or later (a pre-spawned worker imports t
 kernel library, says "imported", and waits for "go" before touching CUDA; EOF instead of "go"
 means "not needed": the worker exits). The parent reads JSON lines from the worker's original stdout:
     {"type": "imported", "startup": {torch_import_s, library_import_s, ...}}
+A pre-spawned worker's job may carry "prebuild": {"previous_backend", "device_capability",
+"wait_s"}: after its imports it calls the backend's first adapter's optional `prebuild(...)`
+hook in a background thread (compile the JIT modules these items will need, e.g. FlashInfer's
+nvcc builds, into the library's disk cache: CPU only, no CUDA), while the previous backend is
+still timing. At "go" it waits up to wait_s for that build to end (the first plan() would have
+to compile the same modules anyway), and reports it in "ready"'s startup["prebuild"] and in each
+row's notes. A failing pre-build changes nothing else: plan() then compiles as it always did.
     {"type": "ready", "info": {...device and library versions...}, "startup": {... cuda_init_s}}
     {"type": "start", "key": ...}      before each item (the parent's timeout clock starts here)
     {"type": "row", "row": {...}}      after each item
@@ -31,6 +38,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Optional, Protocol, TextIO
@@ -47,6 +55,10 @@ DEFAULT_TOOLKIT = "attnsel.bench.worker:KernelToolkit"
 # or page mapping.
 DEFAULT_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 FP8_KV_TOLERANCE = 1e-1
+
+# How long a pre-spawned worker waits after "go" for its JIT pre-build (Prebuild) before it goes
+# on anyway; the parent passes its own figure (below its startup timeout) in the job.
+DEFAULT_PREBUILD_WAIT_S = 150.0
 
 EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
 
@@ -138,6 +150,7 @@ class ItemRunner:
         self._failed_check: dict[int, str] = {}  # block size -> where it failed the correctness check
         self.import_seconds: Optional[float] = None
         self.preloaded_import_s = 0.0  # library imports done before "go" (see preload_libraries)
+        self.extra_notes: list[str] = []  # added to every prepared row (e.g. the JIT pre-build)
         self._phases: dict[str, float] = {}
 
     def adapters(self) -> list:
@@ -251,7 +264,7 @@ class ItemRunner:
         # The adapter's plan + JIT/compile + first call, measured apart from run time.
         row["setup_s"] = getattr(prepared, "setup_seconds", None) or (time.perf_counter() - started)
         row["provider"] = getattr(prepared, "provider", None)
-        row["notes"] = list(getattr(prepared, "notes", ()) or ())
+        row["notes"] = list(getattr(prepared, "notes", ()) or ()) + self.extra_notes
         if getattr(prepared, "kernel_block_size", None):
             row["kernel_block_size_used"] = prepared.kernel_block_size
         with self._phase("first_call_s"):
@@ -483,6 +496,107 @@ def import_backend_libraries(adapters: list, backend: str) -> None:
             pass
 
 
+class Prebuild:
+    """One adapter's `prebuild(...)` hook, run in a background thread before "go".
+
+    Best effort: whatever it raises is recorded, never re-raised. The hook gets the items'
+    workloads and the shape; it must not touch CUDA (the previous backend is timing on the GPU)."""
+
+    def __init__(self, adapter: Any, workloads: list[WorkloadSpec], shape: dict, request: dict):
+        self.adapter = adapter
+        self.workloads = workloads
+        self.shape = shape
+        self.request = request
+        self.record: dict[str, Any] = {
+            "adapter": getattr(adapter, "name", None),
+            "previous_backend": request.get("previous_backend"),
+            "modules": [], "built": 0, "cached": 0, "error": None, "finished": False,
+        }
+        self._thread = threading.Thread(target=self._run, name="attnsel-prebuild", daemon=True)
+        self._started = 0.0
+        self._ended: Optional[float] = None
+
+    def start(self) -> "Prebuild":
+        self._started = time.perf_counter()
+        self.record["started_at"] = time.time()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            shape = self.shape
+            summary = self.adapter.prebuild(
+                self.workloads, dtype=shape.get("dtype"), head_size=int(shape.get("head_size", 0)),
+                num_q_heads=shape.get("num_q_heads"), num_kv_heads=shape.get("num_kv_heads"),
+                kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
+                capability=self.request.get("device_capability"),
+            ) or {}
+            for key in ("modules", "built", "cached", "requests"):
+                if key in summary:
+                    self.record[key] = summary[key]
+            self.record["error"] = summary.get("error")
+        except BaseException as exc:  # noqa: BLE001 -- best effort: plan() compiles as usual
+            self.record["error"] = _error_text(exc)
+        finally:
+            self._ended = time.perf_counter()
+            self.record["finished"] = True
+
+    def finish(self, go_at: float, wait_s: float) -> dict:
+        """Called at "go" (go_at: perf_counter then): waits up to wait_s for the build to end and
+        returns the record: seconds it ran before "go" (hidden behind the previous backend) and
+        seconds the worker waited for it after "go"."""
+        self._thread.join(timeout=max(0.0, wait_s))
+        now = time.perf_counter()
+        end = self._ended if self._ended is not None else now
+        self.record["seconds"] = end - self._started
+        self.record["before_go_s"] = max(0.0, min(end, go_at) - self._started)
+        self.record["waited_after_go_s"] = max(0.0, now - go_at)
+        self.record["finished"] = self._ended is not None
+        self.record["note"] = prebuild_note(self.record)
+        return dict(self.record)
+
+
+def prebuild_note(record: dict) -> Optional[str]:
+    """The line each row of the backend carries about its JIT pre-build (None: it had nothing to do)."""
+    if record.get("finished") and not (record.get("modules") or record.get("built") or record.get("error")):
+        return None
+    previous = record.get("previous_backend")
+    when = f"while {previous} {'were' if ' and ' in str(previous) else 'was'} timed" if previous else "before go"
+    built, cached = int(record.get("built") or 0), int(record.get("cached") or 0)
+    if not record.get("finished"):
+        return (f"JIT pre-build ({when}) still running after {record.get('waited_after_go_s', 0):.0f} s more "
+                "after go; the first plan() waits for it")
+    if record.get("error") and not built:
+        return f"JIT pre-build failed ({record['error']}); modules compiled at first plan() as usual"
+    text = f"JIT modules pre-built {when}: {record.get('before_go_s', 0):.1f} s ({built} modules)"
+    if cached:
+        text += f"; {cached} already in the cache"
+    if record.get("waited_after_go_s", 0) >= 0.05:
+        text += f"; waited {record['waited_after_go_s']:.1f} s more after go"
+    if record.get("error"):
+        text += f"; failed: {record['error']}"
+    return text
+
+
+def start_prebuild(toolkit: Any, job: dict) -> Optional[Prebuild]:
+    """Starts the pre-build of `job`'s backend if the job asks for one (pre-spawned workers only)
+    and the backend's preferred adapter has the optional hook (attention/kernels/base.py)."""
+    request = job.get("prebuild")
+    if not isinstance(request, dict) or job.get("action") != "run":
+        return None
+    try:
+        adapters = toolkit.adapters_for(job["backend"])
+    except Exception:  # noqa: BLE001 -- an unknown backend is reported by ItemRunner later
+        return None
+    # the preferred provider (the one ItemRunner picks when it is available), e.g. FlashInfer's
+    # tensor-core adapter, not its CUDA-core comparison
+    preferred = adapters[0] if adapters else None
+    if not callable(getattr(preferred, "prebuild", None)):
+        return None
+    workloads = [WorkloadSpec.from_dict(item["workload"]) for item in job.get("items") or []]
+    return Prebuild(preferred, workloads, job.get("shape") or {}, request).start()
+
+
 def _wait_for_go(control: TextIO) -> bool:
     """Blocks until the parent writes "go" (True) or closes our stdin (False: not needed)."""
     while True:
@@ -510,12 +624,16 @@ def serve(job: dict, stream: TextIO, control: Optional[TextIO] = None, started_a
     is_initialized = getattr(toolkit, "cuda_initialized", None)
     startup["cuda_initialized_by_import"] = bool(is_initialized()) if is_initialized is not None else False
     startup["imported_at"] = time.time()
+    prebuild = start_prebuild(toolkit, job)  # compile-only, in the background, before "go"
     _send(stream, {"type": "imported", "startup": dict(startup)})
     if control is not None:
         t_wait = time.perf_counter()
         if not _wait_for_go(control):
             return 0  # the parent did not need this worker (or is gone)
         startup["waited_s"] = time.perf_counter() - t_wait
+    if prebuild is not None:
+        wait_s = float(job["prebuild"].get("wait_s", DEFAULT_PREBUILD_WAIT_S))
+        startup["prebuild"] = prebuild.finish(time.perf_counter(), wait_s)
     t1 = time.perf_counter()
     start_cuda = getattr(toolkit, "start_cuda", None)
     if start_cuda is not None:
@@ -529,6 +647,8 @@ def serve(job: dict, stream: TextIO, control: Optional[TextIO] = None, started_a
         return 0
     runner = ItemRunner(toolkit, job["backend"], job["shape"], job.get("options") or {})
     runner.preloaded_import_s = startup["library_import_s"]
+    if startup.get("prebuild") and startup["prebuild"].get("note"):
+        runner.extra_notes.append(startup["prebuild"]["note"])
     for item in job.get("items") or []:
         _send(stream, {"type": "start", "key": item["key"]})
         _send(stream, {"type": "row", "row": runner.run(item)})

@@ -258,3 +258,126 @@ def test_a_library_import_that_creates_a_cuda_context_during_another_backends_ti
     [warning] = prespawn_warnings(outcomes)
     assert "FLASHINFER" in warning and "while FLASH_ATTN was being timed" in warning
     assert "ATTNSEL_TUNE_PRESPAWN=0" in warning
+
+
+# --- JIT pre-build: a pre-spawned worker compiles its backend's JIT modules (FlashInfer: nvcc,
+# 103 s of a cold H200 sweep) before "go", while the previous backend is timed (TUNE_PERF.md)
+
+
+def _prebuild_events(log):
+    return [json.loads(line) for line in Path(log).read_text().splitlines()] if Path(log).exists() else []
+
+
+def _notes(rows, backend):
+    """The JIT pre-build notes of `backend`'s rows (the fake adapter adds "fake adapter" to all)."""
+    return [n for r in rows if r["backend"] == backend for n in r.get("notes") or [] if "JIT" in n]
+
+
+def test_the_prespawned_worker_compiles_its_jit_modules_while_the_previous_backend_is_timed(tmp_path, monkeypatch):
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3", "sleep": 1.0},
+                "FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:0.5", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    first, [worker] = outcomes["FLASH_ATTN"], outcomes["FLASHINFER"].workers
+    start, end = _prebuild_events(log)
+    # the build ran inside the first backend's turn, and was over before that backend was
+    assert first.started_at <= start["at"] and end["at"] < first.ended_at <= worker["go_at"] + 0.01
+    # it was asked for exactly what this worker's items need (two block sizes of one decode shape),
+    # on the plan's GPU
+    assert (start["kinds"], start["dtype"], start["head_size"], start["capability"]) == (
+        ["decode", "decode"], "bfloat16", 128, [9, 0])
+    record = worker["prebuild"]
+    assert record["error"] is None and record["built"] == 2 and record["before_go_s"] >= 0.5
+    assert record["waited_after_go_s"] < 0.3
+    notes = _notes(rows, "FLASHINFER")
+    assert len(notes) == 2 and all(n.startswith("JIT modules pre-built while FLASH_ATTN was timed") and "(2 modules)" in n
+                                   for n in notes)
+    assert not _notes(rows, "FLASH_ATTN")  # the first backend was not pre-spawned: nothing to say
+
+
+def test_go_waits_for_a_prebuild_that_is_still_running(tmp_path, monkeypatch):
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3"},
+                "FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:2.0", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    [worker] = outcomes["FLASHINFER"].workers
+    _, end = _prebuild_events(log)
+    assert end["at"] <= worker["ready_at"]  # no CUDA, no row, before the build was over
+    record = worker["prebuild"]
+    assert record["finished"] and record["waited_after_go_s"] >= 0.5
+    assert record["before_go_s"] + record["waited_after_go_s"] == pytest.approx(record["seconds"], abs=0.1)
+    assert all("waited" in n for n in _notes(rows, "FLASHINFER"))
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+
+
+def test_a_failing_prebuild_only_leaves_a_note(tmp_path, monkeypatch):
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3"}, "FLASHINFER": {"*": "ok:0.2", "prebuild": "raise"}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    [worker] = outcomes["FLASHINFER"].workers  # the same pre-spawned worker timed the rows
+    assert worker["prespawned"] and "nvcc" in worker["prebuild"]["error"]
+    notes = _notes(rows, "FLASHINFER")
+    assert notes and all(n.startswith("JIT pre-build failed") and "as usual" in n for n in notes)
+
+
+def test_a_hanging_prebuild_is_waited_for_only_up_to_its_bound(tmp_path, monkeypatch):
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3"}, "FLASHINFER": {"*": "ok:0.2", "prebuild": "hang"}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    options = SweepOptions(toolkit=FAKE, item_timeout_s=10.0, startup_timeout_s=3.0)
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), options, tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}  # answered "ready" within the startup timeout
+    [worker] = outcomes["FLASHINFER"].workers
+    assert worker["prebuild"]["finished"] is False and worker["exposed_s"] < 3.0
+    assert all("still running" in n for n in _notes(rows, "FLASHINFER"))
+
+
+@pytest.mark.parametrize("switch", ["ATTNSEL_TUNE_PRESPAWN", "ATTNSEL_TUNE_PREBUILD"])
+def test_nothing_is_prebuilt_when_prespawning_or_prebuilding_is_off(tmp_path, monkeypatch, switch):
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3"},
+                "FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:0.1", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    monkeypatch.setenv(switch, "0")
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    assert not log.exists() and outcomes["FLASHINFER"].workers[0]["prebuild"] is None
+    assert not _notes(rows, "FLASHINFER")
+
+
+def test_a_fresh_worker_replacing_a_crashed_prespawned_one_does_not_prebuild(tmp_path, monkeypatch):
+    marker, log = tmp_path / "crashed-once", tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"sleep": 0.1},
+                "FLASHINFER": {"*": "ok:0.2", "import": f"abort_once:{marker}", "prebuild": "sleep:0.1",
+                               "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    assert [w["prespawned"] for w in outcomes["FLASHINFER"].workers] == [True, False]
+    assert not log.exists()  # the pre-spawned one died importing; the fresh one compiles at plan()
+
+
+def test_the_third_backends_worker_starts_with_the_sweep_so_its_build_spans_two_backends(tmp_path, monkeypatch):
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"TRITON_ATTN": {"*": "ok:0.3", "sleep": 0.5}, "FLASH_ATTN": {"*": "ok:0.3", "sleep": 1.0},
+                "FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:2.0", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    triton, flash = outcomes["TRITON_ATTN"], outcomes["FLASH_ATTN"]
+    start, end = _prebuild_events(log)
+    assert start["at"] < triton.ended_at and triton.ended_at < end["at"] < flash.ended_at  # over both turns
+    [worker] = outcomes["FLASHINFER"].workers
+    assert worker["prebuild"]["previous_backend"] == "TRITON_ATTN and FLASH_ATTN"
+    assert all(n.startswith("JIT modules pre-built while TRITON_ATTN and FLASH_ATTN were timed")
+               for n in _notes(rows, "FLASHINFER"))

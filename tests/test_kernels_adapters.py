@@ -121,3 +121,121 @@ def test_first_available_explains_skipped_providers():
     adapter, skipped = first_available("TRITON_ATTN")
     assert adapter is not None and adapter.name == "attnsel-triton"
     assert skipped == {"vllm-triton": "vllm is not installed"}
+
+
+# --- FlashInfer JIT pre-build: which modules a sweep's plan() calls will compile. Source:
+# flashinfer-python 0.7.2.post1, decode.py BatchDecodeWithPagedKVCacheWrapper.plan (tensor cores,
+# backend "auto" -> "fa2" for 16-bit q/kv -> get_batch_prefill_module("fa2", ...)), prefill.py
+# BatchPrefillWithPagedKVCacheWrapper.plan (determine_attention_backend: "fa3" on CC 9.x with
+# CUDA >= 12.3, head dims 64/128/256), get_batch_prefill_module ("fa2" -> the equal-stride primary
+# module); vLLM's decode wrapper uses use_tensor_cores=True (flashinfer_adapter.py docstring).
+
+from attnsel.attention.kernels import flashinfer_adapter as fi  # noqa: E402
+from attnsel.bench.plan import WorkloadSpec  # noqa: E402
+
+
+def _modules(kinds, capability=(9, 0), torch_cuda="12.8", **kw):
+    args = dict(dtype="bfloat16", head_size=128)
+    args.update(kw)
+    return [(r.purpose, r.generator, r.backend)
+            for r in fi.jit_module_requests(kinds, capability=capability, torch_cuda=torch_cuda, **args)]
+
+
+def test_decode_rows_need_the_fa2_prefill_module_that_tensor_core_decode_plans():
+    assert _modules(["decode"]) == [("decode (tensor cores)", "prefill_primary", "fa2")]
+
+
+def test_prefill_and_mixed_rows_on_hopper_also_need_the_fa3_prefill_module():
+    assert _modules(["prefill"]) == [("prefill", "prefill", "fa3")]
+    assert _modules(["decode", "prefill", "mixed"]) == [("decode (tensor cores)", "prefill_primary", "fa2"),
+                                                        ("prefill", "prefill", "fa3")]
+
+
+@pytest.mark.parametrize("capability, torch_cuda", [((8, 0), "12.8"), ((10, 0), "12.8"), ((9, 0), "12.2"), (None, "12.8")])
+def test_without_fa3_prefill_shares_the_decode_module_and_it_is_built_once(capability, torch_cuda):
+    assert _modules(["mixed"], capability, torch_cuda) == [("decode (tensor cores)", "prefill_primary", "fa2")]
+    assert _modules(["prefill"], capability, torch_cuda) == [("prefill", "prefill_primary", "fa2")]
+
+
+def test_the_cuda_core_comparison_needs_flashinfers_decode_module():
+    assert _modules(["decode"], use_tensor_cores=False) == [("decode (CUDA cores)", "decode", None)]
+
+
+@pytest.mark.parametrize("dtype, head_size", [("float32", 128), ("bfloat16", 96)])
+def test_rows_flashinfer_refuses_need_no_module(dtype, head_size):
+    assert _modules(["decode", "prefill"], dtype=dtype, head_size=head_size) == []
+
+
+def test_module_arguments_follow_flashinfers_generator_signatures():
+    decode, prefill = fi.jit_module_requests(["mixed"], "float16", 64, (9, 0), "12.8")
+    # q, kv, o dtypes (o = q), index dtype, head_dim qk, head_dim vo, pos-encoding NONE (0),
+    # sliding window, logits soft-cap, then (prefill generators only) fp16 qk reduction
+    common = (torch.float16, torch.float16, torch.float16, torch.int32, 64, 64, 0, False, False)
+    assert decode.generator_args(torch) == ("fa2",) + common + (False,)
+    assert prefill.generator_args(torch) == ("fa3",) + common + (False,)
+    cuda_cores = fi.JitModuleRequest("decode (CUDA cores)", "decode", None, "float16", 64)
+    assert cuda_cores.generator_args(torch) == common
+
+
+def test_the_adapters_prebuild_asks_for_its_workloads_modules(monkeypatch):
+    asked = []
+    monkeypatch.setattr(fi, "build_jit_modules", lambda requests: asked.append(requests) or {"modules": [], "built": 0})
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # a CUDA build of torch (fa3 needs >= 12.3)
+    workloads = [WorkloadSpec("decode", 4, 1024), WorkloadSpec("mixed", 8, 2048, 256)]
+    summary = fi.FlashInferAdapter().prebuild(workloads, dtype="bfloat16", head_size=128, capability=[9, 0])
+    assert [(r.generator, r.backend) for r in asked[0]] == [("prefill_primary", "fa2"), ("prefill", "fa3")]
+    assert summary["requests"] == [f"{r.purpose} ({r.backend})" for r in asked[0]]
+    fi.FlashInferAdapter().prebuild(workloads, dtype="bfloat16", head_size=128, kv_cache_dtype="fp8_e4m3")
+    assert asked[1] == []  # fp8 KV rows are not timed yet (bench/worker.py): nothing to compile
+
+
+class _FakeSpec:
+    """Stands in for flashinfer's JitSpec (name, is_compiled, build(need_lock=...))."""
+
+    def __init__(self, name, compiled=False, fails=False):
+        self.name, self.is_compiled, self.fails, self.calls = name, compiled, fails, []
+
+    def build(self, verbose=None, need_lock=False):
+        import os
+
+        self.calls.append({"need_lock": need_lock, "max_jobs": os.environ.get("MAX_JOBS")})
+        if self.fails:
+            raise RuntimeError("Ninja build failed.\nnvcc fatal: Unsupported gpu architecture")
+
+
+def test_building_skips_cached_modules_locks_each_build_and_reports_failures(monkeypatch):
+    import types
+
+    specs = {"fa2": _FakeSpec("prefill_fa2_primary"), "fa3": _FakeSpec("prefill_fa3", fails=True)}
+    fake = types.ModuleType("flashinfer.jit.attention.modules")
+    fake._gen_batch_prefill_primary_module = lambda backend, *args: specs[backend]
+    fake.gen_batch_prefill_module = lambda backend, *args: specs[backend]
+    fake.gen_batch_decode_module = lambda *args: _FakeSpec("decode", compiled=True)
+    package = types.ModuleType("flashinfer.jit.attention")
+    package.modules = fake
+    for name, module in {"flashinfer": types.ModuleType("flashinfer"), "flashinfer.jit": types.ModuleType("flashinfer.jit"),
+                         "flashinfer.jit.attention": package, "flashinfer.jit.attention.modules": fake}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    requests = fi.jit_module_requests(["mixed"], "bfloat16", 128, (9, 0), "12.8")
+    requests.append(fi.JitModuleRequest("decode (CUDA cores)", "decode", None, "bfloat16", 128))
+    summary = fi.build_jit_modules(requests)
+    assert summary["modules"] == ["prefill_fa2_primary", "prefill_fa3", "decode"]
+    assert (summary["built"], summary["cached"]) == (1, 1)  # the cached decode module is not rebuilt
+    assert summary["error"].startswith("prefill (fa3): RuntimeError: Ninja build failed.")
+    assert "Unsupported gpu architecture" in summary["error"]  # the compiler's own words, not only ninja's
+    # each build holds the module's file lock, so a plan() that comes early waits for it instead of
+    # running a second ninja on the same module; the two builds share the CPUs
+    for spec in specs.values():
+        [call] = spec.calls
+        assert call["need_lock"] is True and int(call["max_jobs"]) >= 1
+    assert "MAX_JOBS" not in __import__("os").environ  # restored afterwards
+
+
+@pytest.mark.gpu
+def test_prebuilt_modules_are_the_cache_entries_flashinfers_plan_uses():
+    modules = pytest.importorskip("flashinfer.jit.attention.modules")
+    for request in fi.jit_module_requests(["mixed"], "bfloat16", 128, torch.cuda.get_device_capability(), torch.version.cuda):
+        args = request.generator_args(torch)
+        spec = fi._jit_spec(modules, request, torch)
+        assert spec.name.startswith(modules.get_batch_prefill_uri(*args))

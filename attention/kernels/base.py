@@ -56,6 +56,22 @@ class KernelAdapter(Protocol):
         """Plan, convert layouts, compile; may raise (the harness isolates failures)."""
 
 
+class PrebuildingAdapter(Protocol):
+    """An OPTIONAL hook an adapter may add (not part of KernelAdapter: most adapters lack it).
+
+    A pre-spawned tune worker (bench/worker.py, Prebuild) calls it in a background thread after
+    importing the library and BEFORE it may touch CUDA, while the previous backend is timing on
+    the GPU: compile what `prepare()` would JIT-compile for these workloads into the library's
+    on-disk cache (nvcc / ninja: CPU work). It must not create a CUDA context, allocate on the GPU
+    or launch a kernel. It may raise: the worker records the error and prepare() compiles as
+    usual. Returns a summary: {"modules": [names], "built": n, "cached": n, "error": str | None}."""
+
+    def prebuild(self, workloads: list, *, dtype: str, head_size: int, num_q_heads: int | None = None,
+                 num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
+                 capability: "tuple[int, int] | list[int] | None" = None) -> dict:
+        """`workloads`: bench.plan.WorkloadSpec items (kind, batch, lengths) this worker will time."""
+
+
 class KernelUnavailable(RuntimeError):
     """The provider cannot run here (missing package, wrong GPU); the message says why."""
 

@@ -18,7 +18,10 @@ What vLLM does (vllm/v1/attention/backends/flashinfer.py, seed era v0.16/0.17, F
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from dataclasses import dataclass
 
 from .base import PreparedKernel, kernel_block_size_for, compute_capability, cuda_device_reason, installed_version, module_importable
 
@@ -45,6 +48,170 @@ def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]], pa
     return indptr, indices, last
 
 
+# --- JIT modules a sweep will need, built before "go" (bench/TUNE_PERF.md, "FlashInfer JIT")
+#
+# FlashInfer 0.7.2.post1 (flashinfer/decode.py, prefill.py, jit/attention/modules.py) compiles one
+# module per (backend, dtypes, index dtype, head dims, pos-encoding, sliding window, soft-cap,
+# fp16 qk reduction); page size, head counts and the KV layout (NHD/HND) are runtime arguments.
+#  * BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True).plan(): backend "auto" becomes
+#    "fa2" unless q or kv is fp8 -> get_batch_prefill_module("fa2", ...), which for "fa2" builds
+#    the equal-stride primary module (_gen_batch_prefill_primary_module); its independent-stride
+#    twin is built lazily only when K and V strides differ (ours never do: one stacked cache).
+#    (cuDNN takes "auto" decode only on CC 10.0/10.3 for multi-token rows.)
+#  * use_tensor_cores=False: get_batch_decode_module(...) -> gen_batch_decode_module(...).
+#  * BatchPrefillWithPagedKVCacheWrapper.plan(): backend "auto" -> determine_attention_backend:
+#    "fa3" on CC 9.x with torch CUDA >= 12.3, no RoPE / custom mask / fp16 qk reduction, head
+#    dims 64/128/256; else "fa2". "fa3" builds gen_batch_prefill_module("fa3", ...).
+# Arguments after the backend: q, kv, o dtypes (o = q), index dtype (int32: our indptr), head_dim
+# qk, head_dim vo, pos-encoding (NONE = 0), sliding window (window_left -1: False), logits
+# soft-cap (0: False), fp16 qk reduction (False; the decode path always passes False).
+POS_ENCODING_NONE = 0
+FA3_HEAD_SIZES = (64, 128, 256)
+PREBUILD_NICE = 10  # compile below the running backend's own JIT (Triton, FA4) on a shared CPU
+
+
+@dataclass(frozen=True)
+class JitModuleRequest:
+    """One FlashInfer JIT module, named by the generator flashinfer's plan() would call."""
+
+    purpose: str  # "decode (tensor cores)", "decode (CUDA cores)", "prefill"
+    generator: str  # "prefill_primary" | "prefill" | "decode"
+    backend: str | None  # "fa2" | "fa3"; None for the CUDA-core decode module
+    dtype: str
+    head_size: int
+
+    def generator_args(self, torch) -> tuple:
+        dt = getattr(torch, self.dtype)
+        common = (dt, dt, dt, torch.int32, self.head_size, self.head_size, POS_ENCODING_NONE, False, False)
+        if self.generator == "decode":
+            return common
+        return (self.backend,) + common + (False,)  # + use_fp16_qk_reduction
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text or "").split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def prefill_backend(capability: tuple[int, int] | None, torch_cuda: str | None, dtype: str, head_size: int) -> str:
+    """What flashinfer's determine_attention_backend answers for vLLM's prefill plan (no RoPE,
+    no custom mask, no fp16 qk reduction, q and kv of the same 16-bit dtype)."""
+    if capability is None or capability[0] != 9 or _version_tuple(torch_cuda) < (12, 3):
+        return "fa2"
+    return "fa3" if head_size in FA3_HEAD_SIZES else "fa2"
+
+
+def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int, int] | None,
+                        torch_cuda: str | None, use_tensor_cores: bool = True) -> list[JitModuleRequest]:
+    """The JIT modules plan() will ask for, for workloads of these kinds (decode / prefill / mixed:
+    mixed = decodes + a prefill chunk, like vLLM's split_decodes_and_prefills)."""
+    if dtype not in ("bfloat16", "float16") or head_size not in SUPPORTED_HEAD_SIZES:
+        return []  # unsupported_reason() refuses these rows: nothing will be planned
+    kinds = set(kinds)
+    requests = []
+    if kinds & {"decode", "mixed"}:
+        if use_tensor_cores:
+            requests.append(JitModuleRequest("decode (tensor cores)", "prefill_primary", "fa2", dtype, head_size))
+        else:
+            requests.append(JitModuleRequest("decode (CUDA cores)", "decode", None, dtype, head_size))
+    if kinds & {"prefill", "mixed"}:
+        backend = prefill_backend(capability, torch_cuda, dtype, head_size)
+        generator = "prefill_primary" if backend == "fa2" else "prefill"
+        # fa2 prefill is the very module tensor-core decode uses: build it once
+        if not any((r.generator, r.backend) == (generator, backend) for r in requests):
+            requests.append(JitModuleRequest("prefill", generator, backend, dtype, head_size))
+    return requests
+
+
+def _jit_spec(modules, request: JitModuleRequest, torch):
+    """flashinfer's JitSpec for a request, through the same generator its plan() calls."""
+    if request.generator == "decode":
+        return modules.gen_batch_decode_module(*request.generator_args(torch))
+    if request.generator == "prefill_primary":
+        # 0.7.x: "fa2" gets the equal-stride primary module; older releases have no primary and
+        # build gen_batch_prefill_module for every backend
+        primary = getattr(modules, "_gen_batch_prefill_primary_module", None)
+        if primary is not None:
+            return primary(*request.generator_args(torch))
+    return modules.gen_batch_prefill_module(*request.generator_args(torch))
+
+
+def _lower_thread_priority() -> None:
+    """Linux: nice only this thread (and the ninja / nvcc it starts), not the whole worker."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREBUILD_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+def build_error_text(exc: BaseException, limit: int = 300) -> str:
+    """One line: the exception's first line and, for a failed ninja, the compiler's last words
+    (e.g. "Ninja build failed. ... /usr/bin/ld: cannot find -lcudart")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    head = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    tail = [line for line in lines[1:] if not line.startswith("ninja: build stopped")][-2:]
+    text = head + (" ... " + " | ".join(tail) if tail else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _build_one(spec, outcome: dict) -> None:
+    _lower_thread_priority()
+    try:
+        try:
+            # need_lock: hold the module's file lock while ninja runs, so a plan() that arrives
+            # before we are done waits for this build instead of starting a second ninja on it
+            spec.build(need_lock=True)
+        except TypeError:
+            spec.build()
+        outcome["built"] = True
+    except Exception as exc:  # noqa: BLE001 -- plan() builds it again and reports a real failure
+        outcome["error"] = build_error_text(exc)
+
+
+def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
+    """Compiles the requested modules into flashinfer's JIT cache (~/.cache/flashinfer), one
+    ninja per module in parallel, each with its share of the CPUs (MAX_JOBS, unless the user set
+    it). Compile only: no CUDA context, no kernel launch, nothing loaded."""
+    import torch
+    from flashinfer.jit.attention import modules
+
+    started = time.perf_counter()
+    names, cached, pending, outcomes = [], [], [], []
+    for request in requests:
+        spec = _jit_spec(modules, request, torch)
+        names.append(spec.name)
+        if getattr(spec, "is_compiled", False):
+            cached.append(spec.name)
+        else:
+            pending.append(spec)
+            outcomes.append({"label": request.purpose + (f" ({request.backend})" if request.backend else "")})
+    if pending:
+        set_jobs = "MAX_JOBS" not in os.environ
+        if set_jobs:
+            os.environ["MAX_JOBS"] = str(max(1, (os.cpu_count() or 2) // len(pending)))
+        try:
+            threads = [threading.Thread(target=_build_one, args=(spec, out), daemon=True)
+                       for spec, out in zip(pending, outcomes)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            if set_jobs:
+                os.environ.pop("MAX_JOBS", None)
+    errors = [f"{o['label']}: {o['error']}" for o in outcomes if o.get("error")]
+    return {
+        "modules": names,
+        "built": sum(1 for o in outcomes if o.get("built")),
+        "cached": len(cached),
+        "seconds": time.perf_counter() - started,
+        "error": "; ".join(errors) or None,
+    }
+
+
 class FlashInferAdapter:
     backend = "FLASHINFER"
 
@@ -60,6 +227,22 @@ class FlashInferAdapter:
         if reason:
             return reason
         return module_importable("flashinfer")
+
+    def prebuild(self, workloads, *, dtype: str, head_size: int, capability=None, kv_cache_dtype: str = "auto",
+                 **_shape) -> dict:
+        """Builds the JIT modules these workloads will plan (see jit_module_requests) into
+        flashinfer's cache, before the worker may touch CUDA. Raises if flashinfer's JIT API is
+        not what we expect; the worker records it and plan() compiles as usual."""
+        import torch
+
+        cap = tuple(capability) if capability else None
+        kinds = [getattr(w, "kind", w) for w in workloads]
+        if kv_cache_dtype not in ("auto", dtype):
+            kinds = []  # those rows are not timed (bench/worker.py: fp8 KV is not timed yet)
+        requests = jit_module_requests(kinds, dtype, int(head_size), cap, torch.version.cuda, self.use_tensor_cores)
+        summary = build_jit_modules(requests)
+        summary["requests"] = [r.purpose + (f" ({r.backend})" if r.backend else "") for r in requests]
+        return summary
 
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
         if w.dtype not in ("bfloat16", "float16"):
