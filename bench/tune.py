@@ -283,6 +283,21 @@ def _planned_keys(plan: P.Plan, options: SweepOptions) -> list[list[str]]:
     return [timed, [row["key"] for row in skipped_rows(plan, options)]]
 
 
+def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str]:
+    """Say where a backend was timed with another provider than the kernel vLLM itself would run,
+    since the flags we recommend make vLLM run its own kernel."""
+    adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
+    out = []
+    # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (gpu-facts.md, vllm-rules §3c)
+    if tuple(capability)[0] == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
+        out.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
+                   "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")
+    if ("TRITON_ATTN", "attnsel-triton") in adapters:
+        out.append("TRITON_ATTN was timed with attnsel's own Triton paged-attention kernel (vLLM is not installed "
+                   "here): `--attention-backend TRITON_ATTN` runs vLLM's Triton kernel, which may be faster or slower")
+    return out
+
+
 def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *, device: dict,
                    gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""
@@ -292,9 +307,7 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
     recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights)
     warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
     warnings += _bandwidth_warnings(rows)
-    if any(r.get("backend") == "FLASH_ATTN" and "fa4" in str(r.get("adapter", "")).lower() for r in rows):
-        warnings.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
-                        "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")
+    warnings += stand_in_warnings(rows, plan.capability)
     return {
         "schema": DOCUMENT_SCHEMA,
         "attnsel_version": __version__,

@@ -53,3 +53,15 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
     assert "disqualified FLASHINFER --block-size 32" in text
     assert "skipped (vLLM would refuse): FLASH_ATTN --block-size 8: block_size not supported" in text
     assert json.loads(json.dumps(doc))["schema"] == "attnsel-tune/1"  # the document is plain JSON
+
+
+def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel():
+    from attnsel.bench.tune import stand_in_warnings
+
+    rows = [{"backend": "FLASH_ATTN", "adapter": "fa4-cute", "status": "ok"},
+            {"backend": "TRITON_ATTN", "adapter": "attnsel-triton", "status": "ok"}]
+    hopper = stand_in_warnings(rows, (9, 0))
+    assert any("FlashAttention 4" in w for w in hopper) and any("attnsel's own Triton" in w for w in hopper)
+    # on Blackwell vLLM itself runs FA4 (vllm-rules §3c), so only the Triton stand-in is worth saying
+    assert [w for w in stand_in_warnings(rows, (10, 0)) if "FlashAttention 4" in w] == []
+    assert stand_in_warnings([{"backend": "TRITON_ATTN", "adapter": "vllm-triton", "status": "ok"}], (9, 0)) == []
