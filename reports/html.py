@@ -89,26 +89,53 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
     return [round(i * step, 10) for i in range(int(math.ceil(top / step)) + 1)]
 
 
+# When the slowest point is more than this many times the fastest (FlexAttention runs 20-50x
+# slower than the others on an H200), a linear axis flattens every other backend onto zero.
+LOG_SCALE_RATIO = 10.0
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks spanning [low, high] on a log axis.
+
+    >>> log_ticks(0.013, 4.5)
+    [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
+    """
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    ticks = [round(m * 10.0 ** e, 12) for e in range(first, last + 1) for m in (1, 2, 5)]
+    lower = max(t for t in ticks if t <= low)
+    upper = min(t for t in ticks if t >= high)
+    return [t for t in ticks if lower <= t <= upper]
+
+
 def _tick_label(value: float) -> str:
     return f"{value:g}" if value >= 0.01 or value == 0 else f"{value:.1e}"
 
 
 def latency_svg(frame: pd.DataFrame, label: str, backends: Sequence[str], width: int = 600, height: int = 300) -> str:
-    """Median latency (y, ms, from 0) vs --block-size (x, one slot per size) per backend;
-    whiskers p20-p80; the fastest point circled."""
+    """Median latency (y, ms, from 0; log scale when the points span more than LOG_SCALE_RATIO)
+    vs --block-size (x, one slot per size) per backend; whiskers p20-p80; the fastest point circled."""
     sub = frame[(frame["workload"] == label) & (frame["status"] == "ok") & frame["median_ms"].notna()]
     if sub.empty:
         return ""
     sizes = sorted(int(s) for s in frame.loc[frame["workload"] == label, "block_size"].dropna().unique())
     left, right, top, bottom = 58, 150, 14, 42
     plot_w, plot_h = width - left - right, height - top - bottom
-    ticks = nice_ticks(float(sub["p80_ms"].fillna(sub["median_ms"]).max()) * 1.05)
+    high = float(sub["p80_ms"].fillna(sub["median_ms"]).max())
+    low = float(sub["p20_ms"].fillna(sub["median_ms"]).min())
+    log_scale = low > 0 and high / low > LOG_SCALE_RATIO
+    if log_scale:
+        ticks = log_ticks(low, high)
+        lo_log, hi_log = math.log10(ticks[0]), math.log10(ticks[-1])
+    else:
+        ticks = nice_ticks(high * 1.05)
     y_max = ticks[-1]
 
     def x_of(size: int) -> float:
         return left + (sizes.index(size) + 0.5) * plot_w / len(sizes)
 
     def y_of(value: float) -> float:
+        if log_scale:
+            return top + plot_h * (1 - (math.log10(max(value, ticks[0])) - lo_log) / (hi_log - lo_log))
         return top + plot_h * (1 - value / y_max)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" role="img" '
@@ -122,7 +149,7 @@ def latency_svg(frame: pd.DataFrame, label: str, backends: Sequence[str], width:
         parts.append(f'<text x="{x_of(size):.1f}" y="{top + plot_h + 16}" font-size="11" text-anchor="middle" fill="#57606a">{size}</text>')
     parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" font-size="12" text-anchor="middle" fill="#1b1f24">--block-size</text>')
     parts.append(f'<text x="14" y="{top + plot_h / 2:.1f}" font-size="12" text-anchor="middle" fill="#1b1f24" '
-                 f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">median latency (ms)</text>')
+                 f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">median latency (ms{", log scale" if log_scale else ""})</text>')
     best = sub.loc[sub["median_ms"].idxmin()]
     legend_y = top + 6
     for i, backend in enumerate(b for b in backends if b in set(sub["backend"])):

@@ -200,3 +200,21 @@ def test_a_cut_short_sweep_never_claims_the_default_is_fine(tmp_path):
     assert "not measured" in flags_line and "none needed" not in flags_line
     page = html.render(load_inputs([tmp_path]))
     assert "no baseline" in page and "no flags needed" not in page
+
+
+def test_html_switches_to_a_log_axis_when_one_backend_is_ten_times_slower():
+    # the real H200 sweep: FlexAttention's decode is 20-50x slower than the others
+    real = Path(__file__).parent / "fixtures" / "tune" / "h200_llama8b_default"
+    rows = [r for r in json.loads((real / "tune.json").read_text())["rows"] if r["status"] == R.STATUS_OK]
+    page = html.render(load_inputs([real]))
+    spans = {}
+    for r in rows:
+        t = r["timing"]
+        lo, hi = spans.get(r["workload_label"], (float("inf"), 0.0))
+        spans[r["workload_label"]] = (min(lo, t["p20_ms"]), max(hi, t["p80_ms"]))
+    wide = {label for label, (lo, hi) in spans.items() if hi / lo > html.LOG_SCALE_RATIO}
+    assert wide, "the recorded sweep has shapes spanning more than 10x"
+    svgs = re.findall(r'aria-label="([^"]+): median latency vs block size".*?</svg>', page, flags=re.S)
+    charts = dict(zip(svgs, re.findall(r'aria-label="[^"]+: median latency vs block size"(.*?)</svg>', page, flags=re.S)))
+    for label, body in charts.items():
+        assert ("log scale" in body) == (label in wide)
