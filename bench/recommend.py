@@ -122,9 +122,23 @@ class Decision:
             return f"fastest measured: {best}; vLLM's default could not be measured, so no margin"
         margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
         if self.verdict == "faster":
-            return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}"
+            return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
         return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
+
+    @property
+    def equally_good(self) -> list[ConfigScore]:
+        """Configs within noise of the best (`tie`): any of them is as good a choice, and which
+        one ranks first can change between runs (FlashInfer's page sizes, gpu-facts.md)."""
+        return [c for c in self.ranking if c.vs_best == "tie"]
+
+    def _ties_text(self) -> str:
+        ties = self.equally_good
+        if not ties:
+            return ""
+        names = ", ".join(f"{c.backend} --block-size {c.block_size}" for c in ties[:4])
+        more = f" and {len(ties) - 4} more" if len(ties) > 4 else ""
+        return f" (within noise of it: {names}{more})"
 
     def to_dict(self) -> dict:
         return {
@@ -139,6 +153,7 @@ class Decision:
             "flags": self.flags,
             "advice": self.advice(),
             "ranking": [c.to_dict() for c in self.ranking],
+            "equally_good": [c.to_dict() for c in self.equally_good],
             "incomplete": self.incomplete,
             "weights": self.weights,
         }
@@ -275,21 +290,30 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
         key=lambda s: s.geomean_ms,
     )
     best = ranking[0]
+
+    def pair_bar(other: ConfigScore) -> tuple[float, bool]:
+        # The overall bar: the per-workload bars of this very pair, weighted like the score.
+        threshold, enough = 0.0, True
+        for k in kinds:
+            by_config = _timed_by_config(rows, k)
+            labels = workload_labels[k]
+            pair_threshold, pair_enough = _noise_threshold([by_config[best.config][l] for l in labels],
+                                                           [by_config[other.config][l] for l in labels])
+            threshold += norm[k] * pair_threshold
+            enough = enough and pair_enough
+        return threshold, enough
+
+    best.vs_best = "best"
+    for other in ranking[1:]:
+        bar, enough = pair_bar(other)
+        other.vs_best = "slower" if enough and other.geomean_ms / best.geomean_ms - 1 > bar else "tie"
     default = next((s for s in ranking if s.config == vllm_default), None)
     if default is None:
         return Decision("overall", best, None, None, None, "default not measured", ranking, [], norm)
     if default.config == best.config:
         return Decision("overall", best, default, 1.0, None, "default is fastest", ranking, [], norm)
     speedup = default.geomean_ms / best.geomean_ms
-    # The overall bar: the per-workload bars of this very pair, weighted like the score.
-    threshold, enough = 0.0, True
-    for k in kinds:
-        by_config = _timed_by_config(rows, k)
-        labels = workload_labels[k]
-        pair_threshold, pair_enough = _noise_threshold([by_config[best.config][l] for l in labels],
-                                                       [by_config[default.config][l] for l in labels])
-        threshold += norm[k] * pair_threshold
-        enough = enough and pair_enough
+    threshold, enough = pair_bar(default)
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
     return Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
 

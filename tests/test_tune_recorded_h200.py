@@ -50,3 +50,19 @@ def test_vllms_default_is_measured_and_beaten_above_noise_on_decode():
     rec = _doc()["recommendation"]["workloads"]["decode"]
     assert rec["vllm_default"]["backend"] == "FLASH_ATTN" and rec["vllm_default"]["block_size"] == 16
     assert rec["above_noise"] and rec["margin_pct"] > rec["noise_threshold_pct"]
+
+
+def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
+    # FlashInfer's page size barely matters (users-and-measuring §C3); the H200 sweep shows it:
+    # the overall winner's other block sizes tie with it, and the advice says so.
+    doc = _doc()
+    default = doc["recommendation"]["vllm_default"]
+    decision = REC.recommend(doc["rows"], workload_labels=_labels(doc),
+                             vllm_default=(default["backend"], default["block_size"]),
+                             weights=doc["recommendation"]["overall"]["weights"]).overall
+    ties = decision.equally_good
+    assert ties and all(t.vs_best == "tie" for t in ties)
+    assert {t.backend for t in ties} == {decision.best.backend}
+    assert "within noise of it" in decision.advice()
+    slower = [c for c in decision.ranking if c.vs_best == "slower"]
+    assert slower and min(c.geomean_ms for c in slower) >= max(t.geomean_ms for t in ties)
