@@ -50,4 +50,12 @@ _register_commands()
 
 
 def main() -> None:
+    import signal
+    import sys
+
+    # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
+    # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
+    # failed". Not for `tune`, whose workers must be shut down by the sweep itself.
+    if hasattr(signal, "SIGPIPE") and "tune" not in sys.argv[1:]:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()
