@@ -20,12 +20,12 @@ def test_python_dash_m_runs_the_cli():
 
 
 def test_a_reader_that_leaves_early_is_not_reported_as_a_vllm_failure():
-    # `attnsel explain | head -1`: exit 1 would mean "vLLM would raise"; end by SIGPIPE instead
+    # `attnsel explain | head -1`: exit 1 would mean "vLLM would raise"; end by SIGPIPE instead.
+    # The reader is gone before the child prints anything, so its first write hits a closed pipe.
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "attnsel", "explain", "--gpu", "H100", "--model", "deepseek-v3"],
+    proc = subprocess.Popen([sys.executable, "-m", "attnsel", "explain", "--gpu", "H100"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=60)
-    assert proc.returncode in (0, -signal.SIGPIPE), proc.stderr.read()[-500:]
+    assert proc.returncode == -signal.SIGPIPE, proc.stderr.read()[-500:]
