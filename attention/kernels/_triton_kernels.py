@@ -28,6 +28,50 @@ import triton.language as tl
 import triton.language.standard as _tl_standard
 
 
+def _load_k_tile(
+    bt_row, k_head, v_head, start, pos, ok, d, d_ok,
+    stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    DOT_IN_FP32: tl.constexpr,
+):
+    """One K tile through the block table, plus the V pointers and mask for the same rows."""
+    if PAGE % BLOCK_N == 0:  # the tile lies in one page: one block-table read
+        page = tl.load(bt_row + start // PAGE).to(tl.int64)
+        k_rows = page * stride_k_blk + (pos % PAGE) * stride_k_tok
+        v_rows = page * stride_v_blk + (pos % PAGE) * stride_v_tok
+    else:
+        pages = tl.load(bt_row + pos // PAGE, mask=ok, other=0).to(tl.int64)
+        k_rows = pages * stride_k_blk + (pos % PAGE) * stride_k_tok
+        v_rows = pages * stride_v_blk + (pos % PAGE) * stride_v_tok
+    if HEAD_PAD == HEAD:  # a row mask only: constant along d, so loads stay vectorised
+        kv_mask = ok[:, None]
+    else:
+        kv_mask = ok[:, None] & d_ok[None, :]
+    k = tl.load(k_head + k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    if DOT_IN_FP32:
+        k = k.to(tl.float32)
+    return k, v_head + v_rows[:, None] + d[None, :], kv_mask
+
+
+def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr):
+    """Fold one tile of base-2 scores into the running max, denominator and output."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    p_in = p.to(v.dtype)
+    if DOT_IN_FP32:
+        p_in = p_in.to(tl.float32)
+        v = v.to(tl.float32)
+    acc = acc * alpha[:, None] + tl.dot(p_in, v)
+    return m_new, l_i, acc
+
+
+# Helpers the kernels call; `jitted()` rebinds these names to their triton.jit versions.
+_HELPERS = {"_load_k_tile": _load_k_tile, "_online_softmax_step": _online_softmax_step}
+
+
 def paged_decode(
     q_ptr, k_ptr, v_ptr, block_table_ptr, seq_lens_ptr, q_start_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
@@ -79,34 +123,12 @@ def paged_decode(
     for start in range(lo, hi, BLOCK_N):
         pos = start + n
         ok = pos < hi
-        if PAGE % BLOCK_N == 0:
-            page = tl.load(bt_row + start // PAGE).to(tl.int64)
-            k_rows = page * stride_k_blk + (pos % PAGE) * stride_k_tok
-            v_rows = page * stride_v_blk + (pos % PAGE) * stride_v_tok
-        else:
-            pages = tl.load(bt_row + pos // PAGE, mask=ok, other=0).to(tl.int64)
-            k_rows = pages * stride_k_blk + (pos % PAGE) * stride_k_tok
-            v_rows = pages * stride_v_blk + (pos % PAGE) * stride_v_tok
-        if HEAD_PAD == HEAD:  # a row mask only: constant along d, so loads stay vectorised
-            kv_mask = ok[:, None]
-        else:
-            kv_mask = ok[:, None] & d_ok[None, :]
-        k = tl.load(k_head + k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if DOT_IN_FP32:
-            k = k.to(tl.float32)
+        k, v_ptrs, kv_mask = _load_k_tile(bt_row, k_head, v_head, start, pos, ok, d, d_ok,
+                                          stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
+                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32)
         s = tl.dot(q, tl.trans(k)) * scale_log2
         s = tl.where(ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_head + v_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        p_in = p.to(v.dtype)
-        if DOT_IN_FP32:
-            p_in = p_in.to(tl.float32)
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p_in, v)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32)
 
     if NUM_SPLITS == 1:
         o = acc / l_i[:, None]
@@ -199,35 +221,13 @@ def paged_prefill(
     for start in range(0, kv_end, BLOCK_N):
         pos = start + n
         ok = pos < kv_end
-        if PAGE % BLOCK_N == 0:
-            page = tl.load(bt_row + start // PAGE).to(tl.int64)
-            k_rows = page * stride_k_blk + (pos % PAGE) * stride_k_tok
-            v_rows = page * stride_v_blk + (pos % PAGE) * stride_v_tok
-        else:
-            pages = tl.load(bt_row + pos // PAGE, mask=ok, other=0).to(tl.int64)
-            k_rows = pages * stride_k_blk + (pos % PAGE) * stride_k_tok
-            v_rows = pages * stride_v_blk + (pos % PAGE) * stride_v_tok
-        if HEAD_PAD == HEAD:  # a row mask only: constant along d, so loads stay vectorised
-            kv_mask = ok[:, None]
-        else:
-            kv_mask = ok[:, None] & d_ok[None, :]
-        k = tl.load(k_head + k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if DOT_IN_FP32:
-            k = k.to(tl.float32)
+        k, v_ptrs, kv_mask = _load_k_tile(bt_row, k_head, v_head, start, pos, ok, d, d_ok,
+                                          stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
+                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32)
         s = tl.dot(q, tl.trans(k)) * scale_log2
         visible = ok[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_head + v_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        p_in = p.to(v.dtype)
-        if DOT_IN_FP32:
-            p_in = p_in.to(tl.float32)
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p_in, v)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
@@ -257,6 +257,9 @@ def jitted() -> dict[str, object]:
         raise RuntimeError("TRITON_INTERPRET=1 must be set before triton is first imported")
     mode = interpreting()
     if mode not in _JITTED:
+        # Kernels resolve helper names in this module's globals when they compile.
+        for name, fn in _HELPERS.items():
+            globals()[name] = triton.jit(fn)
         _JITTED[mode] = {
             "paged_decode": triton.jit(paged_decode),
             "reduce_splits": triton.jit(reduce_splits),
