@@ -61,6 +61,16 @@ def workloads_table(plan: dict) -> Table:
     return table
 
 
+def timing_method(opts: dict) -> str:
+    """How rows were timed, in words (bench/timing.py: events with an L2 flush, or graph replays
+    over rotating input copies, which keeps calls cold without a flush)."""
+    if opts.get("mode") == "graph":
+        return ("CUDA-graph replays of 10 calls over rotating input copies (cold without a flush), "
+                "median per call")
+    l2 = "cold (2 x L2 flushed before each call)" if opts.get("cold_l2", True) else "hot (no flush)"
+    return f"per-call CUDA events, L2 {l2}, median"
+
+
 def render_plan(plan: dict, console: Console) -> None:
     gpu = plan.get("gpu") or "GPU"
     console.print(f"[bold]attnsel tune --dry-run[/bold]: {gpu} (compute capability {plan['capability']}), "
@@ -220,8 +230,7 @@ def render_results(document: dict, console: Console, *, show_rows: bool = False)
         console.print(f"libraries: {libs}")
     opts = document.get("options") or {}
     console.print(_shape_line(plan["shape"]))
-    console.print(f"timing: {opts.get('mode', 'events')}, L2 {'cold (flushed)' if opts.get('cold_l2', True) else 'hot'}, "
-                  f"median of per-call CUDA events, p20/p80 band; {_default_line(plan)}")
+    console.print(f"timing: {timing_method(opts)}, p20/p80 band; {_default_line(plan)}")
     rec = document["recommendation"]
     for kind, decision in rec["workloads"].items():
         if decision["ranking"]:

@@ -66,3 +66,14 @@ def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
     assert "within noise of it" in decision.advice()
     slower = [c for c in decision.ranking if c.vs_best == "slower"]
     assert slower and min(c.geomean_ms for c in slower) >= max(t.geomean_ms for t in ties)
+
+
+def test_cuda_graph_mode_ran_on_the_h200_with_rotating_copies_where_inputs_fit_in_l2():
+    # `attnsel tune ... --quick --backends TRITON_ATTN --cuda-graph` on an H200 (2026-11-21)
+    path = RUN.parent.parent / "h200_triton_quick_cuda_graph.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert rows and all(r["status"] == "ok" and r["timing"]["mode"] == "cuda_graph" for r in rows)
+    for r in rows:
+        copies = r["timing"]["rotation_copies"]
+        # 2 x L2 (60 MiB on the H200) of input per call keeps a call cold; small batches need copies
+        assert (copies > 1) == (r["bytes_moved"] < 2 * 62914560)

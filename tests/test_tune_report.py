@@ -65,3 +65,12 @@ def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel()
     # on Blackwell vLLM itself runs FA4 (vllm-rules §3c), so only the Triton stand-in is worth saying
     assert [w for w in stand_in_warnings(rows, (10, 0)) if "FlashAttention 4" in w] == []
     assert stand_in_warnings([{"backend": "TRITON_ATTN", "adapter": "vllm-triton", "status": "ok"}], (9, 0)) == []
+
+
+def test_the_timing_line_says_how_the_rows_were_kept_cold():
+    from attnsel.reports.tune_report import timing_method
+
+    assert "2 x L2 flushed" in timing_method({"mode": "events", "cold_l2": True})
+    assert "hot" in timing_method({"mode": "events", "cold_l2": False})
+    graph = timing_method({"mode": "graph", "cold_l2": True})
+    assert "rotating input copies" in graph and "flushed" not in graph
