@@ -100,21 +100,26 @@ def _inputs_line(expl: Explanation) -> str:
 
 
 def backends_table(expl: Explanation) -> Table:
+    rows = list(expl.backends)
+    if expl.explicit_backend is not None and expl.explicit_backend.priority is None:
+        rows.append(expl.explicit_backend)
+    return verdicts_table(rows, expl.selected, "Reasons (vLLM's words, in vLLM's order)")
+
+
+def verdicts_table(rows, selected: Optional[str], reasons_header: str) -> Table:
+    """One row per backend verdict (ours or live vLLM's): priority, name, valid, reasons."""
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("Prio", justify="right")
     table.add_column("Backend")
     table.add_column("Valid")
-    table.add_column("Reasons (vLLM's words, in vLLM's order)")
-    rows = list(expl.backends)
-    if expl.explicit_backend is not None and expl.explicit_backend.priority is None:
-        rows.append(expl.explicit_backend)
+    table.add_column(reasons_header)
     for verdict in rows:
         name = Text(verdict.name)
-        if verdict.name == expl.selected:
+        if verdict.name == selected:
             name = Text(f"{verdict.name} ◀ selected", style="bold green")
         valid = Text("yes", style="green") if verdict.valid else Text("no", style="red")
         priority = "-" if verdict.priority is None else str(verdict.priority)
-        table.add_row(priority, name, valid, "; ".join(verdict.reasons) or "")
+        table.add_row(priority, name, valid, "; ".join(verdict.reasons))
     return table
 
 
@@ -258,20 +263,10 @@ def render_live(answer: Any, expl: Explanation, console: Console) -> None:
         f"{answer.api} API) · GPU {gpu}(compute capability {_capability_str(expl.capability)})"
     )
     console.print(_inputs_line(expl))
-    table = Table(show_header=True, header_style="bold", expand=False)
-    for column in ("Prio", "Backend", "Valid", "Reasons (vLLM's own answer)"):
-        table.add_column(column, justify="right" if column == "Prio" else "left")
     rows = list(answer.backends)
     if answer.explicit_backend is not None and answer.explicit_backend.name not in {b.name for b in rows}:
         rows.append(answer.explicit_backend)
-    for verdict in rows:
-        name = Text(verdict.name)
-        if verdict.name == answer.selected:
-            name = Text(f"{verdict.name} ◀ selected", style="bold green")
-        valid = Text("yes", style="green") if verdict.valid else Text("no", style="red")
-        priority = "-" if verdict.priority is None else str(verdict.priority)
-        table.add_row(priority, name, valid, "; ".join(verdict.reasons))
-    console.print(table)
+    console.print(verdicts_table(rows, answer.selected, "Reasons (vLLM's own answer)"))
     if answer.selected is not None:
         console.print(f"vLLM selects: [bold]{answer.selected}[/bold]")
     if answer.block_size is not None:
