@@ -99,10 +99,11 @@ class Decision:
     default: Optional[ConfigScore]
     speedup_vs_default: Optional[float]  # > 1: best is faster than the default
     noise_threshold: Optional[float]  # relative margin the speedup had to exceed
-    verdict: str  # "faster", "noisy", "default is fastest", "default not measured", "no valid config"
+    verdict: str  # "faster", "noisy", "stand-in", "default is fastest", "default not measured", "no valid config"
     ranking: list[ConfigScore] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: Optional[dict] = None
+    stand_in: Optional[str] = None  # the stand-in provider behind verdict "stand-in"
 
     @property
     def above_noise(self) -> bool:
@@ -123,6 +124,9 @@ class Decision:
         margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
         if self.verdict == "faster":
             return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
+        if self.verdict == "stand-in":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
+                    f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
         return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
 
@@ -149,6 +153,7 @@ class Decision:
             "margin_pct": (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else None,
             "noise_threshold_pct": self.noise_threshold * 100 if self.noise_threshold is not None else None,
             "verdict": self.verdict,
+            "stand_in": self.stand_in,
             "above_noise": self.above_noise,
             "flags": self.flags,
             "advice": self.advice(),
@@ -252,7 +257,22 @@ def decide_workload(
     threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
     speedup = default.geomean_ms / best.geomean_ms
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
-    return Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+    decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+    return _guard_stand_ins(decision, per_shape_best + per_shape_default)
+
+
+def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
+    """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
+    for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
+    where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
+    still ranked and shown; the flags stay vLLM's default."""
+    if decision.verdict != "faster":
+        return decision
+    stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in compared_rows) if p})
+    if stand_ins:
+        decision.verdict = "stand-in"
+        decision.stand_in = "; ".join(stand_ins)
+    return decision
 
 
 def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
@@ -315,7 +335,10 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     speedup = default.geomean_ms / best.geomean_ms
     threshold, enough = pair_bar(default)
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
-    return Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+    compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
+                and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
+    return _guard_stand_ins(Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm),
+                            compared)
 
 
 def _score_of(decision: Decision, config: Config) -> ConfigScore:

@@ -47,6 +47,20 @@ def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_c
     return f"{backend}|bs={block_size}|{workload_label}|{dtype}|kv={kv_cache_dtype}|{mode}"
 
 
+# Backends whose kernel tune runs through vLLM's own classes when vLLM is installed
+# (attention/kernels/vllm_backend.py); any other provider of them is a stand-in. FLEX_ATTENTION is
+# torch's flex_attention in vLLM and in attnsel alike.
+VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+VLLM_ADAPTER = "vllm"
+
+
+def stand_in_provider(row: dict) -> Optional[str]:
+    """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
+    if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
+        return None
+    return f"{row['backend']} by {row['adapter']}"
+
+
 def is_timed(row: dict) -> bool:
     return row.get("status") == STATUS_OK and bool(row.get("timing"))
 

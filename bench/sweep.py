@@ -64,7 +64,10 @@ PRESPAWN_AHEAD = 2
 
 @dataclass
 class SweepOptions:
-    mode: str = "events"  # "events" | "graph"
+    # How each row's call is launched: "vllm" (graph replay where vLLM captures the batch in a full
+    # CUDA graph, eager elsewhere), or forced "graph" (--cuda-graph) / "eager" (--eager).
+    launch: str = "vllm"
+    timer: str = "auto"  # "auto" (CUPTI where cupti-python works, else CUDA events) | "cupti" | "events"
     cold_l2: bool = True
     warmup_ms: float = T.WARMUP_BUDGET_MS
     repeat_ms: float = T.REPEAT_BUDGET_MS
@@ -88,7 +91,7 @@ class SweepOptions:
 
     def worker_options(self) -> dict:
         return {
-            "mode": self.mode, "cold_l2": self.cold_l2, "warmup_ms": self.warmup_ms, "repeat_ms": self.repeat_ms,
+            "launch": self.launch, "timer": self.timer, "cold_l2": self.cold_l2, "warmup_ms": self.warmup_ms, "repeat_ms": self.repeat_ms,
             "max_samples": self.max_samples, "tolerance": self.tolerance, "seed": self.seed,
             "keep_samples": self.keep_samples,
         }
@@ -121,12 +124,15 @@ def items_for(plan: Plan, options: SweepOptions, skip_keys: set[str] = frozenset
             if key in skip_keys:
                 continue
             check = options.check == "all" or (options.check == "first" and w == smallest[w.kind])
+            launch, why = plan.launch(config.backend, w)
             groups.setdefault(config.backend, []).append({
                 "key": key,
                 "block_size": config.block_size,
                 "kernel_block_size": config.kernel_block_size,
                 "workload": w.to_dict(),
                 "check": check,
+                "launch": launch,
+                "launch_reason": why,
             })
     return groups
 

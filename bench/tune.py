@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel import __version__
+from attnsel.attention import rules
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
 from attnsel.bench import recommend as REC
@@ -60,10 +61,23 @@ def check_shape_flags(req: TuneRequest) -> None:
         if req.head_size or req.num_heads or req.num_kv_heads:
             raise UserInputError("pass either --model or --head-size/--num-heads/--num-kv-heads, not both")
         return
-    if req.head_size is None or req.num_heads is None:
-        raise UserInputError("pass --head-size and --num-heads (and --num-kv-heads for GQA), or --model CONFIG")
-    P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, "bfloat16", req.kv_cache_dtype,
-                 req.tensor_parallel_size)
+    if req.head_size is None:
+        raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
+    heads, kv_heads, _ = explicit_heads(req)
+    P.make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
+
+
+def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]:
+    """(heads, KV heads, what was assumed): --num-heads/--num-kv-heads, or with only --head-size the
+    representative layout for that head size (`attnsel tune --head-size 128 --dtype bf16`). Heads
+    are model totals (divided by TP in make_shape), so the default layout is scaled by TP."""
+    if req.num_heads is not None:
+        return req.num_heads, req.num_kv_heads, None
+    q, kv, note = P.default_head_layout(int(req.head_size))
+    tp = max(1, int(req.tensor_parallel_size or 1))
+    if req.num_kv_heads is not None:
+        return req.num_kv_heads * (q // kv), req.num_kv_heads, note
+    return q * tp, kv * tp, note
 
 
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
@@ -75,8 +89,9 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
         dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
-    return P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, dtype, req.kv_cache_dtype,
-                        req.tensor_parallel_size)
+    heads, kv_heads, assumed = explicit_heads(req)
+    shape = P.make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
+    return dataclasses.replace(shape, assumed=assumed)
 
 
 def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
@@ -87,7 +102,8 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
                         verdict=functools.partial(P.vllm_verdict, vllm_version=version),
                         default_choice=functools.partial(P.vllm_default_choice, vllm_version=version))
     choice = P.rule_profile_choice(version)
-    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason,
+                               vllm_release=rules.parse_vllm_version(choice.profile.vllm_version))
 
 
 def plan_document(plan: P.Plan, options: SweepOptions) -> dict:

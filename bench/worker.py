@@ -33,6 +33,7 @@ is the real one; CI passes a fake toolkit with fake adapters that hang, raise or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -92,7 +93,8 @@ class Toolkit(Protocol):
 
     def relative_error(self, prepared: Any, batch: Any) -> float: ...
 
-    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict) -> T.TimingResult: ...
+    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
+             launch: str = "eager") -> T.TimingResult: ...
 
     def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]: ...
 
@@ -117,10 +119,38 @@ def load_toolkit(spec: str) -> Toolkit:
     return getattr(module, attr)()
 
 
+LAUNCH_POLICIES = ("vllm", "graph", "eager")
+
+
 def mode_label(options: dict) -> str:
-    """The timing mode every row carries (users-and-measuring §C1: "every result row carries its mode")."""
-    mode = "graph" if options.get("mode") == "graph" else "events"
-    return f"{mode}-{'cold' if options.get('cold_l2', True) else 'hot'}"
+    """The timing mode every row carries (users-and-measuring §C1: "every result row carries its
+    mode"): the launch policy ("vllm": each row launched as vLLM launches it, graph or eager;
+    "graph"/"eager": forced) and the L2 state."""
+    launch = options.get("launch", "vllm")
+    return f"{launch}-{'cold' if options.get('cold_l2', True) else 'hot'}"
+
+
+def choose_launch(options: dict, item: dict, details: Optional[dict]) -> tuple[str, str, str]:
+    """(launch, why, source) for one row. Forced by --cuda-graph / --eager; otherwise what the
+    installed vLLM's own CudagraphDispatcher answered for this batch (the vLLM-driven adapter puts
+    it in its details), else the plan's answer from the rule profile's recorded CUDA-graph facts.
+
+    >>> choose_launch({"launch": "vllm"}, {"launch": "eager", "launch_reason": "r"}, {"launch": "graph", "launch_reason": "d"})
+    ('graph', 'd', 'installed vLLM')
+    >>> choose_launch({"launch": "vllm"}, {"launch": "graph", "launch_reason": "rule"}, None)
+    ('graph', 'rule', 'recorded rule')
+    >>> choose_launch({"launch": "eager"}, {"launch": "graph"}, {"launch": "graph"})[:2]
+    ('eager', 'forced by --eager')
+    """
+    policy = options.get("launch", "vllm")
+    if policy in ("graph", "eager"):
+        flag = "--cuda-graph" if policy == "graph" else "--eager"
+        return policy, f"forced by {flag}", "flag"
+    if details and details.get("launch") in ("graph", "eager"):
+        return details["launch"], str(details.get("launch_reason") or ""), "installed vLLM"
+    if item.get("launch") in ("graph", "eager"):
+        return item["launch"], str(item.get("launch_reason") or ""), "recorded rule"
+    return "eager", "no CUDA-graph facts for this backend: timed eagerly", "default"
 
 
 def tolerance_for(shape: dict, options: dict) -> float:
@@ -260,31 +290,28 @@ class ItemRunner:
             batch = self.toolkit.make_batch(workload, block_size, int(self.options.get("seed", 0)))
         started = time.perf_counter()
         with self._phase("prepare_s"):
-            prepared = adapter.prepare(batch)
+            adapter, prepared = self._prepare(adapter, workload, block_size, batch, row)
+        row["adapter"] = adapter.name
         # The adapter's plan + JIT/compile + first call, measured apart from run time.
         row["setup_s"] = getattr(prepared, "setup_seconds", None) or (time.perf_counter() - started)
         row["provider"] = getattr(prepared, "provider", None)
-        row["notes"] = list(getattr(prepared, "notes", ()) or ()) + self.extra_notes
+        row["notes"] = list(getattr(prepared, "notes", ()) or ()) + row.get("notes", []) + self.extra_notes
+        details = getattr(prepared, "details", None) or None
+        if details:
+            row["provider_details"] = details
         if getattr(prepared, "kernel_block_size", None):
             row["kernel_block_size_used"] = prepared.kernel_block_size
         with self._phase("first_call_s"):
             row["first_call_s"] = self.toolkit.first_call_seconds(prepared)
         if item.get("check", True):
-            with self._phase("check_s"):
-                err = float(self.toolkit.relative_error(prepared, batch))
-            tol = tolerance_for(self.shape, self.options)
-            row["rel_error"] = err
-            row["tolerance"] = tol
-            row["checked"] = True
-            if not (err < tol):  # NaN and inf fail too
-                row["status"] = R.STATUS_WRONG
-                row["error"] = f"relative error {err:.3g} exceeds tolerance {tol:.3g} vs the fp32 reference"
-                self._failed_check[block_size] = spec.label()
+            if not self._check(prepared, batch, spec, block_size, row):
                 return
         else:
             row["checked"] = False
+        launch, why, source = choose_launch(self.options, item, details)
+        row.update(launch=launch, launch_reason=why, launch_source=source)
         with self._phase("timing_s"):
-            result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options)
+            result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options, launch=launch)
         row["timing"] = result.to_dict(with_samples=bool(self.options.get("keep_samples")))
         bytes_moved, flops = self.toolkit.figures(batch)
         row["bytes_moved"] = bytes_moved
@@ -292,6 +319,39 @@ class ItemRunner:
         row["bandwidth_bytes_per_s"] = T.bandwidth_bytes_per_s(bytes_moved, result.stats.median_ms)
         row["tflops"] = T.tflops(flops, result.stats.median_ms) if spec.kind != "decode" else None
         row["status"] = R.STATUS_OK
+
+    def _prepare(self, adapter: Any, workload: Any, block_size: int, batch: Any, row: dict) -> tuple[Any, Any]:
+        """adapter.prepare(batch); when an adapter that drives vLLM's classes cannot (it raises),
+        the next usable provider of the backend runs the row instead, and the row says why."""
+        try:
+            return adapter, adapter.prepare(batch)
+        except Exception as exc:  # noqa: BLE001
+            if not getattr(adapter, "drives_vllm_classes", False):
+                raise
+            first_error = _error_text(exc)
+        adapters = self.adapters()
+        for fallback in adapters[adapters.index(adapter) + 1:]:
+            if fallback.unsupported_reason(workload, block_size, getattr(self.toolkit, "device", "cuda")) is None:
+                row.setdefault("notes", []).append(
+                    f"vLLM's own {self.backend} classes could not be driven for this row ({first_error}); "
+                    f"fell back to {fallback.name}")
+                return fallback, fallback.prepare(batch)
+        raise RuntimeError(f"vLLM's own {self.backend} classes could not be driven: {first_error}")
+
+    def _check(self, prepared: Any, batch: Any, spec: WorkloadSpec, block_size: int, row: dict) -> bool:
+        """Compares with the fp32 reference; False (and the row marked wrong) when it fails."""
+        with self._phase("check_s"):
+            err = float(self.toolkit.relative_error(prepared, batch))
+        tol = tolerance_for(self.shape, self.options)
+        row["rel_error"] = err
+        row["tolerance"] = tol
+        row["checked"] = True
+        if err < tol:  # NaN and inf fail too
+            return True
+        row["status"] = R.STATUS_WRONG
+        row["error"] = f"relative error {err:.3g} exceeds tolerance {tol:.3g} vs the fp32 reference"
+        self._failed_check[block_size] = spec.label()
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +406,7 @@ class KernelToolkit:
         }
 
     def adapters_for(self, backend: str) -> list:
-        return list(self.registry.adapters_for(backend))
+        return list(self.registry.adapters_for(backend, device=getattr(self, "device", "cuda")))
 
     def workload(self, shape: dict, spec: WorkloadSpec) -> Any:
         return self.paged.Workload(
@@ -366,7 +426,9 @@ class KernelToolkit:
         return batch
 
     def first_call_seconds(self, prepared: Any) -> float:
-        return T.measure_first_call(prepared.run)
+        from attnsel.bench.gpu_timing import measure_first_call
+
+        return measure_first_call(prepared.run)
 
     def relative_error(self, prepared: Any, batch: Any) -> float:
         if prepared.poison_output is not None:
@@ -378,35 +440,23 @@ class KernelToolkit:
         del ref
         return err
 
-    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict) -> T.TimingResult:
-        budgets = dict(
+    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
+             launch: str = "eager") -> T.TimingResult:
+        from attnsel.bench import gpu_timing as G
+
+        kwargs = dict(
+            timer=str(options.get("timer", "auto")), cold_l2=bool(options.get("cold_l2", True)),
             warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
             repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
             max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
         )
-        cold = bool(options.get("cold_l2", True))
-        if options.get("mode") != "graph":
-            return T.time_events(prepared.run, cold_l2=cold, **budgets)
+        if launch != "graph":
+            return G.time_call(prepared.run, launch="eager", **kwargs)
         try:
-            runs = [prepared.run]
-            if cold:
-                l2 = int(getattr(self.torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
-                copies = self._affordable_copies(T.rotation_count(int(batch.bytes_moved()), l2), batch)
-                for i in range(1, copies):
-                    extra = self.make_batch(workload, block_size, int(options.get("seed", 0)) + i)
-                    runs.append(adapter.prepare(extra).run)
-            return T.time_cuda_graph(runs, **budgets)
+            return G.time_call(prepared.run, launch="graph", **kwargs)
         except Exception as exc:  # noqa: BLE001 -- not every kernel is capture-safe; say so and fall back
-            result = T.time_events(prepared.run, cold_l2=cold, **budgets)
-            return T.TimingResult(result.stats, result.mode, result.l2, result.warmup_calls, result.samples_ms,
-                                  note=f"CUDA-graph capture failed ({_error_text(exc)}); timed with events")
-
-    def _affordable_copies(self, wanted: int, batch: Any) -> int:
-        free, _total = self.torch.cuda.mem_get_info()
-        # blocks torch keeps cached after earlier rows (release()) are free for these copies too
-        free += max(0, self.torch.cuda.memory_reserved() - self.torch.cuda.memory_allocated())
-        per_copy = max(1, int(batch.bytes_moved()))
-        return max(1, min(wanted, int(0.5 * free // per_copy)))
+            result = G.time_call(prepared.run, launch="eager", **kwargs)
+            return dataclasses.replace(result, note=f"CUDA-graph capture failed ({_error_text(exc)}); timed eagerly")
 
     def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]:
         return float(batch.bytes_moved()), float(batch.flops())
