@@ -51,10 +51,15 @@ CONFIG_CRASH_LIMIT = 2  # crashes of one (backend, block size) before its other 
 CONFIG_TIMEOUT_LIMIT = 1
 CHECK_POLICIES = ("first", "all", "none")
 # Backends run in this order so that each pre-spawned worker's library import hides behind the
-# previous backend's rows: TRITON_ATTN imports only triton, so FA4's 6.1 s import (H200,
-# 2026-11-21) overlaps TRITON's rows, FlashInfer's 5.5 s overlaps FLASH_ATTN's, and inductor's
-# overlaps FlashInfer's. Each backend has its own process, so the order changes no measurement.
-STARTUP_ORDER = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER", "FLEX_ATTENTION")
+# previous backend's rows, and FLASHINFER comes last: its worker starts with the sweep and compiles
+# its JIT modules (~100 s of nvcc, cold) while all the others time. With vLLM's own kernels FA3
+# needs no JIT and the earlier backends are quick, so FLASHINFER in third place left ~97 s of its
+# build exposed on an H100 (issue "tune measures what vLLM really runs"). Each backend has its own
+# process, so the order changes no measurement.
+STARTUP_ORDER = ("TRITON_ATTN", "FLASH_ATTN", "FLEX_ATTENTION", "FLASHINFER")
+# Backends whose worker is pre-spawned when the sweep starts, whatever their place in the order:
+# their pre-build (JIT compile, CPU only) then overlaps every backend before them.
+EARLY_PREBUILD_BACKENDS = ("FLASHINFER",)
 # How many backends ahead workers are pre-spawned. Two: FLASHINFER's worker then starts with the
 # sweep and compiles its JIT modules (103 s of nvcc on a cold H200, 2026-11-21) while TRITON_ATTN
 # (38 s) and FLASH_ATTN (26 s) run, instead of during FLASH_ATTN only, most of which its own
@@ -578,7 +583,9 @@ def run_sweep(
                 progress.on_backend(backend, len(items))
                 worker = waiting.pop(i, None)
                 if options.prespawn:
-                    for j in range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD)):
+                    early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS
+                             and options.prebuild]
+                    for j in sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early)):
                         if j not in waiting:
                             following, following_items = order[j]
                             waiting[j] = prespawn_worker(

@@ -381,3 +381,23 @@ def test_the_third_backends_worker_starts_with_the_sweep_so_its_build_spans_two_
     assert worker["prebuild"]["previous_backend"] == "TRITON_ATTN and FLASH_ATTN"
     assert all(n.startswith("JIT modules pre-built while TRITON_ATTN and FLASH_ATTN were timed")
                for n in _notes(rows, "FLASHINFER"))
+
+
+def test_flashinfer_runs_last_and_its_build_starts_with_the_sweep(tmp_path, monkeypatch):
+    # With vLLM's own kernels FA3 has no JIT and the earlier backends are quick; FlashInfer's ~100 s
+    # of nvcc (cold) must overlap all of them, not only the backend before it.
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"TRITON_ATTN": {"*": "ok:0.3", "sleep": 0.3}, "FLASH_ATTN": {"*": "ok:0.3", "sleep": 0.3},
+                "FLEX_ATTENTION": {"*": "ok:0.3", "sleep": 0.3},
+                "FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:1.5", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"]), _options(), tmp_path,
+                        outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    by_start = sorted(outcomes, key=lambda b: outcomes[b].started_at)
+    assert by_start[-1] == "FLASHINFER"
+    start, _end = _prebuild_events(log)
+    assert start["at"] < outcomes["TRITON_ATTN"].ended_at  # building from the first backend's turn on
+    [worker] = outcomes["FLASHINFER"].workers
+    assert worker["prebuild"]["previous_backend"] == "TRITON_ATTN and FLASH_ATTN and FLEX_ATTENTION"

@@ -93,6 +93,15 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
     name = "vllm-flash-attn"
     module = "vllm.vllm_flash_attn"
 
+    def availability(self) -> str | None:
+        import os
+
+        from .vllm_backend import STANDINS_ENV
+
+        if os.environ.get(STANDINS_ENV) == "1":
+            return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins"
+        return super().availability()
+
     def fa_version(self) -> int:
         try:  # seed era location, then older ones
             from vllm.v1.attention.backends.fa_utils import get_flash_attn_version  # type: ignore

@@ -12,12 +12,15 @@ the next provider and every such row says so.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Optional
 
 from .base import PreparedKernel, cuda_device_reason, installed_version, module_missing
 
 DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+# Developer switch: time the stand-ins even though vLLM is installed (to measure them against it).
+STANDINS_ENV = "ATTNSEL_TUNE_STANDINS"
 # Longest context a stack is built for unless a batch needs more (Llama-3.1's max_position_embeddings).
 DEFAULT_MAX_MODEL_LEN = 131072
 
@@ -62,6 +65,8 @@ class VllmBackendAdapter:
     # -- KernelAdapter ---------------------------------------------------------------------------
 
     def availability(self) -> Optional[str]:
+        if os.environ.get(STANDINS_ENV) == "1":
+            return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins (bench/tools/compare_runs.py)"
         missing = module_missing("vllm")
         if missing:
             return missing
@@ -131,6 +136,16 @@ class VllmBackendAdapter:
             writes_into_given_output=True,
             details=self.details(stack, metadata, launch, kv_cache),
         )
+
+    def prebuild(self, workloads: Any, **shape: Any) -> dict:
+        """FLASHINFER: compile the JIT modules vLLM's FlashInfer wrappers will plan (the same
+        BatchDecode(tensor cores) / BatchPrefill plans as the direct adapter, in the flashinfer
+        vLLM imports) before "go", CPU only (base.PrebuildingAdapter). Other backends: nothing."""
+        if self.backend != "FLASHINFER":
+            return {"modules": [], "built": 0, "cached": 0, "error": None}
+        from .flashinfer_adapter import FlashInferAdapter
+
+        return FlashInferAdapter(use_tensor_cores=True).prebuild(workloads, **shape)
 
     # -- helpers ---------------------------------------------------------------------------------
 
