@@ -16,9 +16,8 @@ bench/gpu_timing.py launches and times calls on the GPU (eager or CUDA graph, CU
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 # Budgets from FlashInfer's bench_gpu_time defaults (dry_run_time_ms=25, repeat_time_ms=100).
 WARMUP_BUDGET_MS = 25.0

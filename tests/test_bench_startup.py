@@ -226,7 +226,7 @@ def test_fa4_compile_cache_is_turned_on_unless_the_user_chose_otherwise():
 
 
 def test_preloading_runs_each_adapters_before_import_hook_before_importing_its_module():
-    from attnsel.bench.worker import import_backend_libraries
+    from attnsel.bench.prebuild import import_backend_libraries
 
     seen = []
 

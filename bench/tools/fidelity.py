@@ -100,7 +100,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("fidelity needs a CUDA GPU", file=sys.stderr)
         return 3
-    from attnsel.bench.worker import KernelToolkit
+    from attnsel.bench.kernel_toolkit import KernelToolkit
 
     rows, shape, options = _rows(args.run_dir, {b.strip().upper() for b in args.backends.split(",")})
     if args.limit:
