@@ -58,6 +58,12 @@ def import_backend_libraries(adapters: list, backend: str) -> None:
         module = getattr(adapter, "module", None)
         if isinstance(module, str):
             modules.append(module)
+        preload_modules = getattr(adapter, "preload_modules", None)
+        if callable(preload_modules):
+            try:
+                modules += list(preload_modules())  # e.g. vLLM: its config, layer and backend modules (~18 s)
+            except Exception:  # noqa: BLE001 -- availability() reports it
+                pass
     modules += PRELOAD_MODULES.get(str(backend).upper(), ())
     for module in dict.fromkeys(modules):
         try:

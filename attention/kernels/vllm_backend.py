@@ -65,9 +65,7 @@ class VllmBackendAdapter:
     # -- KernelAdapter ---------------------------------------------------------------------------
 
     def availability(self) -> Optional[str]:
-        if os.environ.get(STANDINS_ENV) == "1":
-            return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins (bench/tools/compare_runs.py)"
-        missing = module_missing("vllm")
+        missing = self.availability_without_cuda()
         if missing:
             return missing
         # device "cpu": bench/tools/vllm_cpu_check.py and CI's fake vLLM tree (no CUDA there)
@@ -81,6 +79,24 @@ class VllmBackendAdapter:
         except Exception as exc:  # noqa: BLE001 -- ImportError, missing extension, CUDA init errors
             return f"vLLM's {self.backend} backend class cannot be loaded: {type(exc).__name__}: {str(exc)[:200]}"
         return None
+
+    def preload_modules(self) -> list[str]:
+        """What availability()/prepare() import, for a pre-spawned worker to import before "go"
+        (`import vllm` took 18.5 s on an H100): never creates a CUDA context itself."""
+        if self.availability_without_cuda() is not None:
+            return []
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum  # type: ignore
+
+        backend_module = str(AttentionBackendEnum[self.backend].value).rsplit(".", 1)[0]
+        from .vllm_stack import ATTENTION_LAYER_MODULES
+
+        return ["vllm.config", backend_module, ATTENTION_LAYER_MODULES[0], "vllm.v1.worker.utils",
+                "vllm.v1.cudagraph_dispatcher"]
+
+    def availability_without_cuda(self) -> Optional[str]:
+        if os.environ.get(STANDINS_ENV) == "1":
+            return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins (bench/tools/compare_runs.py)"
+        return module_missing("vllm")
 
     def unsupported_reason(self, w: Any, block_size: int, device: str) -> Optional[str]:
         """vLLM's own class checks, in vLLM's words (vllm-rules §2)."""
