@@ -49,6 +49,7 @@ class TuneRequest:
     kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
     grid: str = "default"
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
     gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
     capability: Optional[tuple[int, int]] = None  # --capability
     vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
@@ -212,7 +213,7 @@ def run_tune(
         device_warnings = env_info.merge_worker_info(device, first)
     keys = {k for group in _planned_keys(plan, options) for k in group}
     rows = [r for r in rows if r["key"] in keys]
-    document = build_document(plan, options, rows, req.weights, device=device, gpu_env=gpu_env,
+    document = build_document(plan, options, rows, req.weights, min_gain=req.min_gain, device=device, gpu_env=gpu_env,
                               clocks={"before": before, "after": after}, worker_info=infos, elapsed_s=elapsed)
     document["warnings"] = device_warnings + prespawn_warnings(outcomes) + document["warnings"]
     document["phases"] = phase_breakdown(outcomes, probe_s=probe_s, total_s=time.time() - run_started,
@@ -314,13 +315,15 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     return out
 
 
-def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *, device: dict,
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
+                   min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
                    gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""
     default = None
     if plan.vllm_default_backend and plan.vllm_default_block_size:
         default = (plan.vllm_default_backend, int(plan.vllm_default_block_size))
-    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights)
+    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights,
+                                   min_gain=min_gain)
     warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
     warnings += _bandwidth_warnings(rows)
     warnings += stand_in_warnings(rows, plan.capability)

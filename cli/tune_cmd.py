@@ -51,6 +51,7 @@ def register(app: typer.Typer) -> None:
         block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
         weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        min_gain: float = typer.Option(5.0, "--min-gain", help="Smallest margin (%) over vLLM's default worth a flag change; smaller ones keep the default."),
         quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
         full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
         cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Replay every row from a CUDA graph (default: as vLLM launches it: graphs for captured decode batches, eager elsewhere)."),
@@ -83,6 +84,8 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--quick and --full exclude each other")
         if cuda_graph and eager:
             raise UserInputError("--cuda-graph and --eager exclude each other")
+        if not (0 <= min_gain < 1000):  # also refuses nan
+            raise UserInputError(f"--min-gain must be a percentage >= 0, got {min_gain}")
         if timer not in ("auto", "cupti", "events"):
             raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
@@ -99,7 +102,7 @@ def register(app: typer.Typer) -> None:
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
             kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
-            weights=REC.parse_weights(weights), gpu_name=gpu,
+            weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
             vllm_version=vllm_version,
             options=SweepOptions(launch="graph" if cuda_graph else "eager" if eager else "vllm", timer=timer,

@@ -120,5 +120,16 @@ PY
     for m in llama-3.1-8b qwen3-8b gemma-2-9b gpt-oss-20b deepseek-v3; do
       py explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1 || true
     done ;;
+  smoke)
+    # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
+    out=${2:?OUT folder}; mkdir -p "$out"
+    python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_bench_gpu_timing.py 2>&1 | tail -3
+    python3 -m attnsel tune --model llama-3.1-8b --quick --output "$out/quick" > "$out/quick.txt" 2> "$out/quick.err" || true
+    tail -25 "$out/quick.txt"; grep -h "error\|Error" "$out/quick.err" | tail -5
+    python3 -m attnsel.bench.tools.fidelity "$out/quick" --limit 12 --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -14 "$out/fidelity.txt"
+    python3 -m attnsel explain --model llama-3.1-8b --compare-live > "$out/live.txt" 2>&1 || true
+    tail -8 "$out/live.txt" ;;
   *) sed -n '2,22p' "$0" ;;
 esac
