@@ -53,6 +53,7 @@ class TuneRequest:
     gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
     capability: Optional[tuple[int, int]] = None  # --capability
     vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
+    gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/multi_gpu.py)
     options: SweepOptions = field(default_factory=SweepOptions)
 
 
@@ -178,6 +179,8 @@ def run_tune(
                              f"or choose another --output")
     check_shape_flags(req)
     run_started = time.time()
+    if req.gpus:
+        options = dataclasses.replace(options, gpus=selected_gpus(req.gpus))
     device = device_for_plan(options)
     probe_s = time.time() - run_started
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -201,8 +204,9 @@ def run_tune(
         before = nvml.snapshot(index)
         started = time.time()
         outcomes: dict = {}
+        facts: dict = {}
         rows, infos = run_sweep(plan, options, output_dir, resume=resume, retry_failed=retry_failed,
-                                progress=progress, enrich=_enricher(peak), outcomes=outcomes)
+                                progress=progress, enrich=_enricher(peak), outcomes=outcomes, facts=facts)
         elapsed = time.time() - started
         after = nvml.snapshot(index)
     finally:
@@ -218,8 +222,34 @@ def run_tune(
     document["warnings"] = device_warnings + prespawn_warnings(outcomes) + document["warnings"]
     document["phases"] = phase_breakdown(outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
+    if options.gpus:
+        document["gpus"] = {"requested": options.gpus, **facts}
+        calibration = facts.get("calibration")
+        if calibration and not calibration["agree"]:
+            document["warnings"].insert(0, f"--gpus {','.join(options.gpus)}: the GPUs did not time the same row alike "
+                                           f"({'; '.join(calibration['comparisons'])}), so the sweep ran on GPU "
+                                           f"{options.gpus[0]} alone")
     write_document(document, output_dir)
     return TuneOutcome(document, output_dir)
+
+
+def selected_gpus(value: str) -> list[str]:
+    """--gpus resolved against the GPUs NVML sees for this process; one GPU model required."""
+    from attnsel.bench import multi_gpu
+
+    reader = env_info.NvmlReader()
+    try:
+        visible = env_info.visible_gpus_from_nvml(reader)
+    finally:
+        reader.close()
+    if not visible:
+        raise UserInputError("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
+                             "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
+    chosen = multi_gpu.parse_gpus(value, len(visible))
+    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])
+    if reason:
+        raise UserInputError(reason)
+    return chosen
 
 
 def device_for_plan(options: SweepOptions) -> dict:
@@ -227,7 +257,11 @@ def device_for_plan(options: SweepOptions) -> dict:
     a torch probe costs a torch import + a CUDA context, ~5-10 s), else from a probe worker."""
     reader = env_info.NvmlReader()
     try:
-        device = env_info.device_from_nvml(reader)
+        if options.gpus:  # --gpus: the first chosen GPU (selected_gpus made sure they are one model)
+            chosen = [g for g in env_info.visible_gpus_from_nvml(reader) or [] if g["ordinal"] == options.gpus[0]]
+            device = dict(chosen[0], source="nvml") if chosen else None
+        else:
+            device = env_info.device_from_nvml(reader)
     finally:
         reader.close()
     if device is not None:
