@@ -69,11 +69,12 @@ pack() {
     rm -rf "$work/site-standin/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
   else
     # shellcheck disable=SC2086
-    site "$work/site-vllm" $ENGINE_SET
+    site "$work/site-engine" $ENGINE_SET   # unpacked into the same /tmp/site
   fi
   mkdir -p "$work/out"
   tar cf - -C "$work/site-vllm" "${drop[@]}" . | xz -T0 -9 > "$work/out/site-vllm.tar.xz"
   [ -d "$work/site-standin" ] && tar cf - -C "$work/site-standin" . | xz -T0 -9 > "$work/out/site-standin.tar.xz"
+  [ -d "$work/site-engine" ] && tar cf - -C "$work/site-engine" . | xz -T0 -9 > "$work/out/site-engine.tar.xz"
   cd "$root"
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
   rm -rf .whl && mkdir -p .whl
@@ -92,7 +93,9 @@ data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundl
 with tarfile.open(fileobj=io.BytesIO(data)) as outer:
     for member in outer.getmembers():
         if member.name.endswith(".tar.xz"):
-            target = "/tmp/" + os.path.basename(member.name)[: -len(".tar.xz")].replace("site-vllm", "site")
+            name = os.path.basename(member.name)[: -len(".tar.xz")]
+            # vLLM and the engine add-on (MoE extension, server packages) share one site folder
+            target = "/tmp/site-standin" if name == "site-standin" else "/tmp/site"
             os.makedirs(target, exist_ok=True)
             with tarfile.open(fileobj=outer.extractfile(member), mode="r:xz") as inner:
                 inner.extractall(target, filter="tar")
