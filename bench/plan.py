@@ -354,7 +354,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     profile, rules, selector = _rules(vllm_version)
     cli_error = rules.block_size_cli_error(profile, block_size)
     if cli_error:
-        # the seed's argument parser only accepts the BlockSize literal (vllm-rules §4; gone in 0.33, §9)
+        # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
         return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:
