@@ -75,6 +75,19 @@ def flags_for(backend: str, block_size: int) -> str:
     return f"--attention-backend {backend} --block-size {block_size}"
 
 
+LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
+                "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
+
+
+def launch_of(rows: Iterable[dict]) -> Optional[str]:
+    """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
+    modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
+    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
+    if not modes or not modes <= {"graph", "eager"}:
+        return None
+    return "graph+eager" if len(modes) == 2 else modes.pop()
+
+
 @dataclass
 class ConfigScore:
     backend: str
@@ -84,6 +97,8 @@ class ConfigScore:
     shapes: int
     # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
     vs_best: Optional[str] = None
+    # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
+    launch: Optional[str] = None
 
     @property
     def config(self) -> Config:
@@ -91,7 +106,7 @@ class ConfigScore:
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
-                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best}
+                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best, "launch": self.launch}
 
 
 @dataclass
@@ -119,6 +134,12 @@ class Decision:
         return flags_for(self.best.backend, self.best.block_size) if self.best else None
 
     def advice(self) -> str:
+        text = self._advice()
+        if self.best is not None and self.best.launch in LAUNCH_WORDS:
+            text += f" [timed with {LAUNCH_WORDS[self.best.launch]}]"
+        return text
+
+    def _advice(self) -> str:
         if self.best is None:
             return "no valid configuration was measured"
         best = f"{self.best.backend} with --block-size {self.best.block_size}"
@@ -249,7 +270,8 @@ def decide_workload(
             continue
         chosen = [by_label[lbl] for lbl in shape_labels]
         scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
-                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen)))
+                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen),
+                                  launch=launch_of(chosen)))
     scores.sort(key=lambda s: s.geomean_ms)
     best = scores[0] if scores else None
     if best is not None:
@@ -321,8 +343,13 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     def score(config: Config) -> float:
         return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
 
+    def launch(config: Config) -> Optional[str]:
+        modes = {_score_of(decisions[k], config).launch for k in kinds}
+        return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
+
     ranking = sorted(
-        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds))
+        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds),
+                     launch=launch(c))
          for c in common),
         key=lambda s: s.geomean_ms,
     )

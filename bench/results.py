@@ -48,9 +48,11 @@ def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_c
 
 
 # Backends whose kernel tune runs through vLLM's own classes when vLLM is installed
-# (attention/kernels/vllm_backend.py); any other provider of them is a stand-in. FLEX_ATTENTION is
-# torch's flex_attention in vLLM and in attnsel alike.
-VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+# (attention/kernels/vllm_backend.py, vllm_mla.py); any other provider of them is a stand-in (e.g.
+# FlashInfer's MLA wrapper for FLASHINFER_MLA). FLEX_ATTENTION is torch's flex_attention in vLLM
+# and in attnsel alike.
+VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
+                        "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 VLLM_ADAPTER = "vllm"
 
 

@@ -21,6 +21,7 @@ from attnsel import __version__
 from attnsel.attention import rules
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
+from attnsel.bench import plan_mla
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
@@ -43,7 +44,7 @@ class TuneRequest:
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
-    backends: list[str] = field(default_factory=lambda: list(P.BACKENDS))
+    backends: list[str] = field(default_factory=list)  # empty: the model's grid (dense or MLA backends)
     block_sizes: list[int] = field(default_factory=lambda: list(P.DEFAULT_BLOCK_SIZES))
     block_sizes_given: bool = False  # --block-sizes was passed
     kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
@@ -55,13 +56,25 @@ class TuneRequest:
     vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
     gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/multi_gpu.py)
     options: SweepOptions = field(default_factory=SweepOptions)
+    # an MLA layer without a model (--use-mla): bench/plan_mla.py
+    use_mla: bool = False
+    kv_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+
+
+MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
 
 
 def check_shape_flags(req: TuneRequest) -> None:
     """Bad shape flags fail before anything starts (no GPU probe, no output folder)."""
+    mla_flags = req.use_mla or any(v is not None for v in (req.kv_lora_rank, req.qk_rope_head_dim, req.qk_nope_head_dim))
     if req.model:
-        if req.head_size or req.num_heads or req.num_kv_heads:
-            raise UserInputError("pass either --model or --head-size/--num-heads/--num-kv-heads, not both")
+        if req.head_size or req.num_heads or req.num_kv_heads or mla_flags:
+            raise UserInputError(f"pass either --model or --head-size/--num-heads/--num-kv-heads ({MLA_FLAGS}), not both")
+        return
+    if mla_flags:
+        mla_shape(req, "bfloat16")
         return
     if req.head_size is None:
         raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
@@ -82,6 +95,25 @@ def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]
     return q * tp, kv * tp, note
 
 
+def mla_shape(req: TuneRequest, dtype: str) -> P.TuneShape:
+    """`--use-mla --kv-lora-rank R --qk-rope-head-dim P --num-heads H` (an MLA layer, one latent cache)."""
+    missing = [flag for flag, value in (("--use-mla", req.use_mla or None), ("--kv-lora-rank", req.kv_lora_rank),
+                                        ("--qk-rope-head-dim", req.qk_rope_head_dim), ("--num-heads", req.num_heads))
+               if value is None]
+    if missing:
+        raise UserInputError(f"an MLA layer needs --use-mla --kv-lora-rank --qk-rope-head-dim --num-heads "
+                             f"(missing {', '.join(missing)}), e.g. DeepSeek-V3: --use-mla --kv-lora-rank 512 "
+                             f"--qk-rope-head-dim 64 --num-heads 128")
+    if req.num_kv_heads is not None:
+        raise UserInputError("--num-kv-heads does not apply to MLA: its layers have one latent KV head")
+    shape = plan_mla.make_mla_shape(req.kv_lora_rank, req.qk_rope_head_dim, req.num_heads, dtype, req.kv_cache_dtype,
+                                    req.tensor_parallel_size, req.qk_nope_head_dim)
+    if req.head_size is not None and req.head_size != shape.head_size:
+        raise UserInputError(f"--head-size {req.head_size} contradicts the MLA head size --kv-lora-rank + "
+                             f"--qk-rope-head-dim = {shape.head_size}")
+    return shape
+
+
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
     check_shape_flags(req)
     if req.model:
@@ -91,6 +123,8 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
         dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
+    if req.use_mla or req.kv_lora_rank is not None:
+        return mla_shape(req, dtype)
     heads, kv_heads, assumed = explicit_heads(req)
     shape = P.make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
     return dataclasses.replace(shape, assumed=assumed)
@@ -346,6 +380,10 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     if ("TRITON_ATTN", "attnsel-triton") in adapters:
         out.append("TRITON_ATTN was timed with attnsel's own Triton paged-attention kernel (vLLM is not installed "
                    "here): `--attention-backend TRITON_ATTN` runs vLLM's Triton kernel, which may be faster or slower")
+    if ("FLASHINFER_MLA", "flashinfer-mla-wrapper") in adapters:
+        out.append("FLASHINFER_MLA was timed with FlashInfer's BatchMLAPagedAttentionWrapper (vLLM is not installed "
+                   "here): vLLM's FLASHINFER_MLA runs FlashInfer's TRT-LLM MLA decode kernel, which may be faster "
+                   "or slower")
     return out
 
 
@@ -378,7 +416,8 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
 
 def _row_order(row: dict) -> tuple:
     w = row.get("workload") or {}
-    return (P.BACKENDS.index(row["backend"]) if row.get("backend") in P.BACKENDS else 99, row.get("block_size", 0),
+    order = P.BACKENDS + plan_mla.MLA_BACKENDS
+    return (order.index(row["backend"]) if row.get("backend") in order else 99, row.get("block_size", 0),
             P.WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in P.WORKLOAD_KINDS else 9,
             w.get("batch", 0), w.get("context_len", 0), w.get("query_len", 0))
 
