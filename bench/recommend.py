@@ -136,7 +136,7 @@ class Decision:
     def advice(self) -> str:
         text = self._advice()
         if self.best is not None and self.best.launch in LAUNCH_WORDS:
-            text += f" [timed with {LAUNCH_WORDS[self.best.launch]}]"
+            text += f"; timed with {LAUNCH_WORDS[self.best.launch]}"
         return text
 
     def _advice(self) -> str:

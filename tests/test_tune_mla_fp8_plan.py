@@ -170,7 +170,7 @@ def test_an_mla_sweep_recommends_a_backend_and_block_size_against_vllms_default_
     assert decode["vllm_default"]["backend"] == "FLASH_ATTN_MLA" and decode["vllm_default"]["block_size"] == 16
     assert decode["margin_pct"] == pytest.approx(50.0, abs=1)
     assert decode["best"]["launch"] == "graph"  # uniform decode: vLLM replays a full CUDA graph
-    assert decode["advice"].endswith("[timed with CUDA-graph replay]")
+    assert decode["advice"].endswith("; timed with CUDA-graph replay")
     skipped = {(r["backend"], r["block_size"]) for r in doc["rows"] if r["status"] == "skipped"}
     assert ("FLASHINFER_MLA", 64) in skipped and ("FLASHMLA", 16) in skipped
 

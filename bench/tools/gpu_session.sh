@@ -4,6 +4,7 @@
 # A machine with network access needs only:
 #     pip install vllm==0.24.0 'openai<3' cupti-python      # vLLM's pins: torch 2.11, flashinfer 0.6.12
 #     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
+#     bash bench/tools/gpu_session.sh mla OUT && bash bench/tools/gpu_session.sh fp8 OUT   # MLA and fp8 KV
 #
 # An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
 #   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
@@ -132,6 +133,28 @@ PY
     for m in llama-3.1-8b qwen3-8b gemma-2-9b gpt-oss-20b deepseek-v3; do
       python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "live $m: exit $?"
     done ;;
+  mla)
+    # issue 13: DeepSeek-V3 (MLA) with vLLM's own MLA classes, decode. TP 8's per-GPU heads (16) over
+    # the default decode grid; TP 1 (128 heads) over the quick grid (3 shapes) to stay inside the
+    # device budget. ~4 min warm on an H100 (vLLM's Triton MLA JIT-compiles per split count and page).
+    out=${2:?OUT folder}; mkdir -p "$out"
+    timeout 330 python3 -m attnsel tune --model deepseek-v3 -tp 8 --workload decode --output "$out/h100_mla_tp8" \
+      > "$out/h100_mla_tp8.txt" 2> "$out/h100_mla_tp8.err" || true
+    timeout 240 python3 -m attnsel tune --model deepseek-v3 --workload decode --quick --output "$out/h100_mla_tp1" \
+      > "$out/h100_mla_tp1.txt" 2> "$out/h100_mla_tp1.err" || true
+    python3 -m attnsel.bench.tools.peak_share "$out/h100_mla_tp8" "$out/h100_mla_tp1" ;;
+  fp8)
+    # issue 13: Llama-3.1-8B with an fp8 KV cache (FA3's fp8 path, FlashInfer's fp8 KV, vLLM's Triton
+    # kernel), decode at block sizes 16/64/128 (FLEX_ATTENTION is refused by vLLM for fp8); then the
+    # GPU tests of every fp8 and MLA provider against the fp32 reference (incl. FlashInfer's MLA
+    # wrapper and attnsel's Triton fp8 path). ~4 min.
+    out=${2:?OUT folder}; mkdir -p "$out"
+    timeout 330 python3 -m attnsel tune --model llama-3.1-8b --kv-cache-dtype fp8 --workload decode \
+      --block-sizes 16,64,128 --output "$out/h100_fp8" > "$out/h100_fp8.txt" 2> "$out/h100_fp8.err" || true
+    python3 -m attnsel.bench.tools.peak_share "$out/h100_fp8"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_kernels_mla_fp8_gpu.py \
+      > "$out/gpu_tests_mla_fp8.txt" 2>&1 || true
+    tail -15 "$out/gpu_tests_mla_fp8.txt" ;;
   smoke)
     # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
     out=${2:?OUT folder}; mkdir -p "$out"
