@@ -128,12 +128,17 @@ def tail(text: str, limit: int = 600) -> str:
     return "\n".join(reversed(out))[-limit:]
 
 
-def last_error(text: str) -> Optional[str]:
-    """The last line that names an exception (`SomethingError: ...`), e.g. vLLM's start-up error."""
-    pattern = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")
-    found = None
-    for line in text.replace("\r", "\n").splitlines():
-        match = pattern.search(line)
+_EXCEPTION_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")
+
+
+def last_error(text: str, besides: str = "") -> Optional[str]:
+    """The last line of the log that names an exception (`SomethingError: ...`) other than
+    `besides`: vLLM's front end raises "Engine core initialization failed. See root cause above",
+    and the root cause is the engine core's own exception, logged before it."""
+    for line in reversed(text.replace("\r", "\n").splitlines()):
+        match = _EXCEPTION_LINE.search(line)
         if match:
             found = f"{match.group(1)}: {match.group(2).strip()}"
-    return found
+            if not besides or (found not in besides and besides not in found):
+                return found
+    return None

@@ -178,8 +178,8 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             run.shapes[int(message["index"])] = message.get("result")
             current = None
         elif kind == "fatal":
-            cause = engine_log.last_error(process.log_text())
             error = message.get("error") or "the engine could not start"
+            cause = engine_log.last_error(process.log_text(), besides=error)
             run.status, run.error = message.get("status") or "error", _with_cause(error, cause)
             return
         elif kind == "done":

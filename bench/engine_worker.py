@@ -295,10 +295,14 @@ class VllmEngine:
         self._params: dict[int, Any] = {}
 
     def start(self, job: dict) -> dict:
-        from vllm import LLM
+        started = time.perf_counter()
+        from vllm import LLM  # 18.5 s on the H100 (gpu-facts.md): part of a deployment's start, shown apart
 
+        imported = time.perf_counter()
         self.llm = LLM(**engine_kwargs(job))
-        return self.facts()
+        facts = self.facts()
+        facts["import_s"], facts["llm_init_s"] = imported - started, time.perf_counter() - imported
+        return facts
 
     def facts(self) -> dict:
         """Read back from the engine what it really uses. The engine core runs in its own process

@@ -36,6 +36,8 @@ LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run fo
 TUNE_DOCUMENT = "tune.json"
 ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
 MEMORY_RELEASE_WAIT_S = 90.0  # how long to wait for the previous engine's memory to come back
+# vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 
 @dataclass
@@ -46,7 +48,7 @@ class VerifyRequest:
     shapes: Optional[list[tuple[int, int]]] = None  # (batch, context) decode shapes
     repeats: int = 2  # timed N1/N2 pairs per shape (>= 2: the spread is the noise)
     decode_steps: int = 128  # N2 - N1
-    gpu_memory_utilization: float = 0.90
+    gpu_memory_utilization: float = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     engine: str = field(default_factory=lambda: os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)
@@ -281,10 +283,19 @@ def _run_candidate(req, document, candidate, context, row, output_dir, progress,
     row["log"] = str(log_path.relative_to(output_dir))
     run = run_engine(engine_job(req, document, candidate, context, util), log_path,
                      start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
-                     env=dict(env, PYTHONUNBUFFERED="1"), on_message=progress.on_message, on_tick=progress.on_tick)
+                     env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick)
     log = engine_log.parse_engine_log(engine_log.read_log(log_path))
     row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
                engine=engine_facts(run.facts, log), shapes=[shape_row(s) for s in run.shapes])
+
+
+def engine_env(env) -> dict:
+    """The engine's environment: ours (VLLM_CACHE_ROOT included, so every engine shares one compile
+    cache), unbuffered, and vLLM's INFO log lines on unless the user chose a level: the backend,
+    KV-cache and compile lines are evidence (bench/engine_log.py)."""
+    out = dict(env, PYTHONUNBUFFERED="1")
+    out.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    return out
 
 
 def shape_row(result: dict) -> dict:

@@ -22,6 +22,7 @@ class _Display:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[estimate]}"), console=console, transient=False)
         self.task = None
+        self.started = False
         self.label = ""
         self.shape = ""
         self.calls = 0
@@ -40,6 +41,7 @@ class _Display:
         for warning in doc.get("warnings") or []:
             self.console.print(f"[yellow]warning:[/yellow] {warning}")
         self.bar.start()
+        self.started = True
 
     def on_candidate(self, index: int, total: int, candidate: dict, estimate_s: float) -> None:
         self.label = f"[{index + 1}/{total}] {candidate['name']}"
@@ -78,7 +80,8 @@ class _Display:
         self.task = None
 
     def stop(self) -> None:
-        self.bar.stop()
+        if self.started:  # a run refused before its plan leaves stderr to its one error line
+            self.bar.stop()
 
 
 def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:
@@ -124,7 +127,7 @@ def register(app: typer.Typer) -> None:
         shapes: Optional[str] = typer.Option(None, "--shapes", help="Decode shapes BATCHxCONTEXT, e.g. 1x16384,64x4096 (default: those of tune's decode shapes)."),
         repeats: int = typer.Option(2, "--repeats", help="Timed N1/N2 pairs per shape (>= 2; their spread is the noise)."),
         decode_steps: int = typer.Option(128, "--decode-steps", help="N2 - N1: decode steps timed per pair."),
-        gpu_memory_utilization: float = typer.Option(0.90, "--gpu-memory-utilization", help="vLLM's setting for every engine (lowered when other processes hold GPU memory)."),
+        gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's setting for every engine, vLLM's own default by default (lowered when other processes hold GPU memory)."),
         start_timeout: float = typer.Option(900.0, "--start-timeout", help="Seconds an engine may take to start before it is killed."),
         timeout: float = typer.Option(600.0, "--timeout", help="Seconds one generate call may take before the engine is killed."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for verify.json and the engine logs (default: RUN_DIR)."),

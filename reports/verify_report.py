@@ -51,7 +51,8 @@ def context_lines(doc: dict) -> list[str]:
              f"dummy weights, prefix caching off, vLLM's default CUDA graphs and torch.compile · "
              f"gpu_memory_utilization {opts.get('gpu_memory_utilization')} · max_model_len {opts.get('max_model_len')}",
              f"decode per step = (T(N2) - T(N1)) / (N2 - N1), same prompts, one warm-up call per shape, "
-             f"{opts.get('repeats')} ABBA pairs; tokens/s = batch x N2 / T(N2), prefill included"]
+             f"{opts.get('repeats')} ABBA pairs; tokens/s = batch x N2 / T(N2): prompts of the shape's context, "
+             f"N2 generated tokens each, prefill included; prefill tok/s = batch x prompt / time to the batch's first tokens"]
     tune = doc.get("tune")
     if tune:
         margin = "" if tune.get("margin_pct") is None else f" ({tune['margin_pct']:+.1f}% at kernel level, {tune.get('verdict')})"
@@ -78,7 +79,7 @@ def engine_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
-SHAPE_HEADERS = ("candidate", "shape", "status", "decode ms/step", "tokens/s", "prefill tok/s", "fit",
+SHAPE_HEADERS = ("candidate", "shape", "N1/N2", "status", "decode ms/step", "tokens/s", "prefill tok/s", "fit",
                  "kernel µs", "attn share")
 
 
@@ -91,7 +92,8 @@ def shape_rows(doc: dict) -> list[list[str]]:
             if status != "ok" and s.get("error"):
                 status += f": {s['error']}"
             label = f"b={s['batch']} ctx={s['context']}" if s.get("batch") else "–"
-            rows.append([_who(c), label, status, _figure(f.get("decode_step_ms"), "{:.2f}"),
+            steps = f"{s['n1']}/{s['n2']}" if s.get("n1") else "–"
+            rows.append([_who(c), label, steps, status, _figure(f.get("decode_step_ms"), "{:.2f}"),
                          _figure(f.get("output_tokens_per_s"), "{:,.0f}"), _figure(f.get("prefill_tokens_per_s"), "{:,.0f}"),
                          _num(s.get("requests_fit"), "{:,}"), _num(s.get("kernel_ms") and s["kernel_ms"] * 1e3, "{:.1f}"),
                          _num(s.get("attention_share") and s["attention_share"] * 100, "{:.0f}%")])
