@@ -15,31 +15,21 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench import engine_log
+from attnsel.bench.sweep import _describe_exit as describe_exit  # tune's words for how a worker ended
 
 DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (gpu-facts.md)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
 POLL_S = 1.0  # how often the parent looks up from waiting (progress display)
-
-
-def describe_exit(returncode: Optional[int]) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with code {returncode}"
 
 
 class EngineProcess:
@@ -55,35 +45,56 @@ class EngineProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
             start_new_session=True,  # its own process group: vLLM's engine core goes down with it
         )
-        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._buffer = b""
+        self._eof = False
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):
-            pass  # it died at once; the reader sees EOF
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
-        self._lines.put(None)
+            pass  # it died at once; reading sees EOF
+        os.set_blocking(self.proc.stdout.fileno(), False)
 
     def next_message(self, timeout_s: float) -> Optional[dict]:
-        """The next protocol message; None at EOF; raises queue.Empty after timeout_s."""
+        """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
+        pipe with select() in this thread: lines that are not protocol JSON are skipped."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        message = None
+        while message is None:
+            line = self._next_line(deadline)
+            if line is None:
+                return None
+            message = _as_message(line)
+        return message
+
+    def _next_line(self, deadline: float) -> Optional[str]:
+        while b"\n" not in self._buffer:
+            if self._eof:
+                return None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise queue.Empty
-            line = self._lines.get(timeout=remaining)
-            if line is None:
-                return None
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and "type" in message:
-                return message
+            if select.select([self.proc.stdout], [], [], min(remaining, 0.5))[0]:
+                self._take(os.read(self.proc.stdout.fileno(), 65536))
+            elif self.proc.poll() is not None:
+                # The worker is gone, but a process it forked (vLLM's engine core) may still hold
+                # the pipe open, so EOF would never come: read what is left and stop here.
+                self._take(self._drain())
+                self._take(b"")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace")
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
+            self._eof = True
+            if self._buffer and not self._buffer.endswith(b"\n"):
+                self._buffer += b"\n"  # a last line without its newline
+        self._buffer += chunk
+
+    def _drain(self) -> bytes:
+        try:
+            return os.read(self.proc.stdout.fileno(), 1 << 20) or b""
+        except BlockingIOError:
+            return b""
 
     def stop(self, grace_s: float = 30.0) -> Optional[int]:
         """Lets a finished worker exit (up to grace_s), then ends its whole process group."""
@@ -107,6 +118,14 @@ class EngineProcess:
 
     def log_text(self) -> str:
         return engine_log.read_log(self.log_path, self.log_start)
+
+
+def _as_message(line: str) -> Optional[dict]:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None  # a stray print, not the protocol
+    return message if isinstance(message, dict) and "type" in message else None
 
 
 @dataclass

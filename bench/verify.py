@@ -347,8 +347,15 @@ def engine_warnings(document: dict) -> list[str]:
 
 
 def write_document(document: dict, output_dir: Path) -> Path:
+    """verify.json, replaced whole (written to a temporary file, flushed to disk, renamed): a run
+    interrupted between two engines keeps the rows measured so far."""
+    import tempfile
+
     path = Path(output_dir) / DOCUMENT_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=".verify-", delete=False) as fh:
+        json.dump(document, fh, indent=2, default=str)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(fh.name, path)
     return path

@@ -3,21 +3,15 @@ their exit code, a full run through a fake engine (our boundary) printed and wri
 `attnsel report` rendering the verify.json it wrote."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention import rules
-from attnsel.bench import verify as V
 from attnsel.cli.app import app
 
-ROOT = Path(__file__).parent
-FAKE = ROOT / "fixtures" / "verify_engine" / "fake_engine.py"
-H200_NVML = ROOT / "fixtures" / "tune" / "nvml_h200.json"
-NO_NVML = ROOT / "fixtures" / "probe" / "nvml_missing.json"
-H200_TUNE = ROOT / "fixtures" / "tune" / "h200_llama8b_default" / "tune.json"
+NO_NVML = Path(__file__).parent / "fixtures" / "probe" / "nvml_missing.json"
 SCENARIO = {
     "default": ["FLASH_ATTN", 16],
     "backends": {"FLASH_ATTN": {"step_ms": 18.1, "prefill_tok_s": 45000, "jitter": 0.001},
@@ -31,20 +25,13 @@ def invoke(args, env=None):
 
 
 @pytest.fixture
-def run_dir(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
-    shutil.copy(H200_TUNE, folder / "tune.json")
-    return folder
+def run_dir(tune_run_dir):
+    return tune_run_dir
 
 
 @pytest.fixture
-def fake_env(tmp_path, monkeypatch):
-    scenario = tmp_path / "scenario.json"
-    scenario.write_text(json.dumps(SCENARIO))
-    monkeypatch.setattr(V, "MEMORY_RELEASE_WAIT_S", 0.0)
-    return {"ATTNSEL_VERIFY_ENGINE": f"{FAKE}:FakeEngine", "ATTNSEL_FAKE_ENGINE_SCENARIO": str(scenario),
-            "ATTNSEL_NVML_SCENARIO": str(H200_NVML)}
+def fake_env(fake_engine):
+    return fake_engine(SCENARIO)
 
 
 def test_no_vllm_is_one_line_and_exit_3(run_dir, monkeypatch):

@@ -4,18 +4,12 @@ as a scenario says, and a recorded H200's NVML."""
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from attnsel.bench import verify as V
-
-ROOT = Path(__file__).parent
-FAKE = ROOT / "fixtures" / "verify_engine" / "fake_engine.py"
-H200_NVML = ROOT / "fixtures" / "tune" / "nvml_h200.json"
-H200_TUNE = ROOT / "fixtures" / "tune" / "h200_llama8b_default" / "tune.json"
 
 # FLASH_ATTN/16 is vLLM's default in the tune result, FLASHINFER/64 tune's pick, FLASH_ATTN/128 the runner-up
 FAST_PICK = {
@@ -26,21 +20,11 @@ FAST_PICK = {
 SHAPES = [(1, 2048), (16, 1024)]
 
 
-@pytest.fixture
-def run_dir(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
-    shutil.copy(H200_TUNE, folder / "tune.json")
-    return folder
-
-
-def use_fake(monkeypatch, tmp_path, scenario, nvml=H200_NVML):
-    path = tmp_path / "scenario.json"
-    path.write_text(json.dumps(scenario))
-    monkeypatch.setenv("ATTNSEL_VERIFY_ENGINE", f"{FAKE}:FakeEngine")
-    monkeypatch.setenv("ATTNSEL_FAKE_ENGINE_SCENARIO", str(path))
-    monkeypatch.setenv("ATTNSEL_NVML_SCENARIO", str(nvml))
-    monkeypatch.setattr(V, "MEMORY_RELEASE_WAIT_S", 0.0)
+def scenario_with(**changes):
+    scenario = json.loads(json.dumps(FAST_PICK))
+    for name, spec in changes.items():
+        scenario["backends"].setdefault(name.replace("__", "/"), {}).update(spec)
+    return scenario
 
 
 def verify(run_dir, **kw):
@@ -53,9 +37,9 @@ def rows_by_role(doc):
     return {"+".join(r["roles"]): r for r in doc["candidates"]}
 
 
-def test_each_candidate_gets_its_own_engine_and_what_it_ran_is_read_back(monkeypatch, tmp_path, run_dir):
-    use_fake(monkeypatch, tmp_path, FAST_PICK)
-    doc = verify(run_dir)
+def test_each_candidate_gets_its_own_engine_and_what_it_ran_is_read_back(fake_engine, tune_run_dir):
+    fake_engine(FAST_PICK)
+    doc = verify(tune_run_dir)
     rows = rows_by_role(doc)
     assert list(rows) == ["vllm-default", "tune-pick", "runner-up"]
     assert all(r["status"] == "ok" and r["exit"] == "exited with code 0" for r in rows.values())
@@ -63,7 +47,7 @@ def test_each_candidate_gets_its_own_engine_and_what_it_ran_is_read_back(monkeyp
     assert default["engine"]["backend_used"] == "FLASH_ATTN" and default["engine"]["block_size_used"] == 16
     assert pick["engine"]["backend_used"] == "FLASHINFER" and pick["engine"]["block_size_used"] == 64
     # vLLM's log lines were kept per engine and read: compile, graphs, KV cache
-    assert (run_dir / default["log"]).is_file()
+    assert (tune_run_dir / default["log"]).is_file()
     assert default["engine"]["torch_compile_s"] == 30.71 and default["engine"]["graph_capture_s"] == 7.0
     assert default["engine"]["cudagraph_captures"] == ["mixed prefill-decode: PIECEWISE", "decode: FULL"]
     assert default["engine"]["kv_cache_tokens"] == 832000
@@ -74,14 +58,12 @@ def test_each_candidate_gets_its_own_engine_and_what_it_ran_is_read_back(monkeyp
     assert first["figures"]["decode_step_ms"]["median"] == pytest.approx(18.1, rel=0.02)
     assert doc["verdict"]["verdict"] == "holds"
     assert doc["verdict"]["flags"] == "--attention-backend FLASHINFER --block-size 64"
-    assert json.loads((run_dir / "verify.json").read_text())["verdict"] == doc["verdict"]
+    assert json.loads((tune_run_dir / "verify.json").read_text())["verdict"] == doc["verdict"]
 
 
-def test_an_engine_that_fails_to_start_costs_its_row_only(monkeypatch, tmp_path, run_dir):
-    scenario = json.loads(json.dumps(FAST_PICK))
-    scenario["backends"]["FLASH_ATTN/128"] = {"on_start": "raise"}
-    use_fake(monkeypatch, tmp_path, scenario)
-    doc = verify(run_dir)
+def test_an_engine_that_fails_to_start_costs_its_row_only(fake_engine, tune_run_dir):
+    fake_engine(scenario_with(FLASH_ATTN__128={"on_start": "raise"}))
+    doc = verify(tune_run_dir)
     rows = rows_by_role(doc)
     runner_up = rows["runner-up"]
     assert runner_up["status"] == "error"
@@ -93,25 +75,22 @@ def test_an_engine_that_fails_to_start_costs_its_row_only(monkeypatch, tmp_path,
     assert doc["verdict"]["verdict"] == "holds"
 
 
-def test_an_engine_out_of_memory_at_start_is_reported_as_such(monkeypatch, tmp_path, run_dir):
-    scenario = json.loads(json.dumps(FAST_PICK))
-    scenario["backends"]["FLASHINFER"]["on_start"] = "oom"
-    use_fake(monkeypatch, tmp_path, scenario)
-    doc = verify(run_dir)
+def test_an_engine_out_of_memory_at_start_is_reported_as_such(fake_engine, tune_run_dir):
+    fake_engine(scenario_with(FLASHINFER={"on_start": "oom"}))
+    doc = verify(tune_run_dir)
     pick = rows_by_role(doc)["tune-pick"]
     assert pick["status"] == "oom" and "CUDA out of memory" in pick["error"]
     assert doc["verdict"]["verdict"] == "not measured"
     assert "this candidate: oom" in doc["verdict"]["text"]
 
 
-def test_a_hanging_engine_is_killed_with_everything_it_started(monkeypatch, tmp_path, run_dir):
-    scenario = json.loads(json.dumps(FAST_PICK))
+def test_a_hanging_engine_is_killed_with_everything_it_started(fake_engine, tune_run_dir, tmp_path):
+    scenario = scenario_with(FLASHINFER={"on_start": "spawn-and-hang"})
     pid_file = tmp_path / "child.pid"
     scenario["pid_file"] = str(pid_file)
-    scenario["backends"]["FLASHINFER"]["on_start"] = "spawn-and-hang"
-    use_fake(monkeypatch, tmp_path, scenario)
+    fake_engine(scenario)
     started = time.monotonic()
-    doc = verify(run_dir, start_timeout_s=3.0)
+    doc = verify(tune_run_dir, start_timeout_s=3.0)
     assert time.monotonic() - started < 30
     pick = rows_by_role(doc)["tune-pick"]
     assert pick["status"] == "timeout" and "within 3 s" in pick["error"]
@@ -137,11 +116,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_an_engine_that_dies_mid_shape_keeps_what_it_measured(monkeypatch, tmp_path, run_dir):
-    scenario = json.loads(json.dumps(FAST_PICK))
-    scenario["backends"]["FLASHINFER"].update(on_generate="die", fail_batch=16)
-    use_fake(monkeypatch, tmp_path, scenario)
-    doc = verify(run_dir, shapes=[(1, 2048), (16, 1024), (4, 1024)])
+def test_an_engine_that_dies_mid_shape_keeps_what_it_measured(fake_engine, tune_run_dir):
+    fake_engine(scenario_with(FLASHINFER={"on_generate": "die", "fail_batch": 16}))
+    doc = verify(tune_run_dir, shapes=[(1, 2048), (16, 1024), (4, 1024)])
     pick = rows_by_role(doc)["tune-pick"]
     assert [s["status"] for s in pick["shapes"]] == ["ok", "crashed", "not run"]
     assert "killed by signal SIGKILL" in pick["shapes"][1]["error"]
@@ -151,26 +128,42 @@ def test_an_engine_that_dies_mid_shape_keeps_what_it_measured(monkeypatch, tmp_p
     assert [s["shape"] for s in doc["verdict"]["shapes"] if s["end_to_end"]] == ["decode b=1 ctx=2048"]
 
 
-def test_one_shape_out_of_memory_does_not_stop_the_next(monkeypatch, tmp_path, run_dir):
-    scenario = json.loads(json.dumps(FAST_PICK))
-    scenario["backends"]["FLASHINFER"].update(on_generate="oom", fail_batch=16)
-    use_fake(monkeypatch, tmp_path, scenario)
-    doc = verify(run_dir, shapes=[(16, 1024), (1, 2048)])
+def test_a_dead_worker_is_noticed_even_when_its_forked_child_holds_the_pipe(fake_engine, tune_run_dir, tmp_path):
+    scenario = scenario_with(FLASHINFER={"on_generate": "fork-and-die", "fail_batch": 16})
+    pid_file = tmp_path / "child.pid"
+    scenario["pid_file"] = str(pid_file)
+    fake_engine(scenario)
+    started = time.monotonic()
+    doc = verify(tune_run_dir, call_timeout_s=120.0)
+    assert time.monotonic() - started < 60  # not the call timeout: the parent saw its worker exit
+    pick = rows_by_role(doc)["tune-pick"]
+    assert [s["status"] for s in pick["shapes"]] == ["ok", "crashed"]
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def test_one_shape_out_of_memory_does_not_stop_the_next(fake_engine, tune_run_dir):
+    fake_engine(scenario_with(FLASHINFER={"on_generate": "oom", "fail_batch": 16}))
+    doc = verify(tune_run_dir, shapes=[(16, 1024), (1, 2048)])
     pick = rows_by_role(doc)["tune-pick"]
     assert [s["status"] for s in pick["shapes"]] == ["oom", "ok"]
     assert "CUDA out of memory" in pick["shapes"][0]["error"]
 
 
-def test_memory_another_process_holds_is_reported_and_the_engines_take_less(monkeypatch, tmp_path, run_dir):
-    nvml = json.loads(H200_NVML.read_text())
+def test_memory_another_process_holds_is_reported_and_the_engines_take_less(fake_engine, tune_run_dir, tmp_path):
+    nvml = json.loads(Path(fake_engine(FAST_PICK)["ATTNSEL_NVML_SCENARIO"]).read_text())
     total = nvml["calls"]["nvmlDeviceGetMemoryInfo"]["0"]["total"]
     busy = 40 * 1024 ** 3
     nvml["calls"]["nvmlDeviceGetMemoryInfo"]["0"] = {"total": total, "free": total - busy, "used": busy}
     nvml["calls"]["nvmlDeviceGetComputeRunningProcesses"] = {"0": [{"pid": 4242, "usedGpuMemory": busy}]}
     path = tmp_path / "busy_nvml.json"
     path.write_text(json.dumps(nvml))
-    use_fake(monkeypatch, tmp_path, FAST_PICK, nvml=path)
-    doc = verify(run_dir)
+    fake_engine(FAST_PICK, nvml=str(path))
+    doc = verify(tune_run_dir)
     assert "40.0 GiB of the GPU's 140.4 GiB are already in use" in doc["warnings"][0]
     assert doc["gpu"]["processes"] == [{"pid": 4242, "used_bytes": busy}]
     util = doc["options"]["gpu_memory_utilization"]
@@ -179,10 +172,10 @@ def test_memory_another_process_holds_is_reported_and_the_engines_take_less(monk
     assert {r["engine"]["gpu_memory_utilization"] for r in doc["candidates"]} == {util}
 
 
-def test_a_pair_vllm_refuses_is_never_started(monkeypatch, tmp_path, run_dir):
-    use_fake(monkeypatch, tmp_path, FAST_PICK)
-    doc = verify(run_dir, candidates=[("FLASH_ATTN", 8)])  # not a multiple of 16 in every rule profile
+def test_a_pair_vllm_refuses_is_never_started(fake_engine, tune_run_dir):
+    fake_engine(FAST_PICK)
+    doc = verify(tune_run_dir, candidates=[("FLASH_ATTN", 8)])  # not a multiple of 16 in every rule profile
     refused = rows_by_role(doc)["named"]
     assert refused["status"] == "refused" and "block_size not supported" in refused["error"]
-    assert "log" not in refused and not list((run_dir / "verify").glob("engine-FLASH_ATTN-8*"))
+    assert "log" not in refused and not list((tune_run_dir / "verify").glob("engine-FLASH_ATTN-8*"))
     assert doc["verdict"]["verdict"] == "not measured"

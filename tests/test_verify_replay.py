@@ -6,7 +6,6 @@ same checks run on a run made here with the fake engine, so they are exercised i
 
 import copy
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -82,21 +81,12 @@ def test_recorded_runs_replay_through_the_report(path):
     assert len(measured) >= 2, "a recorded run compares at least two engines"
 
 
-def test_the_replay_checks_hold_for_a_run_made_with_the_fake_engine(tmp_path, monkeypatch):
-    fixtures = ROOT / "fixtures"
-    scenario = tmp_path / "scenario.json"
-    scenario.write_text(json.dumps({"default": ["FLASH_ATTN", 16], "backends": {
+def test_the_replay_checks_hold_for_a_run_made_with_the_fake_engine(fake_engine, tune_run_dir):
+    fake_engine({"default": ["FLASH_ATTN", 16], "backends": {
         "FLASH_ATTN": {"step_ms": 18.1, "prefill_tok_s": 45000, "jitter": 0.002},
-        "FLASHINFER": {"step_ms": 16.5, "prefill_tok_s": 46000, "jitter": 0.002}}}))
-    monkeypatch.setenv("ATTNSEL_VERIFY_ENGINE", f"{fixtures / 'verify_engine' / 'fake_engine.py'}:FakeEngine")
-    monkeypatch.setenv("ATTNSEL_FAKE_ENGINE_SCENARIO", str(scenario))
-    monkeypatch.setenv("ATTNSEL_NVML_SCENARIO", str(fixtures / "tune" / "nvml_h200.json"))
-    monkeypatch.setattr(V, "MEMORY_RELEASE_WAIT_S", 0.0)
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copy(fixtures / "tune" / "h200_llama8b_default" / "tune.json", run / "tune.json")
-    V.run_verify(V.VerifyRequest(tune_dir=run, shapes=[(1, 16384), (16, 1024)], decode_steps=32), run)
-    doc = check_replay(run)
+        "FLASHINFER": {"step_ms": 16.5, "prefill_tok_s": 46000, "jitter": 0.002}}})
+    V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=[(1, 16384), (16, 1024)], decode_steps=32), tune_run_dir)
+    doc = check_replay(tune_run_dir)
     assert doc["verdict"]["verdict"] == "holds"
     # tune timed 1 x 16384: the kernel margin and the attention share sit beside the engine's
     entry = next(c for c in doc["comparisons"] if "pick" in c["short"] and c["batch"] == 1)
