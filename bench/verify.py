@@ -52,6 +52,7 @@ class VerifyRequest:
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     engine: str = field(default_factory=lambda: os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)
+    resume: bool = False  # keep the engines a previous run in the same folder measured (same options)
 
 
 @dataclass
@@ -227,16 +228,20 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
         raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
     progress = progress or VerifyProgress()
     output_dir = Path(output_dir)
+    previous = previous_rows(output_dir, req.resume)
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     document, candidates, context = plan_document(req, output_dir, env)
+    kept = kept_rows(previous, document)
     write_document(document, output_dir)
     progress.on_plan(document)
     starts: list[float] = []
     measured: list[float] = []
     for index, candidate in enumerate(candidates):
         row = candidate.to_dict()
-        if candidate.reasons:
+        if _row_key(row) in kept:
+            row = dict(kept[_row_key(row)], resumed=True)  # measured by the run being resumed
+        elif candidate.reasons:
             row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
         else:
             estimate = _estimate(req, document, candidate, starts, measured)
@@ -254,6 +259,40 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     document["warnings"] += engine_warnings(document)
     write_document(document, output_dir)
     return document
+
+
+# What must match for a resumed run's engines to be compared with new ones
+RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine")
+
+
+def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
+    """The verify.json already in the folder: refused without --resume (it would be lost)."""
+    path = Path(output_dir) / DOCUMENT_FILE
+    if not path.is_file():
+        return None
+    if not resume:
+        raise UserInputError(f"{path} already holds a verify result: pass --resume to keep the engines it measured, "
+                             f"or remove it to start over")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"{path} cannot be resumed: {exc}; remove it to start over") from None
+
+
+def kept_rows(previous: Optional[dict], document: dict) -> dict:
+    """The measured rows of the run being resumed, by candidate; none if its options differ."""
+    if not previous:
+        return {}
+    old, new = previous.get("options") or {}, document["options"]
+    changed = [k for k in RESUME_OPTIONS if old.get(k) != new.get(k)]
+    if changed:
+        raise UserInputError(f"the verify result being resumed used other {', '.join(changed)}: run with the same "
+                             f"options, or remove verify.json to start over")
+    return {_row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == "ok"}
+
+
+def _row_key(row: dict) -> tuple:
+    return (tuple(row.get("roles") or ()), row.get("backend"), row.get("block_size"))
 
 
 def _estimate(req, document, candidate, starts, measured) -> float:

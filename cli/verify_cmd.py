@@ -131,6 +131,7 @@ def register(app: typer.Typer) -> None:
         start_timeout: float = typer.Option(900.0, "--start-timeout", help="Seconds an engine may take to start before it is killed."),
         timeout: float = typer.Option(600.0, "--timeout", help="Seconds one generate call may take before the engine is killed."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for verify.json and the engine logs (default: RUN_DIR)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the verify.json in the folder: engines it measured are kept, the others run."),
         as_json: bool = typer.Option(False, "--json", help="Print verify.json on stdout (progress stays on stderr)."),
     ) -> None:
         """Start vLLM's own engine once per candidate pair (vLLM's default, tune's pick, the runner-up) with dummy
@@ -150,7 +151,7 @@ def register(app: typer.Typer) -> None:
         req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
                             shapes=VP.parse_shapes(shapes), repeats=repeats, decode_steps=decode_steps,
                             gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,
-                            call_timeout_s=timeout)
+                            call_timeout_s=timeout, resume=resume)
         code = run_and_render(req, output or run_dir, as_json=as_json)
         if code:
             raise typer.Exit(code)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench import verify as V
+from attnsel.errors import UserInputError
 
 # FLASH_ATTN/16 is vLLM's default in the tune result, FLASHINFER/64 tune's pick, FLASH_ATTN/128 the runner-up
 FAST_PICK = {
@@ -179,3 +180,19 @@ def test_a_pair_vllm_refuses_is_never_started(fake_engine, tune_run_dir):
     assert refused["status"] == "refused" and "block_size not supported" in refused["error"]
     assert "log" not in refused and not list((tune_run_dir / "verify").glob("engine-FLASH_ATTN-8*"))
     assert doc["verdict"]["verdict"] == "not measured"
+
+
+def test_resume_keeps_the_measured_engines_and_runs_the_rest(fake_engine, tune_run_dir):
+    fake_engine(scenario_with(FLASHINFER={"on_start": "oom"}))
+    first = verify(tune_run_dir)
+    assert [r["status"] for r in first["candidates"]] == ["ok", "oom", "ok"]
+    with pytest.raises(UserInputError, match="pass --resume"):
+        verify(tune_run_dir)  # a second run would lose the first one
+    fake_engine(FAST_PICK)  # memory freed: the pick starts now
+    second = verify(tune_run_dir, resume=True)
+    assert [r["status"] for r in second["candidates"]] == ["ok", "ok", "ok"]
+    assert [bool(r.get("resumed")) for r in second["candidates"]] == [True, False, True]
+    assert second["candidates"][0]["shapes"] == first["candidates"][0]["shapes"]
+    assert second["verdict"]["verdict"] == "holds"
+    with pytest.raises(UserInputError, match="other shapes"):
+        verify(tune_run_dir, resume=True, shapes=[(1, 1024)])
