@@ -354,7 +354,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     profile, rules, selector = _rules(vllm_version)
     cli_error = rules.block_size_cli_error(profile, block_size)
     if cli_error:
-        # the seed's argument parser only accepts the BlockSize literal (vllm-rules §4; gone in 0.33, §9)
+        # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
         return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:
@@ -417,7 +417,6 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: Optional[str] = None
-    vllm_release: Optional[tuple[int, ...]] = None  # the release of that profile (CUDA-graph facts)
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -431,10 +430,12 @@ class Plan:
         """How vLLM would launch this row's attention (graph replay or eager), from the recorded
         CUDA-graph facts of the plan's release (attention/cudagraph.py); the worker replaces it
         with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
-        from attnsel.attention import cudagraph
+        from attnsel.attention import cudagraph, rules
 
-        release = self.vllm_release or (0, 99, 0)
-        return cudagraph.decode_launch(release, backend, tuple(self.capability), w.kind, w.query_tokens)
+        profile = rules.get_profile(self.rule_profile) if self.rule_profile else None
+        version = profile.vllm_version if profile else "?"
+        return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
+                                       tuple(self.capability), w.kind, w.query_tokens)
 
     def launch_summary(self) -> dict[str, dict[str, str]]:
         """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""

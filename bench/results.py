@@ -71,20 +71,26 @@ def median_ms(row: dict) -> Optional[float]:
 
 
 class ResultsWriter:
-    """Appends rows to results.jsonl, one flushed line each."""
+    """Appends rows to results.jsonl, one flushed line each (one writer per sweep; thread-safe:
+    with --gpus several GPUs' workers report at once)."""
 
     def __init__(self, path: Path):
+        import threading
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
 
     def write(self, row: dict) -> None:
-        self._fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
-        self._fh.flush()
-        try:
-            os.fsync(self._fh.fileno())
-        except OSError:
-            pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
+        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
 
     def close(self) -> None:
         self._fh.close()

@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
         block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
         weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        min_gain: float = typer.Option(5.0, "--min-gain", help="Smallest margin (%) over vLLM's default worth a flag change; smaller ones keep the default."),
         quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
         full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
         cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Replay every row from a CUDA graph (default: as vLLM launches it: graphs for captured decode batches, eager elsewhere)."),
@@ -61,6 +62,7 @@ def register(app: typer.Typer) -> None:
         check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
         tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
@@ -85,6 +87,8 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--quick and --full exclude each other")
         if cuda_graph and eager:
             raise UserInputError("--cuda-graph and --eager exclude each other")
+        if not (0 <= min_gain < 1000):  # also refuses nan
+            raise UserInputError(f"--min-gain must be a percentage >= 0, got {min_gain}")
         if timer not in ("auto", "cupti", "events"):
             raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
@@ -101,9 +105,9 @@ def register(app: typer.Typer) -> None:
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
             kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
-            weights=REC.parse_weights(weights), gpu_name=gpu,
+            weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
-            vllm_version=vllm_version,
+            vllm_version=vllm_version, gpus=gpus,
             options=SweepOptions(launch="graph" if cuda_graph else "eager" if eager else "vllm", timer=timer,
                                  cold_l2=not hot_l2, check=check,
                                  tolerance=tolerance, item_timeout_s=timeout),

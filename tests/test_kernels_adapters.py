@@ -240,3 +240,21 @@ def test_prebuilt_modules_are_the_cache_entries_flashinfers_plan_uses():
         args = request.generator_args(torch)
         spec = fi._jit_spec(modules, request, torch)
         assert spec.name.startswith(modules.get_batch_prefill_uri(*args))
+
+
+def test_the_prebuild_passes_what_each_flashinfer_release_requires_to_build():
+    # flashinfer 0.6.12 (vLLM 0.24's pin): build(self, verbose, need_lock=True) -- `verbose` is
+    # required; 0.7.x: build(self, need_lock=...). A missing `verbose` made every H100 pre-build
+    # fail with TypeError, leaving ~100 s of JIT inside FlashInfer's turn.
+    from attnsel.attention.kernels.flashinfer_adapter import build_kwargs
+
+    class Spec06:
+        def build(self, verbose, need_lock=True):
+            pass
+
+    class Spec07:
+        def build(self, need_lock=False):
+            pass
+
+    assert build_kwargs(Spec06().build) == {"verbose": False, "need_lock": True}
+    assert build_kwargs(Spec07().build) == {"need_lock": True}

@@ -3,14 +3,14 @@
 #
 # A machine with network access needs only:
 #     pip install vllm==0.24.0 'openai<3' cupti-python      # vLLM's pins: torch 2.11, flashinfer 0.6.12
-#     bash bench/tools/gpu_session.sh kernels OUT             # tune + fidelity + stand-ins + live explain
+#     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
 #
 # An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
 #   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
 #                     -> .whl/p1 .. .whl/pN, each under 59 MiB (one device call each, with the tree)
 #   there, per part:  bash bench/tools/gpu_session.sh receive      (copies .whl/p*/ into /tmp/carry)
 #   after the last:   bash bench/tools/gpu_session.sh unpack       (/tmp/site, /tmp/site-standin)
-#   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh kernels OUT
+#   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh sweeps OUT
 #
 # Sets: "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
 # timed), flashinfer 0.6.12 (vLLM's pin; flashinfer-cubin left out, so FlashInfer JIT-compiles),
@@ -69,11 +69,12 @@ pack() {
     rm -rf "$work/site-standin/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
   else
     # shellcheck disable=SC2086
-    site "$work/site-vllm" $ENGINE_SET
+    site "$work/site-engine" $ENGINE_SET   # unpacked into the same /tmp/site
   fi
   mkdir -p "$work/out"
   tar cf - -C "$work/site-vllm" "${drop[@]}" . | xz -T0 -9 > "$work/out/site-vllm.tar.xz"
   [ -d "$work/site-standin" ] && tar cf - -C "$work/site-standin" . | xz -T0 -9 > "$work/out/site-standin.tar.xz"
+  [ -d "$work/site-engine" ] && tar cf - -C "$work/site-engine" . | xz -T0 -9 > "$work/out/site-engine.tar.xz"
   cd "$root"
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
   rm -rf .whl && mkdir -p .whl
@@ -92,7 +93,9 @@ data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundl
 with tarfile.open(fileobj=io.BytesIO(data)) as outer:
     for member in outer.getmembers():
         if member.name.endswith(".tar.xz"):
-            target = "/tmp/" + os.path.basename(member.name)[: -len(".tar.xz")].replace("site-vllm", "site")
+            name = os.path.basename(member.name)[: -len(".tar.xz")]
+            # vLLM and the engine add-on (MoE extension, server packages) share one site folder
+            target = "/tmp/site-standin" if name == "site-standin" else "/tmp/site"
             os.makedirs(target, exist_ok=True)
             with tarfile.open(fileobj=outer.extractfile(member), mode="r:xz") as inner:
                 inner.extractall(target, filter="tar")
@@ -107,18 +110,38 @@ PY
       vllm) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site" ;;
       standin) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site-standin:/tmp/site-standin/nvidia_cutlass_dsl/dsl_packages:/tmp/site ATTNSEL_TUNE_STANDINS=1" ;;
     esac ;;
-  kernels)
+  sweeps)
+    # issue 10's sweep evidence: the default sweep truly cold (no FlashInfer / Triton / inductor
+    # caches), then warm, with vLLM's own kernels
     out=${2:?OUT folder}; mkdir -p "$out"
-    py() { python3 -m attnsel "$@"; }
-    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/flash_attention_cute_dsl_cache
-    py tune --model llama-3.1-8b --output "$out/cold" > "$out/cold.txt" 2> "$out/cold.err" || true
-    py tune --model llama-3.1-8b --output "$out/warm" > "$out/warm.txt" 2> "$out/warm.err" || true
-    python3 -m attnsel.bench.tools.fidelity "$out/warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
-    (eval "$(bash "$0" env standin)"; py tune --model llama-3.1-8b --workload decode --output "$out/standin" \
-       > "$out/standin.txt" 2> "$out/standin.err" || true)
-    python3 -m attnsel.bench.tools.compare_runs "$out/warm" "$out/standin" > "$out/standin_vs_vllm.txt" 2>&1 || true
+    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/vllm
+    python3 -m attnsel tune --model llama-3.1-8b --output "$out/cold" > "$out/cold.txt" 2> "$out/cold.err" || true
+    python3 -m attnsel tune --model llama-3.1-8b --output "$out/warm" > "$out/warm.txt" 2> "$out/warm.err" || true
+    grep -h "^time:" "$out"/cold/summary.txt "$out"/warm/summary.txt || true
+    sed -n '/^Recommendation/,$p' "$out/warm.txt" ;;
+  checks)
+    # the warm sweep's FlashInfer rows re-timed by FlashInfer's own bench_gpu_time (CUPTI); the
+    # stand-ins against vLLM's kernels on the decode shapes; explain --compare-live on this GPU
+    out=${2:?OUT folder}; warm=${3:-$out/warm}; mkdir -p "$out"
+    python3 -m attnsel.bench.tools.fidelity "$warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -2 "$out/fidelity.txt" | cut -c1-400
+    (eval "$(bash "$0" env standin)"; python3 -m attnsel tune --model llama-3.1-8b --workload decode \
+       --output "$out/standin" > "$out/standin.txt" 2> "$out/standin.err" || true)
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" --json > "$out/standin_vs_vllm.json" 2>&1 || true
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" 2>&1 | tail -4
     for m in llama-3.1-8b qwen3-8b gemma-2-9b gpt-oss-20b deepseek-v3; do
-      py explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1 || true
+      python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "live $m: exit $?"
     done ;;
+  smoke)
+    # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
+    out=${2:?OUT folder}; mkdir -p "$out"
+    python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_bench_gpu_timing.py 2>&1 | tail -3
+    python3 -m attnsel tune --model llama-3.1-8b --quick --output "$out/quick" > "$out/quick.txt" 2> "$out/quick.err" || true
+    tail -25 "$out/quick.txt"; grep -h "error\|Error" "$out/quick.err" | tail -5
+    python3 -m attnsel.bench.tools.fidelity "$out/quick" --limit 12 --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -14 "$out/fidelity.txt"
+    python3 -m attnsel explain --model llama-3.1-8b --compare-live > "$out/live.txt" 2>&1 || true
+    tail -8 "$out/live.txt" ;;
   *) sed -n '2,22p' "$0" ;;
 esac
