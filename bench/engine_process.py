@@ -25,11 +25,23 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench import engine_log
-from attnsel.bench.sweep import _describe_exit as describe_exit  # tune's words for how a worker ended
 
 DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (gpu-facts.md)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
 POLL_S = 1.0  # how often the parent looks up from waiting (progress display)
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """How a process ended, in the words tune uses for its workers."""
+    if code is None:
+        return "still running"
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return f"killed by signal {name}"
 
 
 class EngineProcess:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -91,9 +92,11 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optio
     from attnsel.reports import verify_report
 
     display = _Display(stderr_console())
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `timeout`, a job scheduler: end the engines too
     try:
         document = run_verify(req, output_dir, display.progress())
     finally:
+        signal.signal(signal.SIGTERM, previous)
         display.stop()
     if as_json:
         print_json({"tune": tune_document, "verify": document} if tune_document is not None else document)
@@ -101,6 +104,12 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optio
         verify_report.render_terminal(document, stdout_console())
         stderr_console().print(f"verify.json and the engines' logs are in {output_dir}/")
     return EXIT_FAILED if (document.get("verdict") or {}).get("verdict") == "not measured" else 0
+
+
+def _interrupt(signum, frame):
+    """SIGTERM ends a run like Ctrl-C: the running engine's process group is killed on the way out
+    (it lives in its own session, so the signal never reached it) and verify.json keeps what was measured."""
+    raise KeyboardInterrupt
 
 
 def verify_after_tune(output_dir: Path, as_json: bool, tune_document: Optional[dict] = None) -> int:

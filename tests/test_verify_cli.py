@@ -121,3 +121,40 @@ def test_nothing_to_compare_exits_1(tmp_path, fake_env):
                     env=fake_env)
     assert result.exit_code == 1
     assert "refused" in result.stdout and "Verdict: NOT MEASURED" in result.stdout
+
+
+def test_sigterm_ends_the_run_and_the_engine_it_had_started(run_dir, fake_engine, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    scenario = json.loads(json.dumps(SCENARIO))
+    scenario["default"] = ["FLASH_ATTN", 16]
+    scenario["backends"]["FLASH_ATTN"]["on_start"] = "spawn-and-hang"
+    scenario["pid_file"] = str(pid_file)
+    fake_engine(scenario)
+    proc = subprocess.Popen([sys.executable, "-m", "attnsel", "verify", str(run_dir), *QUICK],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as fh:
+            if fh.read().split()[2] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the hanging engine's process outlived the interrupted run")
+    assert (run_dir / "verify.json").is_file()  # the plan was written before the first engine

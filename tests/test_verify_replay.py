@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from attnsel.bench import engine_compare as EC
 from attnsel.bench import verify as V
 from attnsel.bench import verify_verdict as VV
+from attnsel.bench.tools import verify_fixture
 from attnsel.cli.app import app
 
 ROOT = Path(__file__).parent
@@ -88,6 +89,12 @@ def test_the_replay_checks_hold_for_a_run_made_with_the_fake_engine(fake_engine,
     V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=[(1, 16384), (16, 1024)], decode_steps=32), tune_run_dir)
     doc = check_replay(tune_run_dir)
     assert doc["verdict"]["verdict"] == "holds"
+    # the fixture tool keeps what the replay needs, and little else
+    fixture = tune_run_dir.parent / "fixture"
+    written = verify_fixture.copy_run(tune_run_dir, fixture)
+    assert {p.name for p in written} >= {"verify.json", "tune.json", "engine-FLASH_ATTN-16.log"}
+    assert (fixture / "tune.json").stat().st_size < (tune_run_dir / "tune.json").stat().st_size / 5
+    assert check_replay(fixture) == doc
     # tune timed 1 x 16384: the kernel margin and the attention share sit beside the engine's
     entry = next(c for c in doc["comparisons"] if "pick" in c["short"] and c["batch"] == 1)
     assert entry["predicted_source"] == "this shape" and entry["expected_step_margin_pct"] is not None
