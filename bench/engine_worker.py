@@ -278,8 +278,9 @@ def engine_kwargs(job: dict) -> dict:
     for key in ("gpu_memory_utilization", "max_model_len"):
         if job.get(key):
             kwargs[key] = job[key]
-    if job.get("dtype") and job["dtype"] != "auto":
-        kwargs["dtype"] = job["dtype"]
+    for key in ("dtype", "kv_cache_dtype"):  # what tune timed (bf16 and "auto" for most models)
+        if job.get(key) and job[key] != "auto":
+            kwargs[key] = job[key]
     if job.get("backend"):
         kwargs["attention_backend"] = job["backend"]
     if job.get("block_size"):

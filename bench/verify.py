@@ -182,7 +182,8 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
                   "attention_layers": MC.attention_layer_count(hf_config),
                   "num_hidden_layers": (hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
                   "is_hybrid": shape.is_hybrid, "max_position_embeddings": model_max,
-                  "tensor_parallel_size": shape.tensor_parallel_size},
+                  "tensor_parallel_size": shape.tensor_parallel_size, "dtype": shape.dtype,
+                  "kv_cache_dtype": shape.kv_cache_dtype},
         "gpu": {k: gpu.get(k) for k in ("name", "capability", "uuid", "memory_total_bytes", "memory_free_bytes",
                                         "memory_used_bytes", "processes")},
         "vllm": {"installed_version": vllm_version, "rule_profile": rules.select_profile(None).profile.name,
@@ -216,7 +217,8 @@ def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, cont
     opts = document["options"]
     return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
             "model_dir": str(context["model_dir"]), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
-            "dtype": "auto", "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
+            "dtype": document["model"]["dtype"], "kv_cache_dtype": document["model"]["kv_cache_dtype"],
+            "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
             "vocab_size": VP.vocab_size(context["hf_config"]), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
             "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0}
 

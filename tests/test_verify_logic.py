@@ -158,11 +158,12 @@ def test_backends_are_read_from_vllm_s_model_inspection():
 
 def test_engine_arguments_are_the_recipe_that_worked_on_the_h100():
     job = {"model_dir": "/m", "backend": "TRITON_ATTN", "block_size": 64, "gpu_memory_utilization": 0.92,
-           "max_model_len": 4608, "tensor_parallel_size": 1, "dtype": "auto"}
+           "max_model_len": 4608, "tensor_parallel_size": 1, "dtype": "bfloat16", "kv_cache_dtype": "auto"}
     kwargs = engine_worker.engine_kwargs(job)
     assert kwargs == {"model": "/m", "load_format": "dummy", "skip_tokenizer_init": True, "enable_prefix_caching": False,
                       "seed": 0, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.92, "max_model_len": 4608,
-                      "attention_backend": "TRITON_ATTN", "block_size": 64}
+                      "dtype": "bfloat16", "attention_backend": "TRITON_ATTN", "block_size": 64}
+    assert engine_worker.engine_kwargs(dict(job, kv_cache_dtype="fp8"))["kv_cache_dtype"] == "fp8"
     default = engine_worker.engine_kwargs(dict(job, backend=None, block_size=None))
     assert "attention_backend" not in default and "block_size" not in default
 
@@ -363,5 +364,8 @@ def test_attention_layers_of_hybrid_and_plain_configs():
     assert MC.attention_layer_count(MC.load_model_config("llama-3.1-8b")) == 32
     assert MC.attention_layer_count(MC.load_model_config("granite-4.0-h-350m")) == 4
     assert MC.attention_layer_count(MC.load_model_config("jamba-1.5-mini")) == 4
+    assert MC.attention_layer_count(MC.load_model_config("nemotron-h-8b")) == 4
+    # transformers 5 rewrites Granite's layer_types as full_attention / linear_attention
+    assert MC.attention_layer_count({"num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention", "linear_attention"]}) == 1
     assert MC.attention_layer_count(MC.load_model_config("mamba-130m")) == 0
     assert MC.attention_layer_count({"num_hidden_layers": 4, "hybrid_override_pattern": "M-M*-M*"}) == 2
