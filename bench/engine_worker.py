@@ -71,9 +71,15 @@ class Engine(Protocol):
 
 
 def load_engine(spec: str) -> Engine:
-    from attnsel.bench.worker import load_toolkit  # the same `module:attr` / `file.py:attr` loader
+    """`module:attr` or `/path/file.py:attr` (a class or factory called with no arguments)."""
+    import importlib
+    import runpy
 
-    return load_toolkit(spec)
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ValueError(f"engine spec must be 'module:attr' or 'file.py:attr', got {spec!r}")
+    namespace = runpy.run_path(target) if target.endswith(".py") else vars(importlib.import_module(target))
+    return namespace[attr]()
 
 
 # ---------------------------------------------------------------------------------------------
