@@ -68,3 +68,30 @@ def fake_engine(tmp_path, monkeypatch):
         return env
 
     return use
+
+
+@pytest.fixture
+def gone():
+    """gone(pid) -> True once the process ended (a zombie no longer runs), waiting up to 5 s."""
+    import time
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().split()[2] != "Z"
+        except OSError:
+            return False
+
+    def wait(pid: int, wait_s: float = 5.0) -> bool:
+        deadline = time.monotonic() + wait_s
+        while alive(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    return wait

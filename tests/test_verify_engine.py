@@ -3,7 +3,6 @@ our boundary (tests/fixtures/verify_engine/fake_engine.py) that starts, times, r
 as a scenario says, and a recorded H200's NVML."""
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -85,7 +84,7 @@ def test_an_engine_out_of_memory_at_start_is_reported_as_such(fake_engine, tune_
     assert "this candidate: oom" in doc["verdict"]["text"]
 
 
-def test_a_hanging_engine_is_killed_with_everything_it_started(fake_engine, tune_run_dir, tmp_path):
+def test_a_hanging_engine_is_killed_with_everything_it_started(fake_engine, tune_run_dir, tmp_path, gone):
     scenario = scenario_with(FLASHINFER={"on_start": "spawn-and-hang"})
     pid_file = tmp_path / "child.pid"
     scenario["pid_file"] = str(pid_file)
@@ -97,24 +96,8 @@ def test_a_hanging_engine_is_killed_with_everything_it_started(fake_engine, tune
     assert pick["status"] == "timeout" and "within 3 s" in pick["error"]
     child = int(pid_file.read_text())
     # the engine's own child process (like vLLM's engine core) went down with the process group
-    for _ in range(50):
-        if not _alive(child):
-            break
-        time.sleep(0.1)
-    assert not _alive(child)
+    assert gone(child)
     assert rows_by_role(doc)["runner-up"]["status"] == "ok"  # the next engine still ran
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by init) no longer runs anything
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_an_engine_that_dies_mid_shape_keeps_what_it_measured(fake_engine, tune_run_dir):
@@ -129,7 +112,7 @@ def test_an_engine_that_dies_mid_shape_keeps_what_it_measured(fake_engine, tune_
     assert [s["shape"] for s in doc["verdict"]["shapes"] if s["end_to_end"]] == ["decode b=1 ctx=2048"]
 
 
-def test_a_dead_worker_is_noticed_even_when_its_forked_child_holds_the_pipe(fake_engine, tune_run_dir, tmp_path):
+def test_a_dead_worker_is_noticed_even_when_its_forked_child_holds_the_pipe(fake_engine, tune_run_dir, tmp_path, gone):
     scenario = scenario_with(FLASHINFER={"on_generate": "fork-and-die", "fail_batch": 16})
     pid_file = tmp_path / "child.pid"
     scenario["pid_file"] = str(pid_file)
@@ -140,11 +123,7 @@ def test_a_dead_worker_is_noticed_even_when_its_forked_child_holds_the_pipe(fake
     pick = rows_by_role(doc)["tune-pick"]
     assert [s["status"] for s in pick["shapes"]] == ["ok", "crashed"]
     child = int(pid_file.read_text())
-    for _ in range(50):
-        if not _alive(child):
-            break
-        time.sleep(0.1)
-    assert not _alive(child)
+    assert gone(child)
 
 
 def test_one_shape_out_of_memory_does_not_stop_the_next(fake_engine, tune_run_dir):
