@@ -435,7 +435,6 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: Optional[str] = None
-    vllm_release: Optional[tuple[int, ...]] = None  # the release of that profile (CUDA-graph facts)
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -449,10 +448,12 @@ class Plan:
         """How vLLM would launch this row's attention (graph replay or eager), from the recorded
         CUDA-graph facts of the plan's release (attention/cudagraph.py); the worker replaces it
         with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
-        from attnsel.attention import cudagraph
+        from attnsel.attention import cudagraph, rules
 
-        release = self.vllm_release or (0, 99, 0)
-        return cudagraph.decode_launch(release, backend, tuple(self.capability), w.kind, w.query_tokens)
+        profile = rules.get_profile(self.rule_profile) if self.rule_profile else None
+        version = profile.vllm_version if profile else "?"
+        return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
+                                       tuple(self.capability), w.kind, w.query_tokens)
 
     def launch_summary(self) -> dict[str, dict[str, str]]:
         """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""

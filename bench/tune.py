@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel import __version__
-from attnsel.attention import rules
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
 from attnsel.bench import plan_mla
@@ -138,8 +137,7 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
                         verdict=functools.partial(P.vllm_verdict, vllm_version=version),
                         default_choice=functools.partial(P.vllm_default_choice, vllm_version=version))
     choice = P.rule_profile_choice(version)
-    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason,
-                               vllm_release=rules.parse_vllm_version(choice.profile.vllm_version))
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 
 
 def plan_document(plan: P.Plan, options: SweepOptions) -> dict:

@@ -93,6 +93,12 @@ class RuleProfile:
         return model_rules_from_data(self.name, self.data["models"])
 
     @property
+    def cudagraph(self) -> Optional[dict]:
+        """How this release launches a step's attention (CUDA-graph mode, capture sizes, each
+        builder's AttentionCGSupport): attention/cudagraph.py reads it for tune's launch modes."""
+        return self.data.get("cudagraph")
+
+    @property
     def context_inputs(self) -> tuple[str, ...]:
         """SelectionContext fields beyond the common ones that this version's rules read (e.g. KV
         heads per GPU, kv_lora_rank); explicit values for others are ignored with a note."""
