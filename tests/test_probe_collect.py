@@ -122,6 +122,23 @@ def test_h100_name_variants_are_one_model():
     assert report.vllm_device_warning is not None  # vLLM compares raw names
 
 
+def test_h100_and_a100_are_mixed_when_nvml_gives_no_pci_device_id():
+    # issue 11: NVML in a VM answers pciDeviceId 0 for both GPUs; 0 means unknown, not "the same id".
+    report = probe("h100_a100_pci_id_zero.json")
+    assert [g.pci_device_id for g in report.gpus] == [None, None]
+    assert report.mixed_gpus is True
+    assert report.warnings == (VLLM_MIXED_GPU_WARNING % "NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB",)
+
+
+def test_equal_pci_ids_never_outvote_a_different_capability_or_table_entry():
+    data = scenario("h100_a100_pci_id_zero.json")
+    for key in ("0", "1"):
+        data["calls"]["nvmlDeviceGetPciInfo"][key]["pciDeviceId"] = 0x233010DE  # the same (wrong) id on both
+    assert collect_from_scenario(data, {}).mixed_gpus is True
+    data["calls"]["nvmlDeviceGetCudaComputeCapability"]["1"] = [9, 0]  # same CC, still an A100 by the table
+    assert collect_from_scenario(data, {}).mixed_gpus is True
+
+
 # --- PCIe only ----------------------------------------------------------------------------------
 
 
