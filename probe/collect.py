@@ -45,6 +45,8 @@ VLLM_MIXED_GPU_WARNING = (
     "to avoid unexpected behavior."
 )
 
+TORCH_NOT_ASKED = "torch.cuda not asked: "  # the error line when the caller forbids the torch fallback
+
 # A failure with one of these codes means the whole GPU is unusable (gpustat's InvalidGPU idea).
 _GPU_FATAL = {
     "NVML_ERROR_GPU_IS_LOST",
@@ -104,17 +106,21 @@ def collect_probe(
     nvml: Optional[NvmlFacade] = None,
     measure_p2p: bool = False,
     torch: Optional[TorchFacade] = None,
+    no_torch_reason: Optional[str] = None,
 ) -> ProbeReport:
     """Probe the GPUs this process would see under `env` (default: os.environ).
 
     `nvml` / `torch` replace the real facades (tests, replays); without them,
     ATTNSEL_NVML_SCENARIO in `env` selects a replay, else the real NVML and torch.cuda are used.
+    `no_torch_reason`: never fall back to torch.cuda (it would initialise CUDA), and say why.
     """
     env = dict(os.environ if env is None else env)
     if nvml is None:
         nvml, env_torch, _ = facades_from_env(env)
         torch = torch or env_torch
-    if torch is None:
+    if no_torch_reason is not None:
+        torch = _NotAsked(no_torch_reason)
+    elif torch is None:
         from attnsel.probe.nvml import RealTorch
 
         torch = RealTorch()
@@ -446,11 +452,28 @@ def _why_vllm_warns(warning: str, all_names: Sequence[str], gpus: Sequence[GpuIn
 # torch fallback
 
 
+class _NotAsked:
+    """The torch side when the caller forbids the fallback: the reason becomes the report's error."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def inventory(self) -> Optional[dict]:
+        raise _FallbackNotAsked(self.reason)
+
+
+class _FallbackNotAsked(Exception):
+    pass
+
+
 def _from_torch(torch: TorchFacade, env: Mapping[str, str], reason: str, measure_p2p: bool) -> ProbeReport:
     errors = [reason]
     notes: list[str] = []
     try:
         inventory = torch.inventory()
+    except _FallbackNotAsked as exc:
+        inventory = None
+        errors.append(f"{TORCH_NOT_ASKED}{exc}")
     except Exception as exc:  # noqa: BLE001 -- a broken CUDA install must not crash the probe
         inventory = None
         errors.append(f"torch.cuda failed too: {type(exc).__name__}: {exc}")
@@ -463,7 +486,8 @@ def _from_torch(torch: TorchFacade, env: Mapping[str, str], reason: str, measure
     gpus = tuple(_torch_gpu(i, d) for i, d in enumerate(devices))
     source = "torch" if gpus else "none"
     if not gpus:
-        notes.append("No GPU found: neither NVML nor torch.cuda sees one.")
+        not_asked = isinstance(torch, _NotAsked)
+        notes.append("No GPU found through NVML." if not_asked else "No GPU found: neither NVML nor torch.cuda sees one.")
     else:
         notes.append(
             "GPUs read through torch.cuda (NVML unavailable): CUDA applied CUDA_VISIBLE_DEVICES itself, "

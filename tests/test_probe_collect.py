@@ -5,6 +5,7 @@ cuda.py, vllm-rules §5g), the custom all-reduce rule (users-and-measuring §B i
 (gpu-facts.md) and the issues named at each test."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -322,6 +323,16 @@ def test_capability_facts_follow_vllm():
 def test_scenario_env_var_selects_the_replay(tmp_path):
     report = collect_probe({"ATTNSEL_NVML_SCENARIO": str(FIXTURES / "l40s_x2_pcie.json")})
     assert [g.name for g in report.gpus] == ["NVIDIA L40S", "NVIDIA L40S"]
+
+
+def test_a_replayed_call_can_hang_and_then_answer():
+    # What the hangs/ scenarios use for an NVML call that hangs (a GPU fallen off the bus).
+    data = scenario("h100_sxm_x8_nvlink.json")
+    data["calls"]["nvmlDeviceGetMemoryInfo"]["5"] = {"delay_s": 0.3, "answer": {"nvml_error": "NVML_ERROR_GPU_IS_LOST"}}
+    start = time.perf_counter()
+    report = collect_from_scenario(data, {})
+    assert time.perf_counter() - start >= 0.3
+    assert report.gpus[5].error == "GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 
 
 def test_every_fixture_is_a_valid_scenario():
