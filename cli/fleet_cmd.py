@@ -7,13 +7,11 @@ Ray is imported only when --ray is given.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Optional
 
 from typer.core import TyperCommand
 
-from attnsel.errors import EXIT_FAILED, CheckFailed, UserInputError
+from attnsel.errors import CheckFailed, UserInputError
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -146,11 +144,9 @@ def _requirement_names(gpus, capability, nvlink, same_model) -> list[str]:
 
 def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
-    import typer
-
     from attnsel.attention.fleet_preflight import run_fleet_preflight
     from attnsel.cli import settings
-    from attnsel.cli.common import print_json
+    from attnsel.cli.preflight_cmd import emit
     from attnsel.probe.fleet import probe_fleet
     from attnsel.reports import fleet_report as view
 
@@ -158,14 +154,4 @@ def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool,
     settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
     result = run_fleet_preflight(fleet, hf_config, deployment, pipeline_parallel_size, profile=choice.profile,
                                  model=model, profile_reason=choice.reason)
-    if fmt == "json":
-        print_json(view.fleet_preflight_json(result))
-    elif fmt == "github":
-        view.render_preflight_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
-    else:
-        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        view.render_preflight_text(result, sys.stdout, quiet=settings.is_quiet(quiet),
-                                   verbose=settings.is_verbose(), colour=colour)
-    sys.stdout.flush()
-    if not result.ok:
-        raise typer.Exit(EXIT_FAILED)
+    emit(result, fmt, quiet, view.fleet_preflight_json, view.render_preflight_github, view.render_preflight_text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -39,6 +39,22 @@ def _normalize_format(output_format: str, as_json: bool) -> str:
     if fmt not in FORMATS:
         raise UserInputError(f"unknown --format {output_format!r}; use one of {', '.join(FORMATS)}")
     return fmt
+
+
+def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
+    """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed."""
+    from attnsel.cli import settings
+
+    if fmt == "json":
+        print_json(to_dict(result))
+    elif fmt == "github":
+        render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
+    else:
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
+    sys.stdout.flush()
+    if not result.ok:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:
@@ -95,14 +111,4 @@ def register(app: typer.Typer) -> None:
         settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
                                profile_reason=choice.reason)
-        if fmt == "json":
-            print_json(view.preflight_to_dict(result))
-        elif fmt == "github":
-            view.render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
-        else:
-            colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-            view.render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(),
-                             colour=colour)
-        sys.stdout.flush()
-        if not result.ok:
-            raise typer.Exit(EXIT_FAILED)
+        emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 from attnsel.probe.collect import TORCH_NOT_ASKED, same_model
@@ -108,18 +109,33 @@ def fleet_verdict(fleet: FleetProbe) -> FleetVerdict:
     return FleetVerdict(summaries, tuple(_differences(compared)), unanswered)
 
 
+def _identity(gpu: GpuInfo) -> tuple:
+    """What same_model reads of a GPU: 800 GPUs of a fleet are a handful of distinct identities."""
+    return gpu.name, gpu.compute_capability, gpu.memory_total_bytes, gpu.pci_device_id
+
+
 def model_classes(gpus: Sequence[GpuInfo]) -> list[GpuInfo]:
     """One representative per GPU model across the fleet (same_model decides, so name variants of
     one model, vllm#16740, fall in one class and an H100 never joins an A100)."""
     representatives: list[GpuInfo] = []
-    for gpu in gpus:
+    distinct = {_identity(g): g for g in gpus}
+    for gpu in distinct.values():
         if not any(same_model([rep, gpu]) for rep in representatives):
             representatives.append(gpu)
     return representatives
 
 
+@lru_cache(maxsize=1024)
+def _model_name(identity: tuple, classes: tuple[tuple, ...]) -> str:
+    gpu = GpuInfo(0, 0, identity[0], compute_capability=identity[1], memory_total_bytes=identity[2],
+                  pci_device_id=identity[3])
+    reps = [GpuInfo(0, 0, c[0], compute_capability=c[1], memory_total_bytes=c[2], pci_device_id=c[3]) for c in classes]
+    return next((rep.name for rep in reps if same_model([rep, gpu])), gpu.name)
+
+
 def model_of(gpu: GpuInfo, classes: Sequence[GpuInfo]) -> str:
-    return next((rep.name for rep in classes if same_model([rep, gpu])), gpu.name)
+    """The name of the class `gpu` belongs to (its own name if none)."""
+    return _model_name(_identity(gpu), tuple(_identity(c) for c in classes))
 
 
 def _usable(report: ProbeReport) -> list[GpuInfo]:

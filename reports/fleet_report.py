@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, TextIO
+from dataclasses import replace
+from typing import Sequence, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -14,14 +15,11 @@ from attnsel.attention.deployment import FAIL, PASS, WARN, Check
 from attnsel.attention.fleet_preflight import FleetPreflightResult, ScopedCheck
 from attnsel.probe.fleet_facts import FleetProbe, NodeProbe
 from attnsel.probe.fleet_verdict import MAX_LISTED, Difference, FleetVerdict, NodeSummary
-from attnsel.reports.preflight_report import github_line
+from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
 from attnsel.reports.probe_report import RequirementResult, probe_json
 
 FLEET_PROBE_SCHEMA = "attnsel-fleet-probe/1"
 FLEET_PREFLIGHT_SCHEMA = "attnsel-fleet-preflight/1"
-_LABEL = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL"}
-_ANSI = {PASS: "\x1b[32m", WARN: "\x1b[33m", FAIL: "\x1b[1;31m"}
-_RESET = "\x1b[0m"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,10 +68,10 @@ def node_table(verdict: FleetVerdict) -> Table:
     table = Table(title="Nodes (GPUs: usable ones the probe sees; Ray GPUs: what vLLM can reserve)",
                   title_justify="left")
     for column in ("Node", "GPUs", "Model", "CC", "Driver", "CUDA", "NVLink", "Ray GPUs", "Status"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column == "Node")
     for n in verdict.nodes:
-        role = (" (head)" if n.is_head else "") + ("" if n.gpu_node else " (no GPU)")
-        cells = (n.label + role, n.gpus if n.answered else "-", n.model or "-", n.capability or "-", n.driver or "-",
+        roles = [r for r, on in (("head", n.is_head), ("no GPU", not n.gpu_node)) if on]
+        cells = (n.label + (f" ({', '.join(roles)})" if roles else ""), n.gpus if n.answered else "-", n.model or "-", n.capability or "-", n.driver or "-",
                  n.cuda or "-", n.nvlink or "-", f"{n.ray_gpus:g}", n.status)
         table.add_row(*[Text(str(c)) for c in cells])
     return table
@@ -138,27 +136,13 @@ def print_fleet(fleet: FleetProbe, verdict: FleetVerdict, console: Console,
 def fleet_preflight_json(result: FleetPreflightResult) -> dict:
     from attnsel.reports.explain_report import explanation_to_dict
 
-    d = result.deployment
-    facts = result.model_facts
+    head = result_fields(result)
+    pp = result.pipeline_parallel_size
+    head["deployment"]["pipeline_parallel_size"] = pp
+    head["deployment"]["vllm_flags"] += ["--pipeline-parallel-size", str(pp), "--distributed-executor-backend", "ray"]
     return {
         "schema": FLEET_PREFLIGHT_SCHEMA,
-        "ok": result.ok,
-        "exit_code": result.exit_code,
-        "counts": result.counts,
-        "model": result.model,
-        "model_type": getattr(facts, "model_type", None),
-        "deployment": {
-            "tensor_parallel_size": d.tensor_parallel_size,
-            "pipeline_parallel_size": result.pipeline_parallel_size,
-            "attention_backend": d.attention_backend,
-            "block_size": d.block_size,
-            "kv_cache_dtype": d.kv_cache_dtype,
-            "dtype": d.dtype,
-            "strict": d.strict,
-            "vllm_flags": d.vllm_flags() + ["--pipeline-parallel-size", str(result.pipeline_parallel_size),
-                                            "--distributed-executor-backend", "ray"],
-        },
-        "rule_profile": result.profile_reason,
+        **head,
         "cluster": {"address": result.fleet.address, "ray_version": result.fleet.ray_version,
                     "elapsed_s": result.fleet.elapsed_s, **result.verdict.to_dict(),
                     "nodes": [s.to_dict() for s in result.verdict.nodes]},
@@ -197,40 +181,22 @@ def summary_line(result: FleetPreflightResult) -> str:
 
 def render_preflight_text(result: FleetPreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
                           colour: bool = False) -> None:
-    lines = grouped(result.checks)
-    width = max((len(check.name) for _, check in lines), default=0)
+    """As the one-node text, with each line's scope (`[fleet]`, nodes, GPU models) before its message."""
     if not quiet:
         out.write(preflight_header(result) + "\n")
         if result.profile_reason:
             out.write(f"vLLM rules: {result.profile_reason}\n")
-    for scope, check in lines:
-        if quiet and check.status == PASS:
-            continue
-        label = f"{_ANSI[check.status]}{_LABEL[check.status]}{_RESET}" if colour else _LABEL[check.status]
-        out.write(f"{label}  {check.name.ljust(width)}  [{scope}] {check.message}\n")
-        indent = " " * (width + 8)
-        if check.vllm_message and (check.status != PASS or verbose):
-            out.write(f"{indent}vLLM: {check.vllm_message}\n")
-        if check.hint and (check.status != PASS or verbose):
-            out.write(f"{indent}hint: {check.hint}\n")
+    rows = [(f"[{scope}] ", check) for scope, check in grouped(result.checks)]
+    write_check_lines(out, rows, quiet=quiet, verbose=verbose, colour=colour)
     if not quiet:
         out.write(summary_line(result) + "\n")
 
 
 def render_preflight_github(result: FleetPreflightResult, out: TextIO, *, quiet: bool = False) -> None:
+    """As the one-node annotations, the scope in the check's name: `attnsel preflight gpu-count [10.0.0.7]: ...`."""
     if not quiet:
         out.write(preflight_header(result) + "\n")
-    for scope, check in grouped(result.checks):
-        line = github_line(_scoped(check, scope))
-        if line is not None:
-            out.write(line + "\n")
-        elif not quiet:
-            out.write(f"ok: {check.name} [{scope}]: {check.message}\n")
+    write_github_lines(out, [replace(check, name=f"{check.name} [{scope}]") for scope, check in grouped(result.checks)],
+                       quiet=quiet)
     if not quiet:
         out.write(summary_line(result) + "\n")
-
-
-def _scoped(check: Check, scope: Optional[str]) -> Check:
-    from dataclasses import replace
-
-    return replace(check, name=f"{check.name} [{scope}]") if scope else check

@@ -18,7 +18,7 @@ from attnsel.probe.facts import report_fields, report_from_fields
 from attnsel.probe.fleet_facts import FleetProbe, NodeProbe, RayNode
 from attnsel.probe.fleet_verdict import fleet_verdict
 from attnsel.probe.nvml import load_scenario
-from attnsel.reports.fleet_report import grouped, verdict_lines
+from attnsel.reports.fleet_report import fleet_preflight_json, grouped, verdict_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 LLAMA = load_model_config("llama-3.1-8b")
@@ -44,6 +44,12 @@ def preflight(the_fleet, tp, pp=1, **flags):
 
 def checks(result, name):
     return [(c.scope, c.check) for c in result.checks if c.check.name == name]
+
+
+def only(result, name):
+    """The one check of that name (a fleet-wide one)."""
+    (_, check), = checks(result, name)
+    return check
 
 
 def head():
@@ -123,7 +129,7 @@ def test_two_nvlink_nodes_pass_tp8_pp2_with_one_verdict():
 
 def test_too_few_gpus_fail_with_vllms_placement_group_error():
     result = preflight(fleet(node("a", "l40s_x2_pcie.json"), node("b", "l40s_x2_pcie.json")), 4, 2)
-    (_, check), = checks(result, "placement")
+    check = only(result, "placement")
     assert check.status == "fail"
     assert check.vllm_message.startswith(
         "Cannot provide a placement group requiring 8.0 GPUs (placement_group_specs=[{'GPU': 1.0}, {'GPU': 1.0}, ")
@@ -132,7 +138,7 @@ def test_too_few_gpus_fail_with_vllms_placement_group_error():
 
 def test_tp_larger_than_a_node_warns_as_vllm_does_and_loses_custom_allreduce():
     result = preflight(fleet(node("a", "l40s_x2_pcie.json"), node("b", "l40s_x2_pcie.json")), 4, 1)
-    (_, placement), = checks(result, "placement")
+    placement = only(result, "placement")
     assert placement.status == "warn"
     assert placement.vllm_message.startswith("tensor_parallel_size=4 is bigger than a reserved number of GPUs (2 GPUs) "
                                              "in a node a-node-id. Tensor parallel workers can be spread out")
@@ -144,21 +150,26 @@ def test_tp_larger_than_a_node_warns_as_vllm_does_and_loses_custom_allreduce():
 def test_different_capabilities_fail_and_different_attention_suggests_a_common_backend():
     result = preflight(fleet(node("h", "h100_sxm_x8_nvlink.json"), node("v", "v100_x2_old_driver.json")), 2, 2,
                        dtype="half")
-    (_, same), = checks(result, "same-model")
+    same = only(result, "same-model")
     assert same.status == "fail" and "different compute capabilities" in same.message
-    (_, verdict), = checks(result, "attention-verdict")
+    verdict = only(result, "attention-verdict")
     assert verdict.status == "fail"
     assert "NVIDIA H100 80GB HBM3: FLASH_ATTN, block 16" in verdict.message
     assert "Tesla V100-SXM2-32GB: TRITON_ATTN, block 16" in verdict.message
     assert verdict.hint.startswith("pass --attention-backend TRITON_ATTN (valid on every GPU model")
 
 
-def test_dtype_auto_resolving_differently_per_gpu_fails():
+def test_dtype_auto_resolving_differently_per_gpu_fails_and_the_json_says_so_per_scope():
     result = preflight(fleet(node("h", "h100_sxm_x8_nvlink.json"), node("v", "v100_x2_old_driver.json")), 2, 2)
-    (_, verdict), = checks(result, "attention-verdict")
-    assert verdict.status == "fail"
-    assert verdict.message.startswith("--dtype auto resolves differently per GPU model (NVIDIA H100 80GB HBM3: bfloat16; "
-                                      "Tesla V100-SXM2-32GB: float16)")
+    doc = fleet_preflight_json(result)
+    verdict = next(c for c in doc["checks"] if c["name"] == "attention-verdict")
+    assert (verdict["scope"], verdict["status"]) == ("fleet", "fail")
+    assert verdict["message"].startswith("--dtype auto resolves differently per GPU model (NVIDIA H100 80GB HBM3: "
+                                         "bfloat16; Tesla V100-SXM2-32GB: float16)")
+    assert doc["deployment"]["vllm_flags"] == ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2",
+                                               "--distributed-executor-backend", "ray"]
+    assert set(doc["explain"]) == {"NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"}
+    assert (doc["exit_code"], doc["cluster"]["homogeneous"]) == (1, False)
 
 
 def test_a_silent_gpu_node_fails_and_a_silent_cpu_node_warns():
@@ -184,7 +195,7 @@ def test_nvlink_per_tp_group_and_a_lost_gpu_fail_on_their_node():
 @pytest.mark.parametrize("pp, split, uneven", [(2, "16,16", False), (3, "11,11,10", True)])
 def test_pipeline_split_is_vllms(pp, split, uneven):
     result = preflight(fleet(node("a", "h100_sxm_x8_nvlink.json"), node("b", "h100_sxm_x8_nvlink.json")), 2, pp)
-    (_, check), = checks(result, "pipeline")
+    check = only(result, "pipeline")
     assert check.message == f"PP={pp}: 32 layers split [{split}]"
     assert (check.vllm_message == f"Hidden layers were unevenly partitioned: [{split}]. This can be manually "
             "overridden using the VLLM_PP_LAYER_PARTITION environment variable") is uneven
@@ -193,5 +204,5 @@ def test_pipeline_split_is_vllms(pp, split, uneven):
 def test_more_stages_than_layers_fail():
     nodes = [node(f"n{k}", "h100_sxm_x8_nvlink.json") for k in range(5)]
     result = preflight(fleet(*nodes), 1, 40)
-    (_, check), = checks(result, "pipeline")
+    check = only(result, "pipeline")
     assert check.status == "fail" and "leaves a stage without a layer" in check.message
