@@ -1,15 +1,15 @@
 """`explain --live`: ask the INSTALLED vLLM's own selector, and compare it with a rule profile.
 
-Imported only under `--live` / `--compare-live` / `bench/parity_live.py`: it imports vLLM (and so
+Imported only under `--live` / `--compare-live` / `bench/tools/parity_live.py`: it imports vLLM (and so
 torch). No GPU is needed: vLLM's CUDA platform takes the compute capability as an argument in
 `get_valid_backends`, and backend classes validate from class attributes.
 
-Two API eras are handled (vllm-rules §5b/§5c seed, §9 0.33; checked against the installed 0.17.0
-and 0.33.0 wheels):
-- seed (Feb 2026 main) and releases up to 0.17: `get_valid_backends(device_capability, cfg,
+Two shapes of vLLM's API are handled, told apart by what the installed vLLM has (vllm-rules §5b/§5c,
+§9; checked against the 0.17.0 ... 0.33.0 wheels):
+- "pairs" (Feb 2026 main and releases up to 0.17): `get_valid_backends(device_capability, cfg,
   num_heads)` returning `([(enum, priority)], {enum: [reasons]})`, import failures as the literal
-  "ImportError" (the seed also has `select_attention_backend`, which this module does not need).
-- 0.18+ / 0.33: no `select_attention_backend`; `get_valid_backends(device_capability,
+  "ImportError".
+- "candidates" (0.18 on): no `select_attention_backend`; `get_valid_backends(device_capability,
   attn_selector_config, num_heads=None)` returns `([_BackendCandidate(backend_class, backend,
   priority)], {enum: (priority, [reasons])})`. The selection is the valid entry with the lowest
   priority (what `get_attn_backend_cls` does).
@@ -30,9 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from attnsel.attention import rules
+from attnsel.attention.versions import choice
+from attnsel.attention.rules.spec import DEFAULT_INDEX_TOPK, MODEL_HEADS_WHEN_UNKNOWN
 from attnsel.errors import EnvironmentProblem, UserInputError
 
+PAIRS_API = "pairs"
+CANDIDATES_API = "candidates"
 NOT_INSTALLED = "--live needs vLLM installed in this Python environment (no 'vllm' distribution found)"
 
 
@@ -52,7 +55,7 @@ class LiveAnswer:
     """What the installed vLLM's selector answered."""
 
     vllm_version: str
-    api: str  # "seed" | "0.33"
+    api: str  # "pairs" | "candidates" (the shape of get_valid_backends' answer, see the docstring)
     backends: tuple[LiveVerdict, ...]  # the priority list, in order
     explicit_backend: Optional[LiveVerdict]
     selected: Optional[str]
@@ -80,7 +83,7 @@ class LiveAnswer:
 
 def require_vllm() -> str:
     """The installed vLLM version, or bad input (exit 2) when there is none."""
-    version = rules.installed_vllm_version()
+    version = choice.installed_vllm_version()
     if version is None:
         raise UserInputError(NOT_INSTALLED)
     return version
@@ -89,11 +92,11 @@ def require_vllm() -> str:
 # --- talking to the installed vLLM ----------------------------------------------------------------
 # vLLM's rules read more than the selector inputs: `current_platform` (the GPU's capability, in the
 # FA-version, FlashMLA and TRT-LLM helpers), the current VllmConfig (FlashInfer sinks and block
-# sizes, FA overrides, MLA dims; 0.33 raises "Current vLLM config is not set" without one) and
+# sizes, FA overrides, MLA dims; later releases raise "Current vLLM config is not set" without one) and
 # VLLM_BATCH_INVARIANT. `_VllmRuntime` gives them what a real start-up on the TARGET GPU gives:
 # a CUDA platform object reporting the target capability, and a config built from our inputs.
 #
-# `offline=True` (bench/parity_live.py) additionally assumes what our default SelectionContext
+# `offline=True` (bench/tools/parity_live.py) additionally assumes what our default SelectionContext
 # assumes, on a machine with no GPU driver: every package vLLM ships with is present. Compiled vLLM
 # extensions that cannot even be loaded here (they link libcuda.so.1) are replaced by empty modules
 # (nothing in the selection path calls into them; vLLM only imports them), and
@@ -102,8 +105,8 @@ def require_vllm() -> str:
 # points at a closed local port as well, so no request can leave the machine).
 
 _OTHER_PLATFORMS = ("ROCM_", "CPU_", "AMX_", "XPU_")
-# the model stand-in's head count when the context gives none (MHA: no GQA); the 0.33 rules use the same
-DEFAULT_NUM_HEADS = rules.RuleCode033.MODEL_HEADS_WHEN_UNKNOWN
+# the model stand-in's head count when the context gives none (MHA: no GQA); the rules use the same
+DEFAULT_NUM_HEADS = MODEL_HEADS_WHEN_UNKNOWN
 
 
 def _compiled_extensions(package_dir: Path) -> list[tuple[str, Path]]:
@@ -167,8 +170,8 @@ class _VllmRuntime:
         self.attention_config_cls = getattr(config_pkg, "AttentionConfig", None)
         self.platform_cls = self._target_platform_class()
         # 0.18+ returns _BackendCandidate entries and "{ExcType}: {msg}" import reasons; older
-        # releases (and the seed) return (enum, priority) pairs and the literal "ImportError"
-        self.api = "0.33" if hasattr(self.cuda, "_BackendCandidate") else "seed"
+        # code returns (enum, priority) pairs and the literal "ImportError"
+        self.api = CANDIDATES_API if hasattr(self.cuda, "_BackendCandidate") else PAIRS_API
         self._artifactory = True
         if offline:
             self._preimport_backends()
@@ -217,7 +220,7 @@ class _VllmRuntime:
 
     def _preimport_backends(self) -> None:
         """Import the backend modules once with CUDA allocations sent to the meta device: some
-        allocate a workspace at import time (0.33 cutlass_mla.py `SM100Workspace`, 0.17
+        allocate a workspace at import time (cutlass_mla.py `SM100Workspace` in later releases, 0.17
         flashinfer_mla.py `g_fi_workspace`), which needs a driver.
         A module that still fails is left for vLLM's own import in get_class() to report."""
         import torch
@@ -311,7 +314,7 @@ class _VllmRuntime:
             if getattr(ctx, name, None) is not None:
                 setattr(text_config, name, getattr(ctx, name))
         if ctx.has_index_topk:
-            text_config.index_topk = ctx.index_topk if ctx.index_topk is not None else rules.RuleCode033.DEFAULT_INDEX_TOPK
+            text_config.index_topk = ctx.index_topk if ctx.index_topk is not None else DEFAULT_INDEX_TOPK
         heads = ctx.num_heads if ctx.num_heads is not None else DEFAULT_NUM_HEADS
         kv_heads = getattr(ctx, "num_kv_heads", None) or heads
         model = types.SimpleNamespace(
@@ -378,7 +381,7 @@ def vllm_runtime(offline: bool = False) -> _VllmRuntime:
         except (ImportError, OSError) as exc:  # e.g. vllm._C needs libcuda.so.1 (no NVIDIA driver here)
             raise EnvironmentProblem(
                 f"the installed vLLM cannot load its CUDA platform here ({type(exc).__name__}: {exc}); "
-                "without a GPU driver run `python -m attnsel.bench.parity_live`, which stands in for "
+                "without a GPU driver run `python -m attnsel.bench.tools.parity_live`, which stands in for "
                 "driver-only extensions"
             ) from exc
     return runtime
@@ -407,13 +410,13 @@ def _invalid(value: Any) -> tuple[Optional[int], list[str]]:
 
 
 def _import_reason(exc: BaseException, api: str) -> str:
-    # seed: the literal "ImportError"; 0.33: "{ExcType}: {message}" (vllm-rules §5b, §9)
-    return "ImportError" if api == "seed" else f"{type(exc).__name__}: {exc}"
+    # pairs API: the literal "ImportError"; candidates API: "{ExcType}: {message}" (vllm-rules §5b, §9)
+    return "ImportError" if api == PAIRS_API else f"{type(exc).__name__}: {exc}"
 
 
 def _explicit(runtime: _VllmRuntime, name: str, capability: Any, config: Any) -> LiveVerdict:
     enum_member = runtime.registry.AttentionBackendEnum[name.upper()]
-    caught: tuple[type[BaseException], ...] = (ImportError,) if runtime.api == "seed" else (ImportError, OSError)
+    caught: tuple[type[BaseException], ...] = (ImportError,) if runtime.api == PAIRS_API else (ImportError, OSError)
     try:
         backend_class = enum_member.get_class()
         reasons = backend_class.validate_configuration(device_capability=capability, **config._asdict())
@@ -452,8 +455,8 @@ def ask_vllm(inputs: Any, ctx: Any, offline: bool = False) -> LiveAnswer:
             else:
                 verdicts[priority] = verdict
         backends = [verdicts[p] for p in sorted(verdicts)]
-        if unordered:  # seed API: no priority on invalid entries; rebuild the order from the valid ones
-            backends = _merge_seed_order(backends, unordered, valid)
+        if unordered:  # pairs API: no priority on invalid entries; rebuild the order from the valid ones
+            backends = _merge_pairs_order(backends, unordered, valid)
         selected, error = _selection(backends, explicit, config, platform)
         if dtype_failure is not None:  # vLLM stops while building the model config: nothing is selected
             selected, error = None, dtype_failure
@@ -485,8 +488,8 @@ def dtype_error(runtime: _VllmRuntime, config: Any) -> Optional[str]:
     return None
 
 
-def _merge_seed_order(valid: list[LiveVerdict], invalid: list[LiveVerdict], raw_valid: Any) -> list[LiveVerdict]:
-    """Seed `get_valid_backends` keeps invalid entries in priority order (dict insertion order) but
+def _merge_pairs_order(valid: list[LiveVerdict], invalid: list[LiveVerdict], raw_valid: Any) -> list[LiveVerdict]:
+    """The pairs API's `get_valid_backends` keeps invalid entries in priority order (dict insertion order) but
     without their index: interleave them into the gaps between the valid indices."""
     taken = {v.priority for v in valid}
     slots = iter(i for i in range(len(valid) + len(invalid)) if i not in taken)

@@ -86,7 +86,7 @@ class ModelFacts:
     warnings: tuple[str, ...]  # vLLM warning lines, formatted
     infos: tuple[str, ...]  # vLLM info lines, formatted
     notes: tuple[str, ...]  # how each value was derived
-    # MLA dims and the sparse indexer's top-k (0.33 rules: TOKENSPEED_MLA, sparse MLA backends)
+    # MLA dims and the sparse indexer's top-k (later rules: TOKENSPEED_MLA, sparse MLA backends)
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     index_topk: Optional[int] = None
@@ -375,7 +375,7 @@ def derive_model_facts(
     dtype: str = "auto",
     tensor_parallel_size: int = 1,
     env: Optional[Mapping[str, str]] = None,
-    profile: str = "seed",
+    profile: "str | ModelRules | None" = None,
     gpu_name: Optional[str] = None,
     mamba_ssm_cache_dtype: str = "auto",
     mamba_cache_dtype: str = "auto",
@@ -406,7 +406,7 @@ def derive_model_facts(
 
     is_deepseek_mla = _is_deepseek_mla(text_config, text_model_type, rules)
     if is_deepseek_mla and rules.non_causal_disables_mla and text_config.get("is_causal") is False:
-        # 0.33 (§9 use_mla): hf_text_config.is_causal == False gives use_mla False
+        # §9 use_mla (later releases): hf_text_config.is_causal == False gives use_mla False
         notes.append(f"use_mla: {text_model_type!r} has is_causal false → not MLA")
         is_deepseek_mla = False
     use_mla = is_deepseek_mla and not mla_disabled
@@ -449,7 +449,7 @@ def derive_model_facts(
     if has_sink:
         notes.append(
             f"has_sink: {model_type!r} model code passes sinks= to its attention layers "
-            "(layer time; the seed's config-time block-size pass uses has_sink=False)"
+            "(layer time; a config-time block-size pass uses has_sink=False)"
         )
 
     use_mm_prefix = _use_mm_prefix(hf_config, model_type, rules, notes)
@@ -571,7 +571,7 @@ def _mla_disabled(env: Mapping[str, str]) -> bool:
 
 def _is_deepseek_mla(text_config: Mapping, text_model_type: str, rules: ModelRules) -> bool:
     if text_model_type in rules.mla_head_dim_model_types:
-        return text_config.get("head_dim") is not None  # 0.33: V4 models need head_dim (§9)
+        return text_config.get("head_dim") is not None  # V4 models need head_dim (§9)
     if text_model_type in rules.mla_model_types:
         return text_config.get("kv_lora_rank") is not None
     if text_model_type == "eagle":

@@ -57,6 +57,7 @@ class TuneShape:
     kv_cache_dtype: str = "auto"
     use_mla: bool = False
     model: Optional[str] = None
+    assumed: Optional[str] = None  # what tune assumed that the user did not say (default head layout)
     tensor_parallel_size: int = 1
     # Model-derived selector facts that change vLLM's verdict (vllm-rules §2, §6); the kernels
     # timed here do not model them (no sinks, no sliding window): rows say so in their notes.
@@ -82,6 +83,32 @@ def normalize_dtype(value: str) -> str:
     if key not in DTYPE_ALIASES:
         raise UserInputError(f"unknown --dtype {value!r}; use bf16, fp16 or fp32")
     return DTYPE_ALIASES[key]
+
+
+# `attnsel tune --head-size N --dtype D` with no head counts times one representative layout per
+# head size: the query / KV heads (per GPU) of widely served models with that head size. The output
+# names it; --num-heads / --num-kv-heads or --model tune the real one.
+DEFAULT_HEAD_LAYOUTS: dict[int, tuple[int, int, str]] = {
+    64: (32, 8, "Llama-3.2-1B, gpt-oss-20b at TP 2"),
+    80: (32, 32, "Phi-2, StableLM-3B"),
+    96: (32, 32, "Phi-3-mini"),
+    128: (32, 8, "Llama-3.1-8B, Qwen3-8B, Mistral-7B"),
+    256: (16, 8, "Gemma-2-9B, Gemma-3-12B"),
+}
+# other head sizes: GQA group 4 (32 query / 8 KV heads), the most common group among served models
+FALLBACK_HEAD_LAYOUT = (32, 8, "GQA group 4, the most common among served models")
+
+
+def default_head_layout(head_size: int) -> tuple[int, int, str]:
+    """(query heads, KV heads, the note the output prints) assumed when only --head-size is given.
+
+    >>> default_head_layout(128)[:2]
+    (32, 8)
+    """
+    q, kv, like = DEFAULT_HEAD_LAYOUTS.get(head_size, FALLBACK_HEAD_LAYOUT)
+    note = (f"no --num-heads given: assumed {q} query / {kv} KV heads per GPU at head size {head_size} "
+            f"({like}); pass --num-heads/--num-kv-heads or --model to tune your model's layout")
+    return q, kv, note
 
 
 def make_shape(
@@ -327,7 +354,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     profile, rules, selector = _rules(vllm_version)
     cli_error = rules.block_size_cli_error(profile, block_size)
     if cli_error:
-        # the seed's argument parser only accepts the BlockSize literal (vllm-rules §4; gone in 0.33, §9)
+        # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
         return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:
@@ -399,6 +426,24 @@ class Plan:
     def skipped_configs(self) -> list[PlannedConfig]:
         return [c for c in self.configs if not c.runnable]
 
+    def launch(self, backend: str, w: "WorkloadSpec") -> tuple[str, str]:
+        """How vLLM would launch this row's attention (graph replay or eager), from the recorded
+        CUDA-graph facts of the plan's release (attention/cudagraph.py); the worker replaces it
+        with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
+        from attnsel.attention import cudagraph, rules
+
+        profile = rules.get_profile(self.rule_profile) if self.rule_profile else None
+        version = profile.vllm_version if profile else "?"
+        return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
+                                       tuple(self.capability), w.kind, w.query_tokens)
+
+    def launch_summary(self) -> dict[str, dict[str, str]]:
+        """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""
+        out: dict[str, dict[str, str]] = {}
+        for backend in dict.fromkeys(c.backend for c in self.runnable_configs):
+            out[backend] = {w.label(): self.launch(backend, w)[0] for w in self.workloads}
+        return out
+
     @property
     def timed_row_count(self) -> int:
         return len(self.runnable_configs) * len(self.workloads)
@@ -425,6 +470,7 @@ class Plan:
             },
             "configs": [c.to_dict() for c in self.configs],
             "workloads": [w.to_dict() for w in self.workloads],
+            "launch": self.launch_summary(),
             "timed_rows": self.timed_row_count,
             "skipped_configs": len(self.skipped_configs),
             "estimated_seconds_warm": round(self.estimated_seconds(), 1),
@@ -447,7 +493,7 @@ def build_plan(
 ) -> Plan:
     """Filter backend x block size with vLLM's rules for this GPU; attach the workload shapes.
     `block_sizes_given`: the user passed --block-sizes (then every backend gets all of them)."""
-    notes: list[str] = []
+    notes: list[str] = [shape.assumed] if shape.assumed else []
     if shape.use_mla:
         notes.append("MLA models are not tuned yet: the four backends tune times are non-MLA, and vLLM refuses them "
                      "for an MLA model (`MLA not supported`).")

@@ -29,6 +29,10 @@ from attnsel.bench import timing as T
 from attnsel.errors import UserInputError
 
 DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+# A margin above noise but below this is not worth a flag change: attention is only part of a
+# decode step (a 30% kernel margin was 1% of an engine step on an H100, issue "tune --verify"), and
+# a larger --block-size costs KV-cache granularity. `--min-gain` lowers or raises it.
+DEFAULT_MIN_GAIN = 0.05
 
 Config = tuple[str, int]  # (backend, block size)
 
@@ -99,10 +103,12 @@ class Decision:
     default: Optional[ConfigScore]
     speedup_vs_default: Optional[float]  # > 1: best is faster than the default
     noise_threshold: Optional[float]  # relative margin the speedup had to exceed
-    verdict: str  # "faster", "noisy", "default is fastest", "default not measured", "no valid config"
+    verdict: str  # "faster", "noisy", "small", "stand-in", "default is fastest", "default not measured", "no valid config"
     ranking: list[ConfigScore] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: Optional[dict] = None
+    stand_in: Optional[str] = None  # the stand-in provider behind verdict "stand-in"
+    min_gain: float = DEFAULT_MIN_GAIN
 
     @property
     def above_noise(self) -> bool:
@@ -123,6 +129,12 @@ class Decision:
         margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
         if self.verdict == "faster":
             return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
+        if self.verdict == "small":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default: above noise, but below the "
+                    f"{self.min_gain * 100:.0f}% worth changing flags for (--min-gain): keeping the default is as good")
+        if self.verdict == "stand-in":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
+                    f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
         return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
 
@@ -149,6 +161,8 @@ class Decision:
             "margin_pct": (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else None,
             "noise_threshold_pct": self.noise_threshold * 100 if self.noise_threshold is not None else None,
             "verdict": self.verdict,
+            "stand_in": self.stand_in,
+            "min_gain_pct": self.min_gain * 100,
             "above_noise": self.above_noise,
             "flags": self.flags,
             "advice": self.advice(),
@@ -219,7 +233,7 @@ def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) ->
 
 def decide_workload(
     rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Optional[Config],
-    disqualified: Mapping[Config, str],
+    disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
     scores: list[ConfigScore] = []
@@ -252,7 +266,30 @@ def decide_workload(
     threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
     speedup = default.geomean_ms / best.geomean_ms
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
-    return Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+    decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
+
+
+def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
+    decision.min_gain = min_gain
+    if decision.verdict == "faster" and decision.speedup_vs_default is not None and \
+            decision.speedup_vs_default - 1 < min_gain:
+        decision.verdict = "small"
+    return decision
+
+
+def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
+    """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
+    for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
+    where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
+    still ranked and shown; the flags stay vLLM's default."""
+    if decision.verdict != "faster":
+        return decision
+    stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in compared_rows) if p})
+    if stand_ins:
+        decision.verdict = "stand-in"
+        decision.stand_in = "; ".join(stand_ins)
+    return decision
 
 
 def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
@@ -270,7 +307,7 @@ def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str
 
 def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
                    vllm_default: Optional[Config], rows: Sequence[dict],
-                   workload_labels: Mapping[str, Sequence[str]]) -> Optional[Decision]:
+                   workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Optional[Decision]:
     """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
     kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
     if not kinds:
@@ -315,7 +352,10 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     speedup = default.geomean_ms / best.geomean_ms
     threshold, enough = pair_bar(default)
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
-    return Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+    compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
+                and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
+    decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
 
 
 def _score_of(decision: Decision, config: Config) -> ConfigScore:
@@ -328,15 +368,16 @@ def recommend(
     workload_labels: Mapping[str, Sequence[str]],
     vllm_default: Optional[Config],
     weights: Optional[Mapping[str, float]] = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Recommendation:
     """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
     weights = dict(weights or DEFAULT_WEIGHTS)
     rows = list(rows)
     disqualified = disqualified_configs(rows)
     decisions = {
-        kind: decide_workload(rows, kind, labels, vllm_default, disqualified)
+        kind: decide_workload(rows, kind, labels, vllm_default, disqualified, min_gain)
         for kind, labels in workload_labels.items() if labels
     }
-    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels)
+    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)

@@ -47,6 +47,20 @@ def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_c
     return f"{backend}|bs={block_size}|{workload_label}|{dtype}|kv={kv_cache_dtype}|{mode}"
 
 
+# Backends whose kernel tune runs through vLLM's own classes when vLLM is installed
+# (attention/kernels/vllm_backend.py); any other provider of them is a stand-in. FLEX_ATTENTION is
+# torch's flex_attention in vLLM and in attnsel alike.
+VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+VLLM_ADAPTER = "vllm"
+
+
+def stand_in_provider(row: dict) -> Optional[str]:
+    """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
+    if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
+        return None
+    return f"{row['backend']} by {row['adapter']}"
+
+
 def is_timed(row: dict) -> bool:
     return row.get("status") == STATUS_OK and bool(row.get("timing"))
 
@@ -57,20 +71,26 @@ def median_ms(row: dict) -> Optional[float]:
 
 
 class ResultsWriter:
-    """Appends rows to results.jsonl, one flushed line each."""
+    """Appends rows to results.jsonl, one flushed line each (one writer per sweep; thread-safe:
+    with --gpus several GPUs' workers report at once)."""
 
     def __init__(self, path: Path):
+        import threading
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
 
     def write(self, row: dict) -> None:
-        self._fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
-        self._fh.flush()
-        try:
-            os.fsync(self._fh.fileno())
-        except OSError:
-            pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
+        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
 
     def close(self) -> None:
         self._fh.close()

@@ -7,20 +7,17 @@ Semantics copied from FlashInfer's ``bench_gpu_time`` (``flashinfer/testing/util
   Decode KV of a few MiB fits in L2 and would otherwise report bandwidth above HBM peak.
 * **Budgets, not counts.** Warm-up and repetition counts come from 25 ms / 100 ms budgets over a
   5-call estimate, so a 5 us kernel gets many samples and a 5 ms kernel a few.
-* **Per-iteration CUDA events**, one synchronisation at the end, then median with p20/p80.
-* **CUDA-graph mode** (optional): N calls captured in one graph, rotating input copies so each
-  call reads cold data instead of flushing; time per replay / N.
+* **Median with p20/p80** of per-call samples.
 
-The statistics (``summarize``, ``compare``) are pure Python so CI checks them on synthetic
-samples; only ``time_events`` / ``time_cuda_graph`` import torch, inside the functions.
+This module holds the statistics and budgets (pure Python, checked in CI on synthetic samples);
+bench/gpu_timing.py launches and times calls on the GPU (eager or CUDA graph, CUPTI or events).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 # Budgets from FlashInfer's bench_gpu_time defaults (dry_run_time_ms=25, repeat_time_ms=100).
 WARMUP_BUDGET_MS = 25.0
@@ -41,7 +38,6 @@ MAX_SPIN_S = 1e-3
 # A winner must beat the runner-up by more than this relative margin (and by more than the
 # measured spread, see `compare`) before we name it; below it the honest answer is "noisy".
 RELATIVE_NOISE_THRESHOLD = 0.02
-GRAPH_CALLS_PER_REPLAY = 10  # FlashInfer's num_iters_within_graph
 
 
 @dataclass(frozen=True)
@@ -189,21 +185,21 @@ def counts_from_budget(
 @dataclass(frozen=True)
 class TimingResult:
     stats: TimingStats
-    mode: str  # "events" or "cuda_graph"
+    mode: str  # how the call was launched: "eager" | "graph" (a CUDA-graph replay)
     l2: str  # "cold" or "hot"
     warmup_calls: int
     samples_ms: tuple[float, ...]
     calls_per_sample: int = 1
-    rotation_copies: int = 1
+    timer: str = "events"  # "cupti" (kernel spans) | "events" (CUDA events behind a GPU spin)
     note: Optional[str] = None
 
     def to_dict(self, *, with_samples: bool = False) -> dict:
         d = {
             "mode": self.mode,
+            "timer": self.timer,
             "l2": self.l2,
             "warmup_calls": self.warmup_calls,
             "calls_per_sample": self.calls_per_sample,
-            "rotation_copies": self.rotation_copies,
             "note": self.note,
             **self.stats.to_dict(),
         }
@@ -213,27 +209,8 @@ class TimingResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# GPU timers (torch imported lazily)
+# The GPU spin that keeps host launch time out of event timings (used by bench/gpu_timing.py)
 # ---------------------------------------------------------------------------------------------
-
-
-def l2_flush_bytes(device_index: int = 0) -> int:
-    """2 x the device's L2 (FlashInfer: "Use 2x L2 size to ensure complete flush")."""
-    import torch
-
-    l2 = int(getattr(torch.cuda.get_device_properties(device_index), "L2_cache_size", 0) or 0)
-    return 2 * l2 if l2 > 0 else 256 * 2**20  # Triton's do_bench clears 256 MB when L2 is unknown
-
-
-def measure_first_call(fn: Callable[[], object]) -> float:
-    """Wall seconds of one call + synchronize: JIT/compile cost, reported apart from run time."""
-    import torch
-
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
@@ -252,116 +229,6 @@ def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
 
 def gpu_spin(torch_module, cycles: int) -> None:
     torch_module.cuda._sleep(int(cycles))
-
-
-def time_events(
-    fn: Callable[[], object],
-    *,
-    cold_l2: bool = True,
-    warmup_budget_ms: float = WARMUP_BUDGET_MS,
-    repeat_budget_ms: float = REPEAT_BUDGET_MS,
-    max_samples: int = MAX_SAMPLES,
-    device_index: int = 0,
-) -> TimingResult:
-    """Per-call CUDA-event timing with an L2 flush before every timed call (cold by default)."""
-    import torch
-
-    flush = torch.empty(l2_flush_bytes(device_index) if cold_l2 else 1, dtype=torch.int8, device="cuda")
-    spin_cycles = 0
-    host_launch_s: list[float] = []
-
-    def one_pass(count: int, record: bool) -> list[float]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)] if record else []
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)] if record else []
-        for i in range(count):
-            if cold_l2:
-                flush.zero_()  # outside the timed span
-            if record and spin_cycles:
-                gpu_spin(torch, spin_cycles)  # holds the GPU until fn() is queued
-            if record:
-                starts[i].record()
-            queued = time.perf_counter()
-            fn()
-            host_launch_s.append(time.perf_counter() - queued)
-            if record:
-                ends[i].record()
-        torch.cuda.synchronize()  # once per pass, not per call
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-    one_pass(ESTIMATE_CALLS, False)  # learns how long the host takes to queue one call
-    spin_cycles = spin_cycles_for(sorted(host_launch_s)[len(host_launch_s) // 2], torch)
-    estimate = summarize(one_pass(ESTIMATE_CALLS, True)).median_ms
-    warmup, repeat = counts_from_budget(estimate, warmup_budget_ms=warmup_budget_ms,
-                                        repeat_budget_ms=repeat_budget_ms, max_samples=max_samples)
-    one_pass(warmup, False)
-    samples = one_pass(repeat, True)
-    return TimingResult(summarize(samples), "events", "cold" if cold_l2 else "hot", warmup, tuple(samples))
-
-
-def rotation_count(bytes_per_call: int, l2_bytes: int, *, max_copies: int = 16) -> int:
-    """How many input copies keep each graph call cold: enough that the copies together exceed
-    2 x L2 (FlashInfer's calculate_rotation_count idea); 1 when one call already exceeds it.
-
-    >>> rotation_count(10 * 2**20, 50 * 2**20)
-    11
-    >>> rotation_count(200 * 2**20, 50 * 2**20)
-    1
-    """
-    if bytes_per_call <= 0 or l2_bytes <= 0:
-        return 1
-    if bytes_per_call >= 2 * l2_bytes:
-        return 1
-    return min(max_copies, int(math.ceil(2 * l2_bytes / bytes_per_call)) + 1)
-
-
-def time_cuda_graph(
-    fns: Sequence[Callable[[], object]],
-    *,
-    calls_per_replay: int = GRAPH_CALLS_PER_REPLAY,
-    warmup_budget_ms: float = WARMUP_BUDGET_MS,
-    repeat_budget_ms: float = REPEAT_BUDGET_MS,
-    max_samples: int = MAX_SAMPLES,
-) -> TimingResult:
-    """CUDA-graph mode: capture ``calls_per_replay`` calls cycling through ``fns`` (one per input
-    copy, so consecutive calls read different memory and stay cold), time each replay with events
-    and divide by the number of calls. Raises whatever capture raises; the caller falls back."""
-    import torch
-
-    if not fns:
-        raise ValueError("no callables to capture")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm the allocator / lazy init outside capture
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls_per_replay):
-            fns[i % len(fns)]()
-    torch.cuda.synchronize()
-
-    def replay_pass(count: int, record: bool) -> list[float]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)] if record else []
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)] if record else []
-        for i in range(count):
-            if record:
-                starts[i].record()
-            graph.replay()
-            if record:
-                ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) / calls_per_replay for s, e in zip(starts, ends)]
-
-    estimate = summarize(replay_pass(ESTIMATE_CALLS, True)).median_ms * calls_per_replay
-    warmup, repeat = counts_from_budget(estimate, warmup_budget_ms=warmup_budget_ms,
-                                        repeat_budget_ms=repeat_budget_ms, max_samples=max_samples)
-    replay_pass(warmup, False)
-    samples = replay_pass(repeat, True)
-    l2 = "cold" if len(fns) > 1 else "cold (working set > 2x L2)"
-    return TimingResult(summarize(samples), "cuda_graph", l2, warmup, tuple(samples),
-                        calls_per_sample=calls_per_replay, rotation_copies=len(fns))
 
 
 # ---------------------------------------------------------------------------------------------

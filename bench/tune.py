@@ -48,9 +48,11 @@ class TuneRequest:
     kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
     grid: str = "default"
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
     gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
     capability: Optional[tuple[int, int]] = None  # --capability
     vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
+    gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/multi_gpu.py)
     options: SweepOptions = field(default_factory=SweepOptions)
 
 
@@ -60,10 +62,23 @@ def check_shape_flags(req: TuneRequest) -> None:
         if req.head_size or req.num_heads or req.num_kv_heads:
             raise UserInputError("pass either --model or --head-size/--num-heads/--num-kv-heads, not both")
         return
-    if req.head_size is None or req.num_heads is None:
-        raise UserInputError("pass --head-size and --num-heads (and --num-kv-heads for GQA), or --model CONFIG")
-    P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, "bfloat16", req.kv_cache_dtype,
-                 req.tensor_parallel_size)
+    if req.head_size is None:
+        raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
+    heads, kv_heads, _ = explicit_heads(req)
+    P.make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
+
+
+def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]:
+    """(heads, KV heads, what was assumed): --num-heads/--num-kv-heads, or with only --head-size the
+    representative layout for that head size (`attnsel tune --head-size 128 --dtype bf16`). Heads
+    are model totals (divided by TP in make_shape), so the default layout is scaled by TP."""
+    if req.num_heads is not None:
+        return req.num_heads, req.num_kv_heads, None
+    q, kv, note = P.default_head_layout(int(req.head_size))
+    tp = max(1, int(req.tensor_parallel_size or 1))
+    if req.num_kv_heads is not None:
+        return req.num_kv_heads * (q // kv), req.num_kv_heads, note
+    return q * tp, kv * tp, note
 
 
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
@@ -75,8 +90,9 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
         dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
-    return P.make_shape(req.head_size, req.num_heads, req.num_kv_heads, dtype, req.kv_cache_dtype,
-                        req.tensor_parallel_size)
+    heads, kv_heads, assumed = explicit_heads(req)
+    shape = P.make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
+    return dataclasses.replace(shape, assumed=assumed)
 
 
 def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
@@ -161,6 +177,8 @@ def run_tune(
                              f"or choose another --output")
     check_shape_flags(req)
     run_started = time.time()
+    if req.gpus:
+        options = dataclasses.replace(options, gpus=selected_gpus(req.gpus))
     device = device_for_plan(options)
     probe_s = time.time() - run_started
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -184,8 +202,9 @@ def run_tune(
         before = nvml.snapshot(index)
         started = time.time()
         outcomes: dict = {}
+        facts: dict = {}
         rows, infos = run_sweep(plan, options, output_dir, resume=resume, retry_failed=retry_failed,
-                                progress=progress, enrich=_enricher(peak), outcomes=outcomes)
+                                progress=progress, enrich=_enricher(peak), outcomes=outcomes, facts=facts)
         elapsed = time.time() - started
         after = nvml.snapshot(index)
     finally:
@@ -196,13 +215,39 @@ def run_tune(
         device_warnings = env_info.merge_worker_info(device, first)
     keys = {k for group in _planned_keys(plan, options) for k in group}
     rows = [r for r in rows if r["key"] in keys]
-    document = build_document(plan, options, rows, req.weights, device=device, gpu_env=gpu_env,
+    document = build_document(plan, options, rows, req.weights, min_gain=req.min_gain, device=device, gpu_env=gpu_env,
                               clocks={"before": before, "after": after}, worker_info=infos, elapsed_s=elapsed)
     document["warnings"] = device_warnings + prespawn_warnings(outcomes) + document["warnings"]
     document["phases"] = phase_breakdown(outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
+    if options.gpus:
+        document["gpus"] = {"requested": options.gpus, **facts}
+        calibration = facts.get("calibration")
+        if calibration and not calibration["agree"]:
+            document["warnings"].insert(0, f"--gpus {','.join(options.gpus)}: the GPUs did not time the same row alike "
+                                           f"({'; '.join(calibration['comparisons'])}), so the sweep ran on GPU "
+                                           f"{options.gpus[0]} alone")
     write_document(document, output_dir)
     return TuneOutcome(document, output_dir)
+
+
+def selected_gpus(value: str) -> list[str]:
+    """--gpus resolved against the GPUs NVML sees for this process; one GPU model required."""
+    from attnsel.bench import multi_gpu
+
+    reader = env_info.NvmlReader()
+    try:
+        visible = env_info.visible_gpus_from_nvml(reader)
+    finally:
+        reader.close()
+    if not visible:
+        raise UserInputError("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
+                             "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
+    chosen = multi_gpu.parse_gpus(value, len(visible))
+    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])
+    if reason:
+        raise UserInputError(reason)
+    return chosen
 
 
 def device_for_plan(options: SweepOptions) -> dict:
@@ -210,7 +255,11 @@ def device_for_plan(options: SweepOptions) -> dict:
     a torch probe costs a torch import + a CUDA context, ~5-10 s), else from a probe worker."""
     reader = env_info.NvmlReader()
     try:
-        device = env_info.device_from_nvml(reader)
+        if options.gpus:  # --gpus: the first chosen GPU (selected_gpus made sure they are one model)
+            chosen = [g for g in env_info.visible_gpus_from_nvml(reader) or [] if g["ordinal"] == options.gpus[0]]
+            device = dict(chosen[0], source="nvml") if chosen else None
+        else:
+            device = env_info.device_from_nvml(reader)
     finally:
         reader.close()
     if device is not None:
@@ -298,13 +347,15 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     return out
 
 
-def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *, device: dict,
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
+                   min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
                    gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""
     default = None
     if plan.vllm_default_backend and plan.vllm_default_block_size:
         default = (plan.vllm_default_backend, int(plan.vllm_default_block_size))
-    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights)
+    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights,
+                                   min_gain=min_gain)
     warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
     warnings += _bandwidth_warnings(rows)
     warnings += stand_in_warnings(rows, plan.capability)

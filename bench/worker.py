@@ -38,7 +38,6 @@ import importlib.util
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Optional, Protocol, TextIO
@@ -46,8 +45,9 @@ from typing import Any, Optional, Protocol, TextIO
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.prebuild import DEFAULT_PREBUILD_WAIT_S, error_text, preload_libraries, start_prebuild
 
-DEFAULT_TOOLKIT = "attnsel.bench.worker:KernelToolkit"
+DEFAULT_TOOLKIT = "attnsel.bench.kernel_toolkit:KernelToolkit"
 
 # Correctness tolerance on paged.relative_error (||out - ref|| / ||ref|| vs the fp32 reference),
 # by query dtype; the same values as attention/kernels/paged.py TOLERANCE. Measured errors are
@@ -55,26 +55,6 @@ DEFAULT_TOOLKIT = "attnsel.bench.worker:KernelToolkit"
 # or page mapping.
 DEFAULT_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 FP8_KV_TOLERANCE = 1e-1
-
-# How long a pre-spawned worker waits after "go" for its JIT pre-build (Prebuild) before it goes
-# on anyway; the parent passes its own figure (below its startup timeout) in the job.
-DEFAULT_PREBUILD_WAIT_S = 150.0
-
-EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
-
-# Imported before "go" besides each adapter's own `module`: the libraries availability()/prepare()
-# would import anyway (FlashInfer's adapter has no `module` attribute; FlexAttention's compile
-# imports dynamo + inductor on its first row). Import only: none of these creates a CUDA context
-# by itself.
-PRELOAD_MODULES = {
-    "FLASHINFER": ("flashinfer",),
-    "TRITON_ATTN": ("triton",),
-    "FLEX_ATTENTION": ("torch.nn.attention.flex_attention", "torch._dynamo", "torch._inductor.compile_fx"),
-}
-
-LIBRARY_DISTRIBUTIONS = (
-    "torch", "triton", "flashinfer-python", "flash-attn", "flash-attn-4", "vllm", "nvidia-cutlass-dsl",
-)
 
 
 class Toolkit(Protocol):
@@ -92,7 +72,8 @@ class Toolkit(Protocol):
 
     def relative_error(self, prepared: Any, batch: Any) -> float: ...
 
-    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict) -> T.TimingResult: ...
+    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
+             launch: str = "eager") -> T.TimingResult: ...
 
     def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]: ...
 
@@ -117,10 +98,38 @@ def load_toolkit(spec: str) -> Toolkit:
     return getattr(module, attr)()
 
 
+LAUNCH_POLICIES = ("vllm", "graph", "eager")
+
+
 def mode_label(options: dict) -> str:
-    """The timing mode every row carries (users-and-measuring §C1: "every result row carries its mode")."""
-    mode = "graph" if options.get("mode") == "graph" else "events"
-    return f"{mode}-{'cold' if options.get('cold_l2', True) else 'hot'}"
+    """The timing mode every row carries (users-and-measuring §C1: "every result row carries its
+    mode"): the launch policy ("vllm": each row launched as vLLM launches it, graph or eager;
+    "graph"/"eager": forced) and the L2 state."""
+    launch = options.get("launch", "vllm")
+    return f"{launch}-{'cold' if options.get('cold_l2', True) else 'hot'}"
+
+
+def choose_launch(options: dict, item: dict, details: Optional[dict]) -> tuple[str, str, str]:
+    """(launch, why, source) for one row. Forced by --cuda-graph / --eager; otherwise what the
+    installed vLLM's own CudagraphDispatcher answered for this batch (the vLLM-driven adapter puts
+    it in its details), else the plan's answer from the rule profile's recorded CUDA-graph facts.
+
+    >>> choose_launch({"launch": "vllm"}, {"launch": "eager", "launch_reason": "r"}, {"launch": "graph", "launch_reason": "d"})
+    ('graph', 'd', 'installed vLLM')
+    >>> choose_launch({"launch": "vllm"}, {"launch": "graph", "launch_reason": "rule"}, None)
+    ('graph', 'rule', 'recorded rule')
+    >>> choose_launch({"launch": "eager"}, {"launch": "graph"}, {"launch": "graph"})[:2]
+    ('eager', 'forced by --eager')
+    """
+    policy = options.get("launch", "vllm")
+    if policy in ("graph", "eager"):
+        flag = "--cuda-graph" if policy == "graph" else "--eager"
+        return policy, f"forced by {flag}", "flag"
+    if details and details.get("launch") in ("graph", "eager"):
+        return details["launch"], str(details.get("launch_reason") or ""), "installed vLLM"
+    if item.get("launch") in ("graph", "eager"):
+        return item["launch"], str(item.get("launch_reason") or ""), "recorded rule"
+    return "eager", "no CUDA-graph facts for this backend: timed eagerly", "default"
 
 
 def tolerance_for(shape: dict, options: dict) -> float:
@@ -131,10 +140,7 @@ def tolerance_for(shape: dict, options: dict) -> float:
     return DEFAULT_TOLERANCE.get(shape.get("dtype", "bfloat16"), 2e-2)
 
 
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:500]
+_error_text = error_text  # one formatter for row errors and pre-build records
 
 
 class ItemRunner:
@@ -260,31 +266,28 @@ class ItemRunner:
             batch = self.toolkit.make_batch(workload, block_size, int(self.options.get("seed", 0)))
         started = time.perf_counter()
         with self._phase("prepare_s"):
-            prepared = adapter.prepare(batch)
+            adapter, prepared = self._prepare(adapter, workload, block_size, batch, row)
+        row["adapter"] = adapter.name
         # The adapter's plan + JIT/compile + first call, measured apart from run time.
         row["setup_s"] = getattr(prepared, "setup_seconds", None) or (time.perf_counter() - started)
         row["provider"] = getattr(prepared, "provider", None)
-        row["notes"] = list(getattr(prepared, "notes", ()) or ()) + self.extra_notes
+        row["notes"] = list(getattr(prepared, "notes", ()) or ()) + row.get("notes", []) + self.extra_notes
+        details = getattr(prepared, "details", None) or None
+        if details:
+            row["provider_details"] = details
         if getattr(prepared, "kernel_block_size", None):
             row["kernel_block_size_used"] = prepared.kernel_block_size
         with self._phase("first_call_s"):
             row["first_call_s"] = self.toolkit.first_call_seconds(prepared)
         if item.get("check", True):
-            with self._phase("check_s"):
-                err = float(self.toolkit.relative_error(prepared, batch))
-            tol = tolerance_for(self.shape, self.options)
-            row["rel_error"] = err
-            row["tolerance"] = tol
-            row["checked"] = True
-            if not (err < tol):  # NaN and inf fail too
-                row["status"] = R.STATUS_WRONG
-                row["error"] = f"relative error {err:.3g} exceeds tolerance {tol:.3g} vs the fp32 reference"
-                self._failed_check[block_size] = spec.label()
+            if not self._check(prepared, batch, spec, block_size, row):
                 return
         else:
             row["checked"] = False
+        launch, why, source = choose_launch(self.options, item, details)
+        row.update(launch=launch, launch_reason=why, launch_source=source)
         with self._phase("timing_s"):
-            result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options)
+            result = self.toolkit.time(adapter, prepared, batch, workload, block_size, self.options, launch=launch)
         row["timing"] = result.to_dict(with_samples=bool(self.options.get("keep_samples")))
         bytes_moved, flops = self.toolkit.figures(batch)
         row["bytes_moved"] = bytes_moved
@@ -293,158 +296,38 @@ class ItemRunner:
         row["tflops"] = T.tflops(flops, result.stats.median_ms) if spec.kind != "decode" else None
         row["status"] = R.STATUS_OK
 
-
-# ---------------------------------------------------------------------------------------------
-# The real toolkit (torch + attention.kernels)
-
-
-class KernelToolkit:
-    """torch, CUDA events and the adapters of `attnsel.attention.kernels`."""
-
-    def __init__(self) -> None:
-        # Import only: no CUDA call here, so a pre-spawned worker can run this while another
-        # worker is timing (bench/sweep.py); start_cuda() runs after the parent's "go".
-        import torch
-
-        from attnsel.attention.kernels import paged, registry
-
-        self.torch = torch
-        self.paged = paged
-        self.registry = registry
-        self._live: list = []
-
-    def preload(self, backend: str) -> None:
+    def _prepare(self, adapter: Any, workload: Any, block_size: int, batch: Any, row: dict) -> tuple[Any, Any]:
+        """adapter.prepare(batch); when an adapter that drives vLLM's classes cannot (it raises),
+        the next usable provider of the backend runs the row instead, and the row says why."""
         try:
-            adapters = self.adapters_for(backend)
-        except Exception:  # noqa: BLE001 -- an unknown backend is reported by ItemRunner later
-            return
-        import_backend_libraries(adapters, backend)
+            return adapter, adapter.prepare(batch)
+        except Exception as exc:  # noqa: BLE001
+            if not getattr(adapter, "drives_vllm_classes", False):
+                raise
+            first_error = _error_text(exc)
+        adapters = self.adapters()
+        for fallback in adapters[adapters.index(adapter) + 1:]:
+            if fallback.unsupported_reason(workload, block_size, getattr(self.toolkit, "device", "cuda")) is None:
+                row.setdefault("notes", []).append(
+                    f"vLLM's own {self.backend} classes could not be driven for this row ({first_error}); "
+                    f"fell back to {fallback.name}")
+                return fallback, fallback.prepare(batch)
+        raise RuntimeError(f"vLLM's own {self.backend} classes could not be driven: {first_error}")
 
-    def cuda_initialized(self) -> bool:
-        return bool(self.torch.cuda.is_initialized())
-
-    def start_cuda(self) -> None:
-        if not self.torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available to torch in the worker process")
-        self.torch.cuda.init()
-        self.torch.empty(1, device="cuda")  # creates the context now, so cuda_init_s measures it
-
-    def device_info(self) -> dict:
-        torch = self.torch
-        props = torch.cuda.get_device_properties(0)
-        uuid = getattr(props, "uuid", None)
-        return {
-            "name": props.name,
-            "capability": [props.major, props.minor],
-            "total_memory_bytes": int(props.total_memory),
-            "l2_cache_bytes": int(getattr(props, "L2_cache_size", 0) or 0),
-            "multi_processor_count": getattr(props, "multi_processor_count", None),
-            "uuid": str(uuid) if uuid is not None else None,
-            "torch_cuda": torch.version.cuda,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "versions": library_versions(),
-        }
-
-    def adapters_for(self, backend: str) -> list:
-        return list(self.registry.adapters_for(backend))
-
-    def workload(self, shape: dict, spec: WorkloadSpec) -> Any:
-        return self.paged.Workload(
-            kind=spec.kind,
-            batch=spec.batch,
-            context_len=spec.context_len,
-            query_len=spec.query_len,
-            num_q_heads=int(shape["num_q_heads"]),
-            num_kv_heads=int(shape["num_kv_heads"]),
-            head_size=int(shape["head_size"]),
-            dtype=shape["dtype"],
-        )
-
-    def make_batch(self, workload: Any, block_size: int, seed: int) -> Any:
-        batch = self.paged.make_paged_batch(workload, block_size, device="cuda", seed=seed, ragged=True)
-        self._live.append(batch)
-        return batch
-
-    def first_call_seconds(self, prepared: Any) -> float:
-        return T.measure_first_call(prepared.run)
-
-    def relative_error(self, prepared: Any, batch: Any) -> float:
-        if prepared.poison_output is not None:
-            prepared.poison_output()  # a kernel that writes nothing must not pass on stale data
-        prepared.run()
-        self.torch.cuda.synchronize()
-        ref = self.paged.reference_attention(batch)
-        err = self.paged.relative_error(prepared.output(), ref)
-        del ref
-        return err
-
-    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict) -> T.TimingResult:
-        budgets = dict(
-            warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
-            repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
-            max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
-        )
-        cold = bool(options.get("cold_l2", True))
-        if options.get("mode") != "graph":
-            return T.time_events(prepared.run, cold_l2=cold, **budgets)
-        try:
-            runs = [prepared.run]
-            if cold:
-                l2 = int(getattr(self.torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
-                copies = self._affordable_copies(T.rotation_count(int(batch.bytes_moved()), l2), batch)
-                for i in range(1, copies):
-                    extra = self.make_batch(workload, block_size, int(options.get("seed", 0)) + i)
-                    runs.append(adapter.prepare(extra).run)
-            return T.time_cuda_graph(runs, **budgets)
-        except Exception as exc:  # noqa: BLE001 -- not every kernel is capture-safe; say so and fall back
-            result = T.time_events(prepared.run, cold_l2=cold, **budgets)
-            return T.TimingResult(result.stats, result.mode, result.l2, result.warmup_calls, result.samples_ms,
-                                  note=f"CUDA-graph capture failed ({_error_text(exc)}); timed with events")
-
-    def _affordable_copies(self, wanted: int, batch: Any) -> int:
-        free, _total = self.torch.cuda.mem_get_info()
-        # blocks torch keeps cached after earlier rows (release()) are free for these copies too
-        free += max(0, self.torch.cuda.memory_reserved() - self.torch.cuda.memory_allocated())
-        per_copy = max(1, int(batch.bytes_moved()))
-        return max(1, min(wanted, int(0.5 * free // per_copy)))
-
-    def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]:
-        return float(batch.bytes_moved()), float(batch.flops())
-
-    def is_out_of_memory(self, exc: BaseException) -> bool:
-        oom = getattr(self.torch.cuda, "OutOfMemoryError", None)
-        return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
-
-    def release(self) -> None:
-        self._live.clear()
-        self.torch.cuda.synchronize()  # an asynchronous kernel error surfaces in this row, not the next
-        # Returning multi-GB caches to the driver after every row and mapping them again for the
-        # next one costs time for nothing: the next row writes fresh K/V (and the check poisons the
-        # output), and timing flushes L2 before every call, so reused memory changes no result.
-        # Give it back only when the allocator holds more than half the GPU (kernel libraries that
-        # allocate outside torch, and the next worker, then still find room).
-        reserved = self.torch.cuda.memory_reserved()
-        total = self._total_memory()
-        if not total or reserved > EMPTY_CACHE_FRACTION * total:
-            self.torch.cuda.empty_cache()
-
-    def _total_memory(self) -> int:
-        if not hasattr(self, "_total_bytes"):
-            self._total_bytes = int(self.torch.cuda.get_device_properties(0).total_memory)
-        return self._total_bytes
-
-
-def library_versions() -> dict:
-    """Installed versions, read from package metadata (no imports, so no JIT side effects)."""
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for dist in LIBRARY_DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    def _check(self, prepared: Any, batch: Any, spec: WorkloadSpec, block_size: int, row: dict) -> bool:
+        """Compares with the fp32 reference; False (and the row marked wrong) when it fails."""
+        with self._phase("check_s"):
+            err = float(self.toolkit.relative_error(prepared, batch))
+        tol = tolerance_for(self.shape, self.options)
+        row["rel_error"] = err
+        row["tolerance"] = tol
+        row["checked"] = True
+        if err < tol:  # NaN and inf fail too
+            return True
+        row["status"] = R.STATUS_WRONG
+        row["error"] = f"relative error {err:.3g} exceeds tolerance {tol:.3g} vs the fp32 reference"
+        self._failed_check[block_size] = spec.label()
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,139 +345,6 @@ def _protocol_stream() -> TextIO:
 def _send(stream: TextIO, message: dict) -> None:
     stream.write(json.dumps(message, default=str) + "\n")
     stream.flush()
-
-
-def preload_libraries(toolkit: Any, backend: Optional[str]) -> float:
-    """Runs the toolkit's `preload(backend)` (import the kernel libraries, no CUDA) and returns the
-    seconds spent. A pre-spawned worker pays this (FLASH_ATTN/FA4 6.1 s, FLASHINFER 5.5 s on an
-    H200) while the previous backend is timing."""
-    started = time.perf_counter()
-    preload = getattr(toolkit, "preload", None)
-    if backend and preload is not None:
-        preload(backend)
-    return time.perf_counter() - started
-
-
-def import_backend_libraries(adapters: list, backend: str) -> None:
-    """Imports what `backend`'s adapters would import in availability()/prepare(), WITHOUT
-    touching CUDA ourselves. An import that fails here fails again, with its reason, in
-    availability(); nothing is decided here."""
-    modules: list[str] = []
-    for adapter in adapters:
-        before_import = getattr(adapter, "before_import", None)
-        if before_import is not None:
-            before_import()  # e.g. FA4: turn its persistent compile cache on before it is imported
-        module = getattr(adapter, "module", None)
-        if isinstance(module, str):
-            modules.append(module)
-    modules += PRELOAD_MODULES.get(str(backend).upper(), ())
-    for module in dict.fromkeys(modules):
-        try:
-            if importlib.util.find_spec(module.split(".")[0]) is not None:
-                importlib.import_module(module)
-        except Exception:  # noqa: BLE001 -- availability() reports it
-            pass
-
-
-class Prebuild:
-    """One adapter's `prebuild(...)` hook, run in a background thread before "go".
-
-    Best effort: whatever it raises is recorded, never re-raised. The hook gets the items'
-    workloads and the shape; it must not touch CUDA (the previous backend is timing on the GPU)."""
-
-    def __init__(self, adapter: Any, workloads: list[WorkloadSpec], shape: dict, request: dict):
-        self.adapter = adapter
-        self.workloads = workloads
-        self.shape = shape
-        self.request = request
-        self.record: dict[str, Any] = {
-            "adapter": getattr(adapter, "name", None),
-            "previous_backend": request.get("previous_backend"),
-            "modules": [], "built": 0, "cached": 0, "error": None, "finished": False,
-        }
-        self._thread = threading.Thread(target=self._run, name="attnsel-prebuild", daemon=True)
-        self._started = 0.0
-        self._ended: Optional[float] = None
-
-    def start(self) -> "Prebuild":
-        self._started = time.perf_counter()
-        self.record["started_at"] = time.time()
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            shape = self.shape
-            summary = self.adapter.prebuild(
-                self.workloads, dtype=shape.get("dtype"), head_size=int(shape.get("head_size", 0)),
-                num_q_heads=shape.get("num_q_heads"), num_kv_heads=shape.get("num_kv_heads"),
-                kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
-                capability=self.request.get("device_capability"),
-            ) or {}
-            for key in ("modules", "built", "cached", "requests"):
-                if key in summary:
-                    self.record[key] = summary[key]
-            self.record["error"] = summary.get("error")
-        except BaseException as exc:  # noqa: BLE001 -- best effort: plan() compiles as usual
-            self.record["error"] = _error_text(exc)
-        finally:
-            self._ended = time.perf_counter()
-            self.record["finished"] = True
-
-    def finish(self, go_at: float, wait_s: float) -> dict:
-        """Called at "go" (go_at: perf_counter then): waits up to wait_s for the build to end and
-        returns the record: seconds it ran before "go" (hidden behind the previous backend) and
-        seconds the worker waited for it after "go"."""
-        self._thread.join(timeout=max(0.0, wait_s))
-        now = time.perf_counter()
-        end = self._ended if self._ended is not None else now
-        self.record["seconds"] = end - self._started
-        self.record["before_go_s"] = max(0.0, min(end, go_at) - self._started)
-        self.record["waited_after_go_s"] = max(0.0, now - go_at)
-        self.record["finished"] = self._ended is not None
-        self.record["note"] = prebuild_note(self.record)
-        return dict(self.record)
-
-
-def prebuild_note(record: dict) -> Optional[str]:
-    """The line each row of the backend carries about its JIT pre-build (None: it had nothing to do)."""
-    if record.get("finished") and not (record.get("modules") or record.get("built") or record.get("error")):
-        return None
-    previous = record.get("previous_backend")
-    when = f"while {previous} {'were' if ' and ' in str(previous) else 'was'} timed" if previous else "before go"
-    built, cached = int(record.get("built") or 0), int(record.get("cached") or 0)
-    if not record.get("finished"):
-        return (f"JIT pre-build ({when}) still running after {record.get('waited_after_go_s', 0):.0f} s more "
-                "after go; the first plan() waits for it")
-    if record.get("error") and not built:
-        return f"JIT pre-build failed ({record['error']}); modules compiled at first plan() as usual"
-    text = f"JIT modules pre-built {when}: {record.get('before_go_s', 0):.1f} s ({built} modules)"
-    if cached:
-        text += f"; {cached} already in the cache"
-    if record.get("waited_after_go_s", 0) >= 0.05:
-        text += f"; waited {record['waited_after_go_s']:.1f} s more after go"
-    if record.get("error"):
-        text += f"; failed: {record['error']}"
-    return text
-
-
-def start_prebuild(toolkit: Any, job: dict) -> Optional[Prebuild]:
-    """Starts the pre-build of `job`'s backend if the job asks for one (pre-spawned workers only)
-    and the backend's preferred adapter has the optional hook (attention/kernels/base.py)."""
-    request = job.get("prebuild")
-    if not isinstance(request, dict) or job.get("action") != "run":
-        return None
-    try:
-        adapters = toolkit.adapters_for(job["backend"])
-    except Exception:  # noqa: BLE001 -- an unknown backend is reported by ItemRunner later
-        return None
-    # the preferred provider (the one ItemRunner picks when it is available), e.g. FlashInfer's
-    # tensor-core adapter, not its CUDA-core comparison
-    preferred = adapters[0] if adapters else None
-    if not callable(getattr(preferred, "prebuild", None)):
-        return None
-    workloads = [WorkloadSpec.from_dict(item["workload"]) for item in job.get("items") or []]
-    return Prebuild(preferred, workloads, job.get("shape") or {}, request).start()
 
 
 def _wait_for_go(control: TextIO) -> bool:

@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def tune_command(
         model: Optional[str] = typer.Option(None, "--model", "-m", help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
-        head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size."),
-        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads of the model (divided by --tensor-parallel-size)."),
+        head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size (alone: a representative head layout for it, named in the output)."),
+        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads of the model (divided by --tensor-parallel-size); default: a representative layout for --head-size."),
         num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads (GQA); default = --num-heads."),
         dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
         kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype (only auto is timed today)."),
@@ -51,13 +51,17 @@ def register(app: typer.Typer) -> None:
         block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
         weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        min_gain: float = typer.Option(5.0, "--min-gain", help="Smallest margin (%) over vLLM's default worth a flag change; smaller ones keep the default."),
         quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
         full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
-        cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Time CUDA-graph replays (10 calls, rotating input copies) instead of events."),
+        cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Replay every row from a CUDA graph (default: as vLLM launches it: graphs for captured decode batches, eager elsewhere)."),
+        eager: bool = typer.Option(False, "--eager", help="Launch every row eagerly (default: as vLLM launches it)."),
+        timer: str = typer.Option("auto", "--timer", help="auto (CUPTI kernel time where cupti-python works, else CUDA events), cupti, events."),
         hot_l2: bool = typer.Option(False, "--hot-l2", help="Do not flush L2 before each call (decode KV that fits in L2 then beats HBM peak)."),
         check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
         tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
@@ -79,6 +83,12 @@ def register(app: typer.Typer) -> None:
 
         if quick and full:
             raise UserInputError("--quick and --full exclude each other")
+        if cuda_graph and eager:
+            raise UserInputError("--cuda-graph and --eager exclude each other")
+        if not (0 <= min_gain < 1000):  # also refuses nan
+            raise UserInputError(f"--min-gain must be a percentage >= 0, got {min_gain}")
+        if timer not in ("auto", "cupti", "events"):
+            raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
             raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
         if timeout <= 0:
@@ -93,10 +103,11 @@ def register(app: typer.Typer) -> None:
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
             kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
-            weights=REC.parse_weights(weights), gpu_name=gpu,
+            weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
-            vllm_version=vllm_version,
-            options=SweepOptions(mode="graph" if cuda_graph else "events", cold_l2=not hot_l2, check=check,
+            vllm_version=vllm_version, gpus=gpus,
+            options=SweepOptions(launch="graph" if cuda_graph else "eager" if eager else "vllm", timer=timer,
+                                 cold_l2=not hot_l2, check=check,
                                  tolerance=tolerance, item_timeout_s=timeout),
         )
         if dry_run:

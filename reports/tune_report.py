@@ -61,14 +61,35 @@ def workloads_table(plan: dict) -> Table:
     return table
 
 
-def timing_method(opts: dict) -> str:
-    """How rows were timed, in words (bench/timing.py: events with an L2 flush, or graph replays
-    over rotating input copies, which keeps calls cold without a flush)."""
-    if opts.get("mode") == "graph":
-        return ("CUDA-graph replays of 10 calls over rotating input copies (cold without a flush), "
-                "median per call")
+def timing_method(opts: dict, rows: Sequence[dict] = ()) -> str:
+    """How rows were launched and timed, in words, from what the rows recorded (bench/gpu_timing.py)."""
+    policy = opts.get("launch") or ("graph" if opts.get("mode") == "graph" else "eager" if opts.get("mode") else "vllm")
+    timed = [r for r in rows if r.get("status") == R.STATUS_OK]
+    graph = sorted({r["backend"] for r in timed if (r.get("launch") or (r.get("timing") or {}).get("mode")) in ("graph", "cuda_graph")})
+    if policy == "vllm":
+        launched = ("launched as vLLM launches them: CUDA-graph replay where vLLM captures the batch"
+                    + (f" ({', '.join(graph)} decode)" if graph else "") + ", eager elsewhere")
+    else:
+        launched = "all rows " + ("replayed from CUDA graphs (--cuda-graph)" if policy == "graph" else "launched eagerly (--eager)")
+    timers = sorted({(r.get("timing") or {}).get("timer") or "events" for r in timed})
+    names = {"cupti": "kernel time by CUPTI", "events": "CUDA events behind a GPU spin"}
+    read = " and ".join(names.get(t, t) for t in timers) if timers else {"cupti": names["cupti"]}.get(
+        opts.get("timer"), "CUPTI where available, else CUDA events")
     l2 = "cold (2 x L2 flushed before each call)" if opts.get("cold_l2", True) else "hot (no flush)"
-    return f"per-call CUDA events, L2 {l2}, median"
+    return f"{launched}; {read}; L2 {l2}; median"
+
+
+def launch_lines(launch: dict) -> list[str]:
+    """One line per backend: which planned shapes replay a CUDA graph, as vLLM would launch them."""
+    lines = []
+    for backend, by_label in launch.items():
+        graph = [label for label, how in by_label.items() if how == "graph"]
+        if not graph:
+            lines.append(f"launch: {backend}: every shape eagerly (vLLM captures no attention graph for them)")
+        else:
+            lines.append(f"launch: {backend}: CUDA-graph replay for {len(graph)} of {len(by_label)} shapes "
+                         f"({', '.join(graph[:3])}{', ...' if len(graph) > 3 else ''}), eager for the rest")
+    return lines
 
 
 def render_plan(plan: dict, console: Console) -> None:
@@ -81,6 +102,8 @@ def render_plan(plan: dict, console: Console) -> None:
     console.print(_default_line(plan))
     console.print(plan_table(plan))
     console.print(workloads_table(plan))
+    for line in launch_lines(plan.get("launch") or {}):
+        console.print(line)
     planned = sum(1 for c in plan["configs"] if c["status"] == "planned")
     console.print(f"{planned} configs x {len(plan['workloads'])} shapes = {plan['timed_rows']} timed rows; "
                   f"{plan['skipped_configs']} configs skipped by vLLM's rules. "
@@ -230,7 +253,7 @@ def render_results(document: dict, console: Console, *, show_rows: bool = False)
         console.print(f"libraries: {libs}")
     opts = document.get("options") or {}
     console.print(_shape_line(plan["shape"]))
-    console.print(f"timing: {timing_method(opts)}, p20/p80 band; {_default_line(plan)}")
+    console.print(f"timing: {timing_method(opts, document['rows'])}, p20/p80 band; {_default_line(plan)}")
     rec = document["recommendation"]
     for kind, decision in rec["workloads"].items():
         if decision["ranking"]:

@@ -1,21 +1,50 @@
-"""GPU-only checks of the timers (skipped without CUDA): cold-L2 timing of a small read must not
-report more than the device's peak, and hot L2 must not be slower than cold (users-and-measuring §C1)."""
+"""The GPU timers (bench/gpu_timing.py): CUPTI attribution on CPU from synthetic activity records,
+and on a GPU (skipped without CUDA) the launch modes and timers against each other."""
 
 import pytest
 
+from attnsel.bench import gpu_timing as G
 from attnsel.bench import timing as T
 
 
+def test_each_call_gets_only_the_kernels_it_launched():
+    # two timed calls; the L2 flush (correlation 1) is launched before the first window opens and
+    # a stray kernel from another stream (correlation 99) was launched by nobody in a window
+    windows = [(100, 110), (200, 210)]
+    launches = [(90, 1), (101, 2), (105, 3), (201, 4)]
+    kernels = [(95, 99, 1), (120, 130, 2), (131, 160, 3), (400, 500, 99), (220, 228, 4)]
+    assert G.kernel_spans_ns(windows, launches, kernels) == [40, 8]
+
+
+def test_a_graph_replay_counts_every_kernel_of_the_graph():
+    # a CUDA-graph launch is one API call; every kernel node carries its correlation id
+    spans = G.kernel_spans_ns([(0, 5)], [(1, 7)], [(10, 20, 7), (22, 30, 7), (31, 35, 7)])
+    assert spans == [25]
+
+
+def test_a_call_that_launched_nothing_is_reported_as_missing():
+    assert G.kernel_spans_ns([(0, 5), (10, 15)], [(1, 7)], [(3, 4, 7)]) == [1, None]
+
+
+def test_events_are_the_fallback_when_cupti_is_absent(monkeypatch):
+    monkeypatch.setattr(G, "cupti_unavailable_reason", lambda: "cupti-python is not installed")
+    timer, note = G.resolve_timer("auto")
+    assert timer == "events" and "cupti-python is not installed" in note
+    assert G.resolve_timer("events") == ("events", None)
+    with pytest.raises(ValueError):
+        G.resolve_timer("stopwatch")
+
+
 @pytest.mark.gpu
-def test_cold_l2_events_stay_below_peak_and_hot_is_not_slower():
+def test_cold_l2_stays_below_peak_and_hot_is_not_slower():
     import torch
 
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
     src = torch.randn(l2 // 8, device="cuda", dtype=torch.float16)  # 1/4 of L2: fits when hot
     fn = lambda: src.sum()  # noqa: E731 -- reads every byte once
-    cold = T.time_events(fn, cold_l2=True)
-    hot = T.time_events(fn, cold_l2=False)
+    cold = G.time_call(fn, cold_l2=True, timer="events")
+    hot = G.time_call(fn, cold_l2=False, timer="events")
     assert cold.stats.n >= T.MIN_SAMPLES and cold.l2 == "cold"
     assert hot.stats.median_ms <= cold.stats.median_ms * 1.05
     bw = T.bandwidth_bytes_per_s(src.numel() * 2, cold.stats.median_ms)
@@ -23,12 +52,16 @@ def test_cold_l2_events_stay_below_peak_and_hot_is_not_slower():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_mode_divides_by_calls_per_replay():
+def test_graph_replay_and_eager_agree_on_a_large_kernel_and_cupti_agrees_with_events():
     import torch
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    fn = lambda: a @ a  # noqa: E731
-    events = T.time_events(fn, cold_l2=False)
-    graph = T.time_cuda_graph([fn])
-    assert graph.mode == "cuda_graph" and graph.calls_per_sample == T.GRAPH_CALLS_PER_REPLAY
-    assert graph.stats.median_ms == pytest.approx(events.stats.median_ms, rel=0.5)
+    fn = lambda: a @ a  # noqa: E731 -- one ~0.1 ms kernel: launch mode and timer barely matter
+    eager = G.time_call(fn, launch="eager", timer="events", cold_l2=False)
+    graph = G.time_call(fn, launch="graph", timer="events", cold_l2=False)
+    assert graph.mode == "graph" and eager.mode == "eager"
+    assert graph.stats.median_ms == pytest.approx(eager.stats.median_ms, rel=0.1)
+    if G.cupti_unavailable_reason() is None:
+        cupti = G.time_call(fn, launch="graph", timer="cupti", cold_l2=False)
+        assert cupti.timer == "cupti"
+        assert cupti.stats.median_ms == pytest.approx(graph.stats.median_ms, rel=0.1)

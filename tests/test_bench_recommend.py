@@ -139,3 +139,26 @@ def test_configs_within_noise_of_the_best_are_marked_as_ties():
     assert marks[("FLASHINFER", 64)] == "best"
     assert marks[("FLASHINFER", 16)] == "tie"
     assert marks[("FLASH_ATTN", 64)] == "slower"
+
+
+def test_a_gain_above_noise_but_below_min_gain_keeps_vllms_default():
+    # 3% above a 1% noise band: real, but not worth a flag change by default (5%); --min-gain 2 shows it
+    label = "decode b=64 ctx=4096"
+    rows = [row("FLASH_ATTN", 16, label, 0.103, spread=0.002), row("FLASH_ATTN", 128, label, 0.100, spread=0.002)]
+    default = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16))
+    decision = default.per_workload["decode"]
+    assert decision.verdict == "small" and not decision.above_noise
+    assert "keeping the default is as good" in decision.advice() and "--min-gain" in decision.advice()
+    lowered = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16), min_gain=0.02)
+    assert lowered.per_workload["decode"].verdict == "faster"
+    assert lowered.overall.flags == "--attention-backend FLASH_ATTN --block-size 128"
+
+
+def test_rows_timed_by_a_stand_in_never_turn_into_flags():
+    label = "decode b=1 ctx=4096"
+    rows = [dict(row("FLASH_ATTN", 16, label, 0.100), adapter="vllm"),
+            dict(row("TRITON_ATTN", 64, label, 0.050), adapter="attnsel-triton")]
+    decision = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16)).per_workload["decode"]
+    assert decision.best.backend == "TRITON_ATTN" and decision.verdict == "stand-in"
+    assert decision.stand_in == "TRITON_ATTN by attnsel-triton"
+    assert "keep vLLM's default" in decision.advice()

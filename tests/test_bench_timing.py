@@ -74,13 +74,6 @@ def test_fewer_than_ten_samples_never_names_a_winner():
     assert T.compare(a, b).verdict == "too few samples"
 
 
-def test_rotation_copies_cover_twice_the_l2():
-    l2 = 60 * 2**20  # H200 (gpu-facts.md)
-    copies = T.rotation_count(8 * 2**20, l2)
-    assert copies * 8 * 2**20 > 2 * l2
-    assert T.rotation_count(4 * l2, l2) == 1  # one call already streams more than L2
-
-
 def test_bandwidth_and_percent_of_peak_match_the_h200_anchor():
     # gpu-facts.md: 64 x 4096 decode, 32/8 heads, d128, bf16 -> 0.259 ms at 4.15 TB/s, 86% of 4.81 TB/s
     kv_bytes = 64 * 4096 * 8 * 128 * 2 * 2

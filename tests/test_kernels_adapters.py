@@ -26,9 +26,10 @@ BAR = Workload("decode", 64, 4096, 1, 32, 8, 128, "bfloat16")
 
 def test_registry_lists_the_four_vllm_backends_with_best_provider_first():
     assert all_backends() == ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"]
-    assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]
-    assert [a.name for a in adapters_for("FLASHINFER")] == ["flashinfer", "flashinfer-cuda-cores"]
-    assert [a.name for a in adapters_for("triton_attn")] == ["vllm-triton", "attnsel-triton"]
+    # vLLM's own classes first wherever vLLM is installed; stand-ins after (issue "tune measures what vLLM runs")
+    assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm", "vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]
+    assert [a.name for a in adapters_for("FLASHINFER")] == ["vllm", "flashinfer", "flashinfer-cuda-cores"]
+    assert [a.name for a in adapters_for("triton_attn")] == ["vllm", "attnsel-triton"]
     for backend in all_backends():
         for adapter in adapters_for(backend):
             assert isinstance(adapter, KernelAdapter)
@@ -120,7 +121,7 @@ def test_first_available_explains_skipped_providers():
         pytest.skip("vLLM is installed here: its Triton kernel is the first provider")
     adapter, skipped = first_available("TRITON_ATTN")
     assert adapter is not None and adapter.name == "attnsel-triton"
-    assert skipped == {"vllm-triton": "vllm is not installed"}
+    assert skipped == {"vllm": "vllm is not installed"}
 
 
 # --- FlashInfer JIT pre-build: which modules a sweep's plan() calls will compile. Source:
@@ -239,3 +240,21 @@ def test_prebuilt_modules_are_the_cache_entries_flashinfers_plan_uses():
         args = request.generator_args(torch)
         spec = fi._jit_spec(modules, request, torch)
         assert spec.name.startswith(modules.get_batch_prefill_uri(*args))
+
+
+def test_the_prebuild_passes_what_each_flashinfer_release_requires_to_build():
+    # flashinfer 0.6.12 (vLLM 0.24's pin): build(self, verbose, need_lock=True) -- `verbose` is
+    # required; 0.7.x: build(self, need_lock=...). A missing `verbose` made every H100 pre-build
+    # fail with TypeError, leaving ~100 s of JIT inside FlashInfer's turn.
+    from attnsel.attention.kernels.flashinfer_adapter import build_kwargs
+
+    class Spec06:
+        def build(self, verbose, need_lock=True):
+            pass
+
+    class Spec07:
+        def build(self, need_lock=False):
+            pass
+
+    assert build_kwargs(Spec06().build) == {"verbose": False, "need_lock": True}
+    assert build_kwargs(Spec07().build) == {"need_lock": True}

@@ -5,14 +5,9 @@ profile. Expectations from shared/reference/vllm-rules.md §9 (cited per test), 
 import pytest
 
 from attnsel.attention.model_config import derive_model_facts
+from attnsel.attention.block_size_flows import aligned_block_size_error, common_block_size
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import (
-    SelectionContext,
-    SelectorInputs,
-    aligned_block_size_error,
-    common_block_size,
-    explain,
-)
+from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
 from attnsel.attention.vit import vit_backend
 
 V033 = get_profile("0.33")

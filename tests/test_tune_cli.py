@@ -43,8 +43,26 @@ def test_dry_run_text_shows_skip_reasons():
     assert "vLLM's default here: FLASH_ATTN with block size 16" in result.stdout
 
 
+@pytest.mark.parametrize("head_size, heads", [(128, (32, 8)), (256, (16, 8)), (96, (32, 32)), (72, (32, 8))])
+def test_head_size_alone_tunes_a_named_representative_layout(head_size, heads):
+    # `attnsel tune --head-size 128 --dtype bf16`, exactly as the product description types it
+    result = invoke(["--head-size", str(head_size), "--dtype", "bf16", "--dry-run", "--gpu", "H100", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["shape"]["num_q_heads"], doc["shape"]["num_kv_heads"]) == heads
+    assert any(f"assumed {heads[0]} query / {heads[1]} KV heads" in n for n in doc["notes"])
+    text = invoke(["--head-size", str(head_size), "--dtype", "bf16", "--dry-run", "--gpu", "H100"]).stdout
+    assert f"assumed {heads[0]} query / {heads[1]} KV heads" in text and "--num-heads" in text
+
+
+def test_default_layout_scales_with_tensor_parallelism():
+    result = invoke(["--head-size", "128", "--dtype", "bf16", "-tp", "2", "--dry-run", "--gpu", "H100", "--json"])
+    doc = json.loads(result.stdout)
+    assert (doc["shape"]["num_q_heads"], doc["shape"]["num_kv_heads"]) == (32, 8)  # per GPU, as assumed
+
+
 @pytest.mark.parametrize("args, fragment", [
-    (["--head-size", "128", "--dry-run", "--gpu", "H100"], "--num-heads"),
+    (["--dtype", "bf16", "--dry-run", "--gpu", "H100"], "--head-size"),
     ([*SHAPE, "--block-sizes", "16,abc", "--dry-run", "--gpu", "H100"], "--block-sizes"),
     ([*SHAPE, "--workload", "train", "--dry-run", "--gpu", "H100"], "--workload"),
     ([*SHAPE, "--weights", "decode=x", "--dry-run", "--gpu", "H100"], "--weights"),

@@ -46,10 +46,22 @@ def test_every_recorded_row_was_timed_cold_and_stays_under_hbm_peak():
         assert r["pct_of_peak_bandwidth"] < 100.0
 
 
-def test_vllms_default_is_measured_and_beaten_above_noise_on_decode():
-    rec = _doc()["recommendation"]["workloads"]["decode"]
-    assert rec["vllm_default"]["backend"] == "FLASH_ATTN" and rec["vllm_default"]["block_size"] == 16
-    assert rec["above_noise"] and rec["margin_pct"] > rec["noise_threshold_pct"]
+def test_margins_measured_with_stand_ins_are_no_longer_advice():
+    # That H200 had no vLLM: FA4 stood in for vLLM's FA3 and attnsel's Triton kernel for vLLM's.
+    # The run printed "decode: TRITON_ATTN --block-size 256, +45.6%"; with vLLM's own kernels on an
+    # H100 that did not hold (issue "tune measures what vLLM really runs"), so today the same rows
+    # keep vLLM's default and say why.
+    doc = _doc()
+    default = doc["recommendation"]["vllm_default"]
+    rec = REC.recommend(doc["rows"], workload_labels=_labels(doc),
+                        vllm_default=(default["backend"], default["block_size"]),
+                        weights=doc["recommendation"]["overall"]["weights"])
+    decode = rec.per_workload["decode"]
+    assert decode.best.backend == "TRITON_ATTN" and decode.speedup_vs_default > 1.4
+    assert decode.verdict == "stand-in" and not decode.above_noise
+    assert "TRITON_ATTN by attnsel-triton" in decode.stand_in and "FLASH_ATTN by fa4-cute" in decode.stand_in
+    assert "keep vLLM's default" in decode.advice()
+    assert rec.overall.verdict == "stand-in"
 
 
 def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
@@ -63,7 +75,7 @@ def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
     ties = decision.equally_good
     assert ties and all(t.vs_best == "tie" for t in ties)
     assert {t.backend for t in ties} == {decision.best.backend}
-    assert "within noise of it" in decision.advice()
+    assert decision.verdict == "stand-in"  # FlashInfer called directly, FA4 for FA3: see above
     slower = [c for c in decision.ranking if c.vs_best == "slower"]
     assert slower and min(c.geomean_ms for c in slower) >= max(t.geomean_ms for t in ties)
 

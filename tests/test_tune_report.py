@@ -70,7 +70,13 @@ def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel()
 def test_the_timing_line_says_how_the_rows_were_kept_cold():
     from attnsel.reports.tune_report import timing_method
 
-    assert "2 x L2 flushed" in timing_method({"mode": "events", "cold_l2": True})
-    assert "hot" in timing_method({"mode": "events", "cold_l2": False})
-    graph = timing_method({"mode": "graph", "cold_l2": True})
-    assert "rotating input copies" in graph and "flushed" not in graph
+    rows = [{"backend": "FLASH_ATTN", "status": "ok", "launch": "graph", "timing": {"timer": "cupti"}},
+            {"backend": "FLASH_ATTN", "status": "ok", "launch": "eager", "timing": {"timer": "cupti"}},
+            {"backend": "FLEX_ATTENTION", "status": "ok", "launch": "eager", "timing": {"timer": "cupti"}}]
+    line = timing_method({"launch": "vllm", "cold_l2": True}, rows)
+    assert "as vLLM launches them" in line and "(FLASH_ATTN decode)" in line and "CUPTI" in line
+    assert "2 x L2 flushed" in line
+    assert "hot" in timing_method({"launch": "vllm", "cold_l2": False}, rows)
+    assert "--cuda-graph" in timing_method({"launch": "graph"}, rows)
+    # results written before launch modes existed ("mode": "events" / "graph") still read right
+    assert "--eager" in timing_method({"mode": "events"}, [])

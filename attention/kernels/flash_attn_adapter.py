@@ -86,10 +86,21 @@ class _FlashAttnBase:
 
 
 class VllmFlashAttnAdapter(_FlashAttnBase):
-    """What vLLM runs: its vendored build (FA2/FA3, FA4 on Blackwell in 0.17) via vllm_flash_attn."""
+    """vLLM's vendored build (FA2/FA3, FA4 on Blackwell) called as a bare op: the fallback when
+    vLLM's FlashAttentionImpl + builder cannot be driven (vllm_backend.py), which adds the AOT
+    scheduler metadata and, under full CUDA graphs, a capped split count."""
 
     name = "vllm-flash-attn"
     module = "vllm.vllm_flash_attn"
+
+    def availability(self) -> str | None:
+        import os
+
+        from .vllm_backend import STANDINS_ENV
+
+        if os.environ.get(STANDINS_ENV) == "1":
+            return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins"
+        return super().availability()
 
     def fa_version(self) -> int:
         try:  # seed era location, then older ones
@@ -136,7 +147,7 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
         out.fill_(float("nan"))
         return PreparedKernel(
             run=run, output=lambda: out,
-            provider=f"vllm.vllm_flash_attn (vllm {installed_version('vllm')}, FA{version})",
+            provider=f"vllm.vllm_flash_attn bare op (vllm {installed_version('vllm')}, FA{version}; no metadata builder)",
             kernel_block_size=b.block_size, setup_seconds=setup,
             poison_output=lambda: out.fill_(float("nan")), writes_into_given_output=True,
             details={"fa_version": version},

@@ -157,15 +157,30 @@ def build_error_text(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def build_kwargs(build) -> dict:
+    """Keywords for JitSpec.build in the installed flashinfer. need_lock: hold the module's file
+    lock while ninja runs, so a plan() that arrives before we are done waits for this build instead
+    of starting a second ninja on it. flashinfer 0.6.x (vLLM 0.24's pin) also REQUIRES `verbose`:
+    calling build(need_lock=True) there raised TypeError, so on an H100 with vLLM installed no
+    module was pre-built and FlashInfer's JIT cost 97-136 s inside its own turn."""
+    import inspect
+
+    try:
+        params = inspect.signature(build).parameters
+    except (TypeError, ValueError):
+        return {}
+    kwargs = {}
+    if "verbose" in params:
+        kwargs["verbose"] = False
+    if "need_lock" in params:
+        kwargs["need_lock"] = True
+    return kwargs
+
+
 def _build_one(spec, outcome: dict) -> None:
     _lower_thread_priority()
     try:
-        try:
-            # need_lock: hold the module's file lock while ninja runs, so a plan() that arrives
-            # before we are done waits for this build instead of starting a second ninja on it
-            spec.build(need_lock=True)
-        except TypeError:
-            spec.build()
+        spec.build(**build_kwargs(spec.build))
         outcome["built"] = True
     except Exception as exc:  # noqa: BLE001 -- plan() builds it again and reports a real failure
         outcome["error"] = build_error_text(exc)

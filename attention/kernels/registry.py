@@ -5,26 +5,32 @@ from __future__ import annotations
 from .base import BACKENDS, KernelAdapter
 
 
-def adapters_for(backend: str) -> list[KernelAdapter]:
+def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
     """Providers of `backend`'s kernel, best (closest to what vLLM runs) first.
 
-    FLASHINFER: tensor-core decode (vLLM's path), then the CUDA-core decode for comparison.
-    FLASH_ATTN: vllm.vllm_flash_attn, FA3 (flash_attn_interface), FA4 (flash_attn.cute), flash-attn 2.x.
-    TRITON_ATTN: vLLM's unified_attention when vLLM is installed, then attnsel's own kernels.
-    FLEX_ATTENTION: torch.compile'd flex_attention.
+    With vLLM installed, FLASH_ATTN, FLASHINFER and TRITON_ATTN run through vLLM's own backend
+    classes (vllm_backend.py: its AttentionImpl with its metadata builder). The providers after it
+    are stand-ins for a machine without vLLM (each row names its provider) and the fallback when
+    vLLM's classes cannot be driven for a row:
+    FLASHINFER: flashinfer-python's tensor-core decode (vLLM's path), then its CUDA-core decode.
+    FLASH_ATTN: vLLM's bare vllm_flash_attn op (without its builder's AOT schedule: fallback only),
+      FA3 (flash_attn_interface), FA4 (flash_attn.cute), flash-attn 2.x.
+    TRITON_ATTN: attnsel's own Triton kernels.
+    FLEX_ATTENTION: torch.compile'd flex_attention (attnsel's adapter, also with vLLM).
     """
     from . import flash_attn_adapter as fa
     from .flashinfer_adapter import FlashInferAdapter
     from .flex_adapter import FlexAttentionAdapter
-    from .triton_paged import AttnselTritonAdapter, VllmTritonAdapter
+    from .triton_paged import AttnselTritonAdapter
+    from .vllm_backend import VllmBackendAdapter
 
     key = backend.upper()
     if key == "FLASHINFER":
-        return [FlashInferAdapter(use_tensor_cores=True), FlashInferAdapter(use_tensor_cores=False)]
+        return [VllmBackendAdapter(key, device=device), FlashInferAdapter(use_tensor_cores=True), FlashInferAdapter(use_tensor_cores=False)]
     if key == "FLASH_ATTN":
-        return [fa.VllmFlashAttnAdapter(), fa.FA3Adapter(), fa.FA4Adapter(), fa.FA2Adapter()]
+        return [VllmBackendAdapter(key, device=device), fa.VllmFlashAttnAdapter(), fa.FA3Adapter(), fa.FA4Adapter(), fa.FA2Adapter()]
     if key == "TRITON_ATTN":
-        return [VllmTritonAdapter(), AttnselTritonAdapter()]
+        return [VllmBackendAdapter(key, device=device), AttnselTritonAdapter()]
     if key == "FLEX_ATTENTION":
         return [FlexAttentionAdapter()]
     raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")

@@ -1,10 +1,10 @@
 """Parity check: a rule profile vs the REAL vLLM installed here, over a large grid of selector inputs.
 
-    python -m attnsel.bench.parity_live [--vllm-version X] [--cases N] [--seed S]
+    python -m attnsel.bench.tools.parity_live [--vllm-version X] [--cases N] [--seed S]
                                         [--out FILE] [--record FILE] [--record-size N]
 
 Run it with the Python of an environment where vLLM is installed (any machine: no GPU needed), e.g.
-`/work/venv-vllm033/bin/python -m attnsel.bench.parity_live --record tests/fixtures/parity/parity_033.json`.
+`/work/venv-vllm033/bin/python -m attnsel.bench.tools.parity_live --record tests/fixtures/parity/parity_033.json`.
 
 What it drives is vLLM's own code, not a copy: `CudaPlatformBase.get_valid_backends(capability, cfg,
 num_heads)` (vLLM's priority list for the target capability, then each backend's real
@@ -245,7 +245,7 @@ def release_flow(runtime: Any, inputs: Any, ctx: Any) -> Optional[dict]:
     from attnsel.attention.live import dtype_error
 
     platform = runtime.platform_cls
-    if runtime.api != "seed" or not hasattr(platform, "check_and_update_config"):
+    if runtime.api != "pairs" or not hasattr(platform, "check_and_update_config"):
         return None
     enum = runtime.registry.AttentionBackendEnum
     text = types.SimpleNamespace()
@@ -458,7 +458,7 @@ def evidence(doc: dict, records: list[dict]) -> dict:
     """The compact document tests/test_parity_recorded.py replays."""
     return {
         "what": "vLLM's own selector answers (get_valid_backends / validate_configuration / "
-                "get_preferred_block_size on CUDA), recorded by bench/parity_live.py",
+                "get_preferred_block_size on CUDA), recorded by bench/tools/parity_live.py",
         "vllm_version": doc["vllm_installed"],
         "vllm_commit": doc["vllm_commit"],
         "profile": doc["profile"],

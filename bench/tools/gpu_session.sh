@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# attnsel's GPU evidence with vLLM's own kernels, on any machine with an NVIDIA GPU.
+#
+# A machine with network access needs only:
+#     pip install vllm==0.24.0 'openai<3' cupti-python      # vLLM's pins: torch 2.11, flashinfer 0.6.12
+#     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
+#
+# An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
+#   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
+#                     -> .whl/p1 .. .whl/pN, each under 59 MiB (one device call each, with the tree)
+#   there, per part:  bash bench/tools/gpu_session.sh receive      (copies .whl/p*/ into /tmp/carry)
+#   after the last:   bash bench/tools/gpu_session.sh unpack       (/tmp/site, /tmp/site-standin)
+#   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh sweeps OUT
+#
+# Sets: "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
+# timed), flashinfer 0.6.12 (vLLM's pin; flashinfer-cubin left out, so FlashInfer JIT-compiles),
+# the pure-Python modules `import vllm` needs, cupti-python; plus the stand-ins tune uses without
+# vLLM (flashinfer 0.7.2, FlashAttention 4) in a second folder. "engine" = what `vllm.LLM` needs
+# on top (MoE extension, fastapi, xgrammar, opentelemetry, ...): tune --verify.
+# (The wheel lists are ../shared/device/carry.sh's, checked on H100/H200 machines.)
+set -euo pipefail
+cmd=${1:-help}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+PART_MIB=${PART_MIB:-59}
+
+VLLM_SET="vllm==0.24.0 flashinfer-python==0.6.12 apache-tvm-ffi==0.1.9 pydantic==2.12.5 pydantic-core==2.41.5
+ annotated-types typing-inspection msgspec cachetools cbor2 pybase64 blake3 setproctitle pyzmq gguf diskcache==5.6.3
+ partial-json-parser ijson python-json-logger watchfiles depyf==0.20.0 lark==1.2.2 compressed-tensors==0.17.0
+ jsonschema jsonschema-specifications referencing rpds-py openai-harmony openai<3 httpx httpcore h11 anyio sniffio
+ distro jiter"
+CUPTI_SET="cupti-python==13.4.0 nvidia-cuda-cupti==13.4.92 pyelftools"
+STANDIN_SET="flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.15.post2 flash-attn-4==4.0.0b36 quack-kernels==0.6.5
+ torch-c-dlpack-ext==0.1.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1
+ nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1"
+ENGINE_SET="cuda-tile dill email-validator dnspython fastapi==0.136.3 starlette==1.10.0 python-multipart
+ pydantic-extra-types fastsafetensors==0.5.0 llguidance==1.7.6 xgrammar==0.2.3 googleapis-common-protos
+ opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp==1.45.2
+ opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2
+ opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-exporter-http-transport
+ opentelemetry-semantic-conventions==0.66b2 opentelemetry-semantic-conventions-ai"
+
+platforms() { for n in 17 24 25 27 28 31 34 35; do echo "--platform manylinux_2_${n}_x86_64"; done
+              echo "--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"; }
+
+# site DIR SPEC...: the wheels of SPEC installed (CPython 3.12, x86-64) into DIR, as pip --target would there
+site() {
+  local dir=$1; shift
+  local dl; dl=$(mktemp -d)
+  # shellcheck disable=SC2046
+  PIP_FIND_LINKS= python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --abi cp312 --abi abi3 --abi none $(platforms) -d "$dl" "$@"
+  # shellcheck disable=SC2046
+  PIP_FIND_LINKS= python3 -m pip install -q --no-deps --no-compile --only-binary=:all: --python-version 3.12 \
+    --implementation cp $(platforms) --target "$dir" "$dl"/*.whl
+  rm -rf "$dl"
+}
+
+pack() {
+  local set=${1:-kernels} work; work=$(mktemp -d)
+  # shellcheck disable=SC2086
+  site "$work/site-vllm" $VLLM_SET $CUPTI_SET
+  rm -f "$work/site-vllm/vllm/vllm-rs" "$work/site-vllm/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so
+  rm -rf "$work/site-vllm/vllm/third_party/fmha_sm100"   # Blackwell-only headers
+  local drop=(--exclude=./vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so)
+  if [ "$set" = kernels ]; then
+    drop+=(--exclude=./vllm/_moe_C_stable_libtorch.abi3.so)
+    # shellcheck disable=SC2086
+    site "$work/site-standin" $STANDIN_SET
+    rm -rf "$work/site-standin/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
+  else
+    # shellcheck disable=SC2086
+    site "$work/site-engine" $ENGINE_SET   # unpacked into the same /tmp/site
+  fi
+  mkdir -p "$work/out"
+  tar cf - -C "$work/site-vllm" "${drop[@]}" . | xz -T0 -9 > "$work/out/site-vllm.tar.xz"
+  [ -d "$work/site-standin" ] && tar cf - -C "$work/site-standin" . | xz -T0 -9 > "$work/out/site-standin.tar.xz"
+  [ -d "$work/site-engine" ] && tar cf - -C "$work/site-engine" . | xz -T0 -9 > "$work/out/site-engine.tar.xz"
+  cd "$root"
+  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+  rm -rf .whl && mkdir -p .whl
+  tar cf - -C "$work/out" . | split -b "${PART_MIB}M" -a 2 - .whl/bundle.part.
+  local n=0; for f in .whl/bundle.part.*; do n=$((n + 1)); mkdir -p ".whl/p$n"; mv "$f" ".whl/p$n/"; done
+  rm -rf "$work"; du -sh .whl/p*; echo "$n parts"
+}
+
+case "$cmd" in
+  pack) pack "${2:-kernels}" ;;
+  receive) mkdir -p /tmp/carry && cp "$root"/.whl/p*/bundle.part.* /tmp/carry/ && ls /tmp/carry ;;
+  unpack)
+    python3 - <<'PY'
+import glob, io, os, tarfile
+data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundle.part.*")))
+with tarfile.open(fileobj=io.BytesIO(data)) as outer:
+    for member in outer.getmembers():
+        if member.name.endswith(".tar.xz"):
+            name = os.path.basename(member.name)[: -len(".tar.xz")]
+            # vLLM and the engine add-on (MoE extension, server packages) share one site folder
+            target = "/tmp/site-standin" if name == "site-standin" else "/tmp/site"
+            os.makedirs(target, exist_ok=True)
+            with tarfile.open(fileobj=outer.extractfile(member), mode="r:xz") as inner:
+                inner.extractall(target, filter="tar")
+            print("unpacked", member.name, "->", target)
+PY
+    ;;
+  env)
+    # the checkout imports as `attnsel` through a link (its folder may have any name);
+    # --target installs skip .pth files: FA4's cutlass needs its dsl_packages on the path by hand
+    mkdir -p /tmp/attnsel-pkg && ln -sfn "$root" /tmp/attnsel-pkg/attnsel
+    case "${2:-vllm}" in
+      vllm) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site" ;;
+      standin) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site-standin:/tmp/site-standin/nvidia_cutlass_dsl/dsl_packages:/tmp/site ATTNSEL_TUNE_STANDINS=1" ;;
+    esac ;;
+  sweeps)
+    # issue 10's sweep evidence: the default sweep truly cold (no FlashInfer / Triton / inductor
+    # caches), then warm, with vLLM's own kernels
+    out=${2:?OUT folder}; mkdir -p "$out"
+    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/vllm
+    python3 -m attnsel tune --model llama-3.1-8b --output "$out/cold" > "$out/cold.txt" 2> "$out/cold.err" || true
+    python3 -m attnsel tune --model llama-3.1-8b --output "$out/warm" > "$out/warm.txt" 2> "$out/warm.err" || true
+    grep -h "^time:" "$out"/cold/summary.txt "$out"/warm/summary.txt || true
+    sed -n '/^Recommendation/,$p' "$out/warm.txt" ;;
+  checks)
+    # the warm sweep's FlashInfer rows re-timed by FlashInfer's own bench_gpu_time (CUPTI); the
+    # stand-ins against vLLM's kernels on the decode shapes; explain --compare-live on this GPU
+    out=${2:?OUT folder}; warm=${3:-$out/warm}; mkdir -p "$out"
+    python3 -m attnsel.bench.tools.fidelity "$warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -2 "$out/fidelity.txt" | cut -c1-400
+    (eval "$(bash "$0" env standin)"; python3 -m attnsel tune --model llama-3.1-8b --workload decode \
+       --output "$out/standin" > "$out/standin.txt" 2> "$out/standin.err" || true)
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" --json > "$out/standin_vs_vllm.json" 2>&1 || true
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" 2>&1 | tail -4
+    for m in llama-3.1-8b qwen3-8b gemma-2-9b gpt-oss-20b deepseek-v3; do
+      python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "live $m: exit $?"
+    done ;;
+  smoke)
+    # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
+    out=${2:?OUT folder}; mkdir -p "$out"
+    python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_bench_gpu_timing.py 2>&1 | tail -3
+    python3 -m attnsel tune --model llama-3.1-8b --quick --output "$out/quick" > "$out/quick.txt" 2> "$out/quick.err" || true
+    tail -25 "$out/quick.txt"; grep -h "error\|Error" "$out/quick.err" | tail -5
+    python3 -m attnsel.bench.tools.fidelity "$out/quick" --limit 12 --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -14 "$out/fidelity.txt"
+    python3 -m attnsel explain --model llama-3.1-8b --compare-live > "$out/live.txt" 2>&1 || true
+    tail -8 "$out/live.txt" ;;
+  *) sed -n '2,22p' "$0" ;;
+esac
