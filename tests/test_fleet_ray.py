@@ -39,7 +39,8 @@ def uuids(name):
 NODES = {
     "h100": dict(num_gpus=8, env_vars=scenario_env("h100_sxm_x8_nvlink.json")),
     "h100-half": dict(num_gpus=4, env_vars=scenario_env("h100_sxm_x8_nvlink.json", CUDA_VISIBLE_DEVICES="4,5,6,7")),
-    "l40s": dict(num_gpus=2, env_vars=scenario_env("l40s_x2_pcie.json")),
+    # Ray >= 2.56 blanks CUDA_VISIBLE_DEVICES in a task holding no GPU only on this opt-in:
+    "l40s": dict(num_gpus=2, env_vars=scenario_env("l40s_x2_pcie.json", RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="1")),
     "no-driver": dict(num_gpus=8, env_vars=scenario_env("driver_not_loaded_torch_no_gpu.json")),
 }
 
@@ -62,15 +63,20 @@ def invoke(*args):
     return CliRunner().invoke(app, list(args))
 
 
+@pytest.fixture(scope="module")
+def probe_doc(cluster):
+    result = invoke("probe", "--ray", cluster[0], "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
 def by_node_id(document):
     return {n["node_id"]: n for n in document["nodes"]}
 
 
-def test_probe_over_ray_answers_per_node_through_node_affinity(cluster):
+def test_probe_over_ray_answers_per_node_through_node_affinity(cluster, probe_doc):
     address, ids = cluster
-    result = invoke("probe", "--ray", address, "--json")
-    assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
+    doc = probe_doc
     nodes = by_node_id(doc)
     assert set(nodes) == set(ids.values())
     assert doc["summary"]["answered"] == 5 and doc["summary"]["unanswered"] == []
@@ -84,6 +90,10 @@ def test_probe_over_ray_answers_per_node_through_node_affinity(cluster):
     l40s = nodes[ids["l40s"]]["probe"]
     assert {g["name"] for g in l40s["gpus"]} == {"NVIDIA L40S"}
     assert l40s["nvlink"]["fully_connected"] is False
+    assert nodes[ids["l40s"]]["summary"]["notes"] == [
+        "Ray set CUDA_VISIBLE_DEVICES='' in this task because it holds no GPU (RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1); "
+        "the probe shows every GPU NVML sees here. vLLM's workers see the GPUs Ray gives them (compare Ray's GPU count)"]
+    assert l40s["cuda_visible_devices"] is None  # probed as the node's own environment has it
     broken = nodes[ids["no-driver"]]
     assert broken["status"] == "problem"
     assert broken["probe"]["source"] == "none"
@@ -93,10 +103,9 @@ def test_probe_over_ray_answers_per_node_through_node_affinity(cluster):
     assert head["is_head"] is True and head["summary"]["gpu_node"] is False and head["status"] == "ok"
 
 
-def test_probe_over_ray_says_what_differs_and_where(cluster):
+def test_probe_over_ray_says_what_differs_and_where(cluster, probe_doc):
     address, ids = cluster
-    result = invoke("probe", "--ray", address, "--json")
-    doc = json.loads(result.stdout)
+    doc = probe_doc
     labels = {n["node_id"]: n["label"] for n in doc["nodes"]}
     assert doc["summary"]["homogeneous"] is False
     differ = {d["attribute"]: d for d in doc["summary"]["differences"]}
