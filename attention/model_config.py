@@ -784,3 +784,32 @@ def _vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list
         head_size = hidden // heads
     notes.append(f"vision encoder ({vision_type or 'vision_config'}): head_size {head_size}, {heads} heads, dtype {dtype}")
     return VisionFacts(head_size=head_size, dtype=dtype, num_heads=heads, model_type=vision_type)
+
+
+def attention_layer_count(hf_config: Mapping) -> Optional[int]:
+    """How many decoder layers call the attention kernel in one step (`attnsel verify`: kernel
+    time x layers / step time). Hybrid configs say which layers attend: `layer_types`
+    ("attention", "full_attention", "sliding_attention"; not "linear_attention"), Nemotron-H's
+    `hybrid_override_pattern` ('*'), Jamba's `attn_layer_period` / `attn_layer_offset`,
+    `attn_layer_indices`; attention-free models (Mamba) have none. None: the config does not say.
+
+    >>> attention_layer_count({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4})
+    4
+    """
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    layers = text.get("num_hidden_layers")
+    types = text.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(1 for t in types if isinstance(t, str) and "attention" in t and "linear" not in t)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*")
+    indices = text.get("attn_layer_indices")
+    if isinstance(indices, list):
+        return len(indices)
+    period, offset = text.get("attn_layer_period"), text.get("attn_layer_offset")
+    if isinstance(layers, int) and isinstance(period, int) and period > 0 and isinstance(offset, int):
+        return sum(1 for i in range(layers) if i % period == offset)
+    if str(text.get("model_type") or hf_config.get("model_type") or "") in ("mamba", "mamba2", "falcon_mamba"):
+        return 0
+    return layers if isinstance(layers, int) and layers > 0 else None

@@ -40,9 +40,9 @@ def _root(
 
 def _register_commands() -> None:
     # Each module adds its command(s) to `app`; none of them imports torch at import time.
-    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd
+    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
 
-    for module in (probe_cmd, explain_cmd, tune_cmd, report_cmd, preflight_cmd):
+    for module in (probe_cmd, explain_cmd, tune_cmd, verify_cmd, report_cmd, preflight_cmd):
         module.register(app)
 
 
@@ -55,7 +55,7 @@ def main() -> None:
 
     # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
     # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
-    # failed". Not for `tune`, whose workers must be shut down by the sweep itself.
-    if hasattr(signal, "SIGPIPE") and "tune" not in sys.argv[1:]:
+    # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself.
+    if hasattr(signal, "SIGPIPE") and not {"tune", "verify"} & set(sys.argv[1:]):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()

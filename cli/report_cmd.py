@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
     def report(
         inputs: List[Path] = typer.Argument(
             ..., metavar="INPUT",
-            help="A tune output folder (or its tune.json / results.jsonl) and/or `attnsel explain --json` files.",
+            help="A tune output folder (or its tune.json / results.jsonl; its verify.json comes with it), a verify.json, and/or `attnsel explain --json` files.",
         ),
         output_format: Optional[str] = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),

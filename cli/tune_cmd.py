@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from attnsel.cli import verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -71,6 +72,7 @@ def register(app: typer.Typer) -> None:
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
+        verify: bool = typer.Option(False, "--verify", help="Then start vLLM's own engine for vLLM's default, the pick and the runner-up, and say whether the pick holds end to end (`attnsel verify --help`)."),
     ) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
@@ -123,6 +125,8 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
 
         TUNE.check_shape_flags(req)
+        if verify:
+            verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
         err = stderr_console()
         out_dir = output or TUNE.default_output_dir()
         err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
@@ -141,13 +145,17 @@ def register(app: typer.Typer) -> None:
         finally:
             bar.stop()
         _write_summary(outcome, tune_report)
-        if as_json:
+        if as_json and (not verify or outcome.timed_rows == 0):
             print_json(outcome.document)
-        else:
+        elif not as_json:
             tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
         if outcome.timed_rows == 0:
             err.print(f"error: no backend could be timed; see {out_dir}/{TUNE.DOCUMENT_FILE} and the worker logs")
             raise typer.Exit(EXIT_FAILED)
+        if verify:
+            code = verify_cmd.verify_after_tune(out_dir, as_json, tune_document=outcome.document if as_json else None)
+            if code:
+                raise typer.Exit(code)
 
 
 def _write_summary(outcome, tune_report) -> None:

@@ -16,8 +16,11 @@ from attnsel.errors import UserInputError
 
 TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
+VERIFY_SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 TUNE_DOCUMENT = "tune.json"
-WHAT_TO_PASS = "pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), or an `attnsel explain --json` file"
+VERIFY_DOCUMENT = "verify.json"  # bench/verify.py DOCUMENT_FILE
+WHAT_TO_PASS = ("pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), an `attnsel verify` "
+                "verify.json, or an `attnsel explain --json` file")
 
 
 @dataclass
@@ -52,28 +55,50 @@ class ReportData:
     tune: Optional[TuneData] = None
     explains: list[dict] = field(default_factory=list)  # explain --json documents
     sources: list[str] = field(default_factory=list)
+    verify: Optional[dict] = None  # verify.json (attnsel verify / tune --verify)
 
 
 def load_inputs(paths: Sequence[str | Path]) -> ReportData:
-    """One tune result and/or any number of explain answers, in any order."""
+    """One tune result (its folder's verify.json comes with it), one verify result and/or any
+    number of explain answers, in any order."""
     if not paths:
         raise UserInputError(f"nothing to report: {WHAT_TO_PASS}")
     data = ReportData()
     for raw in paths:
         kind, value = load_one(raw)
-        if kind == "tune":
+        if kind == "verify":
+            _set_verify(data, value, raw)
+        elif kind == "tune":
             if data.tune is not None:
                 raise UserInputError(f"{raw}: only one tune result per report (already have {data.tune.source})")
             data.tune = value
+            if Path(raw).expanduser().is_dir():
+                _add_verify(data, Path(raw).expanduser() / VERIFY_DOCUMENT)
         else:
             data.explains.append(value)
         data.sources.append(str(raw))
     return data
 
 
+def _add_verify(data: ReportData, path: Path) -> None:
+    """A run folder's verify.json, rendered with its tune result."""
+    if path.is_file():
+        kind, doc = _classify(path, _parse_json(path, _read_text(path)))
+        if kind == "verify":
+            _set_verify(data, doc, path)
+
+
+def _set_verify(data: ReportData, doc: dict, source) -> None:
+    if data.verify is not None:
+        raise UserInputError(f"{source}: only one verify result per report")
+    data.verify = doc
+
+
 def load_one(raw: str | Path) -> tuple[str, Any]:
     path = Path(raw).expanduser()
     if path.is_dir():
+        if not (path / TUNE_DOCUMENT).is_file() and not (path / R.RESULTS_FILE).is_file() and (path / VERIFY_DOCUMENT).is_file():
+            return _classify(path / VERIFY_DOCUMENT, _parse_json(path / VERIFY_DOCUMENT, _read_text(path / VERIFY_DOCUMENT)))
         return "tune", _load_tune_dir(path)
     if not path.exists():
         raise UserInputError(f"{path} does not exist: {WHAT_TO_PASS}")
@@ -115,6 +140,10 @@ def _classify(path: Path, doc: Any) -> tuple[str, Any]:
     schema = doc.get("schema")
     if schema == TUNE_SCHEMA or ("rows" in doc and "recommendation" in doc):
         return "tune", _tune_from_document(path, doc)
+    if schema == VERIFY_SCHEMA:
+        if not isinstance(doc.get("candidates"), list) or not isinstance(doc.get("options"), dict):
+            raise UserInputError(f"{path}: a verify result needs \"candidates\" and \"options\"; the file looks damaged")
+        return "verify", doc
     if schema == PLAN_SCHEMA:
         raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")
     if "backends" in doc and "selected" in doc and "inputs" in doc:
