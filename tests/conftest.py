@@ -14,7 +14,17 @@ def _has_cuda() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", help="also run the tests marked slow")
+
+
 def pytest_collection_modifyitems(config, items):
+    # The default run stays short (CI): slow tests run with --run-slow or when -m names them.
+    if not config.getoption("--run-slow") and "slow" not in (config.getoption("-m") or ""):
+        skip_slow = pytest.mark.skip(reason="slow: run with --run-slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
