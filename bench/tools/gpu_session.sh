@@ -122,17 +122,21 @@ PY
     sed -n '/^Recommendation/,$p' "$out/warm.txt" ;;
   checks)
     # the warm sweep's FlashInfer rows re-timed by FlashInfer's own bench_gpu_time (CUPTI); the
-    # stand-ins against vLLM's kernels on the decode shapes; explain --compare-live on this GPU
+    # stand-ins against vLLM's kernels on the decode shapes
     out=${2:?OUT folder}; warm=${3:-$out/warm}; mkdir -p "$out"
     timeout 150 python3 -m attnsel.bench.tools.fidelity "$warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
     tail -2 "$out/fidelity.txt" | cut -c1-400
     (eval "$(bash "$0" env standin)"; timeout 240 python3 -m attnsel tune --model llama-3.1-8b --workload decode \
        --backends FLASH_ATTN,FLASHINFER,TRITON_ATTN --output "$out/standin" > "$out/standin.txt" 2> "$out/standin.err" || true)
     python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" --json > "$out/standin_vs_vllm.json" 2>&1 || true
-    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" 2>&1 | tail -4
-    for m in llama-3.1-8b gpt-oss-20b deepseek-v3; do
-      python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "live $m: exit $?"
-    done ;;
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" 2>&1 | tail -4 ;;
+  live)
+    # explain --live / --compare-live against the installed vLLM on this GPU (issue 10, item 7)
+    out=${2:?OUT folder}; mkdir -p "$out"
+    for m in llama-3.1-8b gpt-oss-20b deepseek-v3 gemma-3-12b; do
+      python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "compare-live $m: exit $?"
+    done
+    python3 -m attnsel explain --model llama-3.1-8b --live --json > "$out/live_llama_json.json" 2>&1; echo "live json: exit $?" ;;
   mla)
     # issue 13: DeepSeek-V3 (MLA) with vLLM's own MLA classes, decode. TP 8's per-GPU heads (16) over
     # the default decode grid; TP 1 (128 heads) over the quick grid (3 shapes) to stay inside the
