@@ -44,6 +44,10 @@ class BlockSizeFlow:
     def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
         raise NotImplementedError
 
+    def layer_inputs(self, inputs: SelectorInputs) -> SelectorInputs:
+        """The selector inputs vLLM validates the priority list with (what `explain` shows)."""
+        return inputs
+
     def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
         """Log lines `get_attn_backend_cls` adds once a layer picked `chosen` (none by default)."""
 
@@ -86,7 +90,8 @@ class ConfigTimeFlow(BlockSizeFlow):
 class LayerBackendsFlow(BlockSizeFlow):
     """vllm-rules §9: each layer calls get_attn_backend_cls with block_size set only when the user
     gave --block-size; then update_block_size_for_backend picks one size. Params:
-    `log_precluded_by_block_size` (the warning about higher-priority backends --block-size excluded)."""
+    `log_precluded_by_block_size` (the warning about higher-priority backends --block-size excluded),
+    `log_format` (the "Setting kv cache block size" line, with {size} and {backends})."""
 
     kind = "layer_backends"
     hybrid_note = (
@@ -98,7 +103,8 @@ class LayerBackendsFlow(BlockSizeFlow):
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, inputs.block_size, notes)
         selected = get_attn_backend_cls(run, inputs, user_backend)
-        block_size = update_block_size_after_layers(run, inputs, [selected])
+        log_format = self.params.get("log_format", "Setting kv cache block size to {size} for {backends} backend(s).")
+        block_size = update_block_size_after_layers(run, inputs, [selected], log_format)
         if run.ctx.is_hybrid:
             block_size = self.hybrid_block_size(run, inputs, [selected], block_size, notes)
         return block_size, selected, inputs
@@ -231,14 +237,14 @@ def aligned_block_size_error(
     return f"Aligned KV cache block size {block_size} is not supported by attention backend(s): {', '.join(rejecting)}."
 
 
-def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: list[str]) -> int:
-    """The user's --block-size is kept; otherwise one size for every layer backend (vllm-rules §9)."""
+def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: list[str], log_format: str) -> int:
+    """The user's --block-size is kept; otherwise one size for every layer backend (vllm-rules §9).
+    vLLM logs the size only when it is not the default 16."""
     if inputs.block_size is not None:
         return inputs.block_size  # cache_config.user_specified_block_size
     size = common_block_size(run.profile, backends, run.ctx, inputs=inputs)
-    run.log(
-        "info",
-        f"Setting kv cache block size to {size} for {', '.join(dict.fromkeys(backends))} backend(s).",
-        "interface.py Platform.update_block_size_for_backend",
-    )
+    if size != run.profile.params["default_block_size"]:
+        names = "/".join(dict.fromkeys(backends))
+        run.log("info", log_format.format(size=size, backends=names),
+                "interface.py Platform.update_block_size_for_backend")
     return size

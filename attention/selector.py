@@ -299,8 +299,9 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
         _check_explicit_backend_modelled(profile, user_backend)
     run = Run(profile, ctx)
     run.block_size = inputs.block_size
-    backends = backend_verdicts(profile, inputs, ctx)
-    explicit = _explicit_verdict(profile, user_backend, inputs, ctx) if user_backend else None
+    evaluated = profile.block_size_flow.layer_inputs(inputs)
+    backends = backend_verdicts(profile, evaluated, ctx)
+    explicit = _explicit_verdict(profile, user_backend, evaluated, ctx) if user_backend else None
     block_size: Optional[int] = inputs.block_size
     selected: Optional[str] = None
     layer_cfg: Optional[SelectorInputs] = None
@@ -320,7 +321,10 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
         kernel_sizes = tuple(profile.kernel_block_sizes(selected, ctx, inputs))
         layout = profile.required_kv_cache_layout(selected, ctx)
         if block_size is not None:
-            kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
+            try:
+                kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
+            except VllmRaises as exc:  # the layers chose, then the KV cache cannot be split (select_common_block_size)
+                error = exc
         if selected == "FLASHINFER" and ctx.capability[0] == 10 and inputs.head_size == 256 and kernel_block_size == 16:
             notes.append(
                 "vLLM then fails at run time: There is a bug in FlashInfer block_size 16 head size 256 "

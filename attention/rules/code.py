@@ -53,7 +53,9 @@ class RuleCode:
 
     # --- import failures (vllm-rules §5b) -----------------------------------------------------
     def import_failure_reason(self, module: str) -> str:
-        return IMPORT_ERROR_REASON
+        # the data's `import_failure_format`: "ImportError" (the literal), or e.g.
+        # "ModuleNotFoundError: No module named '{module}'" where vLLM prints the exception
+        return self.profile.params.get("import_failure_format", IMPORT_ERROR_REASON).format(module=module)
 
     # --- rules named in the data ------------------------------------------------------------
     def _dispatch(self, kind: str, rule: str) -> Any:

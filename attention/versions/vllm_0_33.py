@@ -1,7 +1,7 @@
-"""Rules that are code in vLLM 0.33.0 (4ba787ec9): what changed against the February 2026 rules
-(vllm-rules §9). Checked against the real vLLM 0.33.0 with bench/tools/parity_live.py; each method
-names the file of vllm/ it follows (read in site-packages, restated here, not copied). The MLA
-backends' `supports_combination` texts are in vllm_0_33_mla.py.
+"""Rules that are code in vLLM 0.33.0 (4ba787ec9): what changed since 0.24 (vllm-rules §9). Checked
+against the real vLLM 0.33.0 with bench/tools/parity_live.py; each method names the file of vllm/
+it follows (read in site-packages, restated here, not copied). The MLA backends' new
+`supports_combination` texts are in vllm_0_33_mla.py.
 
 Some rules read the model (head counts, MLA dims, index_topk) from vLLM's current VllmConfig;
 here they come from the SelectionContext (`MODEL_HEADS_WHEN_UNKNOWN` where it gives no head count).
@@ -12,15 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from attnsel.attention.rules.spec import (
-    MODEL_HEADS_WHEN_UNKNOWN,
     BackendSpec,
-    FlashAttnResolution,
     KernelBlockSize,
     MultipleOf,
     intersect_sizes,
     is_quantized_kv_cache,
 )
-from attnsel.attention.versions import seed_0_17
+from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
@@ -29,84 +27,26 @@ if TYPE_CHECKING:
 FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
 
 
-class Rules(MlaRules, seed_0_17.Rules):
-    FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell DC devices"  # ops/flashmla.py (vllm-rules §9)
-
+class Rules(MlaRules, vllm_0_24.Rules):
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
-    def fa_version(
-        self,
-        ctx: SelectionContext,
-        inputs: Optional[SelectorInputs] = None,
-        head_size: Optional[int] = None,
-        head_size_v: Optional[int] = None,
-        has_sinks: bool = False,
-        block_size: Optional[int] = None,
-        supports_fa4_hd256: bool = False,
-    ) -> FlashAttnResolution:
-        """The FA version vLLM resolves; `inputs` stands for the model config it reads (cache dtype,
-        mm_prefix, R-SWA) and ctx for the parallel config (DCP)."""
-        major = ctx.capability[0]
-        warnings: list[str] = []
-        if major == 9 and self.fa_version_supported(3, ctx):
-            version = 3
-        elif major == 10 and self.fa_version_supported(4, ctx):
-            version = 4
-        else:
-            version = 2
-        if ctx.flash_attn_version_override is not None:
-            version = ctx.flash_attn_version_override
-        if major >= 10 and version == 3:
+    def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
+                              supports_fa4_hd256: bool, warnings: list[str]) -> int:
+        # the FA4 head-256 kernel on 10.x/11.x (fa_utils.uses_fa4_hd256_kernel) and its fallbacks
+        if version != 4 or not self._uses_fa4_hd256_kernel(ctx, head_size, head_size_v):
+            return version
+        if not supports_fa4_hd256:
+            return 2
+        reason = self._fa4_hd256_fallback_reason(ctx, inputs, has_sinks, block_size)
+        if reason is not None:
             warnings.append(
-                "Cannot use FA version 3 on Blackwell platform, "
-                "defaulting to FA version 4 if supported, otherwise FA2."
+                f"FA4's Blackwell head_size=256 kernel does not support {reason}, defaulting to FA version 2."
             )
-            version = 4 if self.fa_version_supported(4, ctx) else 2
-        if version == 3 and major == 9 and self.fa_version_supported(4, ctx):
-            if head_size is not None and head_size > 256:
-                version = 4  # "FA3 does not support head_size=N on SM90: upgrading FlashAttention 3 -> 4"
-            elif has_sinks and head_size is not None and head_size_v is not None and head_size != head_size_v:
-                version = 4
-        if ctx.batch_invariant and version == 4:
-            warnings.append("Cannot use FA version 4 with batch invariance, defaulting to FA version 2.")
-            version = 2
-        if version == 4 and self._uses_fa4_hd256_kernel(ctx, head_size, head_size_v):
-            if not supports_fa4_hd256:
-                version = 2
-            else:
-                reason = self._fa4_hd256_fallback_reason(ctx, inputs, has_sinks, block_size)
-                if reason is not None:
-                    warnings.append(
-                        f"FA4's Blackwell head_size=256 kernel does not support {reason}, "
-                        "defaulting to FA version 2."
-                    )
-                    version = 2
-        if (
-            version == 4
-            and major >= 10
-            and head_size is not None
-            and head_size > 128
-            and not ((head_size == 256 and head_size_v in (None, 256)) or (head_size == 192 and head_size_v == 128))
-        ):
-            warnings.append(
-                f"FA4 on Blackwell does not support head_size={head_size} due to TMEM "
-                "capacity limits, defaulting to FA version 2."
-            )
-            version = 2
-        if not self.fa_version_supported(version, ctx):
-            return FlashAttnResolution(None, tuple(warnings))
-        return FlashAttnResolution(version, tuple(warnings))
+            return 2
+        return version
 
-    def flash_attn_version(
-        self, ctx: SelectionContext, head_size: Optional[int] = None, inputs: Optional[SelectorInputs] = None
-    ) -> FlashAttnResolution:
-        # FlashAttentionImpl's call at layer build: head size (and v size) known, hd256 kernel allowed
-        if head_size is None:
-            return self.fa_version(ctx, inputs)
-        return self.fa_version(
-            ctx, inputs, head_size=head_size, head_size_v=head_size,
-            has_sinks=bool(inputs.has_sink) if inputs is not None else False,
-            block_size=inputs.block_size if inputs is not None else None, supports_fa4_hd256=True,
-        )
+    @staticmethod
+    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+        return (head_size == 256 and head_size_v in (None, 256)) or (head_size == 192 and head_size_v == 128)
 
     @staticmethod
     def _uses_fa4_hd256_kernel(ctx: SelectionContext, head_size: Optional[int], head_size_v: Optional[int]) -> bool:
@@ -146,33 +86,21 @@ class Rules(MlaRules, seed_0_17.Rules):
         return self.flash_attn_supports_kv_cache_dtype(ctx, "fp8_e4m3")
 
     # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
-    def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
+    def _mla_other_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
+        prio = self.profile.data["priorities"]
+        sm90_sparse = prio["mla_other_sparse_head_512_first"]
+        if inputs.head_size == 512:
+            return list(prio["mla_other"]) + [sm90_sparse] + list(prio["mla_other_sparse"])
+        return list(prio["mla_other"]) + list(prio["mla_other_sparse"]) + [sm90_sparse]
+
+    def _dense_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         prio = self.profile.data["priorities"]
         major = ctx.capability[0]
-        if inputs.use_mla:
-            if major == 10:
-                if inputs.kv_cache_dtype is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
-                    tail = prio["mla_blackwell_sparse_quantized_kv"]
-                elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
-                    tail = prio["mla_blackwell_sparse_few_heads"]
-                else:
-                    tail = prio["mla_blackwell_sparse"]
-                return list(prio["mla_blackwell"]) + list(tail)
-            if major == 12:
-                return list(prio["mla_sm12x"])
-            sm90_sparse = prio["mla_other_sparse_head_512_first"]
-            if inputs.head_size == 512:
-                return list(prio["mla_other"]) + [sm90_sparse] + list(prio["mla_other_sparse"])
-            return list(prio["mla_other"]) + list(prio["mla_other_sparse"]) + [sm90_sparse]
         if major == 10 and not inputs.use_non_causal:
             first = [prio["mm_prefix_blackwell"]] if inputs.use_mm_prefix else []
             return first + list(prio["blackwell"])
         first = [prio["mm_prefix_hopper"]] if major == 9 and inputs.use_mm_prefix else []
         return first + list(prio["other"])
-
-    # --- cuda.py get_valid_backends: `{type(e).__name__}: {e}` ---------------------------------
-    def import_failure_reason(self, module: str) -> str:
-        return f"ModuleNotFoundError: No module named '{module}'"
 
     # --- vllm/utils/flashinfer.py supports_trtllm_attention / can_use_trtllm_attention -----------
     def trtllm_supported(self, ctx: SelectionContext, is_prefill: bool) -> bool:
@@ -186,18 +114,6 @@ class Rules(MlaRules, seed_0_17.Rules):
     def supports_trtllm_attention(self, ctx: SelectionContext) -> bool:
         return self.trtllm_supported(ctx, is_prefill=False)
 
-    def model_heads(self, ctx: SelectionContext) -> tuple[int, int]:
-        heads = ctx.num_heads if ctx.num_heads is not None else MODEL_HEADS_WHEN_UNKNOWN
-        kv_heads = ctx.num_kv_heads or heads
-        return heads, kv_heads
-
-    def can_use_trtllm_attention(self, ctx: SelectionContext, is_prefill: bool = False) -> bool:
-        if ctx.use_trtllm_attention is False:
-            return False
-        heads, kv_heads = self.model_heads(ctx)
-        return self.trtllm_supported(ctx, is_prefill) and heads % kv_heads == 0
-
-
     def _sink_flashinfer(self, rule: dict, ctx) -> bool:
         # flashinfer.py FlashInferBackend.supports_sink
         if ctx.use_trtllm_attention is False:
@@ -210,9 +126,6 @@ class Rules(MlaRules, seed_0_17.Rules):
         return self.trtllm_supported(ctx, False) and self.trtllm_supported(ctx, True)
 
     # --- flags named by rule in the data ------------------------------------------------------
-    def _flag_fa4_supported(self, ctx) -> bool:
-        return self.fa_version_supported(4, ctx)
-
     def _flag_flashinfer_query_lens(self, ctx) -> bool:
         # FlashInferBackend.supports_device_cpu_query_lens_mismatch: trtllm-gen decode on 10.x
         if ctx.capability[0] != 10:
@@ -220,10 +133,6 @@ class Rules(MlaRules, seed_0_17.Rules):
         return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_turboquant(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
-        # TurboQuantAttentionBackend.supports_kv_cache_dtype: None is NOT accepted
-        return kv_cache_dtype is not None and kv_cache_dtype.startswith("turboquant_")
-
     def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
         # FlashAttentionBackend.supports_kv_cache_dtype
         if kv_cache_dtype is None:
@@ -253,18 +162,6 @@ class Rules(MlaRules, seed_0_17.Rules):
     def _kernel_sizes_flash_attn(self, ctx, inputs) -> list[KernelBlockSize]:
         fixed = self._fa_fixed_block_size(ctx, inputs)
         return [fixed] if fixed is not None else [MultipleOf(16)]
-
-    def _kernel_sizes_flashinfer(self, ctx, inputs) -> list[KernelBlockSize]:
-        # FlashInferBackend.get_supported_kernel_block_sizes: pages >= 128 only for GQA on
-        # 10.x when TRT-LLM attention can run
-        large = False
-        if inputs is not None:
-            heads, kv_heads = self.model_heads(ctx)
-            large = (
-                kv_heads > 0 and heads // kv_heads > 1 and ctx.capability[0] == 10
-                and self.can_use_trtllm_attention(ctx)
-            )
-        return [16, 32, 64, 128, 256, 512, 1024] if large else [16, 32, 64]
 
     def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
         """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4

@@ -1,40 +1,13 @@
-"""vLLM 0.33.0's MLA backends: their `supports_combination` texts (vllm/v1/attention/backends/mla/*.py,
-v1/attention/ops/flashmla.py), a mixin of vllm_0_33.Rules (vllm-rules §9 FLASHINFER_MLA,
-TOKENSPEED_MLA, the sparse MLA backends)."""
+"""vLLM 0.33.0's MLA backends: the `supports_combination` texts that changed or are new since 0.24
+(vllm/v1/attention/backends/mla/*.py), a mixin of vllm_0_33.Rules (vllm-rules §9: the sparse MLA
+backends)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.attention.rules.spec import DEFAULT_INDEX_TOPK
-
 
 class MlaRules:
-    def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
-        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1)
-        qk_nope = ctx.effective_qk_nope_head_dim
-        if qk_nope not in (64, 128, 192):
-            return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
-        return None
-
-    def _combination_tokenspeed_mla(self, inputs, ctx) -> Optional[str]:
-        # mla/tokenspeed_mla.py: the package is imported here, not at module import
-        if not ctx.module_present("tokenspeed_mla"):
-            return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
-        dims = tuple(0 if v is None else v for v in (ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim))
-        if dims != (128, 64, 128):
-            return (
-                "tokenspeed_mla requires DeepSeek R1 MLA dimensions "
-                "(qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128), "
-                f"got ({dims[0]}, {dims[1]}, {dims[2]})"
-            )
-        return None
-
-    def _index_topk(self, ctx) -> Optional[int]:
-        if not ctx.has_index_topk:
-            return None
-        return ctx.index_topk if ctx.index_topk is not None else DEFAULT_INDEX_TOPK
-
     def _combination_flashinfer_mla_sparse(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> Optional[str]:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if ctx.prefill_context_parallel_size > 1 and ctx.decode_context_parallel_size > 1:
@@ -101,19 +74,6 @@ class MlaRules:
             return "FLASHINFER_MLA_SPARSE_SM90 requires kv_lora_rank=512"
         if ctx.qk_rope_head_dim not in (0, 64):
             return "FLASHINFER_MLA_SPARSE_SM90 requires qk_rope_head_dim in (0, 64)"
-        return None
-
-    def _combination_flashinfer_mla_sparse_sm120(self, inputs, ctx) -> Optional[str]:
-        # mla/flashinfer_mla_sparse.py FlashInferMLASparseSM120Backend (sparse decode API assumed present)
-        if inputs.dtype != "bfloat16":
-            return "dtype not supported"
-        if inputs.kv_cache_dtype not in (None, "auto", "fp8", "fp8_e4m3", "fp8_ds_mla"):
-            return "kv_cache_dtype not supported"
-        topk = self._index_topk(ctx)
-        if topk is None:
-            return "FLASHINFER_MLA_SPARSE_SM120 requires a model with index_topk config"
-        if int(topk) != 2048:
-            return f"FLASHINFER_MLA_SPARSE_SM120 requires index_topk=2048; got {topk}"
         return None
 
     def _combination_flashmla_sparse(self, inputs, ctx) -> Optional[str]:
