@@ -60,9 +60,9 @@ class _FakeOpNamespace:
 def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 80GB HBM3") -> Any:
     import torch
 
-    from attnsel.attention import live
+    from attnsel.attention.live_runtime import vllm_runtime
 
-    runtime = live._VllmRuntime(offline=True)
+    runtime = vllm_runtime(offline=True)
     runtime.platform_cls.target = runtime.capability(capability)
     runtime.platform_cls.target_name = name
     torch.ops.__dict__["_C"] = _FakeOpNamespace()
