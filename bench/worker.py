@@ -427,5 +427,14 @@ def main() -> int:
         return 1
 
 
+def exit_now(code: int) -> None:
+    """Ends the worker without Python's teardown: every result is sent and flushed, and what is left
+    (atexit hooks of vLLM / torch.compile thread pools, module GC) only delays the next backend,
+    whose turn starts when this process is gone (on an H100, 2.6-3.5 s of "other" per backend)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
