@@ -186,6 +186,7 @@ class Decision:
             "min_gain_pct": self.min_gain * 100,
             "above_noise": self.above_noise,
             "flags": self.flags,
+            "advised_flags": self.flags if self.above_noise else None,  # what to pass vLLM; None: keep its default
             "advice": self.advice(),
             "ranking": [c.to_dict() for c in self.ranking],
             "equally_good": [c.to_dict() for c in self.equally_good],

@@ -98,7 +98,7 @@ def _flags_text(s: dict) -> str:
     verdict = (s["overall"] or {}).get("verdict")
     if s["vllm_flags"]:
         return _code(s["vllm_flags"])
-    if verdict in ("noisy", "default is fastest"):
+    if verdict in ("noisy", "small", "stand-in", "default is fastest"):
         return "none needed (keep vLLM's default)"
     if verdict == "default not measured" and s["fastest_flags"]:
         return f"{_code(s['fastest_flags'])} (fastest measured; vLLM's default was not measured, so no margin)"

@@ -237,9 +237,12 @@ def render_recommendation(rec: dict, console: Console) -> None:
         weights = ", ".join(f"{k}={v:.2f}" for k, v in (overall.get("weights") or {}).items())
         console.print(f"  overall  ({weights}) {overall['advice']}")
         if overall.get("best"):
-            console.print(f"  vLLM flags: [bold]{overall['flags']}[/bold]"
-                          + ("" if overall["above_noise"] or overall["verdict"] == "default is fastest"
-                             else "  (not above noise)"))
+            advised = overall.get("advised_flags", overall["flags"] if overall["above_noise"] else None)
+            if advised:
+                console.print(f"  vLLM flags: [bold]{advised}[/bold]")
+            else:
+                best = "" if overall["verdict"] == "default is fastest" else f" (fastest measured: {overall['flags']})"
+                console.print(f"  vLLM flags: [bold](none: keep vLLM's default)[/bold]{best}")
     for dq in rec.get("disqualified") or []:
         console.print(f"  [bold red]disqualified[/bold red] {dq['backend']} --block-size {dq['block_size']}: {dq['reason']}")
 

@@ -187,3 +187,33 @@ def test_a_prespawned_worker_imports_vllms_modules_before_go(fake_vllm):
     import_backend_libraries([adapter], "FLASHINFER")
     assert {"vllm.v1.attention.backends.recorded", "vllm.v1.cudagraph_dispatcher",
             "vllm.model_executor.layers.attention"} <= set(sys.modules)
+
+
+def _stack_reading_fp8_as(read_as):
+    from types import SimpleNamespace
+
+    class TritonLikeBackend:  # vLLM 0.24 TritonAttentionBackend's cache shape: (nb, 2, bs, hkv, d)
+        @staticmethod
+        def get_kv_cache_shape(nb, bs, hkv, d, cache_dtype_str="auto"):
+            return (nb, 2, bs, hkv, d)
+
+    return SimpleNamespace(backend_cls=TritonLikeBackend, layer=SimpleNamespace(impl=SimpleNamespace(fp8_dtype=read_as)),
+                           spec=SimpleNamespace(kv_cache_dtype="fp8_e5m2", dtype="bfloat16"),
+                           kv_cache_spec=SimpleNamespace(dtype=torch.uint8))
+
+
+def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():
+    # vLLM 0.24's TritonAttentionImpl writes and reads any fp8 cache as the platform's e4m3: filled
+    # with e5m2 bytes, its answer was off by 0.88 (relative) on an H100; filled as vLLM fills it, it
+    # holds the batch's values.
+    from attnsel.attention.kernels import vllm_inputs
+
+    w = paged.Workload("decode", 2, 100, 1, 8, 2, 64, "bfloat16", "fp8_e5m2")
+    b = paged.make_paged_batch(w, 16, device="cpu", seed=5)
+    assert b.key_cache.dtype == torch.float8_e5m2
+    cache = vllm_inputs.kv_cache_tensor(_stack_reading_fp8_as(torch.float8_e4m3fn), b)
+    keys = cache.select(1, 0).view(torch.float8_e4m3fn).float()
+    assert torch.allclose(keys, b.key_cache.float(), rtol=0.07, atol=2e-3)
+    # the same bytes read as e4m3 without the conversion are far off: that is what the check caught
+    raw = vllm_inputs.kv_cache_tensor(_stack_reading_fp8_as(None), b).select(1, 0).view(torch.float8_e4m3fn).float()
+    assert paged.relative_error(raw, b.key_cache.float()) > 0.3

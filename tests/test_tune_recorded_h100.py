@@ -105,3 +105,20 @@ def test_stand_ins_were_measured_against_vllms_own_kernels():
     assert any("fa4" in p or "FA4" in p for p in by_backend["FLASH_ATTN"]["other_providers"])
     assert all(row["reference_provider"].startswith("vllm 0.24.0") for row in data["rows"]
                if row["backend"] in R.VLLM_DRIVEN_BACKENDS)
+
+
+def test_a_margin_below_min_gain_prints_no_flags_to_paste():
+    # overall +2.5% on the H100: above noise, below --min-gain; the line a user copies must not
+    # hand them flags (it did: "vLLM flags: --attention-backend FLASH_ATTN --block-size 128")
+    import io
+
+    from rich.console import Console
+
+    from attnsel.reports import tune_report
+
+    doc = _doc()
+    assert doc["recommendation"]["overall"]["verdict"] == "small"
+    buf = io.StringIO()
+    tune_report.render_recommendation(doc["recommendation"], Console(file=buf, width=300, no_color=True))
+    flags_line = next(line for line in buf.getvalue().splitlines() if "vLLM flags:" in line)
+    assert flags_line.strip().startswith("vLLM flags: (none: keep vLLM's default)"), flags_line

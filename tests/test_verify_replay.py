@@ -98,3 +98,23 @@ def test_the_replay_checks_hold_for_a_run_made_with_the_fake_engine(fake_engine,
     # tune timed 1 x 16384: the kernel margin and the attention share sit beside the engine's
     entry = next(c for c in doc["comparisons"] if "pick" in c["short"] and c["batch"] == 1)
     assert entry["predicted_source"] == "this shape" and entry["expected_step_margin_pct"] is not None
+
+
+H100_LLAMA = ROOT / "fixtures" / "verify" / "h100_llama8b"
+
+
+@pytest.mark.skipif(not (H100_LLAMA / "verify.json").is_file(), reason="no recorded H100 verify run")
+def test_on_the_h100_vllms_engine_confirmed_tunes_keep_the_default_advice():
+    # H100 80GB, vLLM 0.24.0, Llama-3.1-8B (dummy weights): tune's kernel margins were small, so its
+    # overall advice was to keep vLLM's default; vLLM's own engine, once per candidate, agrees, and
+    # the runner-up tune ranked below the default (FLASHINFER/256) decodes slower there too.
+    doc = json.loads((H100_LLAMA / "verify.json").read_text())
+    tune = json.loads((H100_LLAMA / "tune.json").read_text())
+    assert tune["recommendation"]["overall"]["verdict"] in ("small", "keep default", "within noise")
+    assert doc["verdict"]["verdict"] == "within noise" and doc["verdict"]["flags"] == ""
+    for row in doc["candidates"]:  # every engine ran what it was asked for, read back from vLLM
+        asked = tuple(row["predicted"]) if row["backend"] is None else (row["backend"], row["block_size"])
+        assert (row["engine"]["backend_used"], row["engine"]["block_size_used"]) == asked
+        assert row["engine"]["vllm_version"] == "0.24.0"
+    runner_up = [c for c in doc["comparisons"] if "runner-up" in c["short"]]
+    assert runner_up and all(c["decode"]["result"] == "slower" for c in runner_up), runner_up

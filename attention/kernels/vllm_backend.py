@@ -146,7 +146,7 @@ class VllmBackendAdapter:
         import torch
 
         from . import paged
-        from .vllm_inputs import common_metadata, kv_cache_tensor, set_layer_scales
+        from .vllm_inputs import common_metadata, fp8_format_the_impl_reads, kv_cache_tensor, set_layer_scales
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -156,6 +156,10 @@ class VllmBackendAdapter:
             notes = set_layer_scales(stack.layer, b)
             metadata = stack.builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(kb, device))
             kv_cache = kv_cache_tensor(stack, kb)
+            read_as = fp8_format_the_impl_reads(stack, kb.key_cache.dtype)
+            if read_as is not None:
+                notes.append(f"vLLM's {self.backend} writes and reads a {b.kv_cache_dtype} cache as {read_as}: "
+                             f"filled that way here, as vLLM fills it")
             query, quant_note = query_as_vllm_hands_it(stack, b.query)
         num_tokens = int(b.query.shape[0])
         # the forward pass reads K/V from the cache; the new-token K/V arguments are only read by

@@ -59,9 +59,26 @@ def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
         order = tuple(range(len(shape)))
     cache = allocate_like_vllm(stack, shape, order, batch.key_cache.device)
     kv_dim = kv_axis(shape, nb)
-    cache.select(kv_dim, 0).copy_(as_storage(batch.key_cache, cache.dtype))
-    cache.select(kv_dim, 1).copy_(as_storage(batch.value_cache, cache.dtype))
+    read_as = fp8_format_the_impl_reads(stack, batch.key_cache.dtype)
+    for index, values in ((0, batch.key_cache), (1, batch.value_cache)):
+        values = values if read_as is None else values.float().to(read_as)
+        cache.select(kv_dim, index).copy_(as_storage(values, cache.dtype))
     return cache
+
+
+def fp8_format_the_impl_reads(stack: VllmStack, stored: Any) -> Any:
+    """The fp8 format an impl views the cache as, where it differs from the batch's: vLLM 0.24's
+    TritonAttentionImpl views any fp8 cache as the platform's fp8 (float8_e4m3fn on CUDA) when it
+    writes (do_kv_cache_update) and when it reads, so with --kv-cache-dtype fp8_e5m2 the cache vLLM
+    fills really holds e4m3 values. Filling it with e5m2 bytes instead would be read as nonsense
+    (relative error 0.88 on an H100). None: the impl reads the batch's own format."""
+    import torch
+
+    read_as = getattr(getattr(stack.layer, "impl", None), "fp8_dtype", None)
+    fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+    if isinstance(read_as, torch.dtype) and stored in fp8 and read_as in fp8 and read_as != stored:
+        return read_as
+    return None
 
 
 def allocate_like_vllm(stack: VllmStack, shape: tuple, order: tuple, device: Any) -> Any:
