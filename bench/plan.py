@@ -159,6 +159,9 @@ def shape_from_model(
     )
     if getattr(facts, "dtype_error", None):
         raise UserInputError(facts.dtype_error)
+    if facts.is_attention_free:
+        raise UserInputError(f"{model} has no attention layers (model_type {facts.model_type}): vLLM picks no "
+                             "attention backend for it, so there is nothing to tune")
     return TuneShape(
         head_size=int(facts.head_size),
         num_q_heads=int(facts.num_heads_per_gpu),
@@ -275,15 +278,24 @@ def parse_workloads(value: str) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+MAX_BLOCK_SIZE_VALUES = 32  # the grid grows with every value: bound it before anything is built
+MAX_TUNE_BLOCK_SIZE = 65536  # tokens per KV block; beyond this a page is larger than most KV caches
+
+
 def parse_block_sizes(value: Optional[str]) -> list[int]:
-    if not value:
+    if value is None:
         return list(DEFAULT_BLOCK_SIZES)
+    if value.count(",") >= MAX_BLOCK_SIZE_VALUES * 4 or len(value) > 4096:
+        raise UserInputError(f"--block-sizes lists too many values (at most {MAX_BLOCK_SIZE_VALUES})")
     try:
         sizes = [int(v) for v in value.replace(" ", "").split(",") if v]
     except ValueError:
         raise UserInputError(f"--block-sizes must be a comma-separated list of integers, got {value!r}") from None
     if not sizes or any(s <= 0 for s in sizes):
         raise UserInputError(f"--block-sizes must be positive integers, got {value!r}")
+    if max(sizes) > MAX_TUNE_BLOCK_SIZE or len(set(sizes)) > MAX_BLOCK_SIZE_VALUES:
+        raise UserInputError(f"--block-sizes: at most {MAX_BLOCK_SIZE_VALUES} values, each at most "
+                             f"{MAX_TUNE_BLOCK_SIZE} tokens")
     return sorted(set(sizes))
 
 

@@ -33,10 +33,12 @@ def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
 def _normalize_format(output_format: str, as_json: bool) -> str:
     from attnsel.reports.preflight_report import FORMATS
 
-    fmt = "json" if as_json else output_format.strip().lower()
-    if fmt not in FORMATS:
+    fmt = output_format.strip().lower()
+    if fmt not in FORMATS:  # checked with --json too: `--format xml --json` is a typo, not JSON
         raise UserInputError(f"unknown --format {output_format!r}; use one of {', '.join(FORMATS)}")
-    return fmt
+    if as_json and fmt not in ("json", "text"):
+        raise UserInputError(f"--json and --format {fmt} ask for two different outputs: pass one of them")
+    return "json" if as_json else fmt
 
 
 def register(app: typer.Typer) -> None:
@@ -65,11 +67,13 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli import settings
         from attnsel.reports import preflight_report as view
 
+        from attnsel.attention.validation import check_names, check_parallel, check_request
+
         fmt = _normalize_format(output_format, as_json)
-        if tensor_parallel_size < 1:
-            raise UserInputError("--tensor-parallel-size must be >= 1")
-        if num_gpus is not None and num_gpus < 1:
-            raise UserInputError("--num-gpus must be >= 1")
+        check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))
+        check_parallel("--num-gpus", num_gpus)
+        check_request(Deployment(tensor_parallel_size, attention_backend, block_size, kv_cache_dtype, dtype),
+                      tensor_parallel_size)
         hf_config = load_model_config(model)
         choice = select_profile(vllm_version)
         report = _probe(gpu, num_gpus, tensor_parallel_size)

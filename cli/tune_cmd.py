@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
+from attnsel.attention.validation import check_tune_flags
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted, UserInputError
 
 
 def _progress(console):
@@ -87,8 +88,12 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
             raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
-        if timeout <= 0:
-            raise UserInputError("--timeout must be positive")
+        check_tune_flags(tolerance=tolerance, timeout=timeout, head_size=head_size, num_heads=num_heads,
+                         num_kv_heads=num_kv_heads, tensor_parallel_size=tensor_parallel_size,
+                         names=(("--model", model), ("--dtype", dtype), ("--kv-cache-dtype", kv_cache_dtype),
+                                ("--backends", backends), ("--block-sizes", block_sizes), ("--workload", workload),
+                                ("--weights", weights), ("--gpu", gpu), ("--capability", capability),
+                                ("--vllm-version", vllm_version)))
         if retry_failed and not resume:
             raise UserInputError("--retry-failed only makes sense with --resume")
         if resume and output is None:
@@ -114,6 +119,8 @@ def register(app: typer.Typer) -> None:
                 print_json(doc)
             else:
                 tune_report.render_plan(doc, stdout_console())
+            if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
+                raise CheckFailed(TUNE.refused_grid_message(plan))
             return
         if gpu or capability:
             raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
@@ -134,6 +141,9 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
                                     on_plan=on_plan)
+        except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
+            raise Interrupted(f"interrupted: the rows measured so far are in {out_dir}/results.jsonl; continue with "
+                              f"`attnsel tune --resume --output {out_dir}` and the same flags") from None
         finally:
             bar.stop()
         _write_summary(outcome, tune_report)

@@ -64,7 +64,7 @@ def test_a_cut_short_sweep_without_tune_json_still_gets_advice(tmp_path):
     "content, words",
     [
         ("", "is empty"),
-        ("{not json", "is not valid JSON"),
+        ("{not json", "Invalid JSON"),
         ("[1, 2]", "not an object"),
         ('{"hello": 1}', "neither a tune result nor an explain answer"),
         ('{"schema": "attnsel-tune-plan/1", "configs": []}', "--dry-run"),
