@@ -16,6 +16,20 @@ class AttnselGroup(TyperGroup):
     itself, so that parse errors, interrupts, unwritable stdout and unforeseen exceptions all go
     through one funnel (cli/common.py `exit_for`): one line on stderr, a documented exit code."""
 
+    def get_command(self, ctx, cmd_name):
+        from attnsel.cli.fast_params import install
+
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
+        return command
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        from attnsel.cli.fast_params import install
+
+        install(self)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)

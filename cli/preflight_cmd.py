@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from attnsel.cli.common import handle_errors, print_json
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import CheckFailed, UserInputError
 
 
 def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
@@ -98,5 +98,7 @@ def register(app: typer.Typer) -> None:
             view.render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(),
                              colour=colour)
         sys.stdout.flush()
-        if not result.ok:
-            raise typer.Exit(EXIT_FAILED)
+        if not result.ok:  # the checks are on stdout; stderr gets the one line a CI log shows
+            failed = [c for c in result.checks if c.status == "fail"]
+            raise CheckFailed(f"preflight: {len(failed)} check(s) failed: "
+                              + "; ".join(f"{c.name}: {c.message}" for c in failed))
