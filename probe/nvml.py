@@ -19,7 +19,6 @@ is a value, {"nvml_error": "NVML_ERROR_GPU_IS_LOST"} or {"exception": "ArgumentE
 from __future__ import annotations
 
 import ctypes
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Union
