@@ -544,11 +544,9 @@ def build_plan(
 
 
 def parse_capability(value: str) -> tuple[int, int]:
-    try:
-        major, minor = value.strip().split(".")
-        return int(major), int(minor)
-    except ValueError:
-        raise UserInputError(f"--capability must look like 9.0, got {value!r}") from None
+    from attnsel.probe.capability import parse_capability as parse  # the one parser (range-checked)
+
+    return parse(value, "--capability")
 
 
 def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:

@@ -21,6 +21,8 @@ _SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".
 
 def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path]) -> str:
     """--json, then --format, then the -o file's suffix, then Markdown."""
+    if as_json and requested is not None and requested.strip().lower() != "json":
+        raise UserInputError(f"--json and --format {requested} ask for two different outputs: pass one of them")
     if as_json:
         return "json"
     if requested is not None:
@@ -58,8 +60,9 @@ def _write(text: str, output: Path) -> None:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose another -o path") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise UserInputError(f"cannot write {str(output)[:200]!r}: {getattr(exc, 'strerror', None) or exc}; "
+                             "choose another -o path") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -80,6 +83,8 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli import settings
         from attnsel.reports.loaders import load_inputs
 
+        if output is not None and not str(output).strip():
+            raise UserInputError("--output is empty: give a file name or leave the flag out (stdout)")
         fmt = pick_format(output_format, as_json, output)
         data = load_inputs(inputs)
         settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")
