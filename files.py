@@ -16,7 +16,6 @@ import os
 import select
 import stat
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -125,27 +124,32 @@ def _read_stdin(what: str, limit: int, timeout: float) -> bytes:
 
 def _read_fd(fd: int, limit: int, timeout: float, where: str, what: str) -> bytes:
     """Read a descriptor to its end, at most limit + 1 bytes, giving up after `timeout` seconds
-    without data. A regular file needs no select (it is always readable)."""
+    without data. A non-blocking descriptor is read first: a FIFO that no writer ever opened
+    reads as end-of-file at once, where select() would wait (Linux reports no hang-up for it)."""
     chunks: list[bytes] = []
     size = 0
-    deadline = time.monotonic() + timeout
-    is_file = stat.S_ISREG(os.fstat(fd).st_mode)
+    eager = stat.S_ISREG(os.fstat(fd).st_mode) or not os.get_blocking(fd)
     while size <= limit:
-        if not is_file:
-            remaining = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0.0, remaining))
+        chunk = _try_read(fd) if eager else None
+        if chunk is None:
+            ready, _, _ = select.select([fd], [], [], timeout)
             if not ready:
                 raise UserInputError(f"{where} sent nothing for {timeout:g} s: gave up waiting for {what}")
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            continue
+            chunk = _try_read(fd)
+            if chunk is None:
+                continue
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
-        deadline = time.monotonic() + timeout
     return b"".join(chunks)
+
+
+def _try_read(fd: int) -> Optional[bytes]:
+    try:
+        return os.read(fd, _CHUNK)
+    except BlockingIOError:  # a writer is there, with nothing to say yet
+        return None
 
 
 def _decode(data: bytes, where: str, what: str) -> str:
@@ -182,6 +186,25 @@ def _first_line(exc: BaseException) -> str:
 def load_json_file(path: str, *, what: str, limit: int, flag: str = "path") -> Any:
     where = "standard input" if path == STDIN else shown_path(path)
     return parse_json(read_input(path, what=what, limit=limit, flag=flag), where, what)
+
+
+def check_output_folder(path: str, flag: str = "--output") -> None:
+    """A folder we are about to create (or fill): refused in one line before any work starts when
+    it is a file, sits under a file, or lies where we may not write. Creates nothing."""
+    info = path_info(path, flag)
+    if info.kind == "dir":
+        if not os.access(os.path.expanduser(path), os.W_OK | os.X_OK):
+            raise UserInputError(f"cannot write into {flag} {shown_path(path)}: permission denied")
+        return
+    if info.kind != "missing":
+        raise UserInputError(f"{flag} {shown_path(path)} is a file, not a folder: choose a folder name")
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserInputError(f"cannot create {flag} {shown_path(path)}: {shown_path(parent)} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserInputError(f"cannot create {flag} {shown_path(path)}: permission denied in {shown_path(parent)}")
 
 
 def optional_info(path: str, flag: str = "path") -> Optional[PathInfo]:

@@ -16,9 +16,9 @@ for vLLM and transformers. Nothing here runs model code (a config's `auto_map` i
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -75,10 +75,18 @@ def read_model(spec: str) -> ModelSource:
     raise UserInputError(_not_found_message(spec))
 
 
-@functools.lru_cache(maxsize=1)
+# (the stdin stream, its text): held with a strong reference, so the identity test below cannot
+# match a new stream that happens to reuse a freed one's id()
+_STDIN_READ: list = []
+
+
 def _stdin_text() -> str:
-    # standard input can be read once; a command that loads the model twice gets the same text
-    return files.read_input(files.STDIN, what=WHAT, limit=CONFIG_LIMIT, flag="--model")
+    # Standard input can be read once: a command that loads the model twice gets the same text.
+    # A new stdin (an embedding caller, a test runner) is read anew.
+    if not _STDIN_READ or _STDIN_READ[0] is not sys.stdin:
+        text = files.read_input(files.STDIN, what=WHAT, limit=CONFIG_LIMIT, flag="--model")
+        _STDIN_READ[:] = [sys.stdin, text]
+    return _STDIN_READ[1]
 
 
 def _stdin_source() -> ModelSource:

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             help="A tune output folder (or its tune.json / results.jsonl) and/or `attnsel explain --json` files.",
         ),
         output_format: Optional[str] = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+        output_text: Optional[str] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No 'wrote FILE' line on stderr."),
     ) -> None:
@@ -83,8 +83,9 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli import settings
         from attnsel.reports.loaders import load_inputs
 
-        if output is not None and not str(output).strip():
+        if output_text is not None and not output_text.strip():
             raise UserInputError("--output is empty: give a file name or leave the flag out (stdout)")
+        output = Path(output_text) if output_text is not None else None
         fmt = pick_format(output_format, as_json, output)
         data = load_inputs(inputs)
         settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from attnsel import files
 from attnsel.attention.validation import check_tune_flags
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted, UserInputError
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
         check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
         tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
+        output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
                          names=(("--model", model), ("--dtype", dtype), ("--kv-cache-dtype", kv_cache_dtype),
                                 ("--backends", backends), ("--block-sizes", block_sizes), ("--workload", workload),
                                 ("--weights", weights), ("--gpu", gpu), ("--capability", capability),
-                                ("--vllm-version", vllm_version)))
+                                ("--vllm-version", vllm_version), ("--output", output)))
         if retry_failed and not resume:
             raise UserInputError("--retry-failed only makes sense with --resume")
         if resume and output is None:
@@ -127,7 +128,8 @@ def register(app: typer.Typer) -> None:
 
         TUNE.check_shape_flags(req)
         err = stderr_console()
-        out_dir = output or TUNE.default_output_dir()
+        out_dir = Path(output) if output is not None else TUNE.default_output_dir()
+        files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
         err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
         bar, progress = _progress(err)
 

@@ -135,11 +135,11 @@ def _load_tune_dir(path: Path) -> TuneData:
 
 def _tune_from_document(path: Path, doc: dict) -> TuneData:
     rows = doc.get("rows")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "backend" in r for r in rows):
+    if not isinstance(rows, list):
         raise UserInputError(f"{path}: \"rows\" must be a list of result rows (bench/results.py); the file looks damaged")
+    check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
-    check_tune_document(doc, str(path))
     if not isinstance(doc.get("recommendation"), dict):
         doc = dict(doc, recommendation=_recommend(rows, doc.get("plan") or {}))
     return TuneData(str(path), doc, complete=True)
