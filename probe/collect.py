@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
+from attnsel.files import shown_path
 from attnsel.probe.capability import capability_facts  # noqa: F401 -- re-exported for explain
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import match_device_name
@@ -367,7 +368,7 @@ def _vllm_visible_device_notes(cvd: Optional[str]) -> list[str]:
 def _no_visible_gpu_note(count: int, cvd: Optional[str]) -> str:
     if count == 0:
         return "NVML works but reports no GPU"
-    return f"NVML sees {count} GPU(s) but none is visible to CUDA with CUDA_VISIBLE_DEVICES={cvd!r}"
+    return f"NVML sees {count} GPU(s) but none is visible to CUDA with CUDA_VISIBLE_DEVICES={shown_path(cvd or '')}"
 
 
 # ---------------------------------------------------------------------------------------------

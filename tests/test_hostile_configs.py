@@ -190,7 +190,8 @@ def _env_cases(tmp_path) -> list[Case]:
     for value in ("abc", "9" * 5000, "1.0"):
         cases.append(Case(f"env:VLLM_MLA_DISABLE={value[:8]}", ["explain", "--gpu", "B200", "--model", "deepseek-v3"], 2,
                           "VLLM_MLA_DISABLE must be an integer", env={"VLLM_MLA_DISABLE": value}))
-    for value in ("0," * 50_000, "GPU-", "MIG-", "-1", "GPU-zz,0", "1,0,1"):
+    for value in ("0," * 50_000, "GPU-", "MIG-", "-1", "GPU-zz,0", "1,0,1", "9" * 5000, "-" + "9" * 5000,
+                  "MIG-GPU-x/" + "9" * 5000 + "/0"):
         cases.append(Case(f"env:CUDA_VISIBLE_DEVICES={value[:8]}", ["probe", "--json"], 0,
                           env={"CUDA_VISIBLE_DEVICES": value}))
     for name, value in (("COLUMNS", "-5"), ("COLUMNS", "abc"), ("COLUMNS", "0"), ("CUDA_DEVICE_ORDER", "NONSENSE")):

@@ -58,6 +58,8 @@ FLAG_CASES = [
     Case("explain:mm-backend-unknown", [*EXPLAIN, "--mm-encoder-attn-backend", "x"], 2, "Unknown attention backend"),
     Case("explain:vllm-version-empty", [*EXPLAIN, "--vllm-version", ""], 2, "--vllm-version is empty"),
     Case("explain:vllm-version-word", [*EXPLAIN, "--vllm-version", "x"], 2, "no rule profile"),
+    Case("explain:vllm-version-5000-digits", [*EXPLAIN, "--vllm-version", "9" * 5000], 2, "(5000 characters)"),
+    Case("explain:vllm-version-huge-minor", [*EXPLAIN, "--vllm-version", "0." + "3" * 400], 2, "no rule profile"),
     Case("explain:nope-negative", [*EXPLAIN, "--qk-nope-head-dim", "-5"], 2, "--qk-nope-head-dim must be >= 0"),
     Case("explain:index-topk-negative", [*EXPLAIN, "--index-topk", "-1"], 2, "--index-topk must be >= 1"),
     Case("explain:gpu-all-live", ["explain", "--gpu", "all", "--live"], 2, None),
