@@ -52,9 +52,30 @@ def stderr_console() -> Console:
 
 
 def print_json(obj: Any) -> None:
-    """--json prints exactly one JSON document on stdout and nothing else."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
-    sys.stdout.flush()
+    """--json prints exactly one JSON document on stdout and nothing else: whole or not at all.
+    A Ctrl-C while it is written waits until the document is out (then exits 130)."""
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    with sigint_deferred():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold SIGINT back while the block runs (main thread, POSIX); a Ctrl-C that came meanwhile
+    is delivered when it ends. The cost: a reader that stops reading stalls Ctrl-C until it reads
+    or goes away -- a torn JSON document would be read as a verdict, a late Ctrl-C is not."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _json_default(value: Any) -> Any:

@@ -91,7 +91,7 @@ def _norm(text: str) -> str:
 
 _BY_KEY: dict[str, GpuSpec] = {}
 for _spec in GPU_TABLE:
-    for _k in (_spec.key, *_spec.aliases):
+    for _k in (_spec.key, *_spec.aliases, _spec.name):  # the name our output shows can be typed back
         _BY_KEY.setdefault(_norm(_k), _spec)
 
 
