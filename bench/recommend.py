@@ -367,3 +367,21 @@ def recommend(
     overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)
+
+
+def with_recommendation(document: dict) -> dict:
+    """A saved tune result as `attnsel report` renders it: tune.json carries its recommendation;
+    a sweep cut short left only results.jsonl, so the recommendation is made here from its rows,
+    the workload labels they name and (when the document has one) the plan's vLLM default."""
+    if isinstance(document.get("recommendation"), dict):
+        return document
+    rows = document.get("rows") or []
+    labels: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("status") != R.STATUS_SKIPPED_BY_VLLM and row.get("kind") and row.get("workload_label"):
+            kind_labels = labels.setdefault(row["kind"], [])
+            if row["workload_label"] not in kind_labels:
+                kind_labels.append(row["workload_label"])
+    default = (document.get("plan") or {}).get("vllm_default") or {}
+    vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") and default.get("block_size") else None
+    return dict(document, recommendation=recommend(rows, workload_labels=labels, vllm_default=vllm_default).to_dict())

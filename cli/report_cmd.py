@@ -39,6 +39,18 @@ def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path])
     return "md"
 
 
+def load_report(paths):
+    """What `report` renders: the inputs as read (reports/loaders.py), a tune result completed by
+    bench with the recommendation a sweep cut short never wrote (reports never recompute one)."""
+    from attnsel.bench.recommend import with_recommendation
+    from attnsel.reports.loaders import load_inputs
+
+    data = load_inputs(paths)
+    if data.tune is not None:
+        data.tune.document = with_recommendation(data.tune.document)
+    return data
+
+
 def render(data, fmt: str) -> str:
     if fmt == "md":
         from attnsel.reports import markdown
@@ -111,13 +123,12 @@ def register(app: typer.Typer) -> None:
         """Render tune results and explain answers: a summary (GPU, environment, recommendation, vLLM flags)
         then tables per workload. HTML is one self-contained file with charts (exit 0: written; 2: bad input)."""
         from attnsel.cli import settings
-        from attnsel.reports.loaders import load_inputs
 
         if output_text is not None and not output_text.strip():
             raise UserInputError("--output is empty: give a file name or leave the flag out (stdout)")
         output = Path(output_text) if output_text is not None else None
         fmt = pick_format(output_format, as_json, output)
-        data = load_inputs(inputs)
+        data = load_report(inputs)
         settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")
         text = render(data, fmt)
         if output is None:

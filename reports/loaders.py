@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from attnsel import files
-from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.errors import UserInputError
 from attnsel.reports.input_checks import check_explain_document, check_rows, check_tune_document
@@ -26,8 +25,10 @@ WHAT_TO_PASS = "pass the folder `attnsel tune --output` wrote (or its tune.json 
 @dataclass
 class TuneData:
     source: str
-    document: dict  # tune.json; for a bare results.jsonl only "rows" and a recomputed "recommendation"
-    complete: bool  # False: tune.json missing (the sweep was cut short), advice recomputed from the rows
+    # tune.json; for a bare results.jsonl only "rows". A missing recommendation is made by bench
+    # (bench/recommend.py with_recommendation, called by `attnsel report`): reports only render.
+    document: dict
+    complete: bool  # False: tune.json missing (the sweep was cut short)
 
     @property
     def rows(self) -> list[dict]:
@@ -140,8 +141,6 @@ def _tune_from_document(path: Path, doc: dict) -> TuneData:
     check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
-    if not isinstance(doc.get("recommendation"), dict):
-        doc = dict(doc, recommendation=_recommend(rows, doc.get("plan") or {}))
     return TuneData(str(path), doc, complete=True)
 
 
@@ -151,18 +150,5 @@ def _tune_from_rows(path: Path, text: str) -> TuneData:
     rows = list(R.latest_by_key(read).values())
     if not rows:
         raise UserInputError(f"{path} has no readable result rows: {WHAT_TO_PASS}")
-    doc = {"rows": rows, "recommendation": _recommend(rows, {})}
-    return TuneData(str(path), doc, complete=False)
+    return TuneData(str(path), {"rows": rows}, complete=False)
 
-
-def _recommend(rows: list[dict], plan: dict) -> dict:
-    """bench/recommend.py over the rows (when tune.json is missing): labels from the rows themselves."""
-    labels: dict[str, list[str]] = {}
-    for row in rows:
-        if row.get("status") != R.STATUS_SKIPPED_BY_VLLM and row.get("kind") and row.get("workload_label"):
-            kind_labels = labels.setdefault(row["kind"], [])
-            if row["workload_label"] not in kind_labels:
-                kind_labels.append(row["workload_label"])
-    default = (plan.get("vllm_default") or {})
-    vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") and default.get("block_size") else None
-    return REC.recommend(rows, workload_labels=labels, vllm_default=vllm_default).to_dict()

@@ -139,3 +139,17 @@ def test_configs_within_noise_of_the_best_are_marked_as_ties():
     assert marks[("FLASHINFER", 64)] == "best"
     assert marks[("FLASHINFER", 16)] == "tie"
     assert marks[("FLASH_ATTN", 64)] == "slower"
+
+
+def test_a_saved_result_keeps_its_recommendation_and_a_cut_short_one_gets_one_from_its_rows():
+    """`attnsel report` on a tune.json renders the recommendation tune wrote; on rows alone (a
+    sweep cut short) bench makes it, comparing with vLLM's default when the plan names it."""
+    saved = json.loads((FIXTURES.parent / "report" / "h200_llama8b_synthetic" / "tune.json").read_text())
+    assert REC.with_recommendation(saved) is saved
+    rows_only = {"rows": saved["rows"], "plan": {"vllm_default": {"backend": "FLASH_ATTN", "block_size": 16}}}
+    made = REC.with_recommendation(rows_only)["recommendation"]
+    assert made["vllm_default"]["backend"] == "FLASH_ATTN" and made["vllm_default"]["block_size"] == 16
+    best = made["overall"]["best"]
+    assert (best["backend"], best["block_size"]) == (saved["recommendation"]["overall"]["best"]["backend"],
+                                                     saved["recommendation"]["overall"]["best"]["block_size"])
+    assert REC.with_recommendation({"rows": saved["rows"]})["recommendation"]["vllm_default"] is None
