@@ -133,3 +133,32 @@ def test_ctrl_c_during_tune_keeps_whole_rows_and_resume_finishes(tmp_path):
     doc = json.loads(resumed.stdout)
     assert len(doc["rows"]) == 9 and all(r["status"] == "ok" for r in doc["rows"])
     assert Path(out / "tune.json").is_file()
+
+
+def _unprivileged() -> list[str]:
+    """A prefix that runs a command as a user who cannot read root's 0700 folders: nothing when
+    we are not root, setpriv to `nobody` when we are and it can start this Python."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if shutil.which("setpriv") is None or subprocess.run([*prefix, sys.executable, "-c", "import attnsel"],
+                                                         capture_output=True, cwd="/").returncode != 0:
+        pytest.skip("needs a non-root user (setpriv) that can run this Python")
+    return prefix
+
+
+def test_a_config_we_may_not_read_is_one_line_exit_2(tmp_path):
+    prefix = _unprivileged()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "config.json").write_text((CATALOG / "llama-3.1-8b.json").read_text())
+    tmp_path.chmod(0o755)
+    locked.chmod(0o700 if prefix else 0o000)
+    try:
+        for model in (locked / "config.json", locked):
+            done = subprocess.run([*prefix, *ATTNSEL, "explain", "--gpu", "H100", "--model", str(model)],
+                                  capture_output=True, text=True, env=ENV, timeout=LIMIT_S, cwd="/")
+            assert done.returncode == 2, done.stderr
+            _one_error_line(done.stderr, "permission denied")
+    finally:
+        locked.chmod(0o755)
