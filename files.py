@@ -54,7 +54,7 @@ def path_info(path: str, flag: str = "path") -> PathInfo:
         return PathInfo(path, "pipe")
     kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else \
         "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-    raise UserInputError(f"{flag} {shown_path(path)} is {kind}, not a file: pass a file (or `-` to read standard input)")
+    raise UserInputError(f"{flag} {shown_path(path)} is {kind}, not a file or a folder")
 
 
 def _why(exc: OSError) -> str:

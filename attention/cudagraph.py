@@ -8,36 +8,18 @@ vllm/v1/cudagraph_dispatcher.py). A decode step is host-bound at small batches, 
 modes differ by 1.3-2x for the same kernel there (gpu-facts, H100): tune must time each row the
 way vLLM will run it.
 
-The facts per release are data (cudagraph_support.json, read from the wheels); the rule below is
-the same for every release. With vLLM installed, the worker asks vLLM's own dispatcher instead
+The facts per release are data in each version's file (attention/versions/*.json, key
+`cudagraph`, read from the wheels); the rule below is the same for every release. With vLLM installed, the worker asks vLLM's own dispatcher instead
 (attention/kernels/vllm_stack.py) and this answer only fills in when vLLM is absent (stand-ins,
 dry runs).
 """
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
-DATA = Path(__file__).resolve().parent / "cudagraph_support.json"
 # AttentionCGSupport order (vllm/v1/attention/backend.py): a larger value supports more batches.
 SUPPORT_LEVELS = {"NEVER": 0, "UNIFORM_SINGLE_TOKEN_DECODE": 1, "UNIFORM_BATCH": 2, "ALWAYS": 3}
-
-
-@lru_cache(maxsize=1)
-def _releases() -> dict[tuple[int, int], dict]:
-    raw = json.loads(DATA.read_text(encoding="utf-8"))["releases"]
-    return {tuple(int(p) for p in key.split(".")): value for key, value in raw.items()}
-
-
-def facts_for(release: tuple[int, ...]) -> tuple[str, dict]:
-    """("0.24", facts) of the nearest recorded release at or below `release` (the oldest when older)."""
-    known = sorted(_releases())
-    older = [r for r in known if r <= tuple(release[:2])]
-    key = older[-1] if older else known[0]
-    return ".".join(map(str, key)), _releases()[key]
 
 
 def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) -> Optional[str]:
@@ -54,20 +36,22 @@ def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) ->
     return entry
 
 
-def decode_launch(release: tuple[int, ...], backend: str, capability: tuple[int, int], kind: str,
+def decode_launch(facts: Optional[dict], version: str, backend: str, capability: tuple[int, int], kind: str,
                   num_tokens: int) -> tuple[str, str]:
-    """("graph" | "eager", why) for one timed row, by the recorded facts of `release`.
+    """("graph" | "eager", why) for one timed row, by a release's recorded CUDA-graph facts (the
+    version object's `cudagraph` data, attention/versions/).
 
-    >>> decode_launch((0, 24, 0), "TRITON_ATTN", (9, 0), "decode", 64)[0]
+    >>> facts = {"default_mode": "FULL_AND_PIECEWISE", "max_capture_size": 512,
+    ...          "support": {"TRITON_ATTN": "ALWAYS", "FLEX_ATTENTION": "NEVER"}}
+    >>> decode_launch(facts, "0.24", "TRITON_ATTN", (9, 0), "decode", 64)[0]
     'graph'
-    >>> decode_launch((0, 24, 0), "TRITON_ATTN", (9, 0), "mixed", 64)[0]
+    >>> decode_launch(facts, "0.24", "TRITON_ATTN", (9, 0), "mixed", 64)[0]
     'eager'
-    >>> decode_launch((0, 17, 0), "FLEX_ATTENTION", (9, 0), "decode", 64)[0]
+    >>> decode_launch(facts, "0.24", "FLEX_ATTENTION", (9, 0), "decode", 64)[0]
     'eager'
     """
-    version, facts = facts_for(release)
-    support = cudagraph_support(facts, backend, capability)
     where = f"vLLM {version} (recorded)"
+    support = cudagraph_support(facts, backend, capability) if facts else None
     if support is None:
         return "eager", f"{where}: no CUDA-graph facts for {backend}; timed eagerly"
     if kind != "decode":

@@ -354,7 +354,7 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
     try:
         steps.facts = derive_model_facts(
             hf_config, capability=capability, dtype=deployment.dtype, tensor_parallel_size=tp,
-            gpu_name=first.name if first else None, profile=profile.data.get("model_rules", "seed"),
+            gpu_name=first.name if first else None, profile=profile.model_rules,
         )
     except CheckFailed as exc:  # vLLM's verify_with_parallel_config, fp16-unsupported models
         steps.checks.append(Check("model-config", FAIL, "vLLM would refuse the model configuration",

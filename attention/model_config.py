@@ -88,7 +88,7 @@ class ModelFacts:
     warnings: tuple[str, ...]  # vLLM warning lines, formatted
     infos: tuple[str, ...]  # vLLM info lines, formatted
     notes: tuple[str, ...]  # how each value was derived
-    # MLA dims and the sparse indexer's top-k (0.33 rules: TOKENSPEED_MLA, sparse MLA backends)
+    # MLA dims and the sparse indexer's top-k (later rules: TOKENSPEED_MLA, sparse MLA backends)
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     index_topk: Optional[int] = None
@@ -348,7 +348,7 @@ def derive_model_facts(
     dtype: str = "auto",
     tensor_parallel_size: int = 1,
     env: Optional[Mapping[str, str]] = None,
-    profile: str = "seed",
+    profile: "str | ModelRules | None" = None,
     gpu_name: Optional[str] = None,
     mamba_ssm_cache_dtype: str = "auto",
     mamba_cache_dtype: str = "auto",
@@ -380,7 +380,7 @@ def derive_model_facts(
 
     is_deepseek_mla = _is_deepseek_mla(text_config, text_model_type, rules)
     if is_deepseek_mla and rules.non_causal_disables_mla and text_config.get("is_causal") is False:
-        # 0.33 (§9 use_mla): hf_text_config.is_causal == False gives use_mla False
+        # §9 use_mla (later releases): hf_text_config.is_causal == False gives use_mla False
         notes.append(f"use_mla: {text_model_type!r} has is_causal false → not MLA")
         is_deepseek_mla = False
     use_mla = is_deepseek_mla and not mla_disabled
@@ -426,7 +426,7 @@ def derive_model_facts(
     if has_sink:
         notes.append(
             f"has_sink: {model_type!r} model code passes sinks= to its attention layers "
-            "(layer time; the seed's config-time block-size pass uses has_sink=False)"
+            "(layer time; a config-time block-size pass uses has_sink=False)"
         )
 
     use_mm_prefix = _use_mm_prefix(hf_config, model_type, rules, notes)
@@ -548,7 +548,7 @@ def _mla_disabled(env: Mapping[str, str]) -> bool:
 
 def _is_deepseek_mla(text_config: Mapping, text_model_type: str, rules: ModelRules) -> bool:
     if text_model_type in rules.mla_head_dim_model_types:
-        return text_config.get("head_dim") is not None  # 0.33: V4 models need head_dim (§9)
+        return text_config.get("head_dim") is not None  # V4 models need head_dim (§9)
     if text_model_type in rules.mla_model_types:
         return text_config.get("kv_lora_rank") is not None
     if text_model_type == "eagle":
@@ -772,3 +772,32 @@ def _vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list
         head_size = hidden // heads
     notes.append(f"vision encoder ({vision_type or 'vision_config'}): head_size {head_size}, {heads} heads, dtype {dtype}")
     return VisionFacts(head_size=head_size, dtype=dtype, num_heads=heads, model_type=vision_type)
+
+
+def attention_layer_count(hf_config: Mapping) -> Optional[int]:
+    """How many decoder layers call the attention kernel in one step (`attnsel verify`: kernel
+    time x layers / step time). Hybrid configs say which layers attend: `layer_types`
+    ("attention", "full_attention", "sliding_attention"; not "linear_attention"), Nemotron-H's
+    `hybrid_override_pattern` ('*'), Jamba's `attn_layer_period` / `attn_layer_offset`,
+    `attn_layer_indices`; attention-free models (Mamba) have none. None: the config does not say.
+
+    >>> attention_layer_count({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4})
+    4
+    """
+    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    layers = text.get("num_hidden_layers")
+    types = text.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(1 for t in types if isinstance(t, str) and "attention" in t and "linear" not in t)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*")
+    indices = text.get("attn_layer_indices")
+    if isinstance(indices, list):
+        return len(indices)
+    period, offset = text.get("attn_layer_period"), text.get("attn_layer_offset")
+    if isinstance(layers, int) and isinstance(period, int) and period > 0 and isinstance(offset, int):
+        return sum(1 for i in range(layers) if i % period == offset)
+    if str(text.get("model_type") or hf_config.get("model_type") or "") in ("mamba", "mamba2", "falcon_mamba"):
+        return 0
+    return layers if isinstance(layers, int) and layers > 0 else None

@@ -1,16 +1,15 @@
-"""vLLM's model-level facts, as data keyed by profile (vLLM era).
+"""vLLM's model-level facts for one vLLM version: `ModelRules`, built from the version's data.
 
 Everything `attention/model_config.py` needs to turn a Hugging Face `config.json` into the
-selector inputs vLLM derives (vllm-rules §6, §7, §9). One `ModelRules` per profile:
-"seed" = vLLM main, February 2026 (v0.16.0/v0.17.0 code, §6); "0.33" = vLLM 0.33.0 (§9 "HEAD"
-column: use_mla list, mm-prefix list, float16 list, head_dim rules).
+selector inputs vLLM derives (vllm-rules §6, §7, §9). The lists themselves (use_mla model types,
+mm-prefix list, float16 list, head_dim rules, ...) are data: the `models` section of each version
+file in attention/versions/ (a release lists only what it changed, as `$add` / `$remove`).
 
 Nothing here executes model code; the lists mirror vLLM's own lists and model-class flags.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -59,12 +58,9 @@ ARCHITECTURE_SUFFIX_RUNNERS = (
     ("Model", "pooling"),
 )
 
-_NUMERICAL_INSTABILITY = "Numerical instability. Please use bfloat16 or float32 instead."
-
-
 @dataclass(frozen=True)
 class ModelRules:
-    """Model-type lists and per-type defaults for one vLLM era."""
+    """Model-type lists and per-type defaults for one vLLM version."""
 
     profile: str
     # §6 use_mla: `is_deepseek_mla` model types (and kv_lora_rank set).
@@ -99,278 +95,64 @@ class ModelRules:
     # transformers config-class defaults that config.json files rely on by omission
     # (e.g. gemma-3 text configs omit head_dim: Gemma3TextConfig(head_dim=256)).
     transformers_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    # 0.33 (§9 use_mla / head_size): MLA model types that need `head_dim` (not kv_lora_rank)
+    # §9 use_mla / head_size: MLA model types that need `head_dim` (not kv_lora_rank)
     # and take it as the head size (DeepSeek-V4 with compress ratios).
     mla_head_dim_model_types: frozenset[str] = frozenset()
-    # 0.33 (§9 use_mla): `hf_text_config.is_causal == False` turns MLA off.
+    # §9 use_mla: `hf_text_config.is_causal == False` turns MLA off (later releases).
     non_causal_disables_mla: bool = False
 
 
-_SEED_MLA = frozenset(
-    {
-        "AXK1",
-        "deepseek_v2",
-        "deepseek_v3",
-        "deepseek_v32",
-        "deepseek_mtp",
-        "glm_moe_dsa",
-        "glm4_moe_lite",
-        "glm4_moe_lite_mtp",
-        "kimi_k2",
-        "kimi_linear",
-        "longcat_flash",
-        "pangu_ultra_moe",
-        "pangu_ultra_moe_mtp",
-        "bailing_hybrid",
-    }
+_SET_FIELDS = (
+    "mla_model_types",
+    "mla_eagle_inner_model_types",
+    "mm_prefix_model_types",
+    "hybrid_model_types",
+    "attention_free_model_types",
+    "sink_model_types",
+    "encoder_only_model_types",
+    "is_causal_switch_model_types",
+    "zero_head_size_model_types",
+    "attention_head_dim_model_types",
+    "mamba_ssm_dtype_from_config_architectures",
+    "mla_head_dim_model_types",
 )
 
-_SEED_HYBRID = frozenset(
-    {
-        "bamba",
-        "falcon_h1",
-        "granitemoehybrid",
-        "jamba",
-        "kimi_linear",
-        "lfm2",
-        "lfm2_moe",
-        "minimax_text_01",
-        "nemotron_h",
-        "plamo2",
-        "qwen3_next",
-        "qwen3_5",
-        "qwen3_5_moe",
-        "zamba2",
-    }
-)
 
-_SEED_ATTENTION_FREE = frozenset({"mamba", "mamba2", "falcon_mamba", "terratorch"})
-
-_SEED_ENCODER_ONLY = frozenset(
-    {
-        # BertModel / BertEmbeddingModel / BertForSequenceClassification (models/bert.py)
-        "bert",
-        # models/roberta.py builds on the BERT encoder
-        "roberta",
-        "xlm-roberta",
-        # models/modernbert.py
-        "modernbert",
-        # models/bert_with_rope.py (nomic-embed, gte "new")
-        "nomic_bert",
-        "new",
-    }
-)
-
-# Decoder model types attnsel knows vLLM serves (plus every type named in a list above).
-_SEED_KNOWN_DECODERS = frozenset(
-    {
-        "llama",
-        "llama4",
-        "mistral",
-        "mixtral",
-        "ministral",
-        "qwen",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "qwen2_vl",
-        "qwen2_5_vl",
-        "qwen3_vl",
-        "qwen3_vl_moe",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "gemma3_text",
-        "gemma3n",
-        "paligemma",
-        "phi",
-        "phi3",
-        "phi3_v",
-        "phi4mm",
-        "phimoe",
-        "gpt2",
-        "gpt_bigcode",
-        "gpt_neox",
-        "gptj",
-        "gpt_oss",
-        "mimo",
-        "mimo_v2_flash",
-        "falcon",
-        "starcoder2",
-        "olmo",
-        "olmo2",
-        "olmo3",
-        "olmoe",
-        "cohere",
-        "cohere2",
-        "command-r",
-        "dbrx",
-        "internlm2",
-        "internvl_chat",
-        "baichuan",
-        "chatglm",
-        "glm",
-        "glm4",
-        "glm4_moe",
-        "exaone",
-        "exaone4",
-        "granite",
-        "granitemoe",
-        "minicpm",
-        "minicpm3",
-        "minicpmv",
-        "minimax_m2",
-        "nemotron",
-        "nemotron-nas",
-        "stablelm",
-        "solar",
-        "seed_oss",
-        "ernie4_5",
-        "ernie4_5_moe",
-        "hunyuan_v1_dense",
-        "hunyuan_v1_moe",
-        "arcee",
-        "apertus",
-        "smollm3",
-        "llava",
-        "llava_next",
-        "llava_onevision",
-        "mllama",
-        "pixtral",
-        "molmo",
-        "molmo2",
-        "idefics3",
-        "aria",
-        "deepseek",
-        "deepseek_vl_v2",
-        "step3p5",
-        "whisper",
-        "eagle",
-        "medusa",
-        "timm_wrapper",
-        "t5",
-        "bart",
-    }
-)
-
-# Field defaults of the transformers config classes, for keys the catalog configs omit.
-# Only attention-relevant keys. `None` means "derived" (num_key_value_heads falls back to
-# num_attention_heads, head_dim to hidden_size // num_attention_heads).
-_SEED_TRANSFORMERS_DEFAULTS: Mapping[str, Mapping[str, object]] = MappingProxyType(
-    {
-        # LlamaConfig: vicuna-style text_config of llava-1.5 only names a few keys.
-        "llama": {"hidden_size": 4096, "num_attention_heads": 32},
-        "mistral": {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8},
-        "qwen2": {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32},
-        "qwen3": {
-            "hidden_size": 4096,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 32,
-            "head_dim": 128,
-        },
-        "gemma2": {
-            "hidden_size": 2304,
-            "num_attention_heads": 8,
-            "num_key_value_heads": 4,
-            "head_dim": 256,
-        },
-        # Gemma3TextConfig: gemma-3-{4b,12b,27b}-it text_config omit head_dim (256).
-        "gemma3_text": {
-            "hidden_size": 2304,
-            "num_attention_heads": 8,
-            "num_key_value_heads": 4,
-            "head_dim": 256,
-        },
-        "siglip_vision_model": {"hidden_size": 768, "num_attention_heads": 12},
-        "clip_vision_model": {"hidden_size": 768, "num_attention_heads": 12},
-        "bert": {"hidden_size": 768, "num_attention_heads": 12},
-    }
-)
-
-SEED = ModelRules(
-    profile="seed",
-    mla_model_types=_SEED_MLA,
-    mla_eagle_inner_model_types=frozenset(
-        {"AXK1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}
-    ),
-    mm_prefix_model_types=frozenset({"gemma3", "molmo2", "paligemma"}),
-    hybrid_model_types=_SEED_HYBRID,
-    attention_free_model_types=_SEED_ATTENTION_FREE,
-    float16_not_supported=MappingProxyType(
-        {
-            "gemma2": _NUMERICAL_INSTABILITY,
-            "gemma3": _NUMERICAL_INSTABILITY,
-            "gemma3_text": _NUMERICAL_INSTABILITY,
-            "plamo2": _NUMERICAL_INSTABILITY,
-            "glm4": _NUMERICAL_INSTABILITY,
-        }
-    ),
-    sink_model_types=frozenset({"gpt_oss", "mimo_v2_flash"}),
-    encoder_only_model_types=_SEED_ENCODER_ONLY,
-    is_causal_switch_model_types=frozenset({"llama", "qwen2", "qwen3"}),
-    zero_head_size_model_types=frozenset({"mamba", "falcon_mamba", "timm_wrapper", "medusa"}),
-    attention_head_dim_model_types=frozenset({"zamba2"}),
-    mamba_ssm_dtype_from_config_architectures=frozenset(
-        {"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM"}
-    ),
-    # The hook's default when the HF config has no key; "float16" in the code read for the
-    # seed era (later releases changed it to "float32").
-    mamba_ssm_dtype_hook_default="float16",
-    known_model_types=(
-        _SEED_KNOWN_DECODERS
-        | _SEED_MLA
-        | _SEED_HYBRID
-        | _SEED_ATTENTION_FREE
-        | _SEED_ENCODER_ONLY
-        | {"gemma3", "molmo2", "paligemma", "mimo_v2_flash", "nemotron_h"}
-    ),
-    transformers_defaults=_SEED_TRANSFORMERS_DEFAULTS,
-)
-
-# --- vLLM 0.33 (vllm-rules §9 "use_mla", "head_size", "mm_prefix models", "dtype") -----------------
-_V033_MLA_ADDED = frozenset(
-    {
-        "deepseek_v4",
-        "deepseek_v41",
-        "dots3_note",
-        "k3_dspark",
-        "glm5_next",
-        "glm5_next_text",
-        "bailing_hybrid_mtp",
-        "bailing_hybrid_v3_mtp",
-        "hy_v4",
-        "hy_v4_mtp",
-    }
-)
-# §9: "AXK1 is spelled axk1"
-_V033_MLA = (_SEED_MLA - {"AXK1"}) | {"axk1"} | _V033_MLA_ADDED
-
-V033 = dataclasses.replace(
-    SEED,
-    profile="0.33",
-    mla_model_types=_V033_MLA,
-    mla_eagle_inner_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
-    # §9: adds bagel, moondream3
-    mm_prefix_model_types=frozenset({"gemma3", "molmo2", "paligemma", "bagel", "moondream3"}),
-    # §9: plamo2 dropped from _FLOAT16_NOT_SUPPORTED_MODELS
-    float16_not_supported=MappingProxyType(
-        {k: v for k, v in SEED.float16_not_supported.items() if k != "plamo2"}
-    ),
-    known_model_types=(SEED.known_model_types - {"AXK1"}) | _V033_MLA | {"bagel", "moondream3"},
-    mla_head_dim_model_types=frozenset({"deepseek_v4", "deepseek_v41"}),
-    non_causal_disables_mla=True,
-)
-
-PROFILES: Mapping[str, ModelRules] = MappingProxyType({"seed": SEED, "0.33": V033})
+def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRules:
+    """A version's `models` data as ModelRules. The model types attnsel recognises are every type a
+    list names plus `other_model_types` (decoders vLLM serves that no rule singles out)."""
+    sets = {name: frozenset(data.get(name, ())) for name in _SET_FIELDS}  # type: ignore[arg-type]
+    float16 = MappingProxyType(dict(data["float16_not_supported"]))  # type: ignore[arg-type]
+    type_sets = [values for name, values in sets.items() if name != "mamba_ssm_dtype_from_config_architectures"]
+    known = frozenset(data["other_model_types"]).union(*type_sets, float16)  # type: ignore[arg-type]
+    defaults = data.get("transformers_defaults", {})
+    return ModelRules(
+        profile=profile,
+        float16_not_supported=float16,
+        mamba_ssm_dtype_hook_default=str(data["mamba_ssm_dtype_hook_default"]),
+        known_model_types=known,
+        transformers_defaults=MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
+        ),
+        non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
+        **sets,
+    )
 
 
-def rules_for(profile: str) -> ModelRules:
-    """The model rules of one vLLM profile; unknown names are bad input."""
-    from attnsel.errors import UserInputError
+def rules_for(profile: "str | ModelRules | None" = None) -> ModelRules:
+    """The model rules of one vLLM version (a version name or alias: "seed_0_17", "0.33"; None: the
+    library default); unknown names are bad input."""
+    if isinstance(profile, ModelRules):
+        return profile
+    from attnsel.attention.versions.choice import choose_profile, profile_name_for
 
-    try:
-        return PROFILES[profile]
-    except KeyError:
-        valid = ", ".join(sorted(PROFILES))
-        raise UserInputError(f"Unknown vLLM profile {profile!r}. Valid profiles: {valid}") from None
+    if profile is None:
+        return choose_profile(None).profile.model_rules
+    name = profile_name_for(profile)
+    if name is None:
+        from attnsel.attention.versions.registry import available_profiles
+        from attnsel.errors import UserInputError
+
+        valid = ", ".join(available_profiles())
+        raise UserInputError(f"Unknown vLLM profile {profile!r}. Valid profiles: {valid}")
+    return choose_profile(name).profile.model_rules

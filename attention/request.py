@@ -40,7 +40,7 @@ class SelectionRequest:
     flashinfer_cubin: bool = True
     hybrid: Optional[bool] = None
     mamba_cache_float32: Optional[bool] = None
-    # vLLM 0.33 selector inputs (vllm-rules §9)
+    # later selector inputs (vllm-rules §9)
     sliding_window: Optional[bool] = None
     non_causal: bool = False
     kv_connector: bool = False
@@ -49,7 +49,7 @@ class SelectionRequest:
     per_head_quant_scales: bool = False
     rswa: bool = False
     adaptive_verification: bool = False
-    # model facts the 0.33 rules read from vLLM's VllmConfig (vllm-rules §9)
+    # model facts later rules read from vLLM's VllmConfig (vllm-rules §9)
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     num_kv_heads: Optional[int] = None
@@ -57,8 +57,9 @@ class SelectionRequest:
     index_topk: Optional[int] = None
 
 
-# SelectionContext fields only the 0.33 rule code reads (RuleCode033): (field, flag, what for)
-CONTEXT_INPUTS_033 = (
+# SelectionContext fields only some versions' rules read (a version lists them in its data's
+# `context_inputs`): (field, flag, what for)
+CONTEXT_INPUTS = (
     ("num_kv_heads", "--num-kv-heads", "KV heads per GPU"),
     ("kv_lora_rank", "--kv-lora-rank", "MLA kv_lora_rank"),
     ("index_topk", "--index-topk N", "sparse-indexer index_topk value"),
@@ -71,12 +72,6 @@ def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
     if from_model is not None:
         return from_model
     return default
-
-
-def _reads_033_context(profile: Any) -> bool:
-    from attnsel.attention.rules import RuleCode033
-
-    return isinstance(profile.code, RuleCode033)
 
 
 def _has_window(facts: Any) -> Optional[bool]:
@@ -122,10 +117,10 @@ def build_selection(
         use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
         attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
         use_per_head_quant_scales=req.per_head_quant_scales,
-        # 0.33 inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
+        # later inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
         has_sliding_window=bool(_pick(req.sliding_window, _has_window(facts), False)),
         use_non_causal=req.non_causal,
-        # VLLM_BATCH_INVARIANT is also a selector input from 0.33 on; the seed reads it elsewhere
+        # VLLM_BATCH_INVARIANT is also a selector input where the version has the field
         use_batch_invariant=req.batch_invariant and profile.has_selector_field("use_batch_invariant"),
         use_kv_connector=req.kv_connector,
         use_dcp=req.dcp > 1,
@@ -137,15 +132,14 @@ def build_selection(
     if facts is not None:
         model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
     notes: list[str] = []
-    extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS_033}
-    if not _reads_033_context(profile):
-        for name, flag, what in CONTEXT_INPUTS_033:
-            if extra[name] is not None:
-                notes.append(
-                    f"{what} ({flag}) is not an input of the vLLM {profile.vllm_version} rules "
-                    f"(profile {profile.name}): ignored"
-                )
-                extra[name] = None
+    extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
+    for name, flag, what in CONTEXT_INPUTS:
+        if name not in profile.context_inputs and extra[name] is not None:
+            notes.append(
+                f"{what} ({flag}) is not an input of the vLLM {profile.vllm_version} rules "
+                f"(profile {profile.name}): ignored"
+            )
+            extra[name] = None
     ctx = SelectionContext(
         capability=tuple(capability),
         num_heads=_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
@@ -198,4 +192,4 @@ def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContex
     return expl
 
 
-__all__ = ["CONTEXT_INPUTS_033", "SelectionRequest", "build_selection", "explain_selection"]
+__all__ = ["CONTEXT_INPUTS", "SelectionRequest", "build_selection", "explain_selection"]

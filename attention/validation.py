@@ -182,8 +182,8 @@ def check_size(flag: str, value: Optional[int], *, minimum: int = 1, maximum: in
     if value < minimum:
         raise UserInputError(f"{flag} must be >= {minimum}, got {_shown(value)}")
     if value > maximum:
-        what = "GPUs than any deployment" if maximum == MAX_PARALLEL else "than any model or KV cache"
-        raise UserInputError(f"{flag} {_shown(value)} is more {what} (at most {maximum})")
+        what = {MAX_PARALLEL: "is more GPUs than any deployment", INT32_MAX: "is more than any model or KV cache"}
+        raise UserInputError(f"{flag} {_shown(value)} {what.get(maximum, 'is too large')} (at most {maximum})")
 
 
 def check_parallel(flag: str, value: Optional[int]) -> None:

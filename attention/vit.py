@@ -1,11 +1,9 @@
 """vLLM's ViT (vision tower) attention backend, `CudaPlatformBase.get_vit_attn_backend` (vllm-rules §8).
 
-Seed: the supported list is [FLASH_ATTN, TRITON_ATTN, TORCH_SDPA]; an explicit backend
-(--mm-encoder-attn-backend) must be in it; otherwise the first backend (TORCH_SDPA skipped) whose
-head size, dtype and compute capability pass wins; TORCH_SDPA is the fallback.
-0.33 (§9 ViT): CC >= 8 [FLASH_ATTN, TRITON_ATTN, TORCH_SDPA, FLASHINFER], else [FLASH_ATTN,
-TORCH_SDPA, TRITON_ATTN, FLASHINFER]; the loop returns TORCH_SDPA when it reaches it, so
-FLASHINFER is explicit-only.
+The version's data (`vit`) gives the supported list (and one for CC < 8.0 where the version has
+it), the backends the automatic loop skips, the one it returns as soon as it reaches it, and the
+fallback. An explicit backend (--mm-encoder-attn-backend) must be in the list; otherwise the first
+backend whose head size, dtype and compute capability pass wins (vllm-rules §8, §9 ViT).
 """
 
 from __future__ import annotations

@@ -185,12 +185,10 @@ def peak_from_worker_info(info: Mapping[str, Any]) -> tuple[Optional[float], Opt
     return peak_bandwidth(info.get("name"), info.get("total_memory_bytes"), None, None)
 
 
-def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[dict]:
-    """Name + compute capability of the GPU the workers will use (CUDA device 0), from NVML,
-    so the plan needs no torch probe process. None when NVML cannot tell for sure: no NVML, a
-    CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG), or several visible GPUs of
-    different kinds (CUDA's default FASTEST_FIRST order need not match NVML's PCI order).
-    L2 size, SM count and library versions come later, from the first worker's "ready"."""
+def visible_gpus_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[list[dict]]:
+    """The GPUs this process's CUDA numbers 0, 1, ..., from NVML: CUDA ordinal, name, compute
+    capability, UUID, memory, NVML index. None when NVML cannot tell for sure (no NVML, a
+    CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG))."""
     session = reader.session
     if session is None:
         return None
@@ -200,26 +198,32 @@ def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) 
     indices = _visible_nvml_indices(session, int(count), env.get("CUDA_VISIBLE_DEVICES"))
     if not indices:
         return None
-    kinds = set()
-    for index in indices:
+    gpus = []
+    for ordinal, index in enumerate(indices):
         cc = session.get("nvmlDeviceGetCudaComputeCapability", index)
         name = session.get("nvmlDeviceGetName", index)
         if not cc or not name:
             return None
-        kinds.add((str(name), int(cc[0]), int(cc[1])))
-    if len(kinds) != 1:
+        memory = session.get("nvmlDeviceGetMemoryInfo", index)
+        gpus.append({"ordinal": str(ordinal), "name": str(name), "capability": [int(cc[0]), int(cc[1])],
+                     "uuid": session.get("nvmlDeviceGetUUID", index),
+                     "total_memory_bytes": memory.get("total") if isinstance(memory, dict) else None,
+                     "nvml_index": index})
+    return gpus
+
+
+def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[dict]:
+    """Name + compute capability of the GPU the workers will use (CUDA device 0), from NVML,
+    so the plan needs no torch probe process. None when NVML cannot tell for sure: no NVML, a
+    CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG), or several visible GPUs of
+    different kinds (CUDA's default FASTEST_FIRST order need not match NVML's PCI order).
+    L2 size, SM count and library versions come later, from the first worker's "ready"."""
+    gpus = visible_gpus_from_nvml(reader, env)
+    if not gpus or len({(g["name"], tuple(g["capability"])) for g in gpus}) != 1:
         return None
-    name, major, minor = kinds.pop()
-    index = indices[0]
-    memory = session.get("nvmlDeviceGetMemoryInfo", index)
-    return {
-        "name": name,
-        "capability": [major, minor],
-        "uuid": session.get("nvmlDeviceGetUUID", index),
-        "total_memory_bytes": memory.get("total") if isinstance(memory, dict) else None,
-        "nvml_index": index,
-        "source": "nvml",
-    }
+    first = gpus[0]
+    return {"name": first["name"], "capability": first["capability"], "uuid": first["uuid"],
+            "total_memory_bytes": first["total_memory_bytes"], "nvml_index": first["nvml_index"], "source": "nvml"}
 
 
 def _visible_nvml_indices(session: NvmlSession, count: int, visible: Optional[str]) -> Optional[list[int]]:

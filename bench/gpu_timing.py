@@ -173,8 +173,10 @@ def graph_runner(fn: Callable[[], object]) -> Callable[[], object]:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
-    runner = graph.replay
-    runner.graph = graph  # type: ignore[attr-defined]  # keeps the graph alive with the runner
+
+    def runner() -> None:  # the closure keeps the graph (and its memory pool) alive
+        graph.replay()
+
     return runner
 
 

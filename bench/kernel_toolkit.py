@@ -26,6 +26,8 @@ LIBRARY_DISTRIBUTIONS = (
 class KernelToolkit:
     """torch, CUDA events and the adapters of `attnsel.attention.kernels`."""
 
+    batch_device = "cuda"
+
     def __init__(self) -> None:
         # Import only: no CUDA call here, so a pre-spawned worker can run this while another
         # worker is timing (bench/sweep.py); start_cuda() runs after the parent's "go".
@@ -74,6 +76,7 @@ class KernelToolkit:
         return list(self.registry.adapters_for(backend, device=getattr(self, "device", "cuda")))
 
     def workload(self, shape: dict, spec: WorkloadSpec) -> Any:
+        mla = bool(shape.get("use_mla"))
         return self.paged.Workload(
             kind=spec.kind,
             batch=spec.batch,
@@ -83,10 +86,19 @@ class KernelToolkit:
             num_kv_heads=int(shape["num_kv_heads"]),
             head_size=int(shape["head_size"]),
             dtype=shape["dtype"],
+            kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
+            kv_lora_rank=int(shape["kv_lora_rank"]) if mla else None,
+            qk_nope_head_dim=shape.get("qk_nope_head_dim") if mla else None,
         )
 
     def make_batch(self, workload: Any, block_size: int, seed: int) -> Any:
-        batch = self.paged.make_paged_batch(workload, block_size, device="cuda", seed=seed, ragged=True)
+        """A paged batch (fp8 cache included), or a latent-cache batch for an MLA workload."""
+        if workload.is_mla:
+            from attnsel.attention.kernels.mla import make_mla_batch
+
+            batch = make_mla_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
+        else:
+            batch = self.paged.make_paged_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
         self._live.append(batch)
         return batch
 

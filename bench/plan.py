@@ -68,10 +68,19 @@ class TuneShape:
     is_hybrid: bool = False
     mamba_cache_float32: bool = False
     sliding_window: Optional[int] = None
+    # MLA layers (bench/plan_mla.py): head_size = kv_lora_rank + qk_rope_head_dim, one KV head
+    kv_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
 
     def describe(self) -> str:
-        gqa = f"{self.num_q_heads}/{self.num_kv_heads} heads"
         src = f"{self.model}, TP={self.tensor_parallel_size}: " if self.model else ""
+        if self.use_mla and self.kv_lora_rank is not None:
+            from attnsel.bench import plan_mla
+
+            return f"{src}{plan_mla.describe(self)}, {self.dtype}, kv cache {self.kv_cache_dtype}"
+        gqa = f"{self.num_q_heads}/{self.num_kv_heads} heads"
         return f"{src}head_size {self.head_size}, {gqa} per GPU, {self.dtype}, kv cache {self.kv_cache_dtype}"
 
     def to_dict(self) -> dict:
@@ -152,6 +161,7 @@ def shape_from_model(
 ) -> TuneShape:
     """The same derivation as `explain --model` (attention/model_config.py)."""
     from attnsel.attention import model_config
+    from attnsel.bench import plan_mla
 
     hf = model_config.load_model_config(model)
     facts = model_config.derive_model_facts(
@@ -179,6 +189,7 @@ def shape_from_model(
         is_hybrid=bool(facts.is_hybrid),
         mamba_cache_float32=bool(facts.mamba_cache_float32),
         sliding_window=getattr(facts, "sliding_window", None),
+        **plan_mla.mla_fields_from_facts(facts),
     )
 
 
@@ -300,12 +311,16 @@ def parse_block_sizes(value: Optional[str]) -> list[int]:
 
 
 def parse_backends(value: Optional[str]) -> list[str]:
+    """--backends as a list; empty: the model's grid (dense backends, or vLLM's MLA backends for an
+    MLA model: bench/plan_mla.py)."""
+    from attnsel.bench.plan_mla import MLA_BACKENDS
+
     if not value:
-        return list(BACKENDS)
+        return []
     names = [v.strip().upper() for v in value.split(",") if v.strip()]
-    bad = [n for n in names if n not in BACKENDS]
+    bad = [n for n in names if n not in BACKENDS + MLA_BACKENDS]
     if bad:
-        raise UserInputError(f"unknown backend(s) {', '.join(bad)}; tune supports {', '.join(BACKENDS)}")
+        raise UserInputError(f"unknown backend(s) {', '.join(bad)}; tune supports {', '.join(BACKENDS + MLA_BACKENDS)}")
     return list(dict.fromkeys(names))
 
 
@@ -350,12 +365,15 @@ def _selector_inputs(selector, shape: TuneShape, block_size: Optional[int]):
 def _selection_context(selector, shape: TuneShape, capability: tuple[int, int], backend: Optional[str]):
     # importable=None: judge the target machine as vLLM ships (every package present), the way
     # `explain` does by default; tune times its own adapters, not vLLM's imports.
+    from attnsel.bench import plan_mla
+
     return selector.SelectionContext(
         capability=tuple(capability),
         num_heads=shape.num_q_heads,
         user_backend=backend,
         is_hybrid=shape.is_hybrid,
         mamba_cache_float32=shape.mamba_cache_float32,
+        **plan_mla.selection_context_fields(shape),
     )
 
 
@@ -366,7 +384,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     profile, rules, selector = _rules(vllm_version)
     cli_error = rules.block_size_cli_error(profile, block_size)
     if cli_error:
-        # the seed's argument parser only accepts the BlockSize literal (vllm-rules §4; gone in 0.33, §9)
+        # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
         return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:
@@ -429,7 +447,6 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: Optional[str] = None
-    vllm_release: Optional[tuple[int, ...]] = None  # the release of that profile (CUDA-graph facts)
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -443,10 +460,12 @@ class Plan:
         """How vLLM would launch this row's attention (graph replay or eager), from the recorded
         CUDA-graph facts of the plan's release (attention/cudagraph.py); the worker replaces it
         with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
-        from attnsel.attention import cudagraph
+        from attnsel.attention import cudagraph, rules
 
-        release = self.vllm_release or (0, 99, 0)
-        return cudagraph.decode_launch(release, backend, tuple(self.capability), w.kind, w.query_tokens)
+        profile = rules.get_profile(self.rule_profile) if self.rule_profile else None
+        version = profile.vllm_version if profile else "?"
+        return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
+                                       tuple(self.capability), w.kind, w.query_tokens)
 
     def launch_summary(self) -> dict[str, dict[str, str]]:
         """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""
@@ -493,7 +512,7 @@ def build_plan(
     shape: TuneShape,
     capability: tuple[int, int],
     *,
-    backends: Sequence[str] = BACKENDS,
+    backends: Sequence[str] = (),
     block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     kinds: Sequence[str] = WORKLOAD_KINDS,
     grid: str = "default",
@@ -503,11 +522,14 @@ def build_plan(
     block_sizes_given: bool = False,
 ) -> Plan:
     """Filter backend x block size with vLLM's rules for this GPU; attach the workload shapes.
+    `backends` empty: the model's grid (MLA models: vLLM's MLA backends, bench/plan_mla.py).
     `block_sizes_given`: the user passed --block-sizes (then every backend gets all of them)."""
+    from attnsel.bench import plan_mla
+
     notes: list[str] = [shape.assumed] if shape.assumed else []
-    if shape.use_mla:
-        notes.append("MLA models are not tuned yet: the four backends tune times are non-MLA, and vLLM refuses them "
-                     "for an MLA model (`MLA not supported`).")
+    backends = list(backends) or plan_mla.default_backends(shape.use_mla, BACKENDS)
+    kinds, mla_notes = plan_mla.workload_kinds(shape.use_mla, kinds)
+    notes += mla_notes + plan_mla.shape_notes(shape)
     if shape.has_sink:
         notes.append("the model uses attention sinks; the timed kernels run without them, so the ranking is indicative")
     if shape.sliding_window:

@@ -29,6 +29,10 @@ from attnsel.bench import timing as T
 from attnsel.errors import UserInputError
 
 DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+# A margin above noise but below this is not worth a flag change: attention is only part of a
+# decode step (a 30% kernel margin was 1% of an engine step on an H100, issue "tune --verify"), and
+# a larger --block-size costs KV-cache granularity. `--min-gain` lowers or raises it.
+DEFAULT_MIN_GAIN = 0.05
 
 Config = tuple[str, int]  # (backend, block size)
 
@@ -75,6 +79,19 @@ def flags_for(backend: str, block_size: int) -> str:
     return f"--attention-backend {backend} --block-size {block_size}"
 
 
+LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
+                "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
+
+
+def launch_of(rows: Iterable[dict]) -> Optional[str]:
+    """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
+    modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
+    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
+    if not modes or not modes <= {"graph", "eager"}:
+        return None
+    return "graph+eager" if len(modes) == 2 else modes.pop()
+
+
 @dataclass
 class ConfigScore:
     backend: str
@@ -84,6 +101,8 @@ class ConfigScore:
     shapes: int
     # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
     vs_best: Optional[str] = None
+    # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
+    launch: Optional[str] = None
 
     @property
     def config(self) -> Config:
@@ -91,7 +110,7 @@ class ConfigScore:
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
-                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best}
+                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best, "launch": self.launch}
 
 
 @dataclass
@@ -103,11 +122,12 @@ class Decision:
     default: Optional[ConfigScore]
     speedup_vs_default: Optional[float]  # > 1: best is faster than the default
     noise_threshold: Optional[float]  # relative margin the speedup had to exceed
-    verdict: str  # "faster", "noisy", "stand-in", "default is fastest", "default not measured", "no valid config"
+    verdict: str  # "faster", "noisy", "small", "stand-in", "default is fastest", "default not measured", "no valid config"
     ranking: list[ConfigScore] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: Optional[dict] = None
     stand_in: Optional[str] = None  # the stand-in provider behind verdict "stand-in"
+    min_gain: float = DEFAULT_MIN_GAIN
 
     @property
     def above_noise(self) -> bool:
@@ -118,6 +138,12 @@ class Decision:
         return flags_for(self.best.backend, self.best.block_size) if self.best else None
 
     def advice(self) -> str:
+        text = self._advice()
+        if self.best is not None and self.best.launch in LAUNCH_WORDS:
+            text += f"; timed with {LAUNCH_WORDS[self.best.launch]}"
+        return text
+
+    def _advice(self) -> str:
         if self.best is None:
             return "no valid configuration was measured"
         best = f"{self.best.backend} with --block-size {self.best.block_size}"
@@ -128,6 +154,9 @@ class Decision:
         margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
         if self.verdict == "faster":
             return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
+        if self.verdict == "small":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default: above noise, but below the "
+                    f"{self.min_gain * 100:.0f}% worth changing flags for (--min-gain): keeping the default is as good")
         if self.verdict == "stand-in":
             return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
                     f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
@@ -158,6 +187,7 @@ class Decision:
             "noise_threshold_pct": self.noise_threshold * 100 if self.noise_threshold is not None else None,
             "verdict": self.verdict,
             "stand_in": self.stand_in,
+            "min_gain_pct": self.min_gain * 100,
             "above_noise": self.above_noise,
             "flags": self.flags,
             "advice": self.advice(),
@@ -228,7 +258,7 @@ def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) ->
 
 def decide_workload(
     rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Optional[Config],
-    disqualified: Mapping[Config, str],
+    disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
     scores: list[ConfigScore] = []
@@ -244,7 +274,8 @@ def decide_workload(
             continue
         chosen = [by_label[lbl] for lbl in shape_labels]
         scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
-                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen)))
+                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen),
+                                  launch=launch_of(chosen)))
     scores.sort(key=lambda s: s.geomean_ms)
     best = scores[0] if scores else None
     if best is not None:
@@ -262,7 +293,15 @@ def decide_workload(
     speedup = default.geomean_ms / best.geomean_ms
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
     decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
-    return _guard_stand_ins(decision, per_shape_best + per_shape_default)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
+
+
+def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
+    decision.min_gain = min_gain
+    if decision.verdict == "faster" and decision.speedup_vs_default is not None and \
+            decision.speedup_vs_default - 1 < min_gain:
+        decision.verdict = "small"
+    return decision
 
 
 def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
@@ -294,7 +333,7 @@ def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str
 
 def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
                    vllm_default: Optional[Config], rows: Sequence[dict],
-                   workload_labels: Mapping[str, Sequence[str]]) -> Optional[Decision]:
+                   workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Optional[Decision]:
     """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
     kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
     if not kinds:
@@ -308,8 +347,13 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     def score(config: Config) -> float:
         return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
 
+    def launch(config: Config) -> Optional[str]:
+        modes = {_score_of(decisions[k], config).launch for k in kinds}
+        return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
+
     ranking = sorted(
-        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds))
+        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds),
+                     launch=launch(c))
          for c in common),
         key=lambda s: s.geomean_ms,
     )
@@ -341,8 +385,8 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
     compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
                 and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
-    return _guard_stand_ins(Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm),
-                            compared)
+    decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
 
 
 def _score_of(decision: Decision, config: Config) -> ConfigScore:
@@ -355,33 +399,17 @@ def recommend(
     workload_labels: Mapping[str, Sequence[str]],
     vllm_default: Optional[Config],
     weights: Optional[Mapping[str, float]] = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Recommendation:
     """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
     weights = dict(weights or DEFAULT_WEIGHTS)
     rows = list(rows)
     disqualified = disqualified_configs(rows)
     decisions = {
-        kind: decide_workload(rows, kind, labels, vllm_default, disqualified)
+        kind: decide_workload(rows, kind, labels, vllm_default, disqualified, min_gain)
         for kind, labels in workload_labels.items() if labels
     }
-    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels)
+    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)
 
-
-def with_recommendation(document: dict) -> dict:
-    """A saved tune result as `attnsel report` renders it: tune.json carries its recommendation;
-    a sweep cut short left only results.jsonl, so the recommendation is made here from its rows,
-    the workload labels they name and (when the document has one) the plan's vLLM default."""
-    if isinstance(document.get("recommendation"), dict):
-        return document
-    rows = document.get("rows") or []
-    labels: dict[str, list[str]] = {}
-    for row in rows:
-        if row.get("status") != R.STATUS_SKIPPED_BY_VLLM and row.get("kind") and row.get("workload_label"):
-            kind_labels = labels.setdefault(row["kind"], [])
-            if row["workload_label"] not in kind_labels:
-                kind_labels.append(row["workload_label"])
-    default = (document.get("plan") or {}).get("vllm_default") or {}
-    vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") and default.get("block_size") else None
-    return dict(document, recommendation=recommend(rows, workload_labels=labels, vllm_default=vllm_default).to_dict())

@@ -48,9 +48,11 @@ def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_c
 
 
 # Backends whose kernel tune runs through vLLM's own classes when vLLM is installed
-# (attention/kernels/vllm_backend.py); any other provider of them is a stand-in. FLEX_ATTENTION is
-# torch's flex_attention in vLLM and in attnsel alike.
-VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+# (attention/kernels/vllm_backend.py, vllm_mla.py); any other provider of them is a stand-in (e.g.
+# FlashInfer's MLA wrapper for FLASHINFER_MLA). FLEX_ATTENTION is torch's flex_attention in vLLM
+# and in attnsel alike.
+VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
+                        "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 VLLM_ADAPTER = "vllm"
 
 
@@ -71,20 +73,26 @@ def median_ms(row: dict) -> Optional[float]:
 
 
 class ResultsWriter:
-    """Appends rows to results.jsonl, one flushed line each."""
+    """Appends rows to results.jsonl, one flushed line each (one writer per sweep; thread-safe:
+    with --gpus several GPUs' workers report at once)."""
 
     def __init__(self, path: Path):
+        import threading
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
 
     def write(self, row: dict) -> None:
-        self._fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
-        self._fh.flush()
-        try:
-            os.fsync(self._fh.fileno())
-        except OSError:
-            pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
+        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
 
     def close(self) -> None:
         self._fh.close()

@@ -1,18 +1,7 @@
-"""Runs a tune plan: one worker process per backend, timeouts, incremental results, resume.
-
-The parent stays torch-free. Each backend's rows run in `python -m attnsel.bench.worker` (a new
-session, so a timeout kills the worker and any compiler processes it started). What can go wrong
-in a kernel library, and what the sweep records:
-  * the kernel raises              -> the worker records `error` (or `oom`) and goes on;
-  * the worker hangs (JIT, deadlock) -> after `item_timeout_s` the parent kills it, records
-                                       `timeout` for that row and starts a fresh worker for the rest;
-  * the worker dies (segfault, abort) -> `crashed` with the signal and the tail of its stderr,
-                                       then a fresh worker for the rest;
-  * the worker cannot start         -> every row of that backend gets `error` with the reason.
-A (backend, block size) that hung once or crashed twice is not tried on its remaining shapes
-(they are recorded as not run, with the reason): a hang costs a full timeout and a crash a worker
-restart each time. After `max_restarts` deaths in one backend its remaining rows are not run.
-Every row is appended to results.jsonl as soon as it arrives (bench/results.py).
+"""Runs a tune plan: the backend groups in order, one worker process per backend (bench/groups.py
+runs one group: timeouts, crash detection, restarts), every row appended to results.jsonl as soon
+as it arrives (bench/results.py), resume, and with --gpus one lane per GPU (bench/multi_gpu.py).
+The parent stays torch-free.
 
 Pre-spawning (bench/TUNE_PERF.md): while backend N runs, the workers of backends N+1 and N+2
 (PRESPAWN_AHEAD) are already started;
@@ -26,37 +15,33 @@ workers never pre-build.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
-import signal
-import subprocess
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
-from attnsel.bench.plan import Plan, WorkloadSpec
+from attnsel.bench.plan import Plan
+from attnsel.bench.groups import (  # noqa: F401  (re-exported: the sweep's public names)
+    GroupOutcome, WorkerProcess, allow_workers, failure_row, prespawn_worker, run_backend_group, stop_all_workers,
+)
 from attnsel.bench.worker import DEFAULT_TOOLKIT, mode_label
 from attnsel.errors import EnvironmentProblem
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, gpu-facts.md)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
 DEFAULT_MAX_RESTARTS = 8
-CONFIG_CRASH_LIMIT = 2  # crashes of one (backend, block size) before its other shapes are skipped
-CONFIG_TIMEOUT_LIMIT = 1
 CHECK_POLICIES = ("first", "all", "none")
 # Backends run in this order so that each pre-spawned worker's library import hides behind the
-# previous backend's rows, and FLASHINFER comes last: its worker starts with the sweep and compiles
-# its JIT modules (~100 s of nvcc, cold) while all the others time. With vLLM's own kernels FA3
-# needs no JIT and the earlier backends are quick, so FLASHINFER in third place left ~97 s of its
-# build exposed on an H100 (issue "tune measures what vLLM really runs"). Each backend has its own
-# process, so the order changes no measurement.
-STARTUP_ORDER = ("TRITON_ATTN", "FLASH_ATTN", "FLEX_ATTENTION", "FLASHINFER")
+# previous backend's rows. FLEX_ATTENTION goes first: it imports only torch (dynamo/inductor,
+# 7.6 s on an H100), while `import vllm` (18.9 s there) for the three vLLM-driven workers then
+# overlaps its rows. FLASHINFER comes last: its worker starts with the sweep and compiles its JIT
+# modules (~100 s of nvcc, cold) while all the others time; in third place ~97 s of its build
+# stayed exposed on an H100 (issue "tune measures what vLLM really runs"). Each backend has its
+# own process, so the order changes no measurement.
+STARTUP_ORDER = ("FLEX_ATTENTION", "TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
 # Backends whose worker is pre-spawned when the sweep starts, whatever their place in the order:
 # their pre-build (JIT compile, CPU only) then overlaps every backend before them.
 EARLY_PREBUILD_BACKENDS = ("FLASHINFER",)
@@ -93,6 +78,8 @@ class SweepOptions:
     prebuild: bool = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_PREBUILD", "1") != "0")
     # The worker's boundary to torch + kernels; ATTNSEL_TUNE_TOOLKIT swaps in a fake (CI only).
     toolkit: str = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_TOOLKIT") or DEFAULT_TOOLKIT)
+    # --gpus: CUDA ordinals of this process to spread the sweep over (None: the default GPU)
+    gpus: Optional[list[str]] = None
 
     def worker_options(self) -> dict:
         return {
@@ -104,7 +91,7 @@ class SweepOptions:
     def to_dict(self) -> dict:
         d = self.worker_options()
         d.update(check=self.check, item_timeout_s=self.item_timeout_s, startup_timeout_s=self.startup_timeout_s,
-                 prespawn=self.prespawn, prebuild=self.prespawn and self.prebuild)
+                 prespawn=self.prespawn, prebuild=self.prespawn and self.prebuild, gpus=self.gpus)
         return d
 
 
@@ -160,343 +147,6 @@ def skipped_rows(plan: Plan, options: SweepOptions) -> list[dict]:
     return rows
 
 
-def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, status: str, error: str) -> dict:
-    w = WorkloadSpec.from_dict(item["workload"])
-    return {
-        "key": item["key"], "backend": backend, "block_size": item["block_size"],
-        "kernel_block_size": item.get("kernel_block_size"), "workload": w.to_dict(), "workload_label": w.label(),
-        "kind": w.kind, "dtype": shape.get("dtype"), "kv_cache_dtype": shape.get("kv_cache_dtype", "auto"),
-        "mode": mode_label(options.worker_options()), "status": status, "error": error,
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# One worker process
-
-
-def _describe_exit(returncode: Optional[int]) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-def _tail(path: Path, start: int, limit: int = 600) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace").strip()
-    return text[-limit:]
-
-
-class WorkerProcess:
-    """One `python -m attnsel.bench.worker` child: send a job, read protocol lines with timeouts."""
-
-    def __init__(self, job: dict, log_path: Path, *, prespawned: bool = False):
-        self.log_path = log_path
-        self.prespawned = prespawned
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
-        self.log_start = self._log.tell()
-        self.spawned_at = time.time()
-        self.go_at: Optional[float] = None
-        self.imported: Optional[dict] = None  # the worker's "imported" startup figures
-        self.imported_seen_at: Optional[float] = None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnsel.bench.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            start_new_session=True,  # its own process group: a timeout kills compiler children too
-        )
-        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self._write(json.dumps({**job, "spawned_at": self.spawned_at}) + "\n")
-
-    def _write(self, text: str) -> None:
-        try:
-            self.proc.stdin.write(text.encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass  # it died (or stdin is closed); the reader sees EOF
-
-    def go(self) -> None:
-        """Lets the worker touch CUDA and start its items (it waits for this after importing)."""
-        if self.go_at is None:
-            self.go_at = time.time()
-            self._write("go\n")
-            self._close_stdin()
-
-    def _close_stdin(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
-        self._lines.put(None)
-
-    def next_message(self, timeout_s: float) -> Optional[dict]:
-        """The next protocol message; None at EOF; raises queue.Empty on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise queue.Empty
-            line = self._lines.get(timeout=remaining)
-            if line is None:
-                return None
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and "type" in message:
-                return message
-
-    def kill(self) -> None:
-        self._close_stdin()
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the child we started
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        self.wait()
-
-    def wait(self) -> Optional[int]:
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-    def stderr_tail(self) -> str:
-        return _tail(self.log_path, self.log_start)
-
-
-@dataclass
-class GroupOutcome:
-    rows: list[dict] = field(default_factory=list)
-    info: Optional[dict] = None
-    restarts: int = 0
-    started_at: Optional[float] = None  # wall clock (time.time) when the group began / ended
-    ended_at: Optional[float] = None
-    workers: list[dict] = field(default_factory=list)  # one startup record per worker process
-    prespawn_failures: int = 0  # pre-spawned workers that died before "ready" (replaced by a fresh one)
-
-    @property
-    def wall_s(self) -> Optional[float]:
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
-
-
-def worker_record(worker: "WorkerProcess", ready_startup: Optional[dict], ready_at: Optional[float],
-                  group_started_at: float) -> dict:
-    """Startup of one worker, as the parent saw it (wall clock) and as the worker measured it.
-    `exposed_s` is what the sweep waited for: from max(go, group start) to "ready"; a pre-spawned
-    worker's import before that was hidden behind the previous backend (`overlapped_s`)."""
-    figures = dict(ready_startup or worker.imported or {})
-    go_at = worker.go_at or group_started_at
-    begin = max(go_at, group_started_at)
-    imported_at = figures.get("imported_at")
-    record = {
-        "pid": worker.proc.pid,
-        "prespawned": worker.prespawned,
-        "spawned_at": worker.spawned_at,
-        "imported_at": imported_at,
-        "go_at": worker.go_at,
-        "ready_at": ready_at,
-        "startup_s": (ready_at - worker.spawned_at) if ready_at else None,
-        "exposed_s": (ready_at - begin) if ready_at else None,
-        "overlapped_s": max(0.0, min(imported_at or begin, begin) - worker.spawned_at) if worker.prespawned else 0.0,
-    }
-    for key in ("interpreter_s", "torch_import_s", "library_import_s", "waited_s", "cuda_init_s",
-                "cuda_initialized_by_import", "prebuild"):
-        record[key] = figures.get(key)
-    return record
-
-
-def group_job(backend: str, items: list[dict], shape: dict, options: SweepOptions) -> dict:
-    return {"action": "run", "toolkit": options.toolkit, "backend": backend, "shape": shape,
-            "options": options.worker_options(), "items": items}
-
-
-def prebuild_wait_s(options: SweepOptions) -> float:
-    """How long a pre-spawned worker may wait after "go" for its JIT pre-build: the build it waits
-    for is one its first plan() would have run anyway, but it must answer "ready" within the
-    startup timeout, with room for the CUDA init."""
-    return max(0.0, options.startup_timeout_s - min(60.0, options.startup_timeout_s / 4))
-
-
-def prespawn_worker(backend: str, items: list[dict], shape: dict, options: SweepOptions,
-                    log_path: Path, *, previous_backend: Optional[str] = None,
-                    capability: Optional[tuple[int, int]] = None) -> "WorkerProcess":
-    """A worker that imports torch + `backend`'s library now and waits for go() before CUDA;
-    meanwhile it compiles the JIT modules its items need, if its adapter can (options.prebuild)."""
-    job = group_job(backend, items, shape, options)
-    if options.prebuild:
-        job["prebuild"] = {"previous_backend": previous_backend,
-                           "device_capability": list(capability) if capability else None,
-                           "wait_s": prebuild_wait_s(options)}
-    return WorkerProcess(job, log_path, prespawned=True)
-
-
-def run_backend_group(
-    backend: str,
-    items: list[dict],
-    shape: dict,
-    options: SweepOptions,
-    log_path: Path,
-    on_row: Callable[[dict], None],
-    on_start: Optional[Callable[[dict], None]] = None,
-    on_info: Optional[Callable[[dict], None]] = None,
-    worker: Optional["WorkerProcess"] = None,
-) -> GroupOutcome:
-    """All items of one backend, restarting the worker after a timeout or a crash. `worker`: one
-    pre-spawned for exactly these items (prespawn_worker); it is used first, then replaced as usual."""
-    return _GroupRun(backend, items, shape, options, log_path, on_row, on_start, on_info, worker).run()
-
-
-class _GroupRun:
-    def __init__(self, backend, items, shape, options, log_path, on_row, on_start, on_info, worker=None):
-        self.backend, self.shape, self.options, self.log_path = backend, shape, options, log_path
-        self.on_row, self.on_start, self.on_info = on_row, on_start, on_info
-        self.pending: list[dict] = list(items)
-        self.by_key = {item["key"]: item for item in items}
-        self.outcome = GroupOutcome()
-        self.failures: dict[tuple[int, str], int] = {}  # (block size, status) -> count
-        self.prespawned = worker
-        self.retry_startup = False  # set by drive(): a pre-spawned worker died before "ready"
-
-    def emit(self, row: dict) -> None:
-        self.outcome.rows.append(row)
-        self.on_row(row)
-
-    def fail(self, item: dict, status: str, error: str) -> None:
-        self.emit(failure_row(item, self.backend, self.shape, self.options, status, error))
-        self.pending = [i for i in self.pending if i["key"] != item["key"]]
-
-    def fail_all(self, status: str, error: str) -> None:
-        for item in list(self.pending):
-            self.fail(item, status, error)
-
-    def run(self) -> GroupOutcome:
-        self.outcome.started_at = time.time()
-        try:
-            self._run()
-        finally:
-            self.outcome.ended_at = time.time()
-        return self.outcome
-
-    def _run(self) -> None:
-        deaths = 0
-        while self.pending:
-            worker, self.prespawned = self.prespawned, None
-            if worker is None:
-                worker = WorkerProcess(group_job(self.backend, self.pending, self.shape, self.options), self.log_path)
-            self.retry_startup = False
-            try:
-                finished = self.drive(worker)
-            except BaseException:
-                worker.kill()  # Ctrl-C or a bug in the parent: never leave a worker running on the GPU
-                raise
-            if finished or not self.pending:
-                break
-            if self.retry_startup:
-                # The pre-spawned worker died while importing/waiting: start a fresh one, once,
-                # the way this backend would have started without pre-spawning.
-                self.outcome.prespawn_failures += 1
-                continue
-            deaths += 1
-            self.outcome.restarts = deaths
-            if deaths > self.options.max_restarts:
-                self.fail_all(R.STATUS_CRASHED, f"not run: the {self.backend} worker failed {deaths} times")
-
-    def give_up_on_config(self, failed: dict, status: str) -> None:
-        """After a hang or repeated crashes, record the config's other shapes as not run."""
-        bs = failed["block_size"]
-        count = self.failures[(bs, status)] = self.failures.get((bs, status), 0) + 1
-        limit = CONFIG_TIMEOUT_LIMIT if status == R.STATUS_TIMEOUT else CONFIG_CRASH_LIMIT
-        if count < limit:
-            return
-        label = WorkloadSpec.from_dict(failed["workload"]).label()
-        what = "timed out" if status == R.STATUS_TIMEOUT else f"crashed the worker {count} times"
-        for other in [i for i in self.pending if i["block_size"] == bs]:
-            self.fail(other, status, f"not run: {self.backend} --block-size {bs} {what} (last on {label})")
-
-    def drive(self, worker: WorkerProcess) -> bool:
-        """Read one worker's messages until it finishes (True), dies or hangs (False)."""
-        ready = False
-        current: Optional[dict] = None
-        worker.go()
-        record_index = len(self.outcome.workers)
-        self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
-        while True:
-            limit = self.options.item_timeout_s if ready else self.options.startup_timeout_s
-            try:
-                message = worker.next_message(limit)
-            except queue.Empty:
-                worker.kill()
-                if current is not None:
-                    self.fail(current, R.STATUS_TIMEOUT, f"no result within {limit:g} s; the worker was killed")
-                    self.give_up_on_config(current, R.STATUS_TIMEOUT)
-                else:
-                    what = "did not start" if not ready else "stopped answering"
-                    self.fail_all(R.STATUS_TIMEOUT, f"worker {what} within {limit:g} s")
-                return False
-            if message is None:  # EOF: the worker died (segfault, abort) or exited early
-                how = _describe_exit(worker.wait())
-                tail = worker.stderr_tail()
-                detail = f"worker {how}" + (f"; stderr: {tail[-300:]}" if tail else "")
-                if current is not None:
-                    self.fail(current, R.STATUS_CRASHED, detail)
-                    self.give_up_on_config(current, R.STATUS_CRASHED)
-                elif not ready:
-                    if worker.prespawned and not self.outcome.prespawn_failures:
-                        self.outcome.workers[record_index]["error"] = detail
-                        self.retry_startup = True
-                        return False
-                    self.fail_all(R.STATUS_ERROR, detail)
-                return False
-            kind = message["type"]
-            if kind == "imported":
-                worker.imported = message.get("startup") or {}
-                worker.imported_seen_at = time.time()
-            elif kind == "ready":
-                ready = True
-                self.outcome.workers[record_index] = worker_record(worker, message.get("startup"), time.time(),
-                                                                   self.outcome.started_at)
-                self.outcome.info = message.get("info")
-                if self.on_info and self.outcome.info:
-                    self.on_info(self.outcome.info)
-            elif kind == "start":
-                current = self.by_key.get(message.get("key"))
-                if self.on_start and current is not None:
-                    self.on_start(current)
-            elif kind == "row":
-                row = message["row"]
-                self.emit(row)
-                self.pending = [i for i in self.pending if i["key"] != row.get("key")]
-                current = None
-            elif kind == "fatal":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, f"worker could not start: {message.get('error')}")
-                return False
-            elif kind == "done":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, "the worker finished without a result for this row")
-                return True
-
-
 def probe_device(toolkit: str = DEFAULT_TOOLKIT, timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
                  log_path: Optional[Path] = None) -> dict:
     """Device facts as the worker's torch sees them (name, capability, L2, versions)."""
@@ -546,6 +196,23 @@ class SweepProgress:
     on_backend: Callable[[str, int], None] = lambda backend, count: None
 
 
+def ordered_groups(groups: dict[str, list[dict]]) -> list[tuple[str, list[dict]]]:
+    return sorted(groups.items(), key=lambda kv: STARTUP_ORDER.index(kv[0]) if kv[0] in STARTUP_ORDER
+                  else len(STARTUP_ORDER))
+
+
+@dataclass
+class Lane:
+    """Where a run of backend groups executes: its workers' extra environment (--gpus: the GPU
+    they see) and what every row it produces records about it."""
+
+    label: Optional[str] = None  # the GPU as given to --gpus (a CUDA ordinal of this process)
+    env: Optional[dict] = None
+
+    def log_name(self, backend: str) -> str:
+        return f"worker-{backend}" + (f"-gpu{self.label}" if self.label is not None else "") + ".log"
+
+
 def run_sweep(
     plan: Plan,
     options: SweepOptions,
@@ -556,56 +223,82 @@ def run_sweep(
     progress: Optional[SweepProgress] = None,
     enrich: Callable[[dict], dict] = lambda row: row,
     outcomes: Optional[dict[str, GroupOutcome]] = None,
+    facts: Optional[dict] = None,
 ) -> tuple[list[dict], dict[str, dict]]:
     """Run every planned row not already in results.jsonl; return (all rows, worker info by backend).
+    `facts` (if given) receives what a --gpus sweep decided (calibration, lanes).
     `enrich` adds parent-side figures (% of peak bandwidth) before a row is written; `outcomes`
     (if given) receives each backend's GroupOutcome (startup records, wall times) for the phases.
     While backend N runs, the workers of the next PRESPAWN_AHEAD backends are already importing
-    (and pre-building JIT modules) (options.prespawn)."""
+    (and pre-building JIT modules) (options.prespawn). With several --gpus the groups are spread
+    over one lane per GPU (bench/multi_gpu.py)."""
     progress = progress or SweepProgress()
+    allow_workers()
     path = Path(output_dir) / R.RESULTS_FILE
     existing = R.read_rows(path) if resume else []
     done = R.keys_to_skip_on_resume(existing, retry_failed=retry_failed)
     groups = items_for(plan, options, done)
     progress.on_total(sum(len(v) for v in groups.values()))
     infos: dict[str, dict] = {}
-    shape = plan.shape.to_dict()
+    outcomes = {} if outcomes is None else outcomes
     with R.ResultsWriter(path) as writer:
         for row in skipped_rows(plan, options):
             if row["key"] not in done:
                 writer.write(row)
-        order = sorted(groups.items(), key=lambda kv: STARTUP_ORDER.index(kv[0]) if kv[0] in STARTUP_ORDER
-                       else len(STARTUP_ORDER))
-        log_for = {backend: Path(output_dir) / f"worker-{backend}.log" for backend, _ in order}
-        waiting: dict[int, WorkerProcess] = {}  # pre-spawned workers by position in `order`
-        try:
-            for i, (backend, items) in enumerate(order):
-                progress.on_backend(backend, len(items))
-                worker = waiting.pop(i, None)
-                if options.prespawn:
-                    early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS
-                             and options.prebuild]
-                    for j in sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early)):
-                        if j not in waiting:
-                            following, following_items = order[j]
-                            waiting[j] = prespawn_worker(
-                                following, following_items, shape, options, log_for[following],
-                                previous_backend=" and ".join(b for b, _ in order[i:j]), capability=plan.capability)
+        order = ordered_groups(groups)
+        if len(options.gpus or ()) > 1:
+            from attnsel.bench.multi_gpu import run_on_gpus
 
-                def on_row(row: dict) -> None:
-                    row = enrich(row)
-                    writer.write(row)
-                    progress.on_row(row)
-
-                outcome = run_backend_group(
-                    backend, items, shape, options, log_for[backend],
-                    on_row=on_row, on_start=progress.on_start, worker=worker,
-                )
-                if outcome.info:
-                    infos[backend] = outcome.info
-                if outcomes is not None:
-                    outcomes[backend] = outcome
-        finally:
-            for waiting_worker in waiting.values():
-                waiting_worker.kill()  # Ctrl-C or an error: a pre-spawned worker must not outlive us
+            run_on_gpus(order, plan, options, Path(output_dir), writer, progress, enrich, outcomes, infos,
+                        {} if facts is None else facts)
+        else:
+            lane = Lane(*gpu_lane(options.gpus[0])) if options.gpus else Lane()
+            run_groups(order, plan, options, Path(output_dir), writer, progress, enrich, outcomes, infos, lane)
     return list(R.latest_by_key(R.read_rows(path)).values()), infos
+
+
+def gpu_lane(gpu: str) -> tuple[str, dict]:
+    """(label, worker env) for one --gpus entry: the worker sees only that GPU."""
+    from attnsel.bench.multi_gpu import visible_entry
+
+    return gpu, {"CUDA_VISIBLE_DEVICES": visible_entry(gpu)}
+
+
+def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
+               writer: "R.ResultsWriter", progress: SweepProgress, enrich: Callable[[dict], dict],
+               outcomes: dict, infos: dict, lane: Lane) -> None:
+    """The backend groups of one lane, in order, each with its own worker; the next groups' workers
+    are pre-spawned (and FLASHINFER's from the start, for its JIT pre-build)."""
+    shape = plan.shape.to_dict()
+    log_for = {backend: Path(output_dir) / lane.log_name(backend) for backend, _ in order}
+    waiting: dict[int, WorkerProcess] = {}  # pre-spawned workers by position in `order`
+    try:
+        for i, (backend, items) in enumerate(order):
+            progress.on_backend(backend, len(items))
+            worker = waiting.pop(i, None)
+            if options.prespawn:
+                early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS
+                         and options.prebuild]
+                for j in sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early)):
+                    if j not in waiting:
+                        following, following_items = order[j]
+                        waiting[j] = prespawn_worker(
+                            following, following_items, shape, options, log_for[following],
+                            previous_backend=" and ".join(b for b, _ in order[i:j]), capability=plan.capability,
+                            env=lane.env)
+
+            def on_row(row: dict) -> None:
+                if lane.label is not None:
+                    row["gpu"] = lane.label
+                row = enrich(row)
+                writer.write(row)
+                progress.on_row(row)
+
+            outcome = run_backend_group(backend, items, shape, options, log_for[backend], on_row=on_row,
+                                        on_start=progress.on_start, worker=worker, env=lane.env)
+            if outcome.info:
+                infos[backend] = outcome.info
+            outcomes[backend] = outcome
+    finally:
+        for waiting_worker in waiting.values():
+            waiting_worker.kill()  # Ctrl-C or an error: a pre-spawned worker must not outlive us

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel import __version__
-from attnsel.attention import rules
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
+from attnsel.bench import plan_mla
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
@@ -43,23 +43,37 @@ class TuneRequest:
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
-    backends: list[str] = field(default_factory=lambda: list(P.BACKENDS))
+    backends: list[str] = field(default_factory=list)  # empty: the model's grid (dense or MLA backends)
     block_sizes: list[int] = field(default_factory=lambda: list(P.DEFAULT_BLOCK_SIZES))
     block_sizes_given: bool = False  # --block-sizes was passed
     kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
     grid: str = "default"
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
     gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
     capability: Optional[tuple[int, int]] = None  # --capability
     vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
+    gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/multi_gpu.py)
     options: SweepOptions = field(default_factory=SweepOptions)
+    # an MLA layer without a model (--use-mla): bench/plan_mla.py
+    use_mla: bool = False
+    kv_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+
+
+MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
 
 
 def check_shape_flags(req: TuneRequest) -> None:
     """Bad shape flags fail before anything starts (no GPU probe, no output folder)."""
+    mla_flags = req.use_mla or any(v is not None for v in (req.kv_lora_rank, req.qk_rope_head_dim, req.qk_nope_head_dim))
     if req.model:
-        if req.head_size or req.num_heads or req.num_kv_heads:
-            raise UserInputError("pass either --model or --head-size/--num-heads/--num-kv-heads, not both")
+        if req.head_size or req.num_heads or req.num_kv_heads or mla_flags:
+            raise UserInputError(f"pass either --model or --head-size/--num-heads/--num-kv-heads ({MLA_FLAGS}), not both")
+        return
+    if mla_flags:
+        mla_shape(req, "bfloat16")
         return
     if req.head_size is None:
         raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
@@ -80,6 +94,25 @@ def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]
     return q * tp, kv * tp, note
 
 
+def mla_shape(req: TuneRequest, dtype: str) -> P.TuneShape:
+    """`--use-mla --kv-lora-rank R --qk-rope-head-dim P --num-heads H` (an MLA layer, one latent cache)."""
+    missing = [flag for flag, value in (("--use-mla", req.use_mla or None), ("--kv-lora-rank", req.kv_lora_rank),
+                                        ("--qk-rope-head-dim", req.qk_rope_head_dim), ("--num-heads", req.num_heads))
+               if value is None]
+    if missing:
+        raise UserInputError(f"an MLA layer needs --use-mla --kv-lora-rank --qk-rope-head-dim --num-heads "
+                             f"(missing {', '.join(missing)}), e.g. DeepSeek-V3: --use-mla --kv-lora-rank 512 "
+                             f"--qk-rope-head-dim 64 --num-heads 128")
+    if req.num_kv_heads is not None:
+        raise UserInputError("--num-kv-heads does not apply to MLA: its layers have one latent KV head")
+    shape = plan_mla.make_mla_shape(req.kv_lora_rank, req.qk_rope_head_dim, req.num_heads, dtype, req.kv_cache_dtype,
+                                    req.tensor_parallel_size, req.qk_nope_head_dim)
+    if req.head_size is not None and req.head_size != shape.head_size:
+        raise UserInputError(f"--head-size {req.head_size} contradicts the MLA head size --kv-lora-rank + "
+                             f"--qk-rope-head-dim = {shape.head_size}")
+    return shape
+
+
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
     check_shape_flags(req)
     if req.model:
@@ -89,6 +122,8 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
         dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
+    if req.use_mla or req.kv_lora_rank is not None:
+        return mla_shape(req, dtype)
     heads, kv_heads, assumed = explicit_heads(req)
     shape = P.make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
     return dataclasses.replace(shape, assumed=assumed)
@@ -102,8 +137,7 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
                         verdict=functools.partial(P.vllm_verdict, vllm_version=version),
                         default_choice=functools.partial(P.vllm_default_choice, vllm_version=version))
     choice = P.rule_profile_choice(version)
-    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason,
-                               vllm_release=rules.parse_vllm_version(choice.profile.vllm_version))
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 
 
 def refused_grid_message(plan: P.Plan) -> str:
@@ -182,6 +216,8 @@ def run_tune(
                              f"or choose another --output")
     check_shape_flags(req)
     run_started = time.time()
+    if req.gpus:
+        options = dataclasses.replace(options, gpus=selected_gpus(req.gpus))
     device = device_for_plan(options)
     probe_s = time.time() - run_started
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -204,8 +240,9 @@ def run_tune(
         before = nvml.snapshot(index)
         started = time.time()
         outcomes: dict = {}
+        facts: dict = {}
         rows, infos = run_sweep(plan, options, output_dir, resume=resume, retry_failed=retry_failed,
-                                progress=progress, enrich=_enricher(peak), outcomes=outcomes)
+                                progress=progress, enrich=_enricher(peak), outcomes=outcomes, facts=facts)
         elapsed = time.time() - started
         after = nvml.snapshot(index)
     finally:
@@ -216,13 +253,39 @@ def run_tune(
         device_warnings = env_info.merge_worker_info(device, first)
     keys = {k for group in _planned_keys(plan, options) for k in group}
     rows = [r for r in rows if r["key"] in keys]
-    document = build_document(plan, options, rows, req.weights, device=device, gpu_env=gpu_env,
+    document = build_document(plan, options, rows, req.weights, min_gain=req.min_gain, device=device, gpu_env=gpu_env,
                               clocks={"before": before, "after": after}, worker_info=infos, elapsed_s=elapsed)
     document["warnings"] = device_warnings + prespawn_warnings(outcomes) + document["warnings"]
     document["phases"] = phase_breakdown(outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
+    if options.gpus:
+        document["gpus"] = {"requested": options.gpus, **facts}
+        calibration = facts.get("calibration")
+        if calibration and not calibration["agree"]:
+            document["warnings"].insert(0, f"--gpus {','.join(options.gpus)}: the GPUs did not time the same row alike "
+                                           f"({'; '.join(calibration['comparisons'])}), so the sweep ran on GPU "
+                                           f"{options.gpus[0]} alone")
     write_document(document, output_dir)
     return TuneOutcome(document, output_dir)
+
+
+def selected_gpus(value: str) -> list[str]:
+    """--gpus resolved against the GPUs NVML sees for this process; one GPU model required."""
+    from attnsel.bench import multi_gpu
+
+    reader = env_info.NvmlReader()
+    try:
+        visible = env_info.visible_gpus_from_nvml(reader)
+    finally:
+        reader.close()
+    if not visible:
+        raise UserInputError("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
+                             "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
+    chosen = multi_gpu.parse_gpus(value, len(visible))
+    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])
+    if reason:
+        raise UserInputError(reason)
+    return chosen
 
 
 def device_for_plan(options: SweepOptions) -> dict:
@@ -230,7 +293,11 @@ def device_for_plan(options: SweepOptions) -> dict:
     a torch probe costs a torch import + a CUDA context, ~5-10 s), else from a probe worker."""
     reader = env_info.NvmlReader()
     try:
-        device = env_info.device_from_nvml(reader)
+        if options.gpus:  # --gpus: the first chosen GPU (selected_gpus made sure they are one model)
+            chosen = [g for g in env_info.visible_gpus_from_nvml(reader) or [] if g["ordinal"] == options.gpus[0]]
+            device = dict(chosen[0], source="nvml") if chosen else None
+        else:
+            device = env_info.device_from_nvml(reader)
     finally:
         reader.close()
     if device is not None:
@@ -315,16 +382,22 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     if ("TRITON_ATTN", "attnsel-triton") in adapters:
         out.append("TRITON_ATTN was timed with attnsel's own Triton paged-attention kernel (vLLM is not installed "
                    "here): `--attention-backend TRITON_ATTN` runs vLLM's Triton kernel, which may be faster or slower")
+    if ("FLASHINFER_MLA", "flashinfer-mla-wrapper") in adapters:
+        out.append("FLASHINFER_MLA was timed with FlashInfer's BatchMLAPagedAttentionWrapper (vLLM is not installed "
+                   "here): vLLM's FLASHINFER_MLA runs FlashInfer's TRT-LLM MLA decode kernel, which may be faster "
+                   "or slower")
     return out
 
 
-def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *, device: dict,
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
+                   min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
                    gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""
     default = None
     if plan.vllm_default_backend and plan.vllm_default_block_size:
         default = (plan.vllm_default_backend, int(plan.vllm_default_block_size))
-    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights)
+    recommendation = REC.recommend(rows, workload_labels=workload_labels(plan), vllm_default=default, weights=weights,
+                                   min_gain=min_gain)
     warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
     warnings += _bandwidth_warnings(rows)
     warnings += stand_in_warnings(rows, plan.capability)
@@ -345,7 +418,8 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
 
 def _row_order(row: dict) -> tuple:
     w = row.get("workload") or {}
-    return (P.BACKENDS.index(row["backend"]) if row.get("backend") in P.BACKENDS else 99, row.get("block_size", 0),
+    order = P.BACKENDS + plan_mla.MLA_BACKENDS
+    return (order.index(row["backend"]) if row.get("backend") in order else 99, row.get("block_size", 0),
             P.WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in P.WORKLOAD_KINDS else 9,
             w.get("batch", 0), w.get("context_len", 0), w.get("query_len", 0))
 

@@ -33,8 +33,9 @@ class AttnselGroup(TyperGroup):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
-        from attnsel.cli.common import exit_for, guarded_stdout
+        from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout
 
+        drop_unusable_terminal_size()
         with guarded_stdout():
             try:
                 returned = super().main(*args, standalone_mode=False, **kwargs)
@@ -79,9 +80,9 @@ def _root(
 
 def _register_commands() -> None:
     # Each module adds its command(s) to `app`; none of them imports torch at import time.
-    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd
+    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
 
-    for module in (probe_cmd, explain_cmd, tune_cmd, report_cmd, preflight_cmd):
+    for module in (probe_cmd, explain_cmd, tune_cmd, verify_cmd, report_cmd, preflight_cmd):
         module.register(app)
 
 
@@ -96,7 +97,7 @@ def main() -> None:
     reserve_standard_streams()
     # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
     # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
-    # failed". Not for `tune`, whose workers must be shut down by the sweep itself.
-    if hasattr(signal, "SIGPIPE") and "tune" not in sys.argv[1:]:
+    # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself.
+    if hasattr(signal, "SIGPIPE") and not {"tune", "verify"} & set(sys.argv[1:]):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()

@@ -51,6 +51,15 @@ def stderr_console() -> Console:
     return Console(stderr=True, no_color=_no_color(), highlight=False)
 
 
+def drop_unusable_terminal_size() -> None:
+    """COLUMNS/LINES that no terminal has are dropped before anything reads them: rich (our output
+    and Typer's help) int()s any digit string, and one of thousands of digits raises."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and len(value) > 4:
+            del os.environ[name]
+
+
 def print_json(obj: Any) -> None:
     """--json prints exactly one JSON document on stdout and nothing else: whole or not at all.
     A Ctrl-C while it is written waits until the document is out (then exits 130)."""

@@ -128,7 +128,7 @@ def _model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[_M
     return None
 
 
-def _model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules: str):
+def _model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules):
     from attnsel.attention import model_config
 
     return model_config.derive_model_facts(
@@ -190,7 +190,7 @@ def _run_matrix(req: SelectionRequest, tp: int, model: Optional[_ModelChoice], c
         facts = None
         if hf_config is not None:
             try:
-                facts = _model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.data.get("model_rules", "seed"))
+                facts = _model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.model_rules)
             except CheckFailed as exc:  # vLLM refuses the model config on this GPU (e.g. no float16)
                 rows.append(MatrixRow(family, spec.key, None, capability=cc, model_error=exc.message))
                 continue
@@ -241,12 +241,12 @@ def register(app: typer.Typer) -> None:
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
         capability: Optional[str] = typer.Option(None, "--capability", help="Compute capability X.Y (overrides --gpu's)."),
         qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA qk_nope_head_dim (absent = 1, as vLLM reads it)."),
-        index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), vllm-rules §6); --index-topk N also gives its value, which the 0.33 sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; vllm-rules §9). Default: same as --use-sparse."),
+        index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), vllm-rules §6); --index-topk N also gives its value, which later releases' sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; vllm-rules §9). Default: same as --use-sparse."),
         index_topk_value: Optional[str] = typer.Option(None, INDEX_TOPK_VALUE_FLAG, hidden=True),
-        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads per GPU. vLLM 0.33 FlashInfer uses TRT-LLM attention, and kernel blocks up to 1024 on CC 10.x, only for GQA (heads != KV heads; vllm-rules §9). Default: not GQA."),
-        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA kv_lora_rank. vLLM 0.33 sparse MLA backends require 512 (FLASHINFER_MLA_SPARSE_SM90, FLASH_ATTN_MLA_SPARSE_FA4 with qk_rope_head_dim 64; vllm-rules §9)."),
-        rswa: bool = typer.Option(False, "--rswa", help="R-SWA layers (0.33 selector input use_rswa): backends without it give 'R-SWA not supported'; FA4 hd256 falls back to FA2 (vllm-rules §9)."),
-        adaptive_verification: bool = typer.Option(False, "--adaptive-verification", help="Speculative decoding with adaptive verification (0.33 selector input use_adaptive_verification): needs backends that support a device-cpu query lens mismatch (vllm-rules §9)."),
+        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads per GPU. Later vLLM FlashInfer uses TRT-LLM attention, and kernel blocks up to 1024 on CC 10.x, only for GQA (heads != KV heads; vllm-rules §9). Default: not GQA."),
+        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA kv_lora_rank. Later vLLM sparse MLA backends require 512 (FLASHINFER_MLA_SPARSE_SM90, FLASH_ATTN_MLA_SPARSE_FA4 with qk_rope_head_dim 64; vllm-rules §9)."),
+        rswa: bool = typer.Option(False, "--rswa", help="R-SWA layers (selector input use_rswa): backends without it give 'R-SWA not supported'; FA4 hd256 falls back to FA2 (vllm-rules §9)."),
+        adaptive_verification: bool = typer.Option(False, "--adaptive-verification", help="Speculative decoding with adaptive verification (selector input use_adaptive_verification): needs backends that support a device-cpu query lens mismatch (vllm-rules §9)."),
         flash_attn_version: Optional[int] = typer.Option(None, "--flash-attn-version", help="--attention-config.flash_attn_version (2, 3, 4)."),
         use_trtllm_attention: Optional[bool] = typer.Option(None, "--use-trtllm-attention/--no-use-trtllm-attention", help="attention_config.use_trtllm_attention."),
         batch_invariant: bool = typer.Option(False, "--batch-invariant", help="VLLM_BATCH_INVARIANT=1."),
@@ -256,14 +256,14 @@ def register(app: typer.Typer) -> None:
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for. Default: the vLLM installed here, else the newest profile."),
-        sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (0.33 input; default: from the model's sliding_window)."),
-        non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (0.33 input)."),
-        kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; 0.33 input)."),
-        dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (0.33 input: DCP when > 1)."),
-        pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (0.33 input: PCP when > 1)."),
+        sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
+        non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
+        kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
+        dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (selector input in later releases: DCP when > 1)."),
+        pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (selector input in later releases: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
-        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (0.33 TOKENSPEED_MLA / sparse rules)."),
-        v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (0.33 TOKENSPEED_MLA rule)."),
+        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
+        v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
@@ -316,7 +316,7 @@ def register(app: typer.Typer) -> None:
         facts = None
         if model_choice is not None:
             facts = _model_facts(_load_config(model_choice), dtype, tensor_parallel_size, cc, gpu_name,
-                                 profile.data.get("model_rules", "seed"))
+                                 profile.model_rules)
         inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
                                              importable=importable)
         expl = _explain_one(profile, inputs, ctx, choice, notes)

@@ -1,19 +1,21 @@
 """`attnsel preflight`: probe + explain for one deployment, as pass/warn/fail checks for CI.
 
 Exit codes: 0 no check failed (warnings allowed); 1 a check failed; 2 bad input (model path,
-flags, an unreadable ATTNSEL_NVML_SCENARIO file). GPUs come from NVML; torch.cuda is asked only
-when NVML is unavailable (as `attnsel probe` does).
+flags, an unreadable ATTNSEL_NVML_SCENARIO file); 3 (--ray) Ray is not installed or no cluster
+answers. GPUs come from NVML; torch.cuda is asked only when NVML is unavailable (as `attnsel
+probe` does). With --ray, every node of the cluster is probed (cli/fleet_cmd.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
 from attnsel.cli.common import handle_errors, print_json
+from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import CheckFailed, UserInputError
 
 
@@ -41,8 +43,27 @@ def _normalize_format(output_format: str, as_json: bool) -> str:
     return "json" if as_json else fmt
 
 
+def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
+    """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed."""
+    from attnsel.cli import settings
+
+    if fmt == "json":
+        print_json(to_dict(result))
+    elif fmt == "github":
+        render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
+    else:
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
+    sys.stdout.flush()
+    if not result.ok:  # the checks are on stdout; stderr gets the one line a CI log shows
+        failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
+        failed = [(scope, c) for scope, c in failed if c.status == "fail"]
+        raise CheckFailed(f"preflight: {len(failed)} check(s) failed: " + "; ".join(
+            f"{scope + ' ' if scope else ''}{c.name}: {c.message}" for scope, c in failed))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("preflight")
+    @app.command("preflight", cls=RayAddressCommand)
     @handle_errors
     def preflight(
         model: str = typer.Option(..., "--model", help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
@@ -58,6 +79,9 @@ def register(app: typer.Typer) -> None:
         output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
+        ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size (with --ray: stages across nodes)."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
@@ -72,13 +96,12 @@ def register(app: typer.Typer) -> None:
         fmt = _normalize_format(output_format, as_json)
         check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))
         check_parallel("--num-gpus", num_gpus)
+        check_parallel("--pipeline-parallel-size", pipeline_parallel_size)
         check_request(Deployment(tensor_parallel_size, attention_backend, block_size, kv_cache_dtype, dtype),
                       tensor_parallel_size)
+        check_ray_flags(ray, timeout, pipeline_parallel_size, gpu, num_gpus)
         hf_config = load_model_config(model)
         choice = select_profile(vllm_version)
-        report = _probe(gpu, num_gpus, tensor_parallel_size)
-        names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
-        settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         deployment = Deployment(
             tensor_parallel_size=tensor_parallel_size,
             attention_backend=attention_backend,
@@ -87,18 +110,13 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             strict=strict,
         )
+        if ray is not None:
+            from attnsel.cli.fleet_cmd import run_preflight
+
+            return run_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+        report = _probe(gpu, num_gpus, tensor_parallel_size)
+        names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
+        settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
                                profile_reason=choice.reason)
-        if fmt == "json":
-            print_json(view.preflight_to_dict(result))
-        elif fmt == "github":
-            view.render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
-        else:
-            colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-            view.render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(),
-                             colour=colour)
-        sys.stdout.flush()
-        if not result.ok:  # the checks are on stdout; stderr gets the one line a CI log shows
-            failed = [c for c in result.checks if c.status == "fail"]
-            raise CheckFailed(f"preflight: {len(failed)} check(s) failed: "
-                              + "; ".join(f"{c.name}: {c.message}" for c in failed))
+        emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)

@@ -1,7 +1,8 @@
 """`attnsel probe`: GPUs through NVML, CUDA_VISIBLE_DEVICES mapping, NVLink/P2P, CI requirements.
 
 Exit codes: 0 probe done (also when no GPU is found); 1 a --require-* check failed;
-2 bad arguments (or an unreadable ATTNSEL_NVML_SCENARIO file); 3 the probe itself broke.
+2 bad arguments (or an unreadable ATTNSEL_NVML_SCENARIO file); 3 the probe itself broke, or
+(--ray) Ray is not installed or no cluster answers.
 Import-light on purpose: no torch unless NVML is unavailable or --measure-p2p is given.
 """
 
@@ -13,6 +14,7 @@ from typing import Optional
 import typer
 
 from attnsel.cli.common import handle_errors, print_json, stdout_console
+from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
 from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserInputError
 
 
@@ -54,7 +56,7 @@ def check_requirements(report, gpus: Optional[int], capability: Optional[str], n
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("probe")
+    @app.command("probe", cls=RayAddressCommand)
     @handle_errors
     def probe(
         json_output: bool = typer.Option(False, "--json", help="Print one JSON object on stdout, nothing else."),
@@ -73,10 +75,18 @@ def register(app: typer.Typer) -> None:
         require_same_model: bool = typer.Option(
             False, "--require-same-model", help="Exit 1 if the visible GPUs are different models."
         ),
+        ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
+        timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """GPUs seen through NVML (no CUDA context), the CUDA_VISIBLE_DEVICES mapping, NVLink/P2P and vLLM's verdicts."""
         if require_capability is not None:
             _parse_capability(require_capability)  # bad input fails before any probing
+        refuse_timeout_without_ray(ray, timeout)
+        if ray is not None:
+            from attnsel.cli.fleet_cmd import run_probe
+
+            return run_probe(ray, timeout, json_output, measure_p2p, require_gpus, require_capability,
+                             require_nvlink, require_same_model)
         from attnsel.probe.collect import collect_probe
         from attnsel.reports.probe_report import print_probe, probe_json
 

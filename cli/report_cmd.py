@@ -42,7 +42,7 @@ def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path])
 def load_report(paths):
     """What `report` renders: the inputs as read (reports/loaders.py), a tune result completed by
     bench with the recommendation a sweep cut short never wrote (reports never recompute one)."""
-    from attnsel.bench.recommend import with_recommendation
+    from attnsel.bench.saved import with_recommendation
     from attnsel.reports.loaders import load_inputs
 
     data = load_inputs(paths)
@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
     def report(
         inputs: List[Path] = typer.Argument(
             ..., metavar="INPUT",
-            help="A tune output folder (or its tune.json / results.jsonl) and/or `attnsel explain --json` files.",
+            help="A tune output folder (or its tune.json / results.jsonl; its verify.json comes with it), a verify.json, and/or `attnsel explain --json` files.",
         ),
         output_format: Optional[str] = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
         output_text: Optional[str] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),

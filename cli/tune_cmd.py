@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from attnsel import files
-from attnsel.attention.validation import check_tune_flags
+from attnsel.attention.validation import check_names, check_size, check_tune_flags
+from attnsel.cli import verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted, UserInputError
 
@@ -47,12 +48,17 @@ def register(app: typer.Typer) -> None:
         num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads of the model (divided by --tensor-parallel-size); default: a representative layout for --head-size."),
         num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads (GQA); default = --num-heads."),
         dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
-        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype (only auto is timed today)."),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype: auto, or fp8 / fp8_e4m3 / fp8_e5m2 (an fp8 cache with per-tensor scales; backends vLLM refuses it for are skipped with vLLM's reason)."),
+        use_mla: bool = typer.Option(False, "--use-mla", help="An MLA layer without --model: with --kv-lora-rank, --qk-rope-head-dim, --num-heads (DeepSeek-V3: 512, 64, 128)."),
+        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA latent width (head size = this + --qk-rope-head-dim)."),
+        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA rope part of the cache and query."),
+        qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA query's no-rope width (default 128: sets the scale and FLASHINFER_MLA's validity)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Heads per GPU = total // TP."),
-        backends: Optional[str] = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION."),
+        backends: Optional[str] = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION, or for an MLA model FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA."),
         block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
         weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        min_gain: float = typer.Option(5.0, "--min-gain", help="Smallest margin (%) over vLLM's default worth a flag change; smaller ones keep the default."),
         quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
         full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
         cuda_graph: bool = typer.Option(False, "--cuda-graph", help="Replay every row from a CUDA graph (default: as vLLM launches it: graphs for captured decode batches, eager elsewhere)."),
@@ -62,6 +68,7 @@ def register(app: typer.Typer) -> None:
         check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
         tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
         output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
@@ -71,6 +78,7 @@ def register(app: typer.Typer) -> None:
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
+        verify: bool = typer.Option(False, "--verify", help="Then start vLLM's own engine for vLLM's default, the pick and the runner-up, and say whether the pick holds end to end (`attnsel verify --help`)."),
     ) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
@@ -85,6 +93,8 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--quick and --full exclude each other")
         if cuda_graph and eager:
             raise UserInputError("--cuda-graph and --eager exclude each other")
+        if not (0 <= min_gain < 1000):  # also refuses nan
+            raise UserInputError(f"--min-gain must be a percentage >= 0, got {min_gain}")
         if timer not in ("auto", "cupti", "events"):
             raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
@@ -95,6 +105,13 @@ def register(app: typer.Typer) -> None:
                                 ("--backends", backends), ("--block-sizes", block_sizes), ("--workload", workload),
                                 ("--weights", weights), ("--gpu", gpu), ("--capability", capability),
                                 ("--vllm-version", vllm_version), ("--output", output)))
+        check_size("--kv-lora-rank", kv_lora_rank)
+        check_size("--qk-rope-head-dim", qk_rope_head_dim)
+        check_size("--qk-nope-head-dim", qk_nope_head_dim, minimum=0)
+        check_names((("--gpus", gpus),))
+        from attnsel.bench.multi_gpu import gpu_ordinals
+
+        gpu_ordinals(gpus)  # its form now, whether the GPUs exist when the sweep asks them
         if retry_failed and not resume:
             raise UserInputError("--retry-failed only makes sense with --resume")
         if resume and output is None:
@@ -105,9 +122,10 @@ def register(app: typer.Typer) -> None:
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
             kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
-            weights=REC.parse_weights(weights), gpu_name=gpu,
+            weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
-            vllm_version=vllm_version,
+            vllm_version=vllm_version, gpus=gpus, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
+            qk_rope_head_dim=qk_rope_head_dim, qk_nope_head_dim=qk_nope_head_dim,
             options=SweepOptions(launch="graph" if cuda_graph else "eager" if eager else "vllm", timer=timer,
                                  cold_l2=not hot_l2, check=check,
                                  tolerance=tolerance, item_timeout_s=timeout),
@@ -127,6 +145,8 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
 
         TUNE.check_shape_flags(req)
+        if verify:
+            verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
         err = stderr_console()
         out_dir = Path(output) if output is not None else TUNE.default_output_dir()
         files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
@@ -149,13 +169,17 @@ def register(app: typer.Typer) -> None:
         finally:
             bar.stop()
         _write_summary(outcome, tune_report)
-        if as_json:
+        if as_json and (not verify or outcome.timed_rows == 0):
             print_json(outcome.document)
-        else:
+        elif not as_json:
             tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
         if outcome.timed_rows == 0:
             err.print(f"error: no backend could be timed; see {out_dir}/{TUNE.DOCUMENT_FILE} and the worker logs")
             raise typer.Exit(EXIT_FAILED)
+        if verify:
+            code = verify_cmd.verify_after_tune(out_dir, as_json, tune_document=outcome.document if as_json else None)
+            if code:
+                raise typer.Exit(code)
 
 
 def _write_summary(outcome, tune_report) -> None:

@@ -46,6 +46,8 @@ VLLM_MIXED_GPU_WARNING = (
     "to avoid unexpected behavior."
 )
 
+TORCH_NOT_ASKED = "torch.cuda not asked: "  # the error line when the caller forbids the torch fallback
+
 # A failure with one of these codes means the whole GPU is unusable (gpustat's InvalidGPU idea).
 _GPU_FATAL = {
     "NVML_ERROR_GPU_IS_LOST",
@@ -105,17 +107,21 @@ def collect_probe(
     nvml: Optional[NvmlFacade] = None,
     measure_p2p: bool = False,
     torch: Optional[TorchFacade] = None,
+    no_torch_reason: Optional[str] = None,
 ) -> ProbeReport:
     """Probe the GPUs this process would see under `env` (default: os.environ).
 
     `nvml` / `torch` replace the real facades (tests, replays); without them,
     ATTNSEL_NVML_SCENARIO in `env` selects a replay, else the real NVML and torch.cuda are used.
+    `no_torch_reason`: never fall back to torch.cuda (it would initialise CUDA), and say why.
     """
     env = dict(os.environ if env is None else env)
     if nvml is None:
         nvml, env_torch, _ = facades_from_env(env)
         torch = torch or env_torch
-    if torch is None:
+    if no_torch_reason is not None:
+        torch = _NotAsked(no_torch_reason)
+    elif torch is None:
         from attnsel.probe.nvml import RealTorch
 
         torch = RealTorch()
@@ -254,7 +260,8 @@ def _gpu_info(logical: int, raw: _RawGpu, mig: Optional[dict]) -> GpuInfo:
 
 
 def _hex(value: Optional[int]) -> Optional[str]:
-    return f"0x{int(value):08X}" if isinstance(value, int) else None
+    """NVML's pciDeviceId as hex; 0 means NVML did not say (some VMs and containers), so None."""
+    return f"0x{int(value):08X}" if isinstance(value, int) and value else None
 
 
 MAX_NVML_DEVICES = 64  # GPUs one host's NVML can show; beyond this the answer is not a real machine
@@ -375,13 +382,26 @@ def _no_visible_gpu_note(count: int, cvd: Optional[str]) -> str:
 # Mixed GPUs
 
 
-def _model_key_by_table(gpu: GpuInfo) -> Optional[str]:
+def _table_key(gpu: GpuInfo) -> Optional[str]:
     spec = match_device_name(gpu.name, gpu.memory_total_bytes)
-    return f"{spec.key}/{gpu.capability_str}" if spec else None
+    return spec.key if spec else None
+
+
+def _known_pci_id(gpu: GpuInfo) -> Optional[str]:
+    """The PCI device id, or None where unknown: NVML answers 0 when it cannot read it."""
+    text = gpu.pci_device_id
+    if not text:
+        return None
+    try:
+        return None if int(text, 16) == 0 else text
+    except ValueError:
+        return text
 
 
 def same_model(gpus: Sequence[GpuInfo]) -> bool:
-    """Are these GPUs one model? PCI device id first, then the GPU table, then the name.
+    """Are these GPUs one model? Known differences first: GPUs with different compute capabilities
+    or different GPU-table entries are never one model, whatever else matches. Then the PCI device
+    id (0 or missing: unknown), then the table entry, then the name.
 
     vllm#16740: "NVIDIA H100 80GB HBM3" and "NVIDIA H100" are one model, which a name check misses.
 
@@ -391,15 +411,23 @@ def same_model(gpus: Sequence[GpuInfo]) -> bool:
     True
     >>> same_model([a, GpuInfo(2, 2, "NVIDIA GeForce RTX 3090", compute_capability=(8, 6))])
     False
+    >>> same_model([GpuInfo(0, 0, "NVIDIA H100 80GB HBM3", pci_device_id="0x00000000", compute_capability=(9, 0)),
+    ...             GpuInfo(1, 1, "NVIDIA A100-SXM4-80GB", pci_device_id="0x00000000", compute_capability=(8, 0))])
+    False
     """
     known = [g for g in gpus if g.name and g.name != "unknown"]
     if len(known) < 2:
         return True
-    if all(g.pci_device_id for g in known):
-        return len({g.pci_device_id for g in known}) == 1
-    table_keys = [_model_key_by_table(g) for g in known]
+    if len({g.compute_capability for g in known if g.compute_capability is not None}) > 1:
+        return False
+    table_keys = [_table_key(g) for g in known]
+    if len({k for k in table_keys if k}) > 1:
+        return False
+    pci_ids = [_known_pci_id(g) for g in known]
+    if all(pci_ids):
+        return len(set(pci_ids)) == 1
     if all(table_keys):
-        return len(set(table_keys)) == 1
+        return True  # one table entry and one capability
     return len({re.sub(r"^nvidia\s+", "", g.name.strip().lower()) for g in known}) == 1
 
 
@@ -431,11 +459,28 @@ def _why_vllm_warns(warning: str, all_names: Sequence[str], gpus: Sequence[GpuIn
 # torch fallback
 
 
+class _NotAsked:
+    """The torch side when the caller forbids the fallback: the reason becomes the report's error."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def inventory(self) -> Optional[dict]:
+        raise _FallbackNotAsked(self.reason)
+
+
+class _FallbackNotAsked(Exception):
+    pass
+
+
 def _from_torch(torch: TorchFacade, env: Mapping[str, str], reason: str, measure_p2p: bool) -> ProbeReport:
     errors = [reason]
     notes: list[str] = []
     try:
         inventory = torch.inventory()
+    except _FallbackNotAsked as exc:
+        inventory = None
+        errors.append(f"{TORCH_NOT_ASKED}{exc}")
     except Exception as exc:  # noqa: BLE001 -- a broken CUDA install must not crash the probe
         inventory = None
         errors.append(f"torch.cuda failed too: {type(exc).__name__}: {exc}")
@@ -448,7 +493,8 @@ def _from_torch(torch: TorchFacade, env: Mapping[str, str], reason: str, measure
     gpus = tuple(_torch_gpu(i, d) for i, d in enumerate(devices))
     source = "torch" if gpus else "none"
     if not gpus:
-        notes.append("No GPU found: neither NVML nor torch.cuda sees one.")
+        not_asked = isinstance(torch, _NotAsked)
+        notes.append("No GPU found through NVML." if not_asked else "No GPU found: neither NVML nor torch.cuda sees one.")
     else:
         notes.append(
             "GPUs read through torch.cuda (NVML unavailable): CUDA applied CUDA_VISIBLE_DEVICES itself, "

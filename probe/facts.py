@@ -4,6 +4,7 @@ nothing downstream talks to NVML or CUDA itself."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Optional
 
 
@@ -143,3 +144,29 @@ class ProbeReport:
             "errors": list(self.errors),
             "notes": list(self.notes),
         }
+
+
+# ---------------------------------------------------------------------------------------------
+# A ProbeReport as plain fields and back: how a report travels from a Ray node to the driver.
+# Plain JSON-able values (not a pickled dataclass), so that a node running another attnsel
+# release still answers: unknown fields are dropped and missing ones take their defaults.
+
+
+def report_fields(report: ProbeReport) -> dict:
+    """The report as nested plain values (dataclasses.asdict: tuples become lists)."""
+    return asdict(report)
+
+
+def report_from_fields(data: dict) -> ProbeReport:
+    """Inverse of `report_fields`. Raises TypeError/KeyError/ValueError on a malformed dict."""
+    nvlink = dict(data["nvlink"])
+    nvlink["pairs"] = [_build(P2PPair, p) for p in nvlink.get("pairs") or ()]
+    fields = dict(data)
+    fields["gpus"] = [_build(GpuInfo, g) for g in data.get("gpus") or ()]
+    fields["nvlink"] = _build(NvlinkVerdict, nvlink)
+    return _build(ProbeReport, fields)
+
+
+def _build(cls, data: dict):
+    known = {f.name for f in dataclass_fields(cls)}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})

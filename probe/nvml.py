@@ -13,7 +13,9 @@ A scenario (tests/fixtures/probe/*.json, or `python -m attnsel.bench.record_nvml
   {"schema": "attnsel-nvml-scenario/1", "init": null | {"nvml_error": "NVML_ERROR_..."},
    "calls": {function: {key: answer}}, "torch": null | {...}, "env": {...}}
 where key is the call's arguments joined by "," ("" for none, "0", "0,1,2", "0:1") and an answer
-is a value, {"nvml_error": "NVML_ERROR_GPU_IS_LOST"} or {"exception": "ArgumentError", "message": ...}.
+is a value, {"nvml_error": "NVML_ERROR_GPU_IS_LOST"} or {"exception": "ArgumentError", "message": ...};
+{"delay_s": 600, "answer": ...} answers after a delay (an NVML call that hangs, as on a GPU that fell
+off the bus).
 """
 
 from __future__ import annotations
@@ -349,6 +351,11 @@ _REPLAYED_EXCEPTIONS = {
 
 
 def _raise_or_return(answer: Any) -> Any:
+    if isinstance(answer, dict) and "delay_s" in answer:
+        import time
+
+        time.sleep(float(answer["delay_s"]))
+        answer = answer.get("answer")
     if isinstance(answer, dict) and "nvml_error" in answer:
         raise NvmlCallError(answer["nvml_error"])
     if isinstance(answer, dict) and "exception" in answer:

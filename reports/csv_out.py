@@ -11,10 +11,15 @@ from attnsel.reports.loaders import ReportData
 
 
 def render(data: ReportData) -> str:
-    """Tune rows when a tune result is given (explain answers are then left out: one table per
-    file); otherwise the backends of every explain answer, one line each."""
+    """Tune rows when a tune result is given (explain answers and a verify result are then left
+    out: one table per file); else one line per engine x shape of a verify result; otherwise the
+    backends of every explain answer, one line each."""
     if data.tune is not None:
         return _to_csv(F.rows_frame(data.tune))
+    if data.verify is not None:
+        from attnsel.reports import verify_report
+
+        return _to_csv(pd.DataFrame(verify_report.csv_records(data.verify), columns=list(verify_report.CSV_COLUMNS)))
     if data.explains:
         frames = []
         for doc in data.explains:

@@ -277,6 +277,8 @@ def report_dict(data: ReportData) -> dict:
             "skipped_configs": _records(skipped_configs(data.tune)),
         }
     out["explain"] = [{"summary": explain_summary(d), "backends": _records(explain_frame(d))} for d in data.explains]
+    if data.verify is not None:
+        out["verify"] = data.verify  # already a JSON document (bench/verify.py): passed through as written
     return out
 
 

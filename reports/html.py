@@ -36,7 +36,7 @@ h3 { font-size: 16px; margin: 20px 0 8px; }
 .card { border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px; background: var(--soft); }
 .card h3 { margin-top: 0; }
 .big { font-size: 22px; font-weight: 600; }
-.good { color: #1a7f37; } .meh { color: #9a6700; }
+.good { color: #1a7f37; } .meh { color: #9a6700; } .bad { color: #cf222e; }
 code, .flags { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; }
 .flags { display: block; background: #0d1117; color: #e6edf3; padding: 8px 10px; border-radius: 6px; margin-top: 8px; }
 table { border-collapse: collapse; margin: 6px 0 14px; font-size: 13.5px; }
@@ -279,6 +279,10 @@ def render(data: ReportData) -> str:
         s = F.tune_summary(data.tune)
         title = f"attnsel tune report · {s['gpu'] or 'GPU'}" + (f" · {s['shape']['model']}" if s["shape"].get("model") else "")
         body.append(tune_html(data.tune, s))
+    if data.verify is not None:
+        from attnsel.reports import verify_report
+
+        body.append(verify_report.html_section(data.verify))
     for doc in data.explains:
         body.append(explain_html(doc, standalone=data.tune is None))
     sources = ", ".join(_e(s) for s in data.sources)

@@ -17,16 +17,19 @@ from attnsel.reports.input_checks import check_explain_document, check_rows, che
 
 TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
+VERIFY_SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 TUNE_DOCUMENT = "tune.json"
+VERIFY_DOCUMENT = "verify.json"  # bench/verify.py DOCUMENT_FILE
 INPUT_LIMIT = 512 * 2**20  # a full tune sweep writes a few MiB; far larger is no result of ours
-WHAT_TO_PASS = "pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), or an `attnsel explain --json` file"
+WHAT_TO_PASS = ("pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), an `attnsel verify` "
+                "verify.json, or an `attnsel explain --json` file")
 
 
 @dataclass
 class TuneData:
     source: str
     # tune.json; for a bare results.jsonl only "rows". A missing recommendation is made by bench
-    # (bench/recommend.py with_recommendation, called by `attnsel report`): reports only render.
+    # (bench/saved.py with_recommendation, called by `attnsel report`): reports only render.
     document: dict
     complete: bool  # False: tune.json missing (the sweep was cut short)
 
@@ -56,29 +59,51 @@ class ReportData:
     tune: Optional[TuneData] = None
     explains: list[dict] = field(default_factory=list)  # explain --json documents
     sources: list[str] = field(default_factory=list)
+    verify: Optional[dict] = None  # verify.json (attnsel verify / tune --verify)
 
 
 def load_inputs(paths: Sequence[str | Path]) -> ReportData:
-    """One tune result and/or any number of explain answers, in any order."""
+    """One tune result (its folder's verify.json comes with it), one verify result and/or any
+    number of explain answers, in any order."""
     if not paths:
         raise UserInputError(f"nothing to report: {WHAT_TO_PASS}")
     data = ReportData()
     for raw in paths:
         kind, value = load_one(raw)
-        if kind == "tune":
+        if kind == "verify":
+            _set_verify(data, value, raw)
+        elif kind == "tune":
             if data.tune is not None:
                 raise UserInputError(f"{raw}: only one tune result per report (already have {data.tune.source})")
             data.tune = value
+            if Path(raw).expanduser().is_dir():
+                _add_verify(data, Path(raw).expanduser() / VERIFY_DOCUMENT)
         else:
             data.explains.append(value)
         data.sources.append(str(raw))
     return data
 
 
+def _add_verify(data: ReportData, path: Path) -> None:
+    """A run folder's verify.json, rendered with its tune result."""
+    if path.is_file():
+        kind, doc = _classify(path, _parse_json(path, _read_text(path)))
+        if kind == "verify":
+            _set_verify(data, doc, path)
+
+
+def _set_verify(data: ReportData, doc: dict, source) -> None:
+    if data.verify is not None:
+        raise UserInputError(f"{source}: only one verify result per report")
+    data.verify = doc
+
+
 def load_one(raw: str | Path) -> tuple[str, Any]:
     path = Path(raw).expanduser()
     info = files.path_info(str(raw), "report input")
     if info.kind == "dir":
+        if not (path / TUNE_DOCUMENT).is_file() and not (path / R.RESULTS_FILE).is_file() and (path / VERIFY_DOCUMENT).is_file():
+            return _classify(path / VERIFY_DOCUMENT, _parse_json(path / VERIFY_DOCUMENT, _read_text(path / VERIFY_DOCUMENT)))
         return "tune", _load_tune_dir(path)
     if info.kind == "missing":
         raise UserInputError(f"{path} does not exist: {WHAT_TO_PASS}")
@@ -114,6 +139,10 @@ def _classify(path: Path, doc: Any) -> tuple[str, Any]:
     schema = doc.get("schema")
     if schema == TUNE_SCHEMA or ("rows" in doc and "recommendation" in doc):
         return "tune", _tune_from_document(path, doc)
+    if schema == VERIFY_SCHEMA:
+        if not isinstance(doc.get("candidates"), list) or not isinstance(doc.get("options"), dict):
+            raise UserInputError(f"{path}: a verify result needs \"candidates\" and \"options\"; the file looks damaged")
+        return "verify", doc
     if schema == PLAN_SCHEMA:
         raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")
     if "backends" in doc and "selected" in doc and "inputs" in doc:

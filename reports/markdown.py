@@ -52,6 +52,10 @@ def render(data: ReportData) -> str:
     parts: list[str] = []
     if data.tune is not None:
         parts.append(tune_markdown(data.tune))
+    if data.verify is not None:
+        from attnsel.reports import verify_report
+
+        parts.append(verify_report.markdown(data.verify, level=2 if data.tune is not None else 1))
     for doc in data.explains:
         parts.append(explain_markdown(doc, level=2 if data.tune is not None else 1))
     return "\n\n".join(parts).rstrip() + "\n"

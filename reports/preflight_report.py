@@ -6,7 +6,7 @@ escaped the way the Actions toolkit escapes command data (% -> %25, CR -> %0D, L
 
 from __future__ import annotations
 
-from typing import Optional, TextIO
+from typing import Optional, Sequence, TextIO
 
 from attnsel.attention.deployment import FAIL, PASS, WARN, Check, PreflightResult
 
@@ -39,27 +39,34 @@ def summary_line(result: PreflightResult) -> str:
     return f"Result: {c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail -> exit {result.exit_code}"
 
 
-def preflight_to_dict(result: PreflightResult) -> dict:
-    from attnsel.reports.explain_report import explanation_to_dict
-
-    facts = result.model_facts
+def result_fields(result) -> dict:
+    """What every preflight document starts with (one node's, or a cluster's: reports/fleet_report.py)."""
+    d = result.deployment
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
         "ok": result.ok,
         "exit_code": result.exit_code,
         "counts": result.counts,
         "model": result.model,
-        "model_type": getattr(facts, "model_type", None),
+        "model_type": getattr(result.model_facts, "model_type", None),
         "deployment": {
-            "tensor_parallel_size": result.deployment.tensor_parallel_size,
-            "attention_backend": result.deployment.attention_backend,
-            "block_size": result.deployment.block_size,
-            "kv_cache_dtype": result.deployment.kv_cache_dtype,
-            "dtype": result.deployment.dtype,
-            "strict": result.deployment.strict,
-            "vllm_flags": result.deployment.vllm_flags(),
+            "tensor_parallel_size": d.tensor_parallel_size,
+            "attention_backend": d.attention_backend,
+            "block_size": d.block_size,
+            "kv_cache_dtype": d.kv_cache_dtype,
+            "dtype": d.dtype,
+            "strict": d.strict,
+            "vllm_flags": d.vllm_flags(),
         },
         "rule_profile": result.profile_reason,
+    }
+
+
+def preflight_to_dict(result: PreflightResult) -> dict:
+    from attnsel.reports.explain_report import explanation_to_dict
+
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        **result_fields(result),
         "gpu_source": result.probe_source,
         "gpus": [g.to_dict() for g in result.gpus],
         "checks": [c.to_dict() for c in result.checks],
@@ -72,21 +79,28 @@ def render_text(result: PreflightResult, out: TextIO, *, quiet: bool = False, ve
     """One line per check (`PASS name  message`), hints and vLLM's words indented below.
     quiet: only warn/fail lines and nothing else. colour: ANSI-coloured labels (a terminal
     without NO_COLOR); the text is the same either way."""
-    width = max((len(c.name) for c in result.checks), default=0)
     if not quiet:
         _write_header(result, out)
-    for check in result.checks:
+    write_check_lines(out, [("", c) for c in result.checks], quiet=quiet, verbose=verbose, colour=colour)
+    if not quiet:
+        out.write(summary_line(result) + "\n")
+
+
+def write_check_lines(out: TextIO, rows: Sequence[tuple[str, Check]], *, quiet: bool, verbose: bool,
+                      colour: bool) -> None:
+    """`LABEL  name  <prefix>message` per (prefix, check), vLLM's words and the hint below a warn/fail
+    (below every check when verbose); quiet leaves out the passes."""
+    width = max((len(c.name) for _, c in rows), default=0)
+    for prefix, check in rows:
         if quiet and check.status == PASS:
             continue
         label = f"{_ANSI[check.status]}{_LABEL[check.status]}{_RESET}" if colour else _LABEL[check.status]
-        out.write(f"{label}  {check.name.ljust(width)}  {check.message}\n")
+        out.write(f"{label}  {check.name.ljust(width)}  {prefix}{check.message}\n")
         indent = " " * (width + 8)
         if check.vllm_message and (check.status != PASS or verbose):
             out.write(f"{indent}vLLM: {check.vllm_message}\n")
         if check.hint and (check.status != PASS or verbose):
             out.write(f"{indent}hint: {check.hint}\n")
-    if not quiet:
-        out.write(summary_line(result) + "\n")
 
 
 def _escape_data(text: str) -> str:
@@ -115,11 +129,16 @@ def _write_header(result: PreflightResult, out: TextIO) -> None:
 def render_github(result: PreflightResult, out: TextIO, *, quiet: bool = False) -> None:
     if not quiet:
         _write_header(result, out)
-    for check in result.checks:
+    write_github_lines(out, result.checks, quiet=quiet)
+    if not quiet:
+        out.write(summary_line(result) + "\n")
+
+
+def write_github_lines(out: TextIO, checks: Sequence[Check], *, quiet: bool) -> None:
+    """An ::error::/::warning:: command per fail/warn; a plain `ok:` log line per pass unless quiet."""
+    for check in checks:
         line = github_line(check)
         if line is not None:
             out.write(line + "\n")
         elif not quiet:
             out.write(f"ok: {check.name}: {check.message}\n")
-    if not quiet:
-        out.write(summary_line(result) + "\n")

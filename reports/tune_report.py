@@ -19,10 +19,15 @@ STATUS_STYLE = {
 
 def _shape_line(shape: dict) -> str:
     src = f"{shape['model']} (TP={shape['tensor_parallel_size']}): " if shape.get("model") else ""
-    extras = [name for name in ("use_mla", "has_sink", "use_sparse", "use_mm_prefix") if shape.get(name)]
+    extras = [name for name in ("has_sink", "use_sparse", "use_mm_prefix") if shape.get(name)]
     extra = f", {', '.join(extras)}" if extras else ""
-    return (f"{src}head_size {shape['head_size']}, {shape['num_q_heads']} query / {shape['num_kv_heads']} KV heads "
-            f"per GPU, {shape['dtype']}, kv-cache-dtype {shape['kv_cache_dtype']}{extra}")
+    if shape.get("use_mla") and shape.get("kv_lora_rank") is not None:
+        layout = (f"MLA: {shape['num_q_heads']} query heads per GPU over one latent cache of "
+                  f"{shape['kv_lora_rank']} + {shape['qk_rope_head_dim']} = {shape['head_size']} per token")
+    else:
+        layout = f"head_size {shape['head_size']}, {shape['num_q_heads']} query / {shape['num_kv_heads']} KV heads per GPU"
+        extra = (", use_mla" if shape.get("use_mla") else "") + extra
+    return f"{src}{layout}, {shape['dtype']}, kv-cache-dtype {shape['kv_cache_dtype']}{extra}"
 
 
 def _default_line(plan: dict) -> str:

@@ -141,15 +141,24 @@ def test_configs_within_noise_of_the_best_are_marked_as_ties():
     assert marks[("FLASH_ATTN", 64)] == "slower"
 
 
-def test_a_saved_result_keeps_its_recommendation_and_a_cut_short_one_gets_one_from_its_rows():
-    """`attnsel report` on a tune.json renders the recommendation tune wrote; on rows alone (a
-    sweep cut short) bench makes it, comparing with vLLM's default when the plan names it."""
-    saved = json.loads((FIXTURES.parent / "report" / "h200_llama8b_synthetic" / "tune.json").read_text())
-    assert REC.with_recommendation(saved) is saved
-    rows_only = {"rows": saved["rows"], "plan": {"vllm_default": {"backend": "FLASH_ATTN", "block_size": 16}}}
-    made = REC.with_recommendation(rows_only)["recommendation"]
-    assert made["vllm_default"]["backend"] == "FLASH_ATTN" and made["vllm_default"]["block_size"] == 16
-    best = made["overall"]["best"]
-    assert (best["backend"], best["block_size"]) == (saved["recommendation"]["overall"]["best"]["backend"],
-                                                     saved["recommendation"]["overall"]["best"]["block_size"])
-    assert REC.with_recommendation({"rows": saved["rows"]})["recommendation"]["vllm_default"] is None
+def test_a_gain_above_noise_but_below_min_gain_keeps_vllms_default():
+    # 3% above a 1% noise band: real, but not worth a flag change by default (5%); --min-gain 2 shows it
+    label = "decode b=64 ctx=4096"
+    rows = [row("FLASH_ATTN", 16, label, 0.103, spread=0.002), row("FLASH_ATTN", 128, label, 0.100, spread=0.002)]
+    default = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16))
+    decision = default.per_workload["decode"]
+    assert decision.verdict == "small" and not decision.above_noise
+    assert "keeping the default is as good" in decision.advice() and "--min-gain" in decision.advice()
+    lowered = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16), min_gain=0.02)
+    assert lowered.per_workload["decode"].verdict == "faster"
+    assert lowered.overall.flags == "--attention-backend FLASH_ATTN --block-size 128"
+
+
+def test_rows_timed_by_a_stand_in_never_turn_into_flags():
+    label = "decode b=1 ctx=4096"
+    rows = [dict(row("FLASH_ATTN", 16, label, 0.100), adapter="vllm"),
+            dict(row("TRITON_ATTN", 64, label, 0.050), adapter="attnsel-triton")]
+    decision = REC.recommend(rows, workload_labels={"decode": [label]}, vllm_default=("FLASH_ATTN", 16)).per_workload["decode"]
+    assert decision.best.backend == "TRITON_ATTN" and decision.verdict == "stand-in"
+    assert decision.stand_in == "TRITON_ATTN by attnsel-triton"
+    assert "keep vLLM's default" in decision.advice()

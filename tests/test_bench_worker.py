@@ -117,9 +117,19 @@ def test_a_config_that_crashes_twice_is_given_up(tmp_path, monkeypatch):
     assert [r["status"] for r in rows if r["block_size"] == 32] == [R.STATUS_OK] * 4
 
 
-def test_an_fp8_kv_cache_is_reported_as_not_timed_instead_of_timing_bf16(tmp_path, monkeypatch):
+def test_a_kv_cache_dtype_tune_cannot_build_is_reported_as_not_timed_instead_of_timing_bf16(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps({"FLASHINFER": {"*": "ok:0.1"}}))
+    rows = []
+    run_backend_group("FLASHINFER", _items([16]), {**SHAPE, "kv_cache_dtype": "fp8_inc"},
+                      SweepOptions(toolkit=FAKE, startup_timeout_s=20.0), tmp_path / "w.log", on_row=rows.append)
+    assert rows[0]["status"] == R.STATUS_UNSUPPORTED and "fp8_inc is not timed" in rows[0]["error"]
+
+
+def test_an_fp8_kv_cache_row_is_timed_and_checked_with_the_stated_fp8_tolerance(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps({"FLASHINFER": {"*": "ok:0.1"}}))
     rows = []
     run_backend_group("FLASHINFER", _items([16]), {**SHAPE, "kv_cache_dtype": "fp8"},
                       SweepOptions(toolkit=FAKE, startup_timeout_s=20.0), tmp_path / "w.log", on_row=rows.append)
-    assert rows[0]["status"] == R.STATUS_UNSUPPORTED and "fp8" in rows[0]["error"]
+    assert rows[0]["status"] == R.STATUS_OK and rows[0]["kv_cache_dtype"] == "fp8"
+    assert rows[0]["tolerance"] == 0.15
+    assert any("fp8 KV cache (float8_e4m3fn, per-tensor scales)" in n for n in rows[0]["notes"])

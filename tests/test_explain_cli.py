@@ -164,7 +164,7 @@ def test_close_version_says_which_profile_answered():
 
 
 def test_check_imports_reports_missing_packages(monkeypatch):
-    import attnsel.attention.rules as rules
+    import attnsel.attention.rules.imports as rules
 
     monkeypatch.setattr(rules, "module_available", lambda name: not name.startswith("flashinfer"))
     result, doc = run_json("--head-size", "128", "--gpu", "B200", "--check-imports")

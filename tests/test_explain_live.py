@@ -78,7 +78,7 @@ def test_live_033_shows_vllms_own_answer(fake_vllm):
     result = run("--head-size", "128", "--dtype", "bf16", "--gpu", "H100", "--num-heads", "32", "--live", "--json")
     assert result.exit_code == 0, result.output
     live = json.loads(result.stdout)["live"]
-    assert (live["vllm_version"], live["api"]) == ("0.33.0", "0.33")
+    assert (live["vllm_version"], live["api"]) == ("0.33.0", "candidates")
     assert [b["name"] for b in live["backends"]] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT"]
     assert live["backends"][4] == {"name": "TURBOQUANT", "priority": 4, "valid": False,
                                    "reasons": ["kv_cache_dtype not supported"]}
@@ -156,7 +156,7 @@ def test_live_seed_api_rebuilds_priorities_and_says_importerror(fake_vllm):
     result = run("--head-size", "128", "--dtype", "fp16", "--gpu", "T4", "--vllm-version", "0.17",
                  "--attention-backend", "FLASHINFER", "--live", "--json")
     live = json.loads(result.stdout)["live"]
-    assert live["api"] == "seed" and live["vllm_version"] == "0.17.0"
+    assert live["api"] == "pairs" and live["vllm_version"] == "0.17.0"
     assert [(b["name"], b["priority"]) for b in live["backends"]] == [
         ("FLASH_ATTN", 0), ("FLASHINFER", 1), ("TRITON_ATTN", 2), ("FLEX_ATTENTION", 3)
     ]

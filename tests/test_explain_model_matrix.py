@@ -224,7 +224,7 @@ def test_preflight_and_explain_build_the_same_selection():
 
     profile = get_profile("0.33")
     facts = derive_model_facts(load_model_config("gemma-2-9b"), capability=(9, 0), dtype="auto",
-                               tensor_parallel_size=1, gpu_name="H100 SXM5 80GB", profile=profile.data["model_rules"])
+                               tensor_parallel_size=1, gpu_name="H100 SXM5 80GB", profile=profile.model_rules)
     via_preflight = explain_deployment(profile, facts, Deployment(tensor_parallel_size=1), (9, 0), "H100 SXM5 80GB")
     inputs, ctx, notes = build_selection(profile, SelectionRequest(), model_facts=facts, capability=(9, 0),
                                          gpu_name="H100 SXM5 80GB")

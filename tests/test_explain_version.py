@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import attnsel.attention.rules as rules
+import attnsel.attention.versions.choice as rules
 from attnsel.attention.rules import choose_profile, parse_vllm_version, profile_for_version, select_profile
 from attnsel.cli.app import app
 from attnsel.errors import UserInputError
@@ -31,7 +31,8 @@ def run_json(*args):
         ("0.17.1", "seed_0_17", None),
         ("0.20", "seed_0_17", "nearest older"),
         ("0.22.0", "seed_0_17", "nearest older"),
-        ("0.32.9", "seed_0_17", "nearest older"),
+        ("0.24.0", "vllm_0_24", None),
+        ("0.32.9", "vllm_0_24", "nearest older"),
         ("0.16.0", "seed_0_17", "older than every rule profile"),
         ("0.14.0", "seed_0_17", "older than every rule profile"),
         ("0.33.0", "vllm_0_33", None),

@@ -194,8 +194,10 @@ def _env_cases(tmp_path) -> list[Case]:
                   "MIG-GPU-x/" + "9" * 5000 + "/0"):
         cases.append(Case(f"env:CUDA_VISIBLE_DEVICES={value[:8]}", ["probe", "--json"], 0,
                           env={"CUDA_VISIBLE_DEVICES": value}))
-    for name, value in (("COLUMNS", "-5"), ("COLUMNS", "abc"), ("COLUMNS", "0"), ("CUDA_DEVICE_ORDER", "NONSENSE")):
-        cases.append(Case(f"env:{name}={value}", ["explain", "--gpu", "H100"], 0, env={name: value}))
+    for name, value in (("COLUMNS", "-5"), ("COLUMNS", "abc"), ("COLUMNS", "0"), ("CUDA_DEVICE_ORDER", "NONSENSE"),
+                        ("COLUMNS", "9" * 5000), ("LINES", "9" * 5000)):
+        cases.append(Case(f"env:{name}={value[:8]}", ["explain", "--gpu", "H100"], 0, env={name: value}))
+        cases.append(Case(f"env:{name}={value[:8]}:help", ["tune", "--help"], 0, env={name: value}))
     return cases
 
 

@@ -76,10 +76,11 @@ FLAGS = [(["explain", "--gpu", "H100"], flag) for flag in (
     "--mm-encoder-attn-backend", "--model")] + [(["explain"], flag) for flag in ("--gpu", "--capability")] + [
     (["preflight", "--model", "llama-3.1-8b", "--gpu", "H100"], flag) for flag in (
         "--tensor-parallel-size", "--dtype", "--kv-cache-dtype", "--block-size", "--attention-backend", "--format",
-        "--num-gpus", "--vllm-version")] + [(["preflight", "--model", "llama-3.1-8b"], "--gpu")] + [
+        "--num-gpus", "--vllm-version", "--pipeline-parallel-size")] + [(["preflight", "--model", "llama-3.1-8b"], "--gpu")] + [
     (["tune", "--dry-run", "--gpu", "H100", "--model", "llama-3.1-8b"], flag) for flag in (
         "--block-sizes", "--backends", "--workload", "--weights", "--tolerance", "--timeout", "--dtype",
-        "--tensor-parallel-size", "--num-heads", "--vllm-version", "--kv-cache-dtype")] + [
+        "--tensor-parallel-size", "--num-heads", "--vllm-version", "--kv-cache-dtype", "--gpus", "--min-gain",
+        "--kv-lora-rank", "--qk-rope-head-dim", "--qk-nope-head-dim")] + [
     (["probe"], flag) for flag in ("--require-gpus", "--require-capability")] + [
     (["report", "tests/fixtures/report/h200_llama8b_synthetic"], flag) for flag in ("--format",)]
 

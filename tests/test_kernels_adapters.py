@@ -24,12 +24,17 @@ from attnsel.attention.kernels.paged import Workload  # noqa: E402
 BAR = Workload("decode", 64, 4096, 1, 32, 8, 128, "bfloat16")
 
 
-def test_registry_lists_the_four_vllm_backends_with_best_provider_first():
-    assert all_backends() == ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"]
+def test_registry_lists_the_vllm_backends_with_best_provider_first():
+    assert all_backends() == ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION",
+                              "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA"]
     # vLLM's own classes first wherever vLLM is installed; stand-ins after (issue "tune measures what vLLM runs")
     assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm", "vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]
     assert [a.name for a in adapters_for("FLASHINFER")] == ["vllm", "flashinfer", "flashinfer-cuda-cores"]
     assert [a.name for a in adapters_for("triton_attn")] == ["vllm", "attnsel-triton"]
+    # MLA: vLLM's own MLA impl; FlashInfer's MLA wrapper stands in for FLASHINFER_MLA without vLLM;
+    # the other MLA kernels ship only inside vLLM
+    assert [a.name for a in adapters_for("FLASHINFER_MLA")] == ["vllm", "flashinfer-mla-wrapper"]
+    assert [a.name for a in adapters_for("FLASHMLA")] == ["vllm"]
     for backend in all_backends():
         for adapter in adapters_for(backend):
             assert isinstance(adapter, KernelAdapter)
@@ -186,8 +191,12 @@ def test_the_adapters_prebuild_asks_for_its_workloads_modules(monkeypatch):
     summary = fi.FlashInferAdapter().prebuild(workloads, dtype="bfloat16", head_size=128, capability=[9, 0])
     assert [(r.generator, r.backend) for r in asked[0]] == [("prefill_primary", "fa2"), ("prefill", "fa3")]
     assert summary["requests"] == [f"{r.purpose} ({r.backend})" for r in asked[0]]
-    fi.FlashInferAdapter().prebuild(workloads, dtype="bfloat16", head_size=128, kv_cache_dtype="fp8_e4m3")
-    assert asked[1] == []  # fp8 KV rows are not timed yet (bench/worker.py): nothing to compile
+    fi.FlashInferAdapter().prebuild(workloads, dtype="bfloat16", head_size=128, kv_cache_dtype="fp8_e4m3",
+                                    capability=[9, 0])
+    # an fp8 cache with a bf16 query: FA3 would need an fp8 query (is_fa3_backend_supported), so
+    # tensor-core decode and prefill both plan fa2, one module with the fp8 KV dtype
+    assert [(r.generator, r.backend, r.kv_dtype) for r in asked[1]] == [("prefill_primary", "fa2", "float8_e4m3fn")]
+    assert asked[1][0].generator_args(torch)[1:4] == (torch.bfloat16, torch.float8_e4m3fn, torch.bfloat16)
 
 
 class _FakeSpec:
@@ -240,3 +249,21 @@ def test_prebuilt_modules_are_the_cache_entries_flashinfers_plan_uses():
         args = request.generator_args(torch)
         spec = fi._jit_spec(modules, request, torch)
         assert spec.name.startswith(modules.get_batch_prefill_uri(*args))
+
+
+def test_the_prebuild_passes_what_each_flashinfer_release_requires_to_build():
+    # flashinfer 0.6.12 (vLLM 0.24's pin): build(self, verbose, need_lock=True) -- `verbose` is
+    # required; 0.7.x: build(self, need_lock=...). A missing `verbose` made every H100 pre-build
+    # fail with TypeError, leaving ~100 s of JIT inside FlashInfer's turn.
+    from attnsel.attention.kernels.flashinfer_adapter import build_kwargs
+
+    class Spec06:
+        def build(self, verbose, need_lock=True):
+            pass
+
+    class Spec07:
+        def build(self, need_lock=False):
+            pass
+
+    assert build_kwargs(Spec06().build) == {"verbose": False, "need_lock": True}
+    assert build_kwargs(Spec07().build) == {"need_lock": True}

@@ -35,6 +35,11 @@ CASES = {
     "prefill-bf16-from-scratch-h8/2-d64-b32": ("prefill", 2, 33, 33, 8, 2, 64, "bfloat16", 32, None, (0, 32)),
     "mixed-bf16-decodes-then-prefill": ("mixed", 5, 40, 9, 4, 2, 32, "bfloat16", 16, (16, 2), (0, 16)),
     "mixed-fp16-h4/1-d64-b32": ("mixed", 4, 40, 7, 4, 1, 64, "float16", 32, (32, 1), (2, 16)),
+    # fp8 KV caches (kv_quant.py): fp8 values widened to the query type on load, k_scale folded into
+    # the softmax scale, v_scale into the output; 16-bit query and P, so 16-bit accuracy
+    "decode-fp16-fp8-kv-3splits": ("decode", 3, 45, 1, 4, 2, 32, "float16", 16, (32, 3), None, "fp8"),
+    "decode-bf16-fp8_e5m2-kv": ("decode", 3, 70, 1, 8, 2, 64, "bfloat16", 32, (16, 2), None, "fp8_e5m2"),
+    "mixed-fp16-fp8-kv": ("mixed", 5, 40, 9, 4, 2, 32, "float16", 16, (16, 2), (0, 16), "fp8"),
 }
 
 WORKER = textwrap.dedent(
@@ -46,8 +51,9 @@ WORKER = textwrap.dedent(
 
     cases = json.loads(sys.argv[1])
     results = {}
-    for cid, (kind, batch, ctx, qlen, hq, hkv, d, dtype, block, dcfg, pcfg) in cases.items():
-        w = Workload(kind, batch, ctx, qlen, hq, hkv, d, dtype)
+    for cid, case in cases.items():
+        kind, batch, ctx, qlen, hq, hkv, d, dtype, block, dcfg, pcfg = case[:11]
+        w = Workload(kind, batch, ctx, qlen, hq, hkv, d, dtype, case[11] if len(case) > 11 else "auto")
         b = make_paged_batch(w, block, device="cpu", seed=7)
         dec = tp.DecodeConfig(block_n=dcfg[0], num_splits=dcfg[1]) if dcfg else None
         pre = tp.PrefillConfig(block_q=pcfg[0], block_n=pcfg[1]) if pcfg else None
@@ -68,6 +74,12 @@ WORKER = textwrap.dedent(
         "cpu_reason": adapter.unsupported_reason(w, 16, "cpu"),
         "block8_reason": adapter.unsupported_reason(w, 8, "cuda"),
     }
+    # a kernel that read the fp8 cache without its k_scale (or v_scale) must fail the check
+    import dataclasses
+    b = make_paged_batch(Workload("decode", 3, 45, 1, 4, 2, 32, "float16", "fp8"), 16, device="cpu", seed=7)
+    ref = reference_attention(b)
+    results["fp8-scales-dropped"] = {n: relative_error(tp.paged_attention(dataclasses.replace(b, **{n: 1.0})), ref)
+                                     for n in ("k_scale", "v_scale")}
     print("RESULTS=" + json.dumps(results))
     """
 )
@@ -83,6 +95,13 @@ def interpreted_results() -> dict:
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULTS=")), None)
     assert line is not None, f"worker failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
     return json.loads(line[len("RESULTS="):])
+
+
+def test_a_kernel_that_drops_an_fp8_scale_fails_the_fp8_check(interpreted_results):
+    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+
+    dropped = interpreted_results["fp8-scales-dropped"]
+    assert dropped["k_scale"] > 10 * FP8_TOLERANCE and dropped["v_scale"] > 10 * FP8_TOLERANCE
 
 
 @pytest.mark.parametrize("case_id", list(CASES))

@@ -36,6 +36,9 @@ CATALOG_EXPECTATIONS = {
     "llama-3.1-8b": (4096 // 32, 32, 8, "bfloat16"),
     "qwen2.5-7b": (3584 // 28, 28, 4, "bfloat16"),
     "qwen3-8b": (128, 32, 8, "bfloat16"),  # no head_dim in the file: Qwen3Config default 128
+    "qwen3-0.6b": (128, 16, 8, "bfloat16"),  # head_dim 128 given (1024 / 16 would be 64)
+    "granite-4.0-h-350m": (768 // 12, 12, 4, "bfloat16"),  # hybrid: 4 attention layers of 32, dtype key (transformers 5)
+    "nemotron-h-8b": (128, 32, 8, "bfloat16"),  # hybrid: 4 attention layers of 52 (hybrid_override_pattern '*')
     "mistral-7b-v0.3": (4096 // 32, 32, 8, "bfloat16"),
     "gemma-2-9b": (256, 16, 8, "bfloat16"),  # head_dim 256 != 3584/16 = 224
     "gemma-3-12b": (256, 16, 8, "bfloat16"),

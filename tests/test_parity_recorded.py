@@ -1,7 +1,8 @@
 """Parity with vLLM's OWN selector, replayed on CPU without vLLM.
 
-tests/fixtures/parity/parity_0*.json hold answers that the real vLLM (0.33.0 from PyPI, and 0.17.0
-whose backend classes are the seed's, vllm-rules §1) gave in bench/parity_live.py: the priority list
+tests/fixtures/parity/parity_*.json hold answers that a real vLLM release from PyPI gave in
+bench/tools/parity_live.py (each file names the release and the rule profile it checks; adding a
+release's recording adds its cases here): the priority list
 of `CudaPlatformBase.get_valid_backends` for the target capability, every backend's
 `validate_configuration` reasons, the explicit `--attention-backend`'s reasons, the selected backend
 and (0.33) `get_preferred_block_size(16)`. Each recorded case is run through attnsel's rule profile
@@ -20,8 +21,8 @@ from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
 from attnsel.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
-RECORDS = {name: json.loads((FIXTURES / f"parity_{name}.json").read_text()) for name in ("033", "017")}
-PROFILES = {"033": "0.33", "017": "seed"}
+RECORDS = {path.stem.removeprefix("parity_"): json.loads(path.read_text()) for path in sorted(FIXTURES.glob("parity_*.json"))}
+PROFILES = {record: doc["profile"] for record, doc in RECORDS.items()}
 
 
 def _cases(name):
@@ -35,10 +36,18 @@ def _inputs_and_context(case):
     return SelectorInputs(**case["inputs"]), SelectionContext(**ctx_kw)
 
 
-@pytest.mark.parametrize("record", ["033", "017"])
+def test_every_release_profile_has_a_recording():
+    from attnsel.attention.versions.choice import release_profiles
+
+    assert set(release_profiles()) <= set(PROFILES.values())
+
+
+@pytest.mark.parametrize("record", sorted(RECORDS))
 def test_recordings_come_from_a_large_clean_sweep(record):
     doc = RECORDS[record]
-    assert doc["vllm_version"] == {"033": "0.33.0", "017": "0.17.0"}[record]
+    profile = get_profile(PROFILES[record])
+    # the recording comes from the release the profile answers for
+    assert doc["vllm_version"].split("+")[0] in profile.data["answers_for"]
     # the issue bar: many thousands of cases, every capability 7.0-12.1, no mismatch
     assert doc["cases_compared"] >= 50000 and doc["mismatching_cases"] == 0
     assert doc["coverage_values"]["capability"] == [
@@ -47,7 +56,7 @@ def test_recordings_come_from_a_large_clean_sweep(record):
     assert len(doc["cases"]) >= 150
 
 
-@pytest.mark.parametrize("record,case", _cases("033") + _cases("017"))
+@pytest.mark.parametrize("record,case", [param for record in sorted(RECORDS) for param in _cases(record)])
 def test_profile_gives_vllms_recorded_answer(record, case):
     profile = get_profile(PROFILES[record])
     inputs, ctx = _inputs_and_context(case)
@@ -112,7 +121,7 @@ def _cli_args(record, case):
 
 def _cli_cases():
     params = []
-    for record in ("033", "017"):
+    for record in sorted(RECORDS):
         for i, case in enumerate(RECORDS[record]["cases"]):
             args = _cli_args(record, case)
             if args is not None:
@@ -132,7 +141,7 @@ def test_explain_json_gives_vllms_recorded_answer(record, case, args):
         assert [doc["explicit_backend"]["name"], doc["explicit_backend"]["reasons"]] == vllm["explicit_backend"]
 
 
-@pytest.mark.parametrize("record", ["033", "017"])
+@pytest.mark.parametrize("record", sorted(RECORDS))
 def test_vit_backend_is_vllms_recorded_choice(record):
     # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (vllm-rules §8,
     # §9 ViT), recorded for every capability x dtype x head size

@@ -5,6 +5,7 @@ cuda.py, vllm-rules §5g), the custom all-reduce rule (users-and-measuring §B i
 (gpu-facts.md) and the issues named at each test."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,23 @@ def test_h100_name_variants_are_one_model():
     assert report.mixed_gpus is False
     assert report.warnings == ()
     assert report.vllm_device_warning is not None  # vLLM compares raw names
+
+
+def test_h100_and_a100_are_mixed_when_nvml_gives_no_pci_device_id():
+    # issue 11: NVML in a VM answers pciDeviceId 0 for both GPUs; 0 means unknown, not "the same id".
+    report = probe("h100_a100_pci_id_zero.json")
+    assert [g.pci_device_id for g in report.gpus] == [None, None]
+    assert report.mixed_gpus is True
+    assert report.warnings == (VLLM_MIXED_GPU_WARNING % "NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-80GB",)
+
+
+def test_equal_pci_ids_never_outvote_a_different_capability_or_table_entry():
+    data = scenario("h100_a100_pci_id_zero.json")
+    for key in ("0", "1"):
+        data["calls"]["nvmlDeviceGetPciInfo"][key]["pciDeviceId"] = 0x233010DE  # the same (wrong) id on both
+    assert collect_from_scenario(data, {}).mixed_gpus is True
+    data["calls"]["nvmlDeviceGetCudaComputeCapability"]["1"] = [9, 0]  # same CC, still an A100 by the table
+    assert collect_from_scenario(data, {}).mixed_gpus is True
 
 
 # --- PCIe only ----------------------------------------------------------------------------------
@@ -305,6 +323,16 @@ def test_capability_facts_follow_vllm():
 def test_scenario_env_var_selects_the_replay(tmp_path):
     report = collect_probe({"ATTNSEL_NVML_SCENARIO": str(FIXTURES / "l40s_x2_pcie.json")})
     assert [g.name for g in report.gpus] == ["NVIDIA L40S", "NVIDIA L40S"]
+
+
+def test_a_replayed_call_can_hang_and_then_answer():
+    # What the hangs/ scenarios use for an NVML call that hangs (a GPU fallen off the bus).
+    data = scenario("h100_sxm_x8_nvlink.json")
+    data["calls"]["nvmlDeviceGetMemoryInfo"]["5"] = {"delay_s": 0.3, "answer": {"nvml_error": "NVML_ERROR_GPU_IS_LOST"}}
+    start = time.perf_counter()
+    report = collect_from_scenario(data, {})
+    assert time.perf_counter() - start >= 0.3
+    assert report.gpus[5].error == "GPU is lost (NVML_ERROR_GPU_IS_LOST)"
 
 
 def test_every_fixture_is_a_valid_scenario():

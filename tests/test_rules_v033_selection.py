@@ -5,14 +5,9 @@ profile. Expectations from shared/reference/vllm-rules.md §9 (cited per test), 
 import pytest
 
 from attnsel.attention.model_config import derive_model_facts
+from attnsel.attention.block_size_flows import aligned_block_size_error, common_block_size
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import (
-    SelectionContext,
-    SelectorInputs,
-    aligned_block_size_error,
-    common_block_size,
-    explain,
-)
+from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
 from attnsel.attention.vit import vit_backend
 
 V033 = get_profile("0.33")
@@ -59,10 +54,9 @@ def test_priority_lists_033(inputs, cc, num_heads, expected):
 def test_h100_llama_log_is_a_list_with_a_period_and_block_size_is_set_after():
     e = explain(V033, cfg(), SelectionContext(capability=H100))
     assert (e.selected, e.block_size, e.error) == ("FLASH_ATTN", 16, None)
-    assert e.warnings == [  # §9 selection log; block-size flow after the layers
+    assert e.warnings == [  # §9 selection log; the block-size flow logs only a size other than 16
         "Using FLASH_ATTN attention backend out of potential backends: "
         "['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
-        "Setting kv cache block size to 16 for FLASH_ATTN backend(s).",
     ]
     assert e.kv_cache_layout is None  # §9: layout resolved in get_kv_cache_spec, not the selector
 

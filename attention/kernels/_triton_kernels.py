@@ -14,6 +14,10 @@ Prefill / mixed: one program per (query tile, KV head); a query tile is BLOCK_Q 
 request x the group's heads. Query token i of a request with KV length L and Q new tokens sits at
 position L-Q+i and sees keys <= that position.
 
+fp8 KV caches (KV_CAST > 0): K and V tiles are stored fp8 and widened to the query's 16-bit type
+on load (exact: every e4m3/e5m2 value is a bf16 and an fp16 value); the per-tensor scales are
+folded into the softmax scale (k_scale) and the output (v_scale), as FlashInfer applies them.
+
 DOT_IN_FP32 exists for the CPU interpreter only: Triton 3.9's interpreter multiplies bf16 tiles
 as raw 16-bit integers in tl.dot (garbage results), so there the bf16-rounded operands are widened
 to fp32 before the dot. Same rounding as on the GPU (bf16 in, fp32 accumulate).
@@ -28,11 +32,22 @@ import triton.language as tl
 import triton.language.standard as _tl_standard
 
 
+def _widen(x, KV_CAST: tl.constexpr):
+    """fp8 cache values in the query's type (KV_CAST 1: fp16, 2: bf16, 3: fp32; 0: as stored)."""
+    if KV_CAST == 1:
+        x = x.to(tl.float16)
+    elif KV_CAST == 2:
+        x = x.to(tl.bfloat16)
+    elif KV_CAST == 3:
+        x = x.to(tl.float32)
+    return x
+
+
 def _load_k_tile(
     bt_row, k_head, v_head, start, pos, ok, d, d_ok,
     stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    DOT_IN_FP32: tl.constexpr,
+    DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr,
 ):
     """One K tile through the block table, plus the V pointers and mask for the same rows."""
     if PAGE % BLOCK_N == 0:  # the tile lies in one page: one block-table read
@@ -47,19 +62,19 @@ def _load_k_tile(
         kv_mask = ok[:, None]
     else:
         kv_mask = ok[:, None] & d_ok[None, :]
-    k = tl.load(k_head + k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    k = _widen(tl.load(k_head + k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0), KV_CAST)
     if DOT_IN_FP32:
         k = k.to(tl.float32)
     return k, v_head + v_rows[:, None] + d[None, :], kv_mask
 
 
-def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr):
+def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr):
     """Fold one tile of base-2 scores into the running max, denominator and output."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+    v = _widen(tl.load(v_ptrs, mask=kv_mask, other=0.0), KV_CAST)
     p_in = p.to(v.dtype)
     if DOT_IN_FP32:
         p_in = p_in.to(tl.float32)
@@ -69,13 +84,13 @@ def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.cons
 
 
 # Helpers the kernels call; `jitted()` rebinds these names to their triton.jit versions.
-_HELPERS = {"_load_k_tile": _load_k_tile, "_online_softmax_step": _online_softmax_step}
+_HELPERS = {"_widen": _widen, "_load_k_tile": _load_k_tile, "_online_softmax_step": _online_softmax_step}
 
 
 def paged_decode(
     q_ptr, k_ptr, v_ptr, block_table_ptr, seq_lens_ptr, q_start_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
-    scale_log2,
+    scale_log2, v_scale,
     stride_q_tok, stride_q_head,
     stride_k_blk, stride_k_tok, stride_k_head,
     stride_v_blk, stride_v_tok, stride_v_head,
@@ -85,7 +100,7 @@ def paged_decode(
     HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
-    DOT_IN_FP32: tl.constexpr,
+    DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr,
 ):
     req = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -125,13 +140,13 @@ def paged_decode(
         ok = pos < hi
         k, v_ptrs, kv_mask = _load_k_tile(bt_row, k_head, v_head, start, pos, ok, d, d_ok,
                                           stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
-                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32)
+                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32, KV_CAST)
         s = tl.dot(q, tl.trans(k)) * scale_log2
         s = tl.where(ok[None, :], s, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32)
+        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32, KV_CAST)
 
     if NUM_SPLITS == 1:
-        o = acc / l_i[:, None]
+        o = acc / l_i[:, None] * v_scale
         tl.store(
             out_ptr + q_tok * stride_o_tok + heads[:, None] * stride_o_head + d[None, :],
             o.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :],
@@ -139,7 +154,7 @@ def paged_decode(
     else:
         empty = l_i == 0.0  # a split past the end of a short request
         l_safe = tl.where(empty, 1.0, l_i)
-        o = acc / l_safe[:, None]
+        o = acc / l_safe[:, None] * v_scale
         lse = tl.where(empty, float("-inf"), m_i + tl.log2(l_safe))
         row = (req.to(tl.int64) * NUM_Q_HEADS + heads) * NUM_SPLITS + split
         tl.store(part_out_ptr + row[:, None] * HEAD_PAD + d[None, :], o, mask=g_ok[:, None])
@@ -170,7 +185,7 @@ def reduce_splits(
 def paged_prefill(
     q_ptr, k_ptr, v_ptr, block_table_ptr, seq_lens_ptr, q_lens_ptr, cu_q_ptr,
     tile_req_ptr, tile_q0_ptr, out_ptr,
-    scale_log2,
+    scale_log2, v_scale,
     stride_q_tok, stride_q_head,
     stride_k_blk, stride_k_tok, stride_k_head,
     stride_v_blk, stride_v_tok, stride_v_head,
@@ -179,7 +194,7 @@ def paged_prefill(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_IN_FP32: tl.constexpr,
+    DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -223,14 +238,14 @@ def paged_prefill(
         ok = pos < kv_end
         k, v_ptrs, kv_mask = _load_k_tile(bt_row, k_head, v_head, start, pos, ok, d, d_ok,
                                           stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
-                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32)
+                                          PAGE, BLOCK_N, HEAD, HEAD_PAD, DOT_IN_FP32, KV_CAST)
         s = tl.dot(q, tl.trans(k)) * scale_log2
         visible = ok[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
-        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32)
+        m_i, l_i, acc = _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32, KV_CAST)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    o = acc / l_safe[:, None]
+    o = acc / l_safe[:, None] * v_scale
     tl.store(
         out_ptr + tok[:, None] * stride_o_tok + heads[:, None] * stride_o_head + d[None, :],
         o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :],

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .paged import PagedBatch, Workload
 
 BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+# vLLM's dense MLA backends (vllm-rules §3b), timed at decode over a latent cache (kernels/mla.py)
+MLA_BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 
 
 @dataclass
@@ -42,7 +44,7 @@ class PreparedKernel:
 @runtime_checkable
 class KernelAdapter(Protocol):
     backend: str
-    """vLLM's name: FLASHINFER | FLASH_ATTN | TRITON_ATTN | FLEX_ATTENTION."""
+    """vLLM's name: FLASHINFER | FLASH_ATTN | TRITON_ATTN | FLEX_ATTENTION, or an MLA backend (MLA_BACKENDS)."""
     name: str
     """Provider short name, e.g. 'flashinfer', 'fa4-cute', 'attnsel-triton'."""
 
@@ -118,6 +120,21 @@ def cuda_device_reason(device: str) -> str | None:
         return "torch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA GPU visible to torch"
+    return None
+
+
+def shape_kind_reason(w: "Workload", *, mla: bool = False, fp8: bool = False) -> str | None:
+    """Why a provider cannot run `w` because of what it is, not its size: an MLA workload for a
+    non-MLA kernel (or the reverse), or an fp8 KV cache for a provider without an fp8 path
+    (`fp8`: the provider has one)."""
+    from .kv_quant import is_fp8
+
+    is_mla = getattr(w, "kv_lora_rank", None) is not None
+    if is_mla != mla:
+        return "an MLA (latent) workload: not this kernel's shape" if is_mla else "needs an MLA (latent) workload"
+    kv = getattr(w, "kv_cache_dtype", "auto")
+    if is_fp8(kv) and not fp8:
+        return f"--kv-cache-dtype {kv}: this provider has no fp8 KV-cache path in attnsel"
     return None
 
 

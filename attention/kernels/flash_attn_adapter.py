@@ -30,6 +30,7 @@ from .base import (
     installed_version,
     module_importable,
     module_missing,
+    shape_kind_reason,
 )
 
 FA2_PAGED_MESSAGE = "Paged KV cache block size must be divisible by 256"
@@ -77,8 +78,11 @@ class _FlashAttnBase:
 
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
         # Shape rules first: they hold on every machine, so a CPU dry run reports them too.
+        # fp8 KV: vLLM's FlashAttentionImpl quantizes the query and passes q/k/v descales; only the
+        # vLLM-driven adapter (vllm_backend.py) does that (FA4 runs fp8 on SM100 only, FA2 not at all).
         return (
-            vllm_flash_attn_shape_reason(w, block_size)
+            shape_kind_reason(w)
+            or vllm_flash_attn_shape_reason(w, block_size)
             or self.extra_reason(w, block_size)
             or cuda_device_reason(device)
             or self.cc_reason(compute_capability(device))

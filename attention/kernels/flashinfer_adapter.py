@@ -23,7 +23,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .base import PreparedKernel, kernel_block_size_for, compute_capability, cuda_device_reason, installed_version, module_importable
+from .base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
+                   module_importable, shape_kind_reason)
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
 # vLLM's FlashInferBackend (vllm-rules §3a).
@@ -79,10 +80,12 @@ class JitModuleRequest:
     backend: str | None  # "fa2" | "fa3"; None for the CUDA-core decode module
     dtype: str
     head_size: int
+    kv_dtype: str | None = None  # the cache's torch dtype name when it differs from the query's (fp8)
 
     def generator_args(self, torch) -> tuple:
         dt = getattr(torch, self.dtype)
-        common = (dt, dt, dt, torch.int32, self.head_size, self.head_size, POS_ENCODING_NONE, False, False)
+        kv = getattr(torch, self.kv_dtype or self.dtype)
+        common = (dt, kv, dt, torch.int32, self.head_size, self.head_size, POS_ENCODING_NONE, False, False)
         if self.generator == "decode":
             return common
         return (self.backend,) + common + (False,)  # + use_fp16_qk_reduction
@@ -96,33 +99,40 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def prefill_backend(capability: tuple[int, int] | None, torch_cuda: str | None, dtype: str, head_size: int) -> str:
+def prefill_backend(capability: tuple[int, int] | None, torch_cuda: str | None, dtype: str, head_size: int,
+                    kv_fp8: bool = False) -> str:
     """What flashinfer's determine_attention_backend answers for vLLM's prefill plan (no RoPE,
-    no custom mask, no fp16 qk reduction, q and kv of the same 16-bit dtype)."""
-    if capability is None or capability[0] != 9 or _version_tuple(torch_cuda) < (12, 3):
+    no custom mask, no fp16 qk reduction; a 16-bit query; FA3 takes an fp8 cache only with an fp8
+    query: is_fa3_backend_supported)."""
+    if kv_fp8 or capability is None or capability[0] != 9 or _version_tuple(torch_cuda) < (12, 3):
         return "fa2"
     return "fa3" if head_size in FA3_HEAD_SIZES else "fa2"
 
 
 def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int, int] | None,
-                        torch_cuda: str | None, use_tensor_cores: bool = True) -> list[JitModuleRequest]:
+                        torch_cuda: str | None, use_tensor_cores: bool = True,
+                        kv_cache_dtype: str = "auto") -> list[JitModuleRequest]:
     """The JIT modules plan() will ask for, for workloads of these kinds (decode / prefill / mixed:
-    mixed = decodes + a prefill chunk, like vLLM's split_decodes_and_prefills)."""
+    mixed = decodes + a prefill chunk, like vLLM's split_decodes_and_prefills). An fp8 cache with
+    a 16-bit query: tensor-core decode and prefill both plan "fa2" (one module)."""
+    from .kv_quant import fp8_format, is_fp8
+
     if dtype not in ("bfloat16", "float16") or head_size not in SUPPORTED_HEAD_SIZES:
         return []  # unsupported_reason() refuses these rows: nothing will be planned
+    kv = fp8_format(kv_cache_dtype) if is_fp8(kv_cache_dtype) else None
     kinds = set(kinds)
     requests = []
     if kinds & {"decode", "mixed"}:
         if use_tensor_cores:
-            requests.append(JitModuleRequest("decode (tensor cores)", "prefill_primary", "fa2", dtype, head_size))
+            requests.append(JitModuleRequest("decode (tensor cores)", "prefill_primary", "fa2", dtype, head_size, kv))
         else:
-            requests.append(JitModuleRequest("decode (CUDA cores)", "decode", None, dtype, head_size))
+            requests.append(JitModuleRequest("decode (CUDA cores)", "decode", None, dtype, head_size, kv))
     if kinds & {"prefill", "mixed"}:
-        backend = prefill_backend(capability, torch_cuda, dtype, head_size)
+        backend = prefill_backend(capability, torch_cuda, dtype, head_size, kv_fp8=kv is not None)
         generator = "prefill_primary" if backend == "fa2" else "prefill"
         # fa2 prefill is the very module tensor-core decode uses: build it once
         if not any((r.generator, r.backend) == (generator, backend) for r in requests):
-            requests.append(JitModuleRequest("prefill", generator, backend, dtype, head_size))
+            requests.append(JitModuleRequest("prefill", generator, backend, dtype, head_size, kv))
     return requests
 
 
@@ -157,15 +167,30 @@ def build_error_text(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def build_kwargs(build) -> dict:
+    """Keywords for JitSpec.build in the installed flashinfer. need_lock: hold the module's file
+    lock while ninja runs, so a plan() that arrives before we are done waits for this build instead
+    of starting a second ninja on it. flashinfer 0.6.x (vLLM 0.24's pin) also REQUIRES `verbose`:
+    calling build(need_lock=True) there raised TypeError, so on an H100 with vLLM installed no
+    module was pre-built and FlashInfer's JIT cost 97-136 s inside its own turn."""
+    import inspect
+
+    try:
+        params = inspect.signature(build).parameters
+    except (TypeError, ValueError):
+        return {}
+    kwargs = {}
+    if "verbose" in params:
+        kwargs["verbose"] = False
+    if "need_lock" in params:
+        kwargs["need_lock"] = True
+    return kwargs
+
+
 def _build_one(spec, outcome: dict) -> None:
     _lower_thread_priority()
     try:
-        try:
-            # need_lock: hold the module's file lock while ninja runs, so a plan() that arrives
-            # before we are done waits for this build instead of starting a second ninja on it
-            spec.build(need_lock=True)
-        except TypeError:
-            spec.build()
+        spec.build(**build_kwargs(spec.build))
         outcome["built"] = True
     except Exception as exc:  # noqa: BLE001 -- plan() builds it again and reports a real failure
         outcome["error"] = build_error_text(exc)
@@ -237,9 +262,8 @@ class FlashInferAdapter:
 
         cap = tuple(capability) if capability else None
         kinds = [getattr(w, "kind", w) for w in workloads]
-        if kv_cache_dtype not in ("auto", dtype):
-            kinds = []  # those rows are not timed (bench/worker.py: fp8 KV is not timed yet)
-        requests = jit_module_requests(kinds, dtype, int(head_size), cap, torch.version.cuda, self.use_tensor_cores)
+        requests = jit_module_requests(kinds, dtype, int(head_size), cap, torch.version.cuda, self.use_tensor_cores,
+                                       kv_cache_dtype=kv_cache_dtype)
         summary = build_jit_modules(requests)
         summary["requests"] = [r.purpose + (f" ({r.backend})" if r.backend else "") for r in requests]
         return summary
@@ -247,6 +271,9 @@ class FlashInferAdapter:
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
         if w.dtype not in ("bfloat16", "float16"):
             return f"dtype {w.dtype} not supported by vLLM's FLASHINFER backend (fp16, bf16)"
+        kind = shape_kind_reason(w, fp8=True)  # fp8 KV: kv_data_type fp8 + k_scale/v_scale (vllm-rules §3a)
+        if kind:
+            return kind
         if kernel_block_size_for(block_size, SUPPORTED_BLOCK_SIZES) is None:
             return (
                 f"block size {block_size} is neither one of vLLM FLASHINFER's kernel block sizes "
@@ -284,7 +311,10 @@ class FlashInferAdapter:
         workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
         out = torch.empty_like(b.query)
         nd = b.num_decodes
-        dtype = b.query.dtype
+        dtype, kv_dtype = b.query.dtype, b.key_cache.dtype
+        # fp8 cache: FlashInfer folds k_scale into sm_scale and v_scale into the output (vLLM's
+        # FlashInferImpl passes layer._k_scale_float / _v_scale_float the same way)
+        scales = {"k_scale": b.k_scale, "v_scale": b.v_scale} if kv_dtype != dtype else {}
         heads_and_page = (b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size)
         calls = []
         paths = []
@@ -294,10 +324,10 @@ class FlashInferAdapter:
             )
             decode.plan(
                 indptr_cpu[: nd + 1], indices_gpu, last_cpu[:nd], *heads_and_page,
-                pos_encoding_mode="NONE", sm_scale=b.scale, q_data_type=dtype, kv_data_type=dtype,
+                pos_encoding_mode="NONE", sm_scale=b.scale, q_data_type=dtype, kv_data_type=kv_dtype,
             )
             q_dec, out_dec = b.query[:nd], out[:nd]
-            calls.append(lambda: decode.run(q_dec, kv_cache, out=out_dec))
+            calls.append(lambda: decode.run(q_dec, kv_cache, out=out_dec, **scales))
             paths.append("decode, tensor cores" if self.use_tensor_cores else "decode, CUDA cores")
         if nd < b.batch:
             prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, layout)
@@ -306,10 +336,10 @@ class FlashInferAdapter:
             prefill.plan(
                 # vLLM passes the prefill slice of paged_kv_indptr un-rebased with all indices.
                 qo_indptr, indptr_cpu[nd:], indices_gpu, last_cpu[nd:], *heads_and_page,
-                causal=True, sm_scale=b.scale, q_data_type=dtype, kv_data_type=dtype,
+                causal=True, sm_scale=b.scale, q_data_type=dtype, kv_data_type=kv_dtype,
             )
             q_pre, out_pre = b.query[tok0:], out[tok0:]
-            calls.append(lambda: prefill.run(q_pre, kv_cache, out=out_pre))
+            calls.append(lambda: prefill.run(q_pre, kv_cache, out=out_pre, **scales))
             paths.append("prefill")
 
         def run():
@@ -325,7 +355,7 @@ class FlashInferAdapter:
         return PreparedKernel(
             run=run,
             output=lambda: out,
-            provider=f"flashinfer {version} ({'; '.join(paths)}; {layout})",
+            provider=f"flashinfer {version} ({'; '.join(paths)}; {layout}{'; kv ' + b.kv_cache_dtype if scales else ''})",
             kernel_block_size=b.block_size,
             setup_seconds=setup,
             notes=(
@@ -340,5 +370,5 @@ class FlashInferAdapter:
             ),
             poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
-            details={"kv_layout": layout, "use_tensor_cores": self.use_tensor_cores},
+            details={"kv_layout": layout, "use_tensor_cores": self.use_tensor_cores, **scales},
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from .base import PreparedKernel, installed_version, module_importable
+from .base import PreparedKernel, installed_version, module_importable, shape_kind_reason
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
 CPU_MAX_KV_TILE = 32
@@ -152,6 +152,9 @@ class FlexAttentionAdapter:
         # BlockMask build needs kv tiles of one page, and Triton tiles need >= 16 tokens.
         if w.dtype not in ("bfloat16", "float16", "float32"):
             return f"dtype {w.dtype} not supported (fp16, bf16, fp32)"
+        kind = shape_kind_reason(w)  # vLLM's FLEX_ATTENTION takes kv auto/bfloat16 only (vllm-rules §3a)
+        if kind:
+            return kind
         if block_size % 16 or block_size & (block_size - 1):
             return f"block size {block_size}: FlexAttention's kv tile (= one page) must be a power of two >= 16"
         return None

@@ -1,7 +1,9 @@
 """Paged KV-cache batches the way vLLM lays them out, and an fp32 reference to check kernels against.
 
 Layout (vLLM §3a): per block, K and V are (block_size, num_kv_heads, head_size) ("NHD"); a request's
-tokens live in the physical blocks its block-table row lists, in logical order. Block 0 is kept
+tokens live in the physical blocks its block-table row lists, in logical order. An fp8 KV cache
+(`--kv-cache-dtype fp8`) holds fp8 values with per-tensor scales (kv_quant.py); the reference reads
+it dequantized. MLA batches (latent cache, absorbed query) live in mla.py. Block 0 is kept
 free as vLLM's null block, and unused table slots point at it (vLLM's FlexAttention backend even
 masks physical block 0 out), so a kernel that reads past a request's length reads zeros-or-garbage
 that the reference never sees.
@@ -10,10 +12,11 @@ that the reference never sees.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from . import kv_quant
 from .base import kernel_block_size_for  # noqa: F401  (re-exported)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -48,6 +51,9 @@ class Workload:
     num_kv_heads: int
     head_size: int
     dtype: str
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto/bfloat16/float16, or fp8 (kv_quant.py)
+    kv_lora_rank: int | None = None  # MLA: the latent width; head_size = kv_lora_rank + qk_rope_head_dim
+    qk_nope_head_dim: int | None = None  # MLA: sets the softmax scale (qk_nope + rope) ** -0.5 (mla.py)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -63,6 +69,15 @@ class Workload:
         if self.num_q_heads % self.num_kv_heads:
             raise ValueError("num_q_heads must be a multiple of num_kv_heads")
         torch_dtype(self.dtype)
+        if self.kv_cache_dtype not in kv_quant.UNQUANTIZED_KV_CACHE_DTYPES + kv_quant.FP8_KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not timed (auto, bfloat16, float16, "
+                             f"{', '.join(kv_quant.FP8_KV_CACHE_DTYPES)})")
+        if self.kv_lora_rank is not None and not (0 < self.kv_lora_rank <= self.head_size and self.num_kv_heads == 1):
+            raise ValueError("MLA workloads have one KV head and kv_lora_rank <= head_size")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
 
     @property
     def group_size(self) -> int:
@@ -70,9 +85,11 @@ class Workload:
 
     def label(self) -> str:
         q = "" if self.kind == "decode" else f" q{self.query_len}"
+        kv = "" if self.kv_cache_dtype == "auto" else f" kv {self.kv_cache_dtype}"
+        mla = f" mla{self.kv_lora_rank}" if self.is_mla else ""
         return (
             f"{self.kind} b{self.batch} ctx{self.context_len}{q} "
-            f"h{self.num_q_heads}/{self.num_kv_heads} d{self.head_size} {self.dtype}"
+            f"h{self.num_q_heads}/{self.num_kv_heads} d{self.head_size}{mla} {self.dtype}{kv}"
         )
 
 
@@ -95,6 +112,11 @@ class PagedBatch:
     block_size: int
     scale: float
     kind: str
+    # fp8 caches (kv_quant.py): key/value_cache hold fp8 values; value = stored x scale
+    kv_cache_dtype: str = "auto"
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    q_scale: float = 1.0  # what vLLM divides the query by where it quantizes it (calc_kv_scales)
 
     @property
     def batch(self) -> int:
@@ -218,7 +240,7 @@ def make_paged_batch(
         cu.append(cu[-1] + q)
 
     as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=dev)  # noqa: E731
-    return PagedBatch(
+    batch = PagedBatch(
         query=query,
         key_cache=key_cache,
         value_cache=value_cache,
@@ -229,6 +251,21 @@ def make_paged_batch(
         block_size=block_size,
         scale=1.0 / math.sqrt(w.head_size),
         kind=w.kind,
+    )
+    return quantized_kv(batch, w.kv_cache_dtype) if kv_quant.is_fp8(w.kv_cache_dtype) else batch
+
+
+def quantized_kv(b: PagedBatch, kv_cache_dtype: str) -> PagedBatch:
+    """The batch with an fp8 cache: K and V stored as fp8 with per-tensor scales computed the way
+    vLLM's --calculate-kv-scales does (kv_quant.py); q_scale likewise, for backends that quantize
+    the query. The model-dtype query stays as it is."""
+    k_scale = kv_quant.computed_scale(b.key_cache, "k")
+    v_scale = kv_quant.computed_scale(b.value_cache, "v")
+    return replace(
+        b, key_cache=kv_quant.quantize(b.key_cache, k_scale, kv_cache_dtype),
+        value_cache=kv_quant.quantize(b.value_cache, v_scale, kv_cache_dtype),
+        kv_cache_dtype=kv_cache_dtype, k_scale=k_scale, v_scale=v_scale,
+        q_scale=kv_quant.computed_scale(b.query, "q"),
     )
 
 
@@ -252,36 +289,32 @@ def split_into_kernel_blocks(b: PagedBatch, kernel_block_size: int) -> PagedBatc
     nb, _, hkv, d = b.key_cache.shape
     view = lambda c: c.reshape(nb * k, kernel_block_size, hkv, d)  # noqa: E731
     table = (b.block_table.long()[:, :, None] * k + torch.arange(k, device=b.block_table.device)).reshape(b.batch, -1)
-    return PagedBatch(
-        query=b.query,
-        key_cache=view(b.key_cache),
-        value_cache=view(b.value_cache),
-        block_table=table.to(torch.int32).contiguous(),
-        seq_lens=b.seq_lens,
-        query_lens=b.query_lens,
-        cu_query_lens=b.cu_query_lens,
-        block_size=kernel_block_size,
-        scale=b.scale,
-        kind=b.kind,
-    )
+    return replace(b, key_cache=view(b.key_cache), value_cache=view(b.value_cache),
+                   block_table=table.to(torch.int32).contiguous(), block_size=kernel_block_size)
 
 
-def reference_attention(b: PagedBatch) -> torch.Tensor:
-    """fp32 attention from gathered K/V. Query token i of a request with KV length L and Q new
-    tokens sits at position L-Q+i and sees keys at positions <= L-Q+i."""
+def reference_attention(b) -> torch.Tensor:
+    """fp32 attention from gathered K/V (dequantized for an fp8 cache). Query token i of a request
+    with KV length L and Q new tokens sits at position L-Q+i and sees keys at positions <= L-Q+i.
+    An MLA batch (mla.MlaBatch) gets its own reference (absorbed MLA, mla.reference_mla)."""
+    if getattr(b, "kv_lora_rank", None) is not None:
+        from .mla import reference_mla
+
+        return reference_mla(b)
     seq_lens, q_lens = b.host_lists()
     cu = b.cu_query_lens.tolist()
     hkv, group, d = b.num_kv_heads, b.num_q_heads // b.num_kv_heads, b.head_size
     out = torch.empty(b.query.shape, dtype=torch.float32, device=b.query.device)
     for r, (kv_len, q_len) in enumerate(zip(seq_lens, q_lens)):
         k, v = gather_request_kv(b, r, kv_len)
+        k, v = kv_quant.dequantize(k, b.k_scale), kv_quant.dequantize(v, b.v_scale)
         q = b.query[cu[r] : cu[r + 1]].float().reshape(q_len, hkv, group, d)
-        scores = torch.einsum("qhgd,khd->hgqk", q, k.float()) * b.scale
+        scores = torch.einsum("qhgd,khd->hgqk", q, k) * b.scale
         q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)[:, None]
         k_pos = torch.arange(kv_len, device=q.device)[None, :]
         scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        o = torch.einsum("hgqk,khd->qhgd", probs, v.float())
+        o = torch.einsum("hgqk,khd->qhgd", probs, v)
         out[cu[r] : cu[r + 1]] = o.reshape(q_len, hkv * group, d)
     return out
 
@@ -326,7 +359,7 @@ def dtype_name(t: torch.Tensor) -> str:
     return {v: k for k, v in DTYPES.items()}[t.dtype]
 
 
-def workload_of(b: PagedBatch, context_len: int | None = None) -> Workload:
+def workload_of(b, context_len: int | None = None) -> Workload:
     """A Workload describing `b` (context_len = the longest KV length unless given)."""
     seq_lens, q_lens = b.host_lists()
     return Workload(
@@ -338,4 +371,7 @@ def workload_of(b: PagedBatch, context_len: int | None = None) -> Workload:
         num_kv_heads=b.num_kv_heads,
         head_size=b.head_size,
         dtype=dtype_name(b.query),
+        kv_cache_dtype=b.kv_cache_dtype,
+        kv_lora_rank=getattr(b, "kv_lora_rank", None),
+        qk_nope_head_dim=getattr(b, "qk_nope_head_dim", None),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import BACKENDS, KernelAdapter
+from .base import BACKENDS, MLA_BACKENDS, KernelAdapter
 
 
 def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
@@ -17,6 +17,9 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
       FA3 (flash_attn_interface), FA4 (flash_attn.cute), flash-attn 2.x.
     TRITON_ATTN: attnsel's own Triton kernels.
     FLEX_ATTENTION: torch.compile'd flex_attention (attnsel's adapter, also with vLLM).
+    MLA backends: vLLM's own MLA impl at decode (vllm_mla.py); FLASHINFER_MLA without vLLM:
+      FlashInfer's BatchMLAPagedAttentionWrapper (a named stand-in). The other MLA kernels ship
+      only inside vLLM (vllm._flashmla_C, vllm.vllm_flash_attn, its Triton decode, CUTLASS MLA).
     """
     from . import flash_attn_adapter as fa
     from .flashinfer_adapter import FlashInferAdapter
@@ -25,6 +28,11 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
     from .vllm_backend import VllmBackendAdapter
 
     key = backend.upper()
+    if key in MLA_BACKENDS:
+        from .flashinfer_mla import FlashInferMlaAdapter
+        from .vllm_mla import VllmMlaAdapter
+
+        return [VllmMlaAdapter(key, device=device)] + ([FlashInferMlaAdapter()] if key == "FLASHINFER_MLA" else [])
     if key == "FLASHINFER":
         return [VllmBackendAdapter(key, device=device), FlashInferAdapter(use_tensor_cores=True), FlashInferAdapter(use_tensor_cores=False)]
     if key == "FLASH_ATTN":
@@ -33,11 +41,11 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
         return [VllmBackendAdapter(key, device=device), AttnselTritonAdapter()]
     if key == "FLEX_ATTENTION":
         return [FlexAttentionAdapter()]
-    raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS + MLA_BACKENDS)}")
 
 
 def all_backends() -> list[str]:
-    return list(BACKENDS)
+    return list(BACKENDS + MLA_BACKENDS)
 
 
 def first_available(backend: str) -> tuple[KernelAdapter | None, dict[str, str]]:

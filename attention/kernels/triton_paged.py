@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .base import PreparedKernel, installed_version, module_importable
+from .base import PreparedKernel, installed_version, module_importable, shape_kind_reason
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
 DEFAULT_SM_COUNT = 132
@@ -101,7 +101,16 @@ def decode_config_grid(block_size: int) -> list[DecodeConfig]:
     return out
 
 
-def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int, dtype: str) -> str | None:
+# the query's type an fp8 cache tile is widened to (the kernels' KV_CAST)
+KV_CAST = {"float16": 1, "bfloat16": 2, "float32": 3}
+
+
+def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int, dtype: str,
+                    kv_cache_dtype: str = "auto") -> str | None:
+    from .kv_quant import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES
+
+    if kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES:
+        return f"kv cache dtype {kv_cache_dtype} not supported"
     if dtype not in ("bfloat16", "float16", "float32"):
         return f"dtype {dtype} not supported (fp16, bf16, fp32)"
     if block_size % 16:
@@ -129,6 +138,8 @@ class PagedAttentionLauncher:
         import torch
 
         from . import _triton_kernels
+        from .kv_quant import is_fp8
+        from .paged import dtype_name
 
         self.kernels = _triton_kernels.jitted()
         # Triton 3.9's interpreter gets bf16 tl.dot wrong; see _triton_kernels' docstring.
@@ -140,7 +151,10 @@ class PagedAttentionLauncher:
         self.head_pad = max(16, next_pow2(b.head_size))
         seq_lens, q_lens = b.host_lists()
         self.num_decodes = b.num_decodes
-        self.scale_log2 = float(b.scale) * 1.4426950408889634  # exp2 domain: scale * log2(e)
+        # exp2 domain: scale * log2(e); an fp8 cache's k_scale folds into it, v_scale into the output
+        self.scale_log2 = float(b.scale) * float(b.k_scale) * 1.4426950408889634
+        self.v_scale = float(b.v_scale)
+        self.kv_cast = KV_CAST[dtype_name(q)] if is_fp8(b.kv_cache_dtype) else 0
         self.out = torch.empty_like(q)
         self.decode_cfg = None
         self.prefill_cfg = None
@@ -194,11 +208,11 @@ class PagedAttentionLauncher:
         self.kernels["paged_decode"][grid](
             b.query, b.key_cache, b.value_cache, b.block_table, b.seq_lens, b.cu_query_lens,
             self.out, self.part_out, self.part_lse,
-            self.scale_log2,
+            self.scale_log2, self.v_scale,
             *self._common_strides(),
             GROUP=self.group, GROUP_PAD=group_pad, HEAD=b.head_size, HEAD_PAD=self.head_pad,
             PAGE=b.block_size, BLOCK_N=cfg.block_n, NUM_SPLITS=splits, NUM_Q_HEADS=b.num_q_heads,
-            DOT_IN_FP32=self.dot_in_fp32,
+            DOT_IN_FP32=self.dot_in_fp32, KV_CAST=self.kv_cast,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if splits > 1:
@@ -216,11 +230,11 @@ class PagedAttentionLauncher:
         self.kernels["paged_prefill"][grid](
             b.query, b.key_cache, b.value_cache, b.block_table, b.seq_lens, b.query_lens, b.cu_query_lens,
             self.tile_req, self.tile_q0, self.out,
-            self.scale_log2,
+            self.scale_log2, self.v_scale,
             *self._common_strides(),
             GROUP=self.group, GROUP_PAD=next_pow2(self.group), HEAD=b.head_size, HEAD_PAD=self.head_pad,
             PAGE=b.block_size, BLOCK_Q=cfg.block_q, BLOCK_N=cfg.block_n,
-            DOT_IN_FP32=self.dot_in_fp32,
+            DOT_IN_FP32=self.dot_in_fp32, KV_CAST=self.kv_cast,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
@@ -270,7 +284,8 @@ class AttnselTritonAdapter:
         return None
 
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
-        reason = check_supported(w.num_q_heads, w.num_kv_heads, w.head_size, block_size, w.dtype)
+        reason = shape_kind_reason(w, fp8=True) or check_supported(w.num_q_heads, w.num_kv_heads, w.head_size, block_size, w.dtype,
+                                 getattr(w, "kv_cache_dtype", "auto"))
         if reason:
             return reason
         from . import _triton_kernels
@@ -282,7 +297,8 @@ class AttnselTritonAdapter:
     def prepare(self, b) -> PreparedKernel:
         from .paged import dtype_name
 
-        reason = check_supported(b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size, dtype_name(b.query))
+        reason = check_supported(b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size, dtype_name(b.query),
+                                 b.kv_cache_dtype)
         if reason:
             raise ValueError(reason)
         t0 = time.perf_counter()

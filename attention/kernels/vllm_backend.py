@@ -47,15 +47,49 @@ def _device_memory_and_name(device: Any) -> tuple[int, str]:
     return 80 * 2**30, "NVIDIA H100 80GB HBM3"
 
 
+def class_reason(cls: Any, w: Any) -> Optional[str]:
+    """vLLM's own class checks for a workload, in vLLM's words (validate_configuration's first
+    reasons, vllm-rules §2): head size, dtype, KV-cache dtype."""
+    import torch
+
+    if not cls.supports_head_size(w.head_size):
+        return "head_size not supported"
+    supported = getattr(cls, "supported_dtypes", None)
+    if supported is not None and getattr(torch, w.dtype) not in supported:
+        return "dtype not supported"
+    kv = getattr(w, "kv_cache_dtype", "auto")
+    check = getattr(cls, "supports_kv_cache_dtype", None)
+    if kv != "auto" and check is not None and not check(kv):
+        return "kv_cache_dtype not supported"
+    return None
+
+
+def query_as_vllm_hands_it(stack: Any, query: Any) -> tuple[Any, Optional[str]]:
+    """The query the impl receives: Attention.forward quantizes it to fp8 with layer._q_scale first
+    when the cache is fp8 and the impl takes quantized queries (supports_quant_query_input: FA3,
+    vLLM's Triton kernel on CUDA, FlashInfer's TRT-LLM path). Done here, once, outside the timed
+    call: in vLLM it is a separate op before the attention op (fused by torch.compile into the
+    projection before it)."""
+    layer = stack.layer
+    quant = getattr(layer, "query_quant", None)
+    if quant is None or not getattr(layer.impl, "supports_quant_query_input", False):
+        return query, None
+    quantized, _ = quant(query, layer._q_scale)
+    return quantized.view(query.shape), (f"query quantized to {quantized.dtype} with layer._q_scale by vLLM's "
+                                         f"QuantFP8 before the timed call, as Attention.forward does")
+
+
 class VllmBackendAdapter:
     """vLLM's own AttentionImpl + AttentionMetadataBuilder for one backend."""
 
     name = "vllm"
     drives_vllm_classes = True
+    driven_backends: tuple[str, ...] = DRIVEN_BACKENDS
 
     def __init__(self, backend: str, *, device: str = "cuda"):
-        if backend not in DRIVEN_BACKENDS:
-            raise ValueError(f"{backend} is not driven through vLLM's classes (only {', '.join(DRIVEN_BACKENDS)})")
+        if backend not in self.driven_backends:
+            raise ValueError(f"{backend} is not driven by {type(self).__name__} "
+                             f"(only {', '.join(self.driven_backends)})")
         self.backend = backend
         self.device = device
         self._builder = None
@@ -106,37 +140,32 @@ class VllmBackendAdapter:
             cls = backend_class(self.backend)
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {exc}"
-        import torch
-
-        if not cls.supports_head_size(w.head_size):
-            return "head_size not supported"
-        supported = getattr(cls, "supported_dtypes", None)
-        if supported is not None and getattr(torch, w.dtype) not in supported:
-            return "dtype not supported"
-        return None if str(device) == "cpu" == self.device else cuda_device_reason(device)
+        return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))
 
     def prepare(self, b: Any) -> PreparedKernel:
         import torch
 
         from . import paged
-        from .vllm_stack import common_metadata, kv_cache_tensor
+        from .vllm_inputs import common_metadata, kv_cache_tensor, set_layer_scales
 
         started = time.perf_counter()
         stack = self.stack_for(b)
         kb = paged.split_into_kernel_blocks(b, stack.kernel_block_size)
         device = b.query.device
         with stack.active():  # the builder and the cache layout read the current config
+            notes = set_layer_scales(stack.layer, b)
             metadata = stack.builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(kb, device))
             kv_cache = kv_cache_tensor(stack, kb)
+            query, quant_note = query_as_vllm_hands_it(stack, b.query)
         num_tokens = int(b.query.shape[0])
         # the forward pass reads K/V from the cache; the new-token K/V arguments are only read by
         # encoder attention and DCP (not timed here)
         new_kv = torch.zeros(num_tokens, b.num_kv_heads, b.head_size, dtype=b.query.dtype, device=device)
-        out = torch.empty_like(b.query)
+        out = torch.empty_like(b.query)  # vLLM's output keeps the model dtype when the query is fp8
         impl, layer = stack.layer.impl, stack.layer
 
         def run():
-            impl.forward(layer, b.query, new_kv, new_kv, kv_cache, metadata, out)
+            impl.forward(layer, query, new_kv, new_kv, kv_cache, metadata, out)
             return out
 
         run()
@@ -148,9 +177,10 @@ class VllmBackendAdapter:
         return PreparedKernel(
             run=run, output=lambda: out, provider=self.provider_text(stack),
             kernel_block_size=stack.kernel_block_size, setup_seconds=setup,
-            notes=tuple(stack.notes), poison_output=lambda: out.fill_(float("nan")),
+            notes=tuple(stack.notes + notes + ([quant_note] if quant_note else [])),
+            poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
-            details=self.details(stack, metadata, launch, kv_cache),
+            details={**self.details(stack, metadata, launch, kv_cache), "query_dtype": str(query.dtype)},
         )
 
     def prebuild(self, workloads: Any, **shape: Any) -> dict:
@@ -165,20 +195,25 @@ class VllmBackendAdapter:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def stack_for(self, b: Any) -> Any:
+    def stack_spec(self, b: Any) -> Any:
         from .paged import dtype_name
-        from .vllm_stack import StackBuilder, StackSpec, engine_defaults
+        from .vllm_stack import StackSpec, engine_defaults
 
         seq_lens, q_lens = b.host_lists()
         max_len = max(DEFAULT_MAX_MODEL_LEN, _round_up(max(seq_lens), 1024))
         max_seqs, max_tokens = engine_defaults(*_device_memory_and_name(b.query.device))
-        spec = StackSpec(
+        return StackSpec(
             backend=self.backend, num_q_heads=b.num_q_heads, num_kv_heads=b.num_kv_heads, head_size=b.head_size,
             dtype=dtype_name(b.query), kv_cache_dtype=getattr(b, "kv_cache_dtype", "auto"),
             block_size=b.block_size, max_model_len=max_len,
             # a batch beyond the engine's limits still has to fit the builder's persistent buffers
             max_num_seqs=max(max_seqs, b.batch), max_num_batched_tokens=max(max_tokens, sum(q_lens)),
         )
+
+    def stack_for(self, b: Any) -> Any:
+        from .vllm_stack import StackBuilder
+
+        spec = self.stack_spec(b)
         key = tuple(sorted(vars(spec).items()))
         if key not in self._stacks:
             if self._builder is None:
@@ -204,6 +239,7 @@ class VllmBackendAdapter:
             "launch_reason": launch[1],
             "kv_cache_shape": list(kv_cache.shape),
             "kv_cache_stride": list(kv_cache.stride()),
+            "kv_cache_storage": str(kv_cache.dtype),
         }
         version = getattr(stack.layer.impl, "vllm_flash_attn_version", None)
         if version:

@@ -24,7 +24,6 @@ names), never by comparing version strings. torch and vLLM are imported lazily.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import json
@@ -32,7 +31,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 GIB = 1 << 30
 
@@ -154,6 +153,25 @@ class StackSpec:
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    mla: Optional["MlaDims"] = None  # an MLA layer (vllm_mla.py): num_kv_heads 1, head_size = latent width
+
+    def model_config_json(self) -> dict:
+        if self.mla is not None:
+            from .vllm_mla import synthetic_mla_model_config
+
+            return synthetic_mla_model_config(self)
+        return synthetic_model_config(self.num_q_heads, self.num_kv_heads, self.head_size, self.dtype,
+                                      self.max_model_len)
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    """The MLA sizes vLLM's MLAAttention layer is built with (DeepSeek-V3: 512, 64, 128, 128)."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
 
 
 @dataclass
@@ -205,12 +223,11 @@ class StackBuilder:
         self._layer_count = 0
 
     def model_folder(self, spec: StackSpec) -> str:
-        key = (spec.num_q_heads, spec.num_kv_heads, spec.head_size, spec.dtype, spec.max_model_len)
+        key = (spec.num_q_heads, spec.num_kv_heads, spec.head_size, spec.dtype, spec.max_model_len, spec.mla)
         if key not in self._folders:
             folder = tempfile.mkdtemp(prefix="attnsel-model-")
             with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as fh:
-                json.dump(synthetic_model_config(spec.num_q_heads, spec.num_kv_heads, spec.head_size,
-                                                 spec.dtype, spec.max_model_len), fh)
+                json.dump(spec.model_config_json(), fh)
             self._folders[key] = folder
         return self._folders[key]
 
@@ -257,22 +274,25 @@ class StackBuilder:
                          cudagraph_mode=getattr(mode, "name", str(mode)), dispatcher=dispatcher, notes=notes)
 
     def _layer(self, spec: StackSpec, config: Any, backend_cls: Any) -> Any:
-        """vLLM's own Attention layer on the GPU, built under the model dtype as model code does."""
+        """vLLM's own Attention layer (MLAAttention for an MLA spec, vllm_mla.py) on the GPU, built
+        under the model dtype as model code does."""
         import torch
 
-        layer_cls = attention_layer_class()
         self._layer_count += 1  # the forward context refuses duplicate layer names
         prefix = f"model.layers.{self._layer_count}.self_attn.attn"
         previous = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, spec.dtype))
         try:
             with torch.device(self.device):
-                layer = call_accepting(layer_cls, spec.num_q_heads, spec.head_size, spec.head_size ** -0.5,
-                                       num_kv_heads=spec.num_kv_heads, cache_config=config.cache_config,
-                                       prefix=prefix, attn_backend=backend_cls)
+                if spec.mla is not None:
+                    from .vllm_mla import mla_layer
+
+                    return mla_layer(spec, config, backend_cls, prefix)
+                return call_accepting(attention_layer_class(), spec.num_q_heads, spec.head_size,
+                                      spec.head_size ** -0.5, num_kv_heads=spec.num_kv_heads,
+                                      cache_config=config.cache_config, prefix=prefix, attn_backend=backend_cls)
         finally:
             torch.set_default_dtype(previous)
-        return layer
 
     @staticmethod
     def _resolve_cudagraph_mode(config: Any, support: Any, backend: str, notes: list[str]) -> Any:
@@ -308,74 +328,3 @@ class StackBuilder:
         dispatcher = CudagraphDispatcher(config)
         call_accepting(dispatcher.initialize_cudagraph_keys, mode, uniform_decode_query_len=1)
         return dispatcher
-
-
-def common_metadata(batch: Any, device: Any) -> Any:
-    """vLLM's CommonAttentionMetadata for a PagedBatch (decodes first, as vLLM orders them), filling
-    only the fields this release's dataclass has."""
-    import torch
-    from vllm.v1.attention.backend import CommonAttentionMetadata  # type: ignore
-
-    seq_lens, q_lens = batch.host_lists()
-    query_start_loc_cpu = torch.tensor([0] + list(_cumulative(q_lens)), dtype=torch.int32)
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    computed_cpu = seq_lens_cpu - torch.tensor(q_lens, dtype=torch.int32)
-    num_tokens = int(sum(q_lens))
-    values = dict(
-        query_start_loc=query_start_loc_cpu.to(device), query_start_loc_cpu=query_start_loc_cpu,
-        seq_lens=batch.seq_lens, seq_lens_cpu=seq_lens_cpu, _seq_lens_cpu=seq_lens_cpu,
-        num_computed_tokens_cpu=computed_cpu, _num_computed_tokens_cpu=computed_cpu,
-        seq_lens_cpu_upper_bound=seq_lens_cpu,
-        num_reqs=len(seq_lens), num_actual_tokens=num_tokens, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
-        block_table_tensor=batch.block_table,
-        # the forward pass only reads the cache; vLLM writes K/V in a separate step (not timed)
-        slot_mapping=torch.zeros(num_tokens, dtype=torch.int64, device=device),
-        causal=True,
-    )
-    names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    return CommonAttentionMetadata(**{k: v for k, v in values.items() if k in names})
-
-
-def _cumulative(values: list[int]) -> Iterator[int]:
-    total = 0
-    for v in values:
-        total += v
-        yield total
-
-
-def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
-    """The layer's KV cache in the backend's own shape and physical layout (get_kv_cache_shape +
-    get_kv_cache_stride_order, as GPUModelRunner allocates it), holding the batch's K and V."""
-    import torch
-
-    cls = stack.backend_cls
-    nb, bs, hkv, d = batch.key_cache.shape
-    shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, hkv, d,
-                                 cache_dtype_str=stack.spec.kv_cache_dtype))
-    try:
-        order = tuple(cls.get_kv_cache_stride_order())
-    except (AttributeError, NotImplementedError):
-        order = tuple(range(len(shape)))
-    physical = torch.empty(tuple(shape[i] for i in order), dtype=batch.key_cache.dtype, device=batch.key_cache.device)
-    cache = physical.permute(*[order.index(i) for i in range(len(order))])
-    kv_dim = kv_axis(shape, nb)
-    cache.select(kv_dim, 0).copy_(batch.key_cache)
-    cache.select(kv_dim, 1).copy_(batch.value_cache)
-    return cache
-
-
-def kv_axis(shape: tuple, num_blocks: int) -> int:
-    """Which axis of a 5-D vLLM KV-cache shape separates K from V: (2, nb, ...) or (nb, 2, ...).
-
-    >>> kv_axis((2, 10, 16, 8, 128), 10)
-    0
-    >>> kv_axis((10, 2, 16, 8, 128), 10)
-    1
-    """
-    if len(shape) != 5:
-        raise ValueError(f"expected a 5-D KV cache shape, got {shape}")
-    if shape[0] == 2 and shape[1] == num_blocks:
-        return 0
-    if shape[1] == 2 and shape[0] == num_blocks:
-        return 1
-    raise ValueError(f"cannot tell the K/V axis of KV cache shape {shape} with {num_blocks} blocks")

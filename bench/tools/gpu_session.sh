@@ -3,14 +3,15 @@
 #
 # A machine with network access needs only:
 #     pip install vllm==0.24.0 'openai<3' cupti-python      # vLLM's pins: torch 2.11, flashinfer 0.6.12
-#     bash bench/tools/gpu_session.sh kernels OUT             # tune + fidelity + stand-ins + live explain
+#     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
+#     bash bench/tools/gpu_session.sh mla OUT && bash bench/tools/gpu_session.sh fp8 OUT   # MLA and fp8 KV
 #
 # An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
 #   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
 #                     -> .whl/p1 .. .whl/pN, each under 59 MiB (one device call each, with the tree)
 #   there, per part:  bash bench/tools/gpu_session.sh receive      (copies .whl/p*/ into /tmp/carry)
 #   after the last:   bash bench/tools/gpu_session.sh unpack       (/tmp/site, /tmp/site-standin)
-#   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh kernels OUT
+#   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh sweeps OUT
 #
 # Sets: "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
 # timed), flashinfer 0.6.12 (vLLM's pin; flashinfer-cubin left out, so FlashInfer JIT-compiles),
@@ -69,11 +70,12 @@ pack() {
     rm -rf "$work/site-standin/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
   else
     # shellcheck disable=SC2086
-    site "$work/site-vllm" $ENGINE_SET
+    site "$work/site-engine" $ENGINE_SET   # unpacked into the same /tmp/site
   fi
   mkdir -p "$work/out"
   tar cf - -C "$work/site-vllm" "${drop[@]}" . | xz -T0 -9 > "$work/out/site-vllm.tar.xz"
   [ -d "$work/site-standin" ] && tar cf - -C "$work/site-standin" . | xz -T0 -9 > "$work/out/site-standin.tar.xz"
+  [ -d "$work/site-engine" ] && tar cf - -C "$work/site-engine" . | xz -T0 -9 > "$work/out/site-engine.tar.xz"
   cd "$root"
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
   rm -rf .whl && mkdir -p .whl
@@ -92,7 +94,9 @@ data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundl
 with tarfile.open(fileobj=io.BytesIO(data)) as outer:
     for member in outer.getmembers():
         if member.name.endswith(".tar.xz"):
-            target = "/tmp/" + os.path.basename(member.name)[: -len(".tar.xz")].replace("site-vllm", "site")
+            name = os.path.basename(member.name)[: -len(".tar.xz")]
+            # vLLM and the engine add-on (MoE extension, server packages) share one site folder
+            target = "/tmp/site-standin" if name == "site-standin" else "/tmp/site"
             os.makedirs(target, exist_ok=True)
             with tarfile.open(fileobj=outer.extractfile(member), mode="r:xz") as inner:
                 inner.extractall(target, filter="tar")
@@ -107,18 +111,73 @@ PY
       vllm) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site" ;;
       standin) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site-standin:/tmp/site-standin/nvidia_cutlass_dsl/dsl_packages:/tmp/site ATTNSEL_TUNE_STANDINS=1" ;;
     esac ;;
-  kernels)
+  sweeps)
+    # issue 10's sweep evidence: the default sweep truly cold (no FlashInfer / Triton / inductor
+    # caches), then warm, with vLLM's own kernels
     out=${2:?OUT folder}; mkdir -p "$out"
-    py() { python3 -m attnsel "$@"; }
-    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/flash_attention_cute_dsl_cache
-    py tune --model llama-3.1-8b --output "$out/cold" > "$out/cold.txt" 2> "$out/cold.err" || true
-    py tune --model llama-3.1-8b --output "$out/warm" > "$out/warm.txt" 2> "$out/warm.err" || true
-    python3 -m attnsel.bench.tools.fidelity "$out/warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
-    (eval "$(bash "$0" env standin)"; py tune --model llama-3.1-8b --workload decode --output "$out/standin" \
-       > "$out/standin.txt" 2> "$out/standin.err" || true)
-    python3 -m attnsel.bench.tools.compare_runs "$out/warm" "$out/standin" > "$out/standin_vs_vllm.txt" 2>&1 || true
-    for m in llama-3.1-8b qwen3-8b gemma-2-9b gpt-oss-20b deepseek-v3; do
-      py explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1 || true
-    done ;;
+    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/vllm
+    timeout 330 python3 -m attnsel tune --model llama-3.1-8b --output "$out/cold" > "$out/cold.txt" 2> "$out/cold.err" || true
+    timeout 200 python3 -m attnsel tune --model llama-3.1-8b --output "$out/warm" > "$out/warm.txt" 2> "$out/warm.err" || true
+    grep -h "^time:" "$out"/cold/summary.txt "$out"/warm/summary.txt || true
+    sed -n '/^Recommendation/,$p' "$out/warm.txt" ;;
+  checks)
+    # the warm sweep's FlashInfer rows re-timed by FlashInfer's own bench_gpu_time (CUPTI); the
+    # stand-ins against vLLM's kernels on the decode shapes
+    out=${2:?OUT folder}; warm=${3:-$out/warm}; mkdir -p "$out"
+    timeout 150 python3 -m attnsel.bench.tools.fidelity "$warm" --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -2 "$out/fidelity.txt" | cut -c1-400
+    (eval "$(bash "$0" env standin)"; timeout 240 python3 -m attnsel tune --model llama-3.1-8b --workload decode \
+       --backends FLASH_ATTN,FLASHINFER,TRITON_ATTN --output "$out/standin" > "$out/standin.txt" 2> "$out/standin.err" || true)
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" --json > "$out/standin_vs_vllm.json" 2>&1 || true
+    python3 -m attnsel.bench.tools.compare_runs "$warm" "$out/standin" 2>&1 | tail -4 ;;
+  live)
+    # explain --live / --compare-live against the installed vLLM on this GPU (issue 10, item 7)
+    out=${2:?OUT folder}; mkdir -p "$out"
+    for m in llama-3.1-8b gpt-oss-20b deepseek-v3 gemma-3-12b; do
+      python3 -m attnsel explain --model "$m" --compare-live > "$out/live_$m.txt" 2>&1; echo "compare-live $m: exit $?"
+    done
+    python3 -m attnsel explain --model llama-3.1-8b --live --json > "$out/live_llama_json.json" 2>&1; echo "live json: exit $?" ;;
+  mla)
+    # issue 13: DeepSeek-V3 (MLA) with vLLM's own MLA classes, decode. TP 8's per-GPU heads (16) over
+    # the default decode grid; TP 1 (128 heads) over the quick grid (3 shapes) to stay inside the
+    # device budget. ~4 min warm on an H100 (vLLM's Triton MLA JIT-compiles per split count and page).
+    out=${2:?OUT folder}; mkdir -p "$out"
+    timeout 330 python3 -m attnsel tune --model deepseek-v3 -tp 8 --workload decode --output "$out/h100_mla_tp8" \
+      > "$out/h100_mla_tp8.txt" 2> "$out/h100_mla_tp8.err" || true
+    timeout 240 python3 -m attnsel tune --model deepseek-v3 --workload decode --quick --output "$out/h100_mla_tp1" \
+      > "$out/h100_mla_tp1.txt" 2> "$out/h100_mla_tp1.err" || true
+    python3 -m attnsel.bench.tools.peak_share "$out/h100_mla_tp8" "$out/h100_mla_tp1" ;;
+  fp8)
+    # issue 13: Llama-3.1-8B with an fp8 KV cache (FA3's fp8 path, FlashInfer's fp8 KV, vLLM's Triton
+    # kernel), decode at block sizes 16/64/128 (FLEX_ATTENTION is refused by vLLM for fp8); then the
+    # GPU tests of every fp8 and MLA provider against the fp32 reference (incl. FlashInfer's MLA
+    # wrapper and attnsel's Triton fp8 path). ~4 min.
+    out=${2:?OUT folder}; mkdir -p "$out"
+    timeout 330 python3 -m attnsel tune --model llama-3.1-8b --kv-cache-dtype fp8 --workload decode \
+      --block-sizes 16,64,128 --output "$out/h100_fp8" > "$out/h100_fp8.txt" 2> "$out/h100_fp8.err" || true
+    python3 -m attnsel.bench.tools.peak_share "$out/h100_fp8"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_kernels_mla_fp8_gpu.py \
+      > "$out/gpu_tests_mla_fp8.txt" 2>&1 || true
+    tail -15 "$out/gpu_tests_mla_fp8.txt" ;;
+  engine-tunes)
+    # the decode sweeps `attnsel verify` compares against in the engine (issue 16): Qwen3-0.6B up to
+    # 32k context (attention is a large share of its step) and Nemotron-H-8B (hybrid)
+    out=${2:?OUT folder}; mkdir -p "$out"
+    timeout 200 python3 -m attnsel tune --model qwen3-0.6b --full --workload decode --block-sizes 16,128 \
+      --backends FLASH_ATTN,FLASHINFER,TRITON_ATTN --output "$out/qwen06" > "$out/qwen06.tune.txt" 2>&1 || true
+    timeout 150 python3 -m attnsel tune --model nemotron-h-8b --workload decode --backends FLASH_ATTN,FLASHINFER,TRITON_ATTN --output "$out/nemotron_h" \
+      > "$out/nemotron_h.tune.txt" 2>&1 || true
+    grep -h "^time:\|vLLM flags\|overall" "$out"/qwen06/summary.txt "$out"/nemotron_h/summary.txt || true ;;
+  smoke)
+    # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
+    out=${2:?OUT folder}; mkdir -p "$out"
+    python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_bench_gpu_timing.py 2>&1 | tail -3
+    python3 -m attnsel tune --model llama-3.1-8b --quick --output "$out/quick" > "$out/quick.txt" 2> "$out/quick.err" || true
+    tail -25 "$out/quick.txt"; grep -h "error\|Error" "$out/quick.err" | tail -5
+    python3 -m attnsel.bench.tools.fidelity "$out/quick" --limit 12 --jsonl "$out/fidelity.jsonl" > "$out/fidelity.txt" 2>&1 || true
+    tail -14 "$out/fidelity.txt"
+    python3 -m attnsel explain --model llama-3.1-8b --compare-live > "$out/live.txt" 2>&1 || true
+    tail -8 "$out/live.txt" ;;
   *) sed -n '2,22p' "$0" ;;
 esac

@@ -4,15 +4,19 @@ machine without a GPU, before spending GPU time on them.
     PYTHONPATH=<folder holding an `attnsel` link to this repo> \\
         /path/to/venv-with-vllm/bin/python -m attnsel.bench.tools.vllm_cpu_check [--backend B ...]
 
-What is real: vLLM's VllmConfig, Attention layer, AttentionImpl, metadata builder, CUDA-graph
-resolution and dispatcher, KV-cache shape/stride order, and (TRITON_ATTN) vLLM's own Triton kernel
-run by the Triton interpreter on CPU tensors, compared with attnsel's fp32 reference.
+What is real: vLLM's VllmConfig, Attention / MLAAttention layer, AttentionImpl / MLA impl,
+metadata builder, CUDA-graph resolution and dispatcher, KV-cache shape/stride order and storage
+dtype, the layer's fp8 scales and query quantization (QuantFP8, run natively), and (TRITON_ATTN,
+TRITON_MLA) vLLM's own Triton kernels run by the Triton interpreter on CPU tensors, compared with
+attnsel's fp32 reference. Every backend is checked with a 16-bit and an fp8 KV cache where vLLM's
+class accepts fp8 (otherwise the row says vLLM's reason).
 What is not: the platform is a CUDA platform stand-in reporting an H100 (attention/live.py, as the
 parity harness does); extensions that need a driver are empty modules and `torch.ops._C` answers
-False to capability probes; FLASH_ATTN's `flash_attn_varlen_func` / `get_scheduler_metadata` and
-FlashInfer's wrappers are replaced by recorders that compute the reference from the arguments vLLM
-passes them (so a wrong block table, length or scale in what we hand vLLM fails the check).
-Exit 0 when every backend checked matches the reference.
+False to capability probes; the CUDA-only kernel calls (FA3, FlashInfer's wrappers, FlashMLA, FA3
+MLA, FlashInfer's TRT-LLM MLA) are replaced by recorders (cpu_recorders.py) that compute the
+reference from the arguments vLLM passes them (so a wrong block table, length, scale or query
+layout in what we hand vLLM fails the check).
+Exit 0 when every row checked matches the reference.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import os
 import sys
 import time
 from typing import Any
+
+from attnsel.attention.kernels.base import MLA_BACKENDS
+from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+from attnsel.bench.tools import cpu_recorders
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # vllm.triton_utils disables Triton unless exactly one Triton driver is active; an empty
@@ -33,6 +41,13 @@ SHAPES = (  # (kind, batch, context, query_len): small enough for the Triton int
     ("decode", 1, 700, 1),  # batch 1: vLLM's Triton builder takes its 3-D split path
     ("mixed", 4, 96, 40),
 )
+MLA_SHAPES = (("decode", 3, 200, 1), ("decode", 1, 700, 1))  # 16 heads (DeepSeek-V3 at TP 8), 512 + 64
+# block sizes per MLA backend: its kernel block sizes (FLASHMLA [64], FLASHINFER_MLA [32, 64]), one
+# split by vLLM into kernel blocks (128)
+MLA_BLOCK_SIZES = {"FLASHMLA": (64, 128), "FLASHINFER_MLA": (32, 128), "FLASH_ATTN_MLA": (16, 64),
+                   "TRITON_MLA": (16, 64), "CUTLASS_MLA": (128,)}
+DENSE = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
+MLA_CHECKED = ("TRITON_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA")
 
 
 class _FakeOpNamespace:
@@ -45,9 +60,9 @@ class _FakeOpNamespace:
 def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 80GB HBM3") -> Any:
     import torch
 
-    from attnsel.attention import live
+    from attnsel.attention.live_runtime import vllm_runtime
 
-    runtime = live._VllmRuntime(offline=True)
+    runtime = vllm_runtime(offline=True)
     runtime.platform_cls.target = runtime.capability(capability)
     runtime.platform_cls.target_name = name
     torch.ops.__dict__["_C"] = _FakeOpNamespace()
@@ -60,117 +75,52 @@ def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 
     return runtime
 
 
-def reference_from_pages(q, k_pages, v_pages, tables: list[list[int]], seq_lens: list[int],
-                         q_starts: list[int], scale: float):
-    """fp32 causal attention from a page table, K/V as (pages, page, heads, dim) (the recorders' check)."""
-    import torch
-
-    out = torch.empty(q.shape, dtype=torch.float32)
-    page = k_pages.shape[1]
-    hkv = k_pages.shape[2]
-    group = q.shape[1] // hkv
-    for r, seq_len in enumerate(seq_lens):
-        pages = torch.tensor(tables[r][: -(-seq_len // page)], dtype=torch.long)
-        k = k_pages[pages].reshape(-1, hkv, q.shape[2])[:seq_len].float()
-        v = v_pages[pages].reshape(-1, hkv, q.shape[2])[:seq_len].float()
-        qs = q[q_starts[r]:q_starts[r + 1]].float().reshape(-1, hkv, group, q.shape[2])
-        n = qs.shape[0]
-        scores = torch.einsum("qhgd,khd->hgqk", qs, k) * scale
-        qpos = torch.arange(seq_len - n, seq_len)[:, None]
-        scores = scores.masked_fill(torch.arange(seq_len)[None, :] > qpos, float("-inf"))
-        o = torch.einsum("hgqk,khd->qhgd", torch.softmax(scores, -1), v)
-        out[q_starts[r]:q_starts[r + 1]] = o.reshape(n, -1, q.shape[2])
-    return out
+_CALLS: dict[str, list[dict]] = {}
 
 
-def patch_flash_attn(calls: list[dict]) -> None:
-    from vllm.v1.attention.backends import flash_attn as fa  # type: ignore
-
-    def varlen(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale, causal,
-               block_table, **kwargs):
-        calls.append({"num_splits": kwargs.get("num_splits"), "fa_version": kwargs.get("fa_version"),
-                      "scheduler_metadata": kwargs.get("scheduler_metadata") is not None, "causal": causal})
-        ref = reference_from_pages(q, k, v, block_table.tolist(), seqused_k.tolist(), cu_seqlens_q.tolist(),
-                                   softmax_scale)
-        out.copy_(ref.to(out.dtype))
-        return out
-
-    fa.flash_attn_varlen_func = varlen
-    fa.get_scheduler_metadata = lambda **kwargs: calls.append({"scheduler": kwargs}) or None
+def _recorded_calls(backend: str) -> list[dict]:
+    """The backend's recorder, installed once per process (a second patch would wrap the first)."""
+    if backend not in _CALLS:
+        _CALLS[backend] = []
+        patch = cpu_recorders.PATCHES.get(backend)
+        if patch is not None:
+            patch(_CALLS[backend])
+    return _CALLS[backend]
 
 
-def patch_flashinfer(calls: list[dict]) -> None:
-    """FlashInfer's wrappers replaced by recorders; their plan() arguments are bound to the real
-    wrapper's signature, so the page table they describe is what vLLM computed from our metadata."""
-    import inspect
+def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
+    from attnsel.attention.kernels import mla, paged
+    from attnsel.attention.kernels.registry import adapters_for
 
-    from vllm.v1.attention.backends import flashinfer as fi  # type: ignore
-
-    def recording(real: Any) -> type:
-        signature = inspect.signature(real.plan)
-
-        class RecordingWrapper:
-            def __init__(self, *args: Any, **kwargs: Any):
-                self.is_cuda_graph_enabled = bool(kwargs.get("use_cuda_graph", False))
-                self._plan: dict = {}
-
-            def plan(self, *args: Any, **kwargs: Any) -> None:
-                bound = signature.bind(self, *args, **kwargs)
-                self._plan = dict(bound.arguments)
-                # the real wrappers keep these; vLLM's forward asserts them against its impl
-                self._window_left = self._plan.get("window_left", -1)
-                self._logits_soft_cap = self._plan.get("logits_soft_cap") or 0.0
-                self._sm_scale = self._plan.get("sm_scale")
-                self._causal = self._plan.get("causal", False)
-                calls.append({"wrapper": real.__name__, "plan": {k: v for k, v in self._plan.items()
-                                                               if isinstance(v, (int, float, str, bool))}})
-
-            def run(self, q: Any, kv: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-                p = self._plan
-                indptr = p.get("indptr", p.get("paged_kv_indptr")).tolist()
-                indices = p.get("indices", p.get("paged_kv_indices")).tolist()
-                last = p.get("last_page_len", p.get("paged_kv_last_page_len")).tolist()
-                qo = p["qo_indptr"].tolist() if "qo_indptr" in p else list(range(len(indptr)))
-                page = kv.shape[2]
-                tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
-                lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
-                ref = reference_from_pages(q, kv[:, 0], kv[:, 1], tables, lens, qo, p.get("sm_scale"))
-                if out is None:
-                    return ref.to(q.dtype)
-                out.copy_(ref.to(out.dtype))
-                return out
-
-        RecordingWrapper.__name__ = real.__name__
-        return RecordingWrapper
-
-    fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
-    fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
-
-
-def check_backend(backend: str) -> list[dict]:
-    from attnsel.attention.kernels import paged
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
-
-    calls: list[dict] = []
-    if backend == "FLASH_ATTN":
-        patch_flash_attn(calls)
-    elif backend == "FLASHINFER":
-        patch_flashinfer(calls)
-    adapter = VllmBackendAdapter(backend, device="cpu")
+    calls = _recorded_calls(backend)
+    adapter = adapters_for(backend, device="cpu")[0]
+    is_mla = backend in MLA_BACKENDS
     results = []
-    for kind, batch, context, qlen in SHAPES:
-        for block_size in (16, 64):
+    for kind, batch, context, qlen in (MLA_SHAPES if is_mla else SHAPES):
+        for block_size in MLA_BLOCK_SIZES.get(backend, (16, 64)) if is_mla else (16, 64):
             # float16: the Triton interpreter's bf16 dot products are wrong (_triton_kernels.py)
-            w = paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16")
-            b = paged.make_paged_batch(w, block_size, device="cpu", seed=1)
-            started = time.perf_counter()
+            if is_mla:
+                w = paged.Workload(kind, batch, context, qlen, 16, 1, 576, "float16", kv_cache_dtype, kv_lora_rank=512)
+                make = mla.make_mla_batch
+            else:
+                w = paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16", kv_cache_dtype)
+                make = paged.make_paged_batch
             row = {"backend": backend, "shape": w.label(), "block_size": block_size}
+            reason = adapter.unsupported_reason(w, block_size, "cpu")
+            if reason:
+                row.update(ok=None, skipped=reason, seconds=0.0, recorded_calls=[])
+                results.append(row)
+                continue
+            b = make(w, block_size, device="cpu", seed=1)
+            started = time.perf_counter()
             try:
                 prepared = adapter.prepare(b)
-                prepared.poison_output()
+                if prepared.poison_output is not None:
+                    prepared.poison_output()
                 err = paged.relative_error(prepared.run(), paged.reference_attention(b))
-                row.update(ok=err < 2e-2, rel_error=err, provider=prepared.provider,
-                           launch=prepared.details.get("launch"), details=prepared.details)
+                tolerance = FP8_TOLERANCE if kv_cache_dtype != "auto" else 2e-2
+                row.update(ok=err < tolerance, rel_error=err, provider=prepared.provider,
+                           launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes)
             except Exception as exc:  # noqa: BLE001 -- reported per row
                 row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
             row["seconds"] = round(time.perf_counter() - started, 2)
@@ -179,61 +129,100 @@ def check_backend(backend: str) -> list[dict]:
     return results
 
 
+def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
+    """The recorded layer: Llama-3.1-8B's (32/8 heads, d128) or, for an MLA backend, DeepSeek-V3's
+    at TP 8 (16 heads, latent 512 + 64), bf16, on an H100 with vllm serve's limits."""
+    from attnsel.attention.kernels.vllm_stack import MlaDims, StackSpec
+
+    if backend in MLA_BACKENDS:
+        return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
+                         mla=MlaDims(512, 64, 128, 128))
+    return StackSpec(backend, 32, 8, 128, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192)
+
+
+def _record_backend(builder: Any, backend: str) -> dict:
+    from attnsel.attention.kernels.vllm_stack import backend_class, call_accepting
+
+    cls = backend_class(backend)
+    entry: dict = {"block_sizes": {}, "is_mla": bool(cls.is_mla()),
+                   "supported_kv_cache_dtypes": list(getattr(cls, "supported_kv_cache_dtypes", None) or [])}
+    for block_size in (16, 32, 64, 128, 256):
+        spec = _spec(backend, block_size)
+        try:
+            stack = builder.build(spec)
+        except Exception as exc:  # noqa: BLE001 -- vLLM refuses the block size
+            entry["block_sizes"][str(block_size)] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        with stack.active():
+            shape = call_accepting(stack.backend_cls.get_kv_cache_shape, 10, stack.kernel_block_size,
+                                   spec.num_kv_heads, spec.head_size)
+            order = stack.backend_cls.get_kv_cache_stride_order()
+        entry["block_sizes"][str(block_size)] = {"kernel_block_size": stack.kernel_block_size,
+                                                 "kv_cache_shape_10_blocks": list(shape), "stride_order": list(order)}
+        entry.update(cudagraph_support=stack.cudagraph_support, cudagraph_mode=stack.cudagraph_mode,
+                     impl=type(stack.layer.impl).__name__, builder=type(stack.builder).__name__)
+        entry["dispatch"] = [[n, u, *stack.launch_for(n, u)] for n in (1, 3, 16, 64, 256, 512, 513, 2048)
+                             for u in (True, False)]
+    fp8 = next((k for k in ("fp8", "fp8_e4m3") if k in entry["supported_kv_cache_dtypes"]), None)
+    if fp8 and cls.supports_kv_cache_dtype(fp8):
+        sizes = [int(k) for k, v in entry["block_sizes"].items() if "kernel_block_size" in v]
+        stack = builder.build(_spec(backend, sizes[0], fp8))
+        entry["fp8"] = {"kv_cache_spec_dtype": str(stack.kv_cache_spec.dtype).replace("torch.", ""),
+                        "supports_quant_query_input": bool(getattr(stack.layer.impl, "supports_quant_query_input", False)),
+                        "layer_has_query_quant": getattr(stack.layer, "query_quant", None) is not None}
+    return entry
+
+
 def record_stacks(backends: list[str]) -> dict:
-    """What vLLM's own classes answer for a Llama-3.1-8B layer (32/8 heads, d128, bf16) per backend
-    and block size: the facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and
-    resolved mode, kernel block size, KV-cache shape and stride order, dispatcher answers)."""
-    from attnsel.attention.kernels.vllm_stack import StackBuilder, StackSpec, call_accepting
+    """What vLLM's own classes answer per backend and block size (see _spec for the layer): the
+    facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and resolved mode, kernel
+    block size, KV-cache shape and stride order, dispatcher answers, the fp8 KV-cache storage dtype
+    and whether the impl takes an fp8 query)."""
+    from attnsel.attention.kernels.vllm_stack import StackBuilder
 
     import vllm  # type: ignore
 
     builder = StackBuilder(device="cpu")
     doc: dict = {"vllm": getattr(vllm, "__version__", "?"), "gpu": "H100 stand-in (CC 9.0)", "backends": {}}
     for backend in backends:
-        entry: dict = {"block_sizes": {}}
-        for block_size in (16, 32, 64, 128, 256):
-            spec = StackSpec(backend, 32, 8, 128, "bfloat16", "auto", block_size, 131072, 1024, 8192)
-            try:
-                stack = builder.build(spec)
-            except Exception as exc:  # noqa: BLE001 -- vLLM refuses the block size
-                entry["block_sizes"][str(block_size)] = {"error": f"{type(exc).__name__}: {exc}"}
-                continue
-            with stack.active():
-                shape = call_accepting(stack.backend_cls.get_kv_cache_shape, 10, stack.kernel_block_size, 8, 128)
-                order = stack.backend_cls.get_kv_cache_stride_order()
-            entry["block_sizes"][str(block_size)] = {"kernel_block_size": stack.kernel_block_size,
-                                                     "kv_cache_shape_10_blocks": list(shape), "stride_order": list(order)}
-            entry.update(cudagraph_support=stack.cudagraph_support, cudagraph_mode=stack.cudagraph_mode,
-                         impl=type(stack.layer.impl).__name__, builder=type(stack.builder).__name__)
-            entry["dispatch"] = [[n, u, *stack.launch_for(n, u)] for n in (1, 3, 16, 64, 256, 512, 513, 2048)
-                                 for u in (True, False)]
-        doc["backends"][backend] = entry
+        doc["backends"][backend] = _record_backend(builder, backend)
     return doc
+
+
+def _print_row(row: dict) -> None:
+    if row["ok"] is None:
+        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped: {row['skipped']}")
+        return
+    status = "ok " if row["ok"] else "BAD"
+    detail = f"err {row['rel_error']:.2e} launch={row['launch']}" if "rel_error" in row else row.get("error")
+    print(f"{status} {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} {detail} ({row['seconds']} s)")
+    if not row["ok"] or os.environ.get("ATTNSEL_VERBOSE"):
+        print(f"      {row.get('details') or ''} {row['recorded_calls']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", action="append", choices=["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"])
+    parser.add_argument("--backend", action="append", choices=list(DENSE + MLA_CHECKED + ("CUTLASS_MLA",)))
+    parser.add_argument("--kv-cache-dtype", action="append", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+                        help="default: auto and fp8")
     parser.add_argument("--record", help="write what vLLM's classes answered (JSON) to this file and exit")
     args = parser.parse_args(argv)
     stand_in_gpu()
+    backends = args.backend or list(DENSE + MLA_CHECKED)
     if args.record:
         import json
 
-        doc = record_stacks(args.backend or ["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"])
+        doc = record_stacks(backends)
         with open(args.record, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1)
         print(f"recorded {', '.join(doc['backends'])} from vLLM {doc['vllm']} into {args.record}")
         return 0
     failed = 0
-    for backend in args.backend or ["TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"]:
-        for row in check_backend(backend):
-            failed += not row["ok"]
-            status = "ok " if row["ok"] else "BAD"
-            detail = f"err {row['rel_error']:.2e} launch={row['launch']}" if "rel_error" in row else row.get("error")
-            print(f"{status} {row['backend']:<11} bs={row['block_size']:<3} {row['shape']:<40} {detail} ({row['seconds']} s)")
-            if not row["ok"] or os.environ.get("ATTNSEL_VERBOSE"):
-                print(f"      {row.get('details') or ''} {row['recorded_calls']}")
+    for backend in backends:
+        for kv in args.kv_cache_dtype or ["auto", "fp8"]:
+            for row in check_backend(backend, kv):
+                failed += row["ok"] is False
+                _print_row(row)
     return 1 if failed else 0
 
 

@@ -1,0 +1,114 @@
+"""The part of a vLLM version's rules that is code: the base class every version's `Rules` extends.
+
+A version's data names its rules (`"combination": "flash_attn"`, `"sink": {"rule": "flashinfer"}`,
+`"kv_cache_dtypes": {"rule": "flash_attn", "list": [...]}`); this class looks the name up as a
+method of the version's `Rules` class (`_combination_flash_attn`, `_sink_flashinfer`, `_kv_flash_attn`,
+`_flag_fa4_supported`, `_kernel_sizes_flash_attn`, `_per_head_flash_attn_version_at_least`). A
+release that changed how a rule works overrides that method in its own module under
+attention/versions/; a release that changed nothing but data names no module at all and inherits
+its predecessor's `Rules` (the data's `"code"` key is inherited like any other key).
+
+What every version must provide (abstract here): the FlashAttention version resolution and the
+priority list. Facts: shared/reference/vllm-rules.md §2, §3, §3c, §5a.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from attnsel.attention.rules.spec import IMPORT_ERROR_REASON, BackendSpec, FlashAttnResolution, KernelBlockSize
+
+if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
+    from attnsel.attention.rules.profile import RuleProfile
+    from attnsel.attention.selector import SelectionContext, SelectorInputs
+
+
+class RuleCode:
+    """Dispatch from rule names in a version's data to the methods that implement them."""
+
+    def __init__(self, profile: "RuleProfile"):
+        self.profile = profile
+
+    # --- what each version implements -------------------------------------------------------
+    def fa_version_supported(self, version: int, ctx: "SelectionContext") -> bool:
+        raise NotImplementedError
+
+    def flash_attn_version(
+        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+    ) -> FlashAttnResolution:
+        raise NotImplementedError
+
+    def flash_attn_version_choices(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        raise NotImplementedError
+
+    def block_size_flow(self) -> Any:
+        """The start-up path that settles the KV block size (attention/block_size_flows.py), named
+        by the data's `block_size_flow`; a release with a new path returns its own flow object."""
+        from attnsel.attention.block_size_flows import flow_from_data
+
+        return flow_from_data(self.profile.data["block_size_flow"])
+
+    # --- import failures (vllm-rules §5b) -----------------------------------------------------
+    def import_failure_reason(self, module: str) -> str:
+        # the data's `import_failure_format`: "ImportError" (the literal), or e.g.
+        # "ModuleNotFoundError: No module named '{module}'" where vLLM prints the exception
+        return self.profile.params.get("import_failure_format", IMPORT_ERROR_REASON).format(module=module)
+
+    # --- rules named in the data ------------------------------------------------------------
+    def _dispatch(self, kind: str, rule: str) -> Any:
+        method = getattr(self, f"_{kind}_{rule}", None)
+        if method is None:
+            raise ValueError(f"profile {self.profile.name}: no {kind} rule {rule!r} in {type(self).__module__}")
+        return method
+
+    def supports_mm_prefix(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        return self.supports_flag(spec, "mm_prefix", ctx)
+
+    def supports_flag(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+        rule = getattr(spec, attr)
+        if isinstance(rule, bool):
+            return rule
+        return self._dispatch("flag", rule["rule"])(ctx)
+
+    def supports_sink(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        rule = spec.sink
+        if isinstance(rule, bool):
+            return rule
+        return self._dispatch("sink", rule["rule"])(rule, ctx)
+
+    def supports_per_head_quant_scales(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        rule = spec.per_head_quant_scales
+        if isinstance(rule, bool):
+            return rule
+        return self._dispatch("per_head", rule["rule"])(rule, ctx)
+
+    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx) -> bool:
+        rule = spec.kv_cache_dtypes
+        if isinstance(rule, dict):
+            return self._dispatch("kv", rule["rule"])(rule, kv_cache_dtype, ctx)
+        if kv_cache_dtype is None:
+            return True
+        return (not rule) or kv_cache_dtype in rule
+
+    def combination_reason(self, spec: BackendSpec, inputs: "SelectorInputs", ctx) -> Optional[str]:
+        if spec.combination is None:
+            return None
+        return self._dispatch("combination", spec.combination)(inputs, ctx)
+
+    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+        return self._dispatch("kernel_sizes", spec.kernel_block_sizes_rule)(ctx, inputs)
+
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+        raise ValueError(f"profile {self.profile.name} has no composite backends")
+
+    def preferred_block_size_override(
+        self, spec: BackendSpec, ctx: "SelectionContext", inputs, default: int
+    ) -> Optional[int]:
+        return None
+
+    # --- FlashInfer's TRT-LLM path and artifactory (vllm-rules §3a, §7) ------------------------
+    def has_nvidia_artifactory(self, ctx: "SelectionContext") -> bool:
+        return bool(ctx.has_flashinfer_cubin)

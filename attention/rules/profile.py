@@ -1,0 +1,404 @@
+"""The version object: one vLLM version's attention rules, its data (attention/versions/*.json)
+and its code (the `Rules` class the data names). Pure: (inputs, ctx) -> answer; no torch.
+
+Facts: shared/reference/vllm-rules.md §2 (validate_configuration), §3 (backends), §4 (literals).
+Everything that differs between vLLM versions is asked of this object -- never a version string.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Optional
+
+from attnsel.attention.rules.code import RuleCode
+from attnsel.attention.rules.spec import (
+    BackendSpec,
+    KernelBlockSize,
+    MultipleOf,
+    attn_type_str,
+    parse_kernel_sizes,
+)
+from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
+    from attnsel.attention.selector import SelectionContext, SelectorInputs
+
+
+_OPTIONAL_SPEC_FIELDS = (
+    "kernel_block_sizes_rule",
+    "composite",
+    "vllm_name",
+    "sliding_window",
+    "rswa",
+    "non_causal",
+    "non_causal_dcp",
+    "batch_invariance",
+    "kv_connector",
+    "pcp",
+    "dcp",
+    "device_cpu_query_lens_mismatch",
+)
+
+
+class RuleProfile:
+    """vLLM's selection rules for one version. All methods are pure: (inputs, ctx) -> answer."""
+
+    def __init__(self, data: dict, params: Optional[dict] = None):
+        self.data = data
+        self.name: str = data["name"]
+        self.vllm_version: str = data["vllm_version"]
+        self.params: dict = {**data["params"], **(params or {})}
+        self.block_sizes: tuple[int, ...] = tuple(data["block_sizes"])
+        self.cache_dtypes: tuple[str, ...] = tuple(data["cache_dtypes"])
+        self.attention_types: tuple[str, ...] = tuple(data["attention_types"])
+        self.registry: dict[str, Optional[str]] = {name: path for name, path in data["registry"]}
+        self.device_name: str = data["device_name"]
+        self._backends = {n: self._parse_backend(n, raw) for n, raw in data["backends"].items()}
+        from attnsel.attention.versions.registry import code_class
+
+        self.code: RuleCode = code_class(data["code"])(self)
+
+    def __repr__(self) -> str:
+        return f"RuleProfile({self.name!r})"
+
+    def with_params(self, **params: Any) -> "RuleProfile":
+        """A variant of this profile, e.g. `with_params(flash_attn_version_rules="0.16.0")`."""
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise UserInputError(f"unknown profile parameter(s): {', '.join(sorted(unknown))}")
+        return RuleProfile(self.data, {**self.params, **params})
+
+    # --- what differs between versions besides the backends ----------------------------------
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """The vLLM release (major, minor, patch) the profile answers for."""
+        return tuple(self.data["vllm_release"])  # type: ignore[return-value]
+
+    @property
+    def is_release(self) -> bool:
+        """False for a profile of unreleased code (picked by name only, never by version number)."""
+        return bool(self.data.get("release", True))
+
+    @cached_property
+    def block_size_flow(self) -> Any:
+        """The start-up path that settles the KV block size (attention/block_size_flows.py)."""
+        return self.code.block_size_flow()
+
+    @cached_property
+    def model_rules(self) -> Any:
+        """What vLLM derives from a model config in this version (attention/model_rules.py)."""
+        from attnsel.attention.model_rules import model_rules_from_data
+
+        return model_rules_from_data(self.name, self.data["models"])
+
+    @property
+    def cudagraph(self) -> Optional[dict]:
+        """How this release launches a step's attention (CUDA-graph mode, capture sizes, each
+        builder's AttentionCGSupport): attention/cudagraph.py reads it for tune's launch modes."""
+        return self.data.get("cudagraph")
+
+    @property
+    def context_inputs(self) -> tuple[str, ...]:
+        """SelectionContext fields beyond the common ones that this version's rules read (e.g. KV
+        heads per GPU, kv_lora_rank); explicit values for others are ignored with a note."""
+        return tuple(self.data.get("context_inputs", ()))
+
+    @property
+    def flash_attn_version_choices(self) -> tuple[int, ...]:
+        """The values `--attention-config.flash_attn_version` accepts (vllm-rules §3c)."""
+        return self.code.flash_attn_version_choices()
+
+    # --- data access ------------------------------------------------------------------------
+    def _parse_backend(self, name: str, raw: dict) -> BackendSpec:
+        merged = {**self.data["backend_defaults"], **raw}
+        hybrid = merged.get("kernel_block_sizes_hybrid_float32_mamba")
+        return BackendSpec(
+            name=name,
+            class_path=self.registry[name] or "",
+            dtypes=tuple(merged["dtypes"]),
+            kv_cache_dtypes=merged["kv_cache_dtypes"],
+            kernel_block_sizes=parse_kernel_sizes(merged["kernel_block_sizes"]),
+            kernel_block_sizes_hybrid_float32_mamba=parse_kernel_sizes(hybrid) if hybrid else None,
+            head_sizes=merged["head_sizes"],
+            capability=merged["capability"],
+            sink=merged["sink"],
+            mm_prefix=merged["mm_prefix"],
+            mla=bool(merged["mla"]),
+            sparse=bool(merged["sparse"]),
+            attn_types=tuple(merged["attn_types"]),
+            per_head_quant_scales=merged["per_head_quant_scales"],
+            combination=merged["combination"],
+            imports=tuple(merged["imports"]),
+            required_layout=merged["required_layout"],
+            **{key: merged[key] for key in _OPTIONAL_SPEC_FIELDS if key in merged},
+        )
+
+    @property
+    def backend_names(self) -> list[str]:
+        """Backends whose rules this profile models (CUDA backends of §3)."""
+        return list(self._backends)
+
+    @property
+    def registry_names(self) -> list[str]:
+        """Every `AttentionBackendEnum` member, in enum order (what vLLM lists as valid options)."""
+        return list(self.registry)
+
+    def backend(self, name: str) -> BackendSpec:
+        return self._backends[name]
+
+    def has_selector_field(self, field_name: str) -> bool:
+        return field_name in self.params["selector_fields"]
+
+    # --- name lookup (vllm-rules §7: the name is upper-cased and looked up in the enum) --------
+    def resolve_backend_name(self, name: str) -> str:
+        upper = name.strip().upper()
+        if upper in self.registry:
+            return upper
+        valid = ", ".join(self.registry)
+        message = f"Unknown attention backend: '{upper}'. Valid options are: {valid}"
+        close = difflib.get_close_matches(upper, self.registry_names, n=1, cutoff=0.5)
+        if close:
+            message += f" (attnsel: did you mean {close[0]}?)"
+        raise UserInputError(message)
+
+    # --- §5a / §9 priorities ------------------------------------------------------------------
+    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        return self.code.priority_list(inputs, ctx)
+
+    # --- per-backend facts --------------------------------------------------------------------
+    def kernel_block_sizes(
+        self, backend: str, ctx: "SelectionContext", inputs: Optional["SelectorInputs"] = None
+    ) -> list[KernelBlockSize]:
+        """`get_supported_kernel_block_sizes()`; `inputs` (the model's head size, kv dtype, ...) is
+        what later releases' FLASH_ATTN / FLASHINFER read from the current VllmConfig."""
+        spec = self.backend(backend)
+        if spec.composite is not None:
+            return self.code.composite_kernel_block_sizes(spec, ctx, inputs)
+        if spec.kernel_block_sizes_rule is not None:
+            return self.code.kernel_block_sizes_rule(spec, ctx, inputs)
+        if spec.kernel_block_sizes_hybrid_float32_mamba and ctx.is_hybrid and ctx.mamba_cache_float32:
+            # FlashAttention: only these sizes avoid the NaN problem with float32 Mamba state
+            # (vllm-rules §3a FLASH_ATTN; flash-attention issue #1974)
+            return list(spec.kernel_block_sizes_hybrid_float32_mamba)
+        return list(spec.kernel_block_sizes)
+
+    def supports_block_size(
+        self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
+        inputs: Optional["SelectorInputs"] = None,
+    ) -> bool:
+        # AttentionBackend.supports_block_size (vllm-rules §2, seeds/002)
+        if block_size is None:
+            return True
+        if self.block_sizes and block_size not in self.block_sizes:
+            return False  # the BlockSize Literal where the version has one (§2); gone in 0.18 (§9)
+        sizes = self.kernel_block_sizes(backend, ctx, inputs)
+        if self.backend(backend).composite is not None and not sizes:
+            return False  # composite.py: no common kernel size -> no block size at all
+        if not sizes:
+            return True
+        return any(block_size % (s.base if isinstance(s, MultipleOf) else s) == 0 for s in sizes)
+
+    def preferred_block_size(
+        self, backend: str, ctx: "SelectionContext", default: Optional[int] = None,
+        inputs: Optional["SelectorInputs"] = None,
+    ) -> int:
+        # get_preferred_block_size(default) as quoted in vllm-rules §2
+        default = self.params["default_block_size"] if default is None else default
+        override = self.code.preferred_block_size_override(self.backend(backend), ctx, inputs, default)
+        if override is not None:
+            return override
+        sizes = self.kernel_block_sizes(backend, ctx, inputs)
+        if not sizes or self.supports_block_size(backend, default, ctx, inputs):
+            return default
+        return min(s.base if isinstance(s, MultipleOf) else s for s in sizes)
+
+    def supports_head_size(self, spec: BackendSpec, head_size: int, ctx: Optional["SelectionContext"] = None) -> bool:
+        rule = spec.head_sizes
+        if rule == "any":
+            return True
+        if "list" in rule:
+            return (not rule["list"]) or head_size in rule["list"]
+        if "multiple_of" in rule:
+            limit = rule["max"]
+            if "max_if_fa4" in rule and ctx is not None and self.code.fa_version_supported(4, ctx):
+                limit = rule["max_if_fa4"]  # FLASH_ATTN: <=512 when FA4 is supported (§9)
+            return head_size % rule["multiple_of"] == 0 and head_size <= limit
+        if "min" in rule:
+            return head_size >= rule["min"]
+        raise ValueError(f"unknown head-size rule {rule!r}")
+
+    def supports_capability(self, spec: BackendSpec, capability: tuple[int, int]) -> bool:
+        rule = spec.capability
+        cc = tuple(capability)
+        if rule == "any":
+            return True
+        if "majors" in rule:
+            return cc[0] in rule["majors"]
+        if "min" in rule and cc < tuple(rule["min"]):
+            return False
+        if "max" in rule and cc > tuple(rule["max"]):
+            return False
+        return True
+
+    def supports_attn_type(self, spec: BackendSpec, attn_type: str) -> bool:
+        return attn_type in spec.attn_types
+
+    def required_kv_cache_layout(self, backend: str, ctx: "SelectionContext") -> Optional[str]:
+        rule = self.backend(backend).required_layout
+        if isinstance(rule, dict):
+            return "HND" if ctx.capability[0] == rule["HND_on_major"] else None
+        return rule
+
+    def import_modules(self, backend: str) -> list[str]:
+        """Modules whose absence makes vLLM report `ImportError` for this backend."""
+        spec = self.backend(backend)
+        return [spec.module, *spec.imports]
+
+    def is_importable(self, backend: str, ctx: "SelectionContext") -> bool:
+        return all(ctx.module_present(m) for m in self.import_modules(backend))
+
+    def all_import_modules(self) -> list[str]:
+        """Every module name the profile's rules look at (for `--check-imports`)."""
+        names: list[str] = []
+        for backend in self.backend_names:
+            names.extend(self.import_modules(backend))
+        names.extend(self.data["flash_attn_modules"].values())
+        names.extend(self.data["flashmla_modules"])
+        names.append(self.data["flashinfer_cubin_module"])
+        return list(dict.fromkeys(names))
+
+    # --- §2 / §9 validate_configuration -------------------------------------------------------
+    def missing_module(self, backend: str, ctx: "SelectionContext") -> Optional[str]:
+        for module in self.import_modules(backend):
+            if not ctx.module_present(module):
+                return module
+        return None
+
+    def validate(self, backend: str, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        """`validate_configuration` reasons in vLLM's order and words; an import failure gives the
+        version's import reason (`ImportError`, or `ModuleNotFoundError: ...` in later releases)."""
+        spec = self.backend(backend)
+        missing = self.missing_module(backend, ctx)
+        if missing is not None:
+            return [self.code.import_failure_reason(missing)]
+        code = self.code
+        reasons: list[str] = []
+        if not self.head_size_ok(spec, inputs.head_size, ctx):
+            reasons.append("head_size not supported")
+        if not self.dtype_ok(spec, inputs.dtype):
+            reasons.append("dtype not supported")
+        if not self.kv_cache_dtype_ok(spec, inputs.kv_cache_dtype, ctx):
+            reasons.append("kv_cache_dtype not supported")
+        if not self.supports_block_size(backend, inputs.block_size, ctx, inputs):
+            reasons.append("block_size not supported")
+        if inputs.use_mm_prefix and not self.mm_prefix_ok(spec, ctx):
+            reasons.append("partial multimodal token full attention not supported")
+        if inputs.use_mla != spec.mla:
+            reasons.append("MLA not supported" if inputs.use_mla else "non-MLA not supported")
+        if inputs.has_sink and not code.supports_sink(spec, ctx):
+            reasons.append(self.params.get("sink_reason", "sink setting not supported"))
+        if inputs.use_sparse != spec.sparse:
+            reasons.append("sparse not supported" if inputs.use_sparse else "non-sparse not supported")
+        if (
+            self.has_selector_field("use_per_head_quant_scales")
+            and inputs.use_per_head_quant_scales
+            and not code.supports_per_head_quant_scales(spec, ctx)
+        ):
+            reasons.append("per-head quant scales not supported")
+        if not self.capability_ok(spec, ctx.capability):
+            reasons.append("compute capability not supported")
+        if not self.supports_attn_type(spec, inputs.attn_type):
+            reasons.append(f"attention type {attn_type_str(inputs.attn_type)} not supported")
+        reasons.extend(self._new_input_reasons(spec, inputs, ctx))
+        combination = code.combination_reason(spec, inputs, ctx)
+        if combination is not None:
+            reasons.append(combination)
+        return reasons
+
+    # --- single checks; a composite backend combines its two children's (composite.py) ---------
+    def _children(self, spec: BackendSpec) -> list[BackendSpec]:
+        return [self.backend(spec.composite["general"]), self.backend(spec.composite["causal"])]
+
+    def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            listed = spec.composite.get("head_sizes") or []
+            return (not listed or head_size in listed) and all(
+                self.head_size_ok(child, head_size, ctx) for child in self._children(spec)
+            )
+        return self.supports_head_size(spec, head_size, ctx)
+
+    def dtype_ok(self, spec: BackendSpec, dtype: str) -> bool:
+        if spec.composite is not None:
+            return all(self.dtype_ok(child, dtype) for child in self._children(spec))
+        return dtype in spec.dtypes
+
+    def kv_cache_dtype_ok(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            return all(self.kv_cache_dtype_ok(child, kv_cache_dtype, ctx) for child in self._children(spec))
+        return self.code.supports_kv_cache_dtype(spec, kv_cache_dtype, ctx)
+
+    def mm_prefix_ok(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None:
+            # MMPrefixAttentionRouting: only the general child (variant 0) sees image masks
+            return self.mm_prefix_ok(self._children(spec)[0], ctx)
+        return self.code.supports_mm_prefix(spec, ctx)
+
+    def capability_ok(self, spec: BackendSpec, capability: tuple[int, int]) -> bool:
+        if spec.composite is not None:
+            major = spec.composite.get("device_major")
+            general, causal = self._children(spec)
+            causal_major = spec.composite.get("causal_capability_major")
+            return (
+                (major is None or capability[0] == major)
+                and self.capability_ok(general, capability)
+                and (causal_major is None or capability[0] == causal_major)
+                and self.capability_ok(causal, capability)
+            )
+        return self.supports_capability(spec, capability)
+
+    def flag_ok(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+        if spec.composite is not None and attr in ("sliding_window", "rswa"):
+            return all(self.flag_ok(child, attr, ctx) for child in self._children(spec))
+        return self.code.supports_flag(spec, attr, ctx)
+
+    def _new_input_reasons(self, spec: BackendSpec, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+        """The checks later releases append after the attention type, in the order of vLLM 0.33.0's
+        vllm/v1/attention/backend.py `validate_configuration` (R-SWA right after sliding window)."""
+        reasons: list[str] = []
+        for field_name, attr, reason in _NEW_INPUT_CHECKS:
+            if not self.has_selector_field(field_name) or not getattr(inputs, field_name):
+                continue
+            if field_name == "use_non_causal" and attr == "non_causal_dcp":
+                if not (inputs.use_mla and inputs.use_dcp):
+                    continue
+            if not self.flag_ok(spec, attr, ctx):
+                reasons.append(reason)
+        return reasons
+
+
+# (selector field, BackendSpec attribute, vLLM's reason) in vLLM's order (vllm-rules §9)
+_NEW_INPUT_CHECKS = (
+    ("has_sliding_window", "sliding_window", "sliding window not supported"),
+    ("use_rswa", "rswa", "R-SWA not supported"),
+    ("use_non_causal", "non_causal", "non-causal attention not supported"),
+    ("use_non_causal", "non_causal_dcp", "non-causal MLA attention with DCP not supported"),
+    ("use_batch_invariant", "batch_invariance", "batch invariance not supported"),
+    ("use_kv_connector", "kv_connector", "KV connector not supported"),
+    ("use_pcp", "pcp", "PCP not supported"),
+    ("use_dcp", "dcp", "DCP not supported"),
+    (
+        "use_adaptive_verification",
+        "device_cpu_query_lens_mismatch",
+        "device-cpu query lens mismatch not supported, this is needed for adaptive verification",
+    ),
+)
+
+
+def block_size_cli_error(profile: RuleProfile, block_size: Optional[int]) -> Optional[str]:
+    """vLLM's argument-parser error for --block-size where the version has the BlockSize Literal
+    (vllm-rules §4); without it (0.18 on, §9) any int > 0 is accepted."""
+    if block_size is None or not profile.block_sizes or block_size in profile.block_sizes:
+        return None
+    choices = ", ".join(str(s) for s in profile.block_sizes)
+    return f"argument --block-size: invalid choice: {block_size} (choose from {choices})"

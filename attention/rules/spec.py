@@ -1,0 +1,125 @@
+"""The vocabulary of vLLM's attention rules: kernel block sizes, a backend's attributes as data,
+and small facts several rule modules share (vllm-rules §2, §3). No torch is imported here."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+IMPORT_ERROR_REASON = "ImportError"  # vllm-rules §5b: the literal reason for a missing package
+# Rules that read the model from vLLM's current VllmConfig get it from the SelectionContext; where
+# the context gives no head count, this stands in for it (the parity harness's model stand-in uses
+# the same value: MHA, no GQA).
+MODEL_HEADS_WHEN_UNKNOWN = 8
+DEFAULT_INDEX_TOPK = 2048  # DeepSeek V3.2's index_topk: used when only has_index_topk is known
+UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class MultipleOf:
+    """vLLM's `MultipleOf(base)` kernel block size: any multiple of `base` (seeds/002)."""
+
+    base: int
+
+    def __str__(self) -> str:
+        return f"MultipleOf({self.base})"
+
+    def vllm_repr(self) -> str:
+        # vLLM's MultipleOf has no __repr__, so its messages print the default object repr, whose
+        # address differs per process; we print it with an elided address.
+        return "<vllm.v1.attention.backend.MultipleOf object at 0x...>"
+
+    def to_dict(self) -> dict:
+        return {"multiple_of": self.base}
+
+
+KernelBlockSize = Union[int, MultipleOf]
+
+
+def kernel_sizes_repr(sizes: Optional[list[KernelBlockSize]]) -> str:
+    """The Python list repr vLLM prints for `get_supported_kernel_block_sizes()`."""
+    if sizes is None:
+        return "None"
+    return "[" + ", ".join(s.vllm_repr() if isinstance(s, MultipleOf) else repr(s) for s in sizes) + "]"
+
+
+def kernel_sizes_display(sizes: list[KernelBlockSize]) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+
+def parse_kernel_sizes(raw: list) -> tuple[KernelBlockSize, ...]:
+    return tuple(MultipleOf(int(x["multiple_of"])) if isinstance(x, dict) else int(x) for x in raw)
+
+
+def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:
+    """composite.py _intersect_kernel_block_sizes for one pair of entries."""
+    if isinstance(lhs, MultipleOf) and isinstance(rhs, MultipleOf):
+        return MultipleOf(math.lcm(lhs.base, rhs.base))
+    if isinstance(lhs, MultipleOf):
+        return rhs if rhs % lhs.base == 0 else None
+    if isinstance(rhs, MultipleOf):
+        return lhs if lhs % rhs.base == 0 else None
+    return lhs if lhs == rhs else None
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend's attributes, as data (vllm-rules §3a/§3b)."""
+
+    name: str
+    class_path: str
+    dtypes: tuple[str, ...]
+    kv_cache_dtypes: Any  # list of names, or {"rule": ..., "list": [...]}
+    kernel_block_sizes: tuple[KernelBlockSize, ...]
+    kernel_block_sizes_hybrid_float32_mamba: Optional[tuple[KernelBlockSize, ...]]
+    head_sizes: Any  # "any" | {"list": [...]} | {"multiple_of": n, "max": m} | {"min": n}
+    capability: Any  # "any" | {"min": [M, m], "max": [M, m]} | {"majors": [...]}
+    sink: Any  # bool | {"rule": ...}
+    mm_prefix: Any  # bool | {"rule": ...}
+    mla: bool
+    sparse: bool
+    attn_types: tuple[str, ...]
+    per_head_quant_scales: Any
+    combination: Optional[str]
+    imports: tuple[str, ...]
+    required_layout: Any
+    # later selector inputs (vllm-rules §9 "New validation reasons"); older releases lack them.
+    sliding_window: Any = False
+    rswa: Any = False
+    non_causal: Any = False
+    non_causal_dcp: Any = False
+    batch_invariance: Any = False
+    kv_connector: Any = True
+    pcp: Any = False
+    dcp: Any = False
+    device_cpu_query_lens_mismatch: Any = True
+    # kernel block sizes computed by a rule (FLASH_ATTN, FLASHINFER in later releases); a composite backend
+    # (TRITON_FLASH_ATTN, TRITON_FLASHINFER: vllm/v1/attention/backends/composite.py)
+    kernel_block_sizes_rule: Optional[str] = None
+    composite: Optional[dict] = None
+    vllm_name: Optional[str] = None  # get_name(), when it differs from the enum name
+
+    @property
+    def module(self) -> str:
+        return self.class_path.rsplit(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class FlashAttnResolution:
+    """`fa_utils.get_flash_attn_version()` as the `supports_*` helpers call it (no head size)."""
+
+    version: Optional[int]  # None: vLLM's function returns None (the chosen version is unsupported)
+    warnings: tuple[str, ...] = ()
+
+
+
+def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
+    """vLLM's `is_quantized_kv_cache`: anything but auto/float16/bfloat16 (vllm-rules §9)."""
+    return kv_cache_dtype is not None and kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES
+
+
+def attn_type_str(attn_type: str) -> str:
+    """How vLLM's f-strings print an `AttentionType` member under Python 3.11+ (vllm-rules §2)."""
+    return f"AttentionType.{attn_type.upper()}"

@@ -1,0 +1,250 @@
+"""What vLLM's selector reads and what it answers, as plain data: the selector inputs
+(`AttentionSelectorConfig`), the rest of what the rules read (`SelectionContext`), one backend's
+verdict, a log line, what vLLM raises, and the whole `Explanation`. No torch, no rules."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from attnsel.attention.rules.spec import attn_type_str
+from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules.profile import RuleProfile
+
+TORCH_DTYPES = ("float16", "bfloat16", "float32")
+DTYPE_ALIASES = {
+    "float16": "float16", "half": "float16", "fp16": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "float": "float32", "fp32": "float32", "f32": "float32",
+}
+
+
+def normalize_dtype(name: str, capability: Optional[tuple[int, int]] = None) -> str:
+    """Map a user's dtype spelling to a torch dtype name; `auto` needs the capability.
+
+    `auto` without a model resolves to the platform's first supported dtype (vllm-rules §6:
+    bf16 on CC >= 8.0, fp16 on 6.x-7.x); with a model the config helper resolves it instead.
+    """
+    key = name.strip().lower().removeprefix("torch.")
+    if key == "auto":
+        if capability is None:
+            raise UserInputError("--dtype auto needs a GPU capability (pass --gpu or --capability)")
+        return "bfloat16" if tuple(capability) >= (8, 0) else "float16"
+    if key not in DTYPE_ALIASES:
+        raise UserInputError(
+            f"Unknown dtype: {name!r}. Use one of float16 (half, fp16), bfloat16 (bf16), float32 (float, fp32), auto."
+        )
+    return DTYPE_ALIASES[key]
+
+
+# Selector inputs that only some versions have (vllm-rules §2, §9)
+OPTIONAL_SELECTOR_FIELDS = (
+    "use_per_head_quant_scales",
+    "has_sliding_window",
+    "use_non_causal",
+    "use_batch_invariant",
+    "use_kv_connector",
+    "use_pcp",
+    "use_adaptive_verification",
+    "use_dcp",
+    "use_rswa",
+)
+
+
+@dataclass(frozen=True)
+class SelectorInputs:
+    """vLLM's `AttentionSelectorConfig` (vllm-rules §2). `block_size` is the user's --block-size."""
+
+    head_size: int
+    dtype: str  # "float16" | "bfloat16" | "float32"
+    kv_cache_dtype: Optional[str] = "auto"
+    block_size: Optional[int] = None
+    use_mla: bool = False
+    has_sink: bool = False
+    use_sparse: bool = False
+    use_mm_prefix: bool = False
+    attn_type: str = "decoder"  # decoder | encoder | encoder_only | encoder_decoder
+    use_per_head_quant_scales: bool = False
+    # later selector inputs (vllm-rules §9); ignored (with a note) by versions without them
+    has_sliding_window: bool = False
+    use_non_causal: bool = False
+    use_batch_invariant: bool = False
+    use_kv_connector: bool = False
+    use_pcp: bool = False
+    use_adaptive_verification: bool = False
+    use_dcp: bool = False
+    use_rswa: bool = False
+
+    def replace(self, **changes: Any) -> "SelectorInputs":
+        return dataclasses.replace(self, **changes)
+
+    def vllm_repr(self, profile: Optional["RuleProfile"] = None) -> str:
+        """`AttentionSelectorConfig.__repr__` exactly as vLLM prints it (f-string fields)."""
+        if profile is None:
+            from attnsel.attention.rules import get_profile
+
+            profile = get_profile()
+        values = {
+            "head_size": str(self.head_size),
+            "dtype": f"torch.{self.dtype}",
+            "kv_cache_dtype": str(self.kv_cache_dtype),
+            "block_size": str(self.block_size),
+            "use_mla": str(self.use_mla),
+            "has_sink": str(self.has_sink),
+            "use_sparse": str(self.use_sparse),
+            "use_mm_prefix": str(self.use_mm_prefix),
+            "use_per_head_quant_scales": str(self.use_per_head_quant_scales),
+            "attn_type": attn_type_str(self.attn_type),
+        }
+        for name in OPTIONAL_SELECTOR_FIELDS:
+            values[name] = str(getattr(self, name))
+        body = ", ".join(f"{name}={values[name]}" for name in profile.params["selector_fields"])
+        return f"AttentionSelectorConfig({body})"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    """Everything besides the selector inputs that vLLM's rules read (documented defaults).
+
+    - `num_heads`: attention heads per GPU (total // TP); orders the Blackwell MLA sparse pair.
+    - `user_backend`: --attention-backend (enum name, any case).
+    - `qk_nope_head_dim`: from the model's text config; None means absent, which vLLM reads as 1.
+    - `has_index_topk`: the model config has `index_topk` (DeepSeek V3.2 sparse attention).
+    - `use_trtllm_attention`: attention_config.use_trtllm_attention (None = not set).
+    - `batch_invariant`: VLLM_BATCH_INVARIANT=1.
+    - `has_flashinfer_cubin`: has_nvidia_artifactory() is True (flashinfer_cubin installed, or
+      VLLM_HAS_FLASHINFER_CUBIN=1, or the artifactory reachable). Default True.
+    - `flash_attn_version_override`: --attention-config.flash_attn_version (2/3, or 4 where the version has FA4).
+    - `importable`: module name -> present. None (default): every package vLLM ships with is
+      present on the target machine; missing keys also count as present.
+    - `is_hybrid`, `mamba_cache_float32`: attention+Mamba models (block size managed elsewhere;
+      FlashAttention kernel blocks [16, 32, 64] with float32 Mamba state).
+    """
+
+    capability: tuple[int, int]
+    num_heads: Optional[int] = None
+    user_backend: Optional[str] = None
+    is_hybrid: bool = False
+    is_attention_free: bool = False
+    mamba_cache_float32: bool = False
+    qk_nope_head_dim: Optional[int] = None
+    has_index_topk: bool = False
+    use_trtllm_attention: Optional[bool] = None
+    batch_invariant: bool = False
+    has_flashinfer_cubin: bool = True
+    flash_attn_version_override: Optional[int] = None
+    importable: Optional[Mapping[str, bool]] = None
+    gpu_name: Optional[str] = None
+    # later rules (vllm-rules §9): MLA dims for TOKENSPEED_MLA / sparse FlashInfer, the indexer
+    # top-k for FLASH_ATTN_MLA_SPARSE_FA4, and the context-parallel sizes behind use_dcp/use_pcp.
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    index_topk: Optional[int] = None
+    decode_context_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    # KV heads per GPU (later FlashInfer: GQA on CC 10.x with TRT-LLM allows kernel blocks up to
+    # 1024); None = unknown, read as "not GQA"
+    num_kv_heads: Optional[int] = None
+
+    def module_present(self, module: str) -> bool:
+        if self.importable is None:
+            return True
+        return bool(self.importable.get(module, True))
+
+    @property
+    def effective_qk_nope_head_dim(self) -> int:
+        # getattr(hf_text_config, "qk_nope_head_dim", 1) in FlashInfer MLA (vllm-rules §3b)
+        return 1 if self.qk_nope_head_dim is None else self.qk_nope_head_dim
+
+    def replace(self, **changes: Any) -> "SelectionContext":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class BackendVerdict:
+    name: str
+    priority: Optional[int]  # index in vLLM's priority list; None when not in the list
+    valid: bool
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "priority": self.priority, "valid": self.valid, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    level: str  # "debug" | "info" | "warning"
+    message: str
+    source: str  # where vLLM logs it
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "message": self.message, "source": self.source}
+
+
+class VllmRaises(Exception):
+    """What vLLM would raise; `message` is vLLM's text, `exc_type` its exception class."""
+
+    def __init__(self, message: str, exc_type: str = "ValueError", phase: str = "config"):
+        super().__init__(message)
+        self.message = message
+        self.exc_type = exc_type
+        self.phase = phase
+
+
+@dataclass(frozen=True)
+class Explanation:
+    profile: str
+    vllm_version: str
+    capability: tuple[int, int]
+    gpu_name: Optional[str]
+    inputs: SelectorInputs
+    context: SelectionContext
+    backends: tuple[BackendVerdict, ...]  # the priority list, evaluated on `inputs` as given
+    explicit_backend: Optional[BackendVerdict]  # --attention-backend, evaluated on `inputs`
+    selected: Optional[str]
+    block_size: Optional[int]
+    kernel_block_size: Optional[int]
+    kernel_block_sizes: Optional[tuple[Any, ...]]
+    kv_cache_layout: Optional[str]
+    flash_attn_version: Optional[int]
+    logs: tuple[LogLine, ...]
+    error: Optional[str]
+    error_type: Optional[str]
+    error_phase: Optional[str]
+    layer_config_repr: Optional[str]  # AttentionSelectorConfig the layers pass (final block size)
+    notes: tuple[str, ...] = ()
+    profile_note: Optional[str] = None
+    profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else 1
+
+    @property
+    def warnings(self) -> list[str]:
+        """Messages vLLM logs at INFO/WARNING level, in order (debug lines left out)."""
+        return [line.message for line in self.logs if line.level != "debug"]
+
+    @property
+    def valid_backends(self) -> list[str]:
+        return [b.name for b in self.backends if b.valid]
+
+    @property
+    def vllm_args(self) -> list[str]:
+        if self.error is not None or self.selected is None:
+            return []
+        args = ["--attention-backend", self.selected]
+        if self.block_size is not None:
+            args += ["--block-size", str(self.block_size)]
+        return args

@@ -1,0 +1,162 @@
+"""Which version's rules answer: a `--vllm-version`, the vLLM installed here (package metadata, never
+an import), or the newest. The one place that maps a version string to a version object."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from attnsel.attention.rules.profile import RuleProfile
+from attnsel.attention.versions.registry import available_profiles, resolved_data
+from attnsel.errors import UserInputError
+from attnsel.files import shown_path
+
+DEFAULT_PROFILE = "seed_0_17"  # the library default (the era attnsel was specified from)
+
+
+@lru_cache(maxsize=None)
+def load_profile(name: str) -> RuleProfile:
+    """The version object of one data file (built once per process)."""
+    return RuleProfile(resolved_data(name))
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    profile: RuleProfile
+    requested: Optional[str]
+    note: Optional[str] = None  # set when the profile only approximates the requested version
+    source: str = "default"  # "--vllm-version" | "installed" | "newest" | "default"
+    installed_version: Optional[str] = None  # vLLM found in this environment (package metadata)
+
+    @property
+    def reason(self) -> str:
+        """One line: which profile answered and why."""
+        name = f"{self.profile.name} (vLLM {self.profile.vllm_version})"
+        if self.source == "--vllm-version":
+            why = f"--vllm-version {self.requested}"
+        elif self.source == "installed":
+            why = f"vLLM {self.installed_version} is installed here"
+        elif self.source == "newest":
+            why = "no vLLM installed here: the newest profile"
+        else:
+            why = "the default profile"
+        return f"rule profile {name}: {why}" + (f"; {self.note}" if self.note else "")
+
+
+_VERSION_PREFIX = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+_TOO_MANY_DIGITS = re.compile(r"\d{7,}")  # no version part has more (int() of thousands of digits raises)
+
+
+def parse_vllm_version(text: str) -> Optional[tuple[int, int, int]]:
+    """"0.33.0", "v0.20", "0.19.1rc1.dev5+g1234" -> (0, 33, 0), (0, 20, 0), (0, 19, 1); else None."""
+    match = _VERSION_PREFIX.match(str(text).strip().lower())
+    if not match or _TOO_MANY_DIGITS.search(match.group(0)):
+        return None
+    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+
+
+def _release(name: str) -> tuple[int, int, int]:
+    return tuple(resolved_data(name)["vllm_release"])  # type: ignore[return-value]
+
+
+def release_profiles() -> list[str]:
+    """Profiles of vLLM releases, oldest first (a profile of unreleased code is picked by name only)."""
+    names = [n for n in available_profiles() if resolved_data(n).get("release", True)]
+    return sorted(names, key=_release)
+
+
+def _version_str(release: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in release)
+
+
+def profile_for_version(version: str) -> ProfileChoice:
+    """The profile for a vLLM version: the same major.minor, else the nearest older profile.
+
+    Older than every profile -> the oldest, with a note; newer than every profile -> the newest.
+    """
+    release = parse_vllm_version(version)
+    if release is None:
+        raise UserInputError(f"cannot read a vLLM version from {version!r} (expected e.g. 0.33.0)")
+    names = release_profiles()
+    older = [n for n in names if _release(n)[:2] <= release[:2]]
+    if not older:
+        oldest = names[0]
+        note = (
+            f"vLLM {version} is older than every rule profile; answered with the oldest, "
+            f"{oldest} (vLLM {_version_str(_release(oldest))}), so the answer may be wrong"
+        )
+        return ProfileChoice(load_profile(oldest), version, note)
+    chosen = older[-1]
+    if _release(chosen)[:2] == release[:2]:
+        return ProfileChoice(load_profile(chosen), version)
+    if chosen == names[-1]:
+        note = (
+            f"vLLM {version} is newer than every rule profile; answered with the newest, "
+            f"{chosen} (vLLM {_version_str(_release(chosen))}); run `attnsel explain --compare-live` to check"
+        )
+    else:
+        note = (
+            f"no rule profile for vLLM {version}; answered with {chosen} "
+            f"(vLLM {_version_str(_release(chosen))}), the nearest older one"
+        )
+    return ProfileChoice(load_profile(chosen), version, note)
+
+
+def profile_name_for(name_or_alias: str) -> Optional[str]:
+    """The profile a name or one of its aliases (`answers_for`) names exactly; None if none does."""
+    wanted = str(name_or_alias).strip().lower()
+    for name in available_profiles():
+        aliases = [a.lower() for a in resolved_data(name).get("answers_for", [])]
+        if wanted == name or wanted in aliases or wanted.removeprefix("v") in aliases:
+            return name
+    return None
+
+
+def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
+    """Pick the profile answering for a profile name or vLLM version; None gives the default.
+
+    The default (library API) stays the oldest-era profile; the CLI uses `select_profile()`, which
+    looks at the installed vLLM first.
+    """
+    if name_or_version is None or not str(name_or_version).strip():
+        return ProfileChoice(load_profile(DEFAULT_PROFILE), None)
+    wanted = str(name_or_version).strip().lower()
+    named = profile_name_for(wanted)
+    if named is not None:
+        return ProfileChoice(load_profile(named), name_or_version, source="--vllm-version")
+    if parse_vllm_version(wanted) is None:
+        known = "; ".join(
+            f"{n} ({', '.join(resolved_data(n).get('answers_for', []))})" for n in available_profiles()
+        )
+        raise UserInputError(f"no rule profile for vLLM {shown_path(name_or_version)}. Known profiles: {known}")
+    choice = profile_for_version(str(name_or_version).strip())
+    return dataclasses.replace(choice, source="--vllm-version")
+
+
+def installed_vllm_version() -> Optional[str]:
+    """The vLLM version installed in this environment, from package metadata (never imports vLLM)."""
+    import importlib.metadata  # ~5 ms: only when the version is not given
+
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def select_profile(version_flag: Optional[str] = None) -> ProfileChoice:
+    """The CLI's choice: --vllm-version if given; else the installed vLLM's version; else the newest."""
+    if version_flag is not None and str(version_flag).strip():
+        return choose_profile(version_flag)
+    installed = installed_vllm_version()
+    if installed is None:
+        return ProfileChoice(load_profile(release_profiles()[-1]), None, source="newest")
+    choice = profile_for_version(installed)
+    return dataclasses.replace(choice, source="installed", installed_version=installed)
+
+
+def get_profile(name_or_version: Optional[str] = None) -> RuleProfile:
+    """The rule profile for a profile name ("seed_0_17") or a vLLM version ("0.17.0"); loads lazily."""
+    return choose_profile(name_or_version).profile

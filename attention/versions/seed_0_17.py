@@ -1,0 +1,172 @@
+"""Rules that are code as of vLLM main in February 2026 (≈ 0.17.0): the oldest version attnsel models,
+and the base every later release's `Rules` extends.
+
+Facts: shared/reference/vllm-rules.md §3 (backends), §3b (FlashMLA helper), §3c (FlashAttention
+version), §5a (priorities); shared/seeds/000 (cuda.py) and 002 (backend.py). The data's
+`flash_attn_version_rules` picks the fa_utils revision: "0.17.0" (FA4 default on Blackwell) or
+"0.16.0" (none), the two revisions the seed may have carried (vllm-rules §1).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attnsel.attention.rules.code import RuleCode
+from attnsel.attention.rules.spec import FlashAttnResolution
+
+FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # vllm-rules §3c, v0.16.0 column
+
+
+class Rules(RuleCode):
+    # --- FlashAttention version (vllm-rules §3c) -------------------------------------------
+    def _fa_rules_without_fa4(self) -> bool:
+        return self.profile.params["flash_attn_version_rules"] == FA_RULES_WITHOUT_FA4_DEFAULT
+
+    def flash_attn_version_choices(self) -> tuple[int, ...]:
+        # AttentionConfig.flash_attn_version: Literal[2, 3], or [2, 3, 4] with FA4 (vllm-rules §3c)
+        return (2, 3) if self._fa_rules_without_fa4() else (2, 3, 4)
+
+    def fa_version_supported(self, version: int, ctx) -> bool:
+        major, _minor = ctx.capability
+        mods = self.profile.data["flash_attn_modules"]
+        if version == 2:
+            return ctx.module_present(mods["fa2"]) and tuple(ctx.capability) >= (8, 0)
+        if version == 3:
+            # family 9.x in the later revision, major == 9 in the older: the same test for integer majors
+            return ctx.module_present(mods["fa3"]) and major == 9
+        if version == 4:
+            if self._fa_rules_without_fa4():
+                return ctx.module_present(mods["fa4_0_16"]) and major == 10
+            return ctx.module_present(mods["fa4"]) and major in (9, 10, 11)
+        return False
+
+    def flash_attn_version(self, ctx, head_size: Optional[int] = None, inputs=None) -> FlashAttnResolution:
+        without_fa4 = self._fa_rules_without_fa4()
+        major = ctx.capability[0]
+        warnings: list[str] = []
+        if major == 9 and self.fa_version_supported(3, ctx):
+            version = 3
+        elif not without_fa4 and major == 10 and self.fa_version_supported(4, ctx):
+            version = 4
+        else:
+            version = 2
+        if ctx.flash_attn_version_override is not None:
+            version = ctx.flash_attn_version_override
+        if without_fa4:
+            if major == 10 and version == 3:
+                warnings.append("Cannot use FA version 3 on Blackwell platform, defaulting to FA version 2.")
+                version = 2
+        else:
+            if major >= 10 and version == 3:
+                warnings.append(
+                    "Cannot use FA version 3 on Blackwell platform, "
+                    "defaulting to FA version 4 if supported, otherwise FA2."
+                )
+                version = 4 if self.fa_version_supported(4, ctx) else 2
+            if version == 4 and major >= 10 and head_size is not None and head_size > 128:
+                warnings.append(
+                    f"FA4 on Blackwell does not support head_size={head_size} due to TMEM "
+                    "capacity limits, defaulting to FA version 2."
+                )
+                version = 2
+        if not self.fa_version_supported(version, ctx):
+            return FlashAttnResolution(None, tuple(warnings))
+        return FlashAttnResolution(version, tuple(warnings))
+
+    def flash_attn_supports_fp8(self, ctx) -> bool:
+        return self.flash_attn_version(ctx).version == 3 and ctx.capability[0] == 9
+
+    def flash_attn_supports_mla(self, ctx) -> bool:
+        # fa_utils.flash_attn_supports_mla: FA3 supported and family 9.x, independent of overrides
+        return self.fa_version_supported(3, ctx) and ctx.capability[0] == 9
+
+    # --- §5a priorities (`_get_backend_priorities(use_mla, cc, num_heads)`) -------------------
+    def priority_list(self, inputs, ctx) -> list[str]:
+        prio = self.profile.data["priorities"]
+        blackwell = ctx.capability[0] == prio["blackwell_major"]
+        if inputs.use_mla:
+            if not blackwell:
+                return list(prio["mla_other"])
+            few_heads = ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]
+            tail = prio["mla_blackwell_sparse_few_heads"] if few_heads else prio["mla_blackwell_sparse"]
+            return list(prio["mla_blackwell"]) + list(tail)
+        return list(prio["blackwell"] if blackwell else prio["other"])
+
+    # --- FlashInfer sinks through TRT-LLM (vllm-rules §3a, §7) ----------------------------
+    def supports_trtllm_attention(self, ctx) -> bool:
+        if ctx.batch_invariant:
+            return False
+        return ctx.capability[0] == 10 and self.has_nvidia_artifactory(ctx)
+
+    # --- rules named in the data ----------------------------------------------------------
+    def _sink_flash_attn_version(self, rule: dict, ctx) -> bool:
+        return self.flash_attn_version(ctx).version in tuple(rule["versions"])
+
+    def _sink_flashinfer(self, rule: dict, ctx) -> bool:
+        if ctx.use_trtllm_attention is False:
+            return False
+        return self.supports_trtllm_attention(ctx)
+
+    def _per_head_flash_attn_version_at_least(self, rule: dict, ctx) -> bool:
+        version = self.flash_attn_version(ctx).version
+        return version is not None and version >= rule["version"]
+
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+        # FlashAttentionBackend.supports_kv_cache_dtype: None is fine; any "fp8*" iff FA3 on 9.x
+        if kv_cache_dtype is None:
+            return True
+        if kv_cache_dtype.startswith("fp8"):
+            return self.flash_attn_supports_fp8(ctx)
+        return kv_cache_dtype in rule["list"]
+
+    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
+        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
+            return "sink not supported on compute capability < 9.0"
+        return None
+
+    def _combination_flash_attn_mla(self, inputs, ctx) -> Optional[str]:
+        if not self.flash_attn_supports_mla(ctx):
+            return "FlashAttention MLA not supported on this device"
+        return None
+
+    # FlashMLABackend.supports_combination returns is_flashmla_{sparse,dense}_supported()[1]
+    FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell devices"
+
+    def _flashmla_available_reason(self, ctx) -> Optional[str]:
+        flashmla_c, extension_c = self.profile.data["flashmla_modules"]
+        if not ctx.module_present(flashmla_c):
+            return (
+                "vllm._flashmla_C is not available, likely was not compiled due to insufficient "
+                "nvcc version or a supported arch was not in the list of target arches to compile for."
+            )
+        if not ctx.module_present(extension_c):
+            return "vllm._flashmla_extension_C is not available, likely was not compiled due to a build error."
+        return None
+
+    def _combination_flashmla(self, inputs, ctx) -> Optional[str]:
+        """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (vllm-rules §3b)."""
+        unavailable = self._flashmla_available_reason(ctx)
+        if unavailable is not None:
+            return unavailable
+        major = ctx.capability[0]
+        if inputs.use_sparse:
+            if major not in (9, 10):
+                return f"FlashMLA Sparse is only supported on {self.FLASHMLA_SPARSE_DEVICES}."
+            return None
+        if major != 9:
+            return "FlashMLA Dense is only supported on Hopper devices."
+        return None
+
+    def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
+        qk_nope = ctx.effective_qk_nope_head_dim
+        if qk_nope != 128:
+            return f"FlashInfer MLA kernel requires qk_nope_head_dim == 128, but got {qk_nope}"
+        return None
+
+    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> Optional[str]:
+        qk_nope = ctx.effective_qk_nope_head_dim
+        if qk_nope != 128:
+            return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim == 128, but got {qk_nope}"
+        if not ctx.has_index_topk:
+            return "FlashInfer MLA Sparse requires model with index_topk config"
+        return None

@@ -1,0 +1,270 @@
+"""Rules that are code in vLLM 0.33.0 (4ba787ec9): what changed since 0.24 (vllm-rules §9). Checked
+against the real vLLM 0.33.0 with bench/tools/parity_live.py; each method names the file of vllm/
+it follows (read in site-packages, restated here, not copied). The MLA backends' new
+`supports_combination` texts are in vllm_0_33_mla.py.
+
+Some rules read the model (head counts, MLA dims, index_topk) from vLLM's current VllmConfig;
+here they come from the SelectionContext (`MODEL_HEADS_WHEN_UNKNOWN` where it gives no head count).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from attnsel.attention.rules.spec import (
+    BackendSpec,
+    KernelBlockSize,
+    MultipleOf,
+    intersect_sizes,
+    is_quantized_kv_cache,
+)
+from attnsel.attention.versions import vllm_0_24
+from attnsel.attention.versions.vllm_0_33_mla import MlaRules
+
+if TYPE_CHECKING:
+    from attnsel.attention.selector import SelectionContext, SelectorInputs
+
+FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
+
+
+class Rules(MlaRules, vllm_0_24.Rules):
+    # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
+    def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
+                              supports_fa4_hd256: bool, warnings: list[str]) -> int:
+        # the FA4 head-256 kernel on 10.x/11.x (fa_utils.uses_fa4_hd256_kernel) and its fallbacks
+        if version != 4 or not self._uses_fa4_hd256_kernel(ctx, head_size, head_size_v):
+            return version
+        if not supports_fa4_hd256:
+            return 2
+        reason = self._fa4_hd256_fallback_reason(ctx, inputs, has_sinks, block_size)
+        if reason is not None:
+            warnings.append(
+                f"FA4's Blackwell head_size=256 kernel does not support {reason}, defaulting to FA version 2."
+            )
+            return 2
+        return version
+
+    @staticmethod
+    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+        return (head_size == 256 and head_size_v in (None, 256)) or (head_size == 192 and head_size_v == 128)
+
+    @staticmethod
+    def _uses_fa4_hd256_kernel(ctx: SelectionContext, head_size: Optional[int], head_size_v: Optional[int]) -> bool:
+        if head_size != 256 or (head_size_v is not None and head_size_v != 256):
+            return False
+        return ctx.capability[0] in (10, 11)
+
+    @staticmethod
+    def _fa4_hd256_fallback_reason(ctx, inputs, has_sinks: bool, block_size: Optional[int]) -> Optional[str]:
+        # fa_utils._fa4_hd256_fallback_reason (soft-capping is not a selector input: never set)
+        if has_sinks:
+            return "attention sinks"
+        if inputs is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
+            return f"quantized KV cache dtype {inputs.kv_cache_dtype}"
+        if block_size is not None and block_size % FA4_HD256_PAGE_SIZE:
+            return f"a KV cache block size of {block_size}"
+        if inputs is not None:
+            if inputs.use_mm_prefix:
+                return "mm_prefix bidirectional attention"
+            if inputs.use_rswa:
+                return "R-SWA"
+        if ctx.decode_context_parallel_size > 1:
+            return "decode context parallelism"
+        return None
+
+    def flash_attn_supports_kv_cache_dtype(self, ctx, kv_cache_dtype: str, inputs=None, **version_args) -> bool:
+        # fa_utils.flash_attn_supports_kv_cache_dtype
+        if kv_cache_dtype == "fp8_e5m2":
+            return False
+        version = self.fa_version(ctx, inputs, **version_args).version
+        head_size = version_args.get("head_size")
+        sm90_ok = version == 3 or (version == 4 and head_size in (None, 512))
+        major = ctx.capability[0]
+        return (sm90_ok and major == 9) or (version == 4 and major == 10)
+
+    def flash_attn_supports_fp8(self, ctx: SelectionContext) -> bool:
+        return self.flash_attn_supports_kv_cache_dtype(ctx, "fp8_e4m3")
+
+    # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
+    def _mla_other_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
+        prio = self.profile.data["priorities"]
+        sm90_sparse = prio["mla_other_sparse_head_512_first"]
+        if inputs.head_size == 512:
+            return list(prio["mla_other"]) + [sm90_sparse] + list(prio["mla_other_sparse"])
+        return list(prio["mla_other"]) + list(prio["mla_other_sparse"]) + [sm90_sparse]
+
+    def _dense_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
+        prio = self.profile.data["priorities"]
+        major = ctx.capability[0]
+        if major == 10 and not inputs.use_non_causal:
+            first = [prio["mm_prefix_blackwell"]] if inputs.use_mm_prefix else []
+            return first + list(prio["blackwell"])
+        first = [prio["mm_prefix_hopper"]] if major == 9 and inputs.use_mm_prefix else []
+        return first + list(prio["other"])
+
+    # --- vllm/utils/flashinfer.py supports_trtllm_attention / can_use_trtllm_attention -----------
+    def trtllm_supported(self, ctx: SelectionContext, is_prefill: bool) -> bool:
+        if ctx.batch_invariant or not self.has_nvidia_artifactory(ctx):
+            return False
+        cc = tuple(ctx.capability)
+        if cc == (9, 0) or cc[0] == 12:
+            return not is_prefill  # XQA decode only
+        return cc[0] == 10
+
+    def supports_trtllm_attention(self, ctx: SelectionContext) -> bool:
+        return self.trtllm_supported(ctx, is_prefill=False)
+
+    def _sink_flashinfer(self, rule: dict, ctx) -> bool:
+        # flashinfer.py FlashInferBackend.supports_sink
+        if ctx.use_trtllm_attention is False:
+            return False
+        cc = tuple(ctx.capability)
+        if cc == (9, 0) or cc[0] == 12:
+            return self.trtllm_supported(ctx, is_prefill=False)
+        if cc[0] != 10:
+            return False
+        return self.trtllm_supported(ctx, False) and self.trtllm_supported(ctx, True)
+
+    # --- flags named by rule in the data ------------------------------------------------------
+    def _flag_flashinfer_query_lens(self, ctx) -> bool:
+        # FlashInferBackend.supports_device_cpu_query_lens_mismatch: trtllm-gen decode on 10.x
+        if ctx.capability[0] != 10:
+            return False
+        return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
+
+    # --- kv-cache dtypes --------------------------------------------------------------------------
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+        # FlashAttentionBackend.supports_kv_cache_dtype
+        if kv_cache_dtype is None:
+            return True
+        if kv_cache_dtype not in rule["list"]:
+            return False
+        if is_quantized_kv_cache(kv_cache_dtype):
+            return self.flash_attn_supports_kv_cache_dtype(ctx, kv_cache_dtype)
+        return True
+
+    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+        # FlashInferBackend.supports_kv_cache_dtype: nvfp4 on FA2-path GPUs (8.x/9.x/12.x) is
+        # plain "nvfp4" only; on 10.x it needs TRT-LLM for prefill and decode
+        if kv_cache_dtype is None:
+            return True
+        if kv_cache_dtype.startswith("nvfp4"):
+            if ctx.capability[0] in (8, 9, 12):
+                return kv_cache_dtype == "nvfp4"
+            return (
+                ctx.capability[0] == 10
+                and self.trtllm_supported(ctx, is_prefill=True)
+                and self.trtllm_supported(ctx, is_prefill=False)
+            )
+        return kv_cache_dtype in rule["list"]
+
+    # --- kernel block sizes ------------------------------------------------------------------------
+    def _kernel_sizes_flash_attn(self, ctx, inputs) -> list[KernelBlockSize]:
+        fixed = self._fa_fixed_block_size(ctx, inputs)
+        return [fixed] if fixed is not None else [MultipleOf(16)]
+
+    def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
+        """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4
+        head-256 kernel on 10.x/11.x -> 128 (FA4_HD256_PAGE_SIZE)."""
+        if inputs is None:
+            return None  # no model config: vLLM returns None from both helpers
+        head_size = inputs.head_size
+        if (
+            ctx.capability[0] == 9
+            and inputs.kv_cache_dtype in ("fp8", "fp8_e4m3")
+            and head_size == 512
+            and self.fa_version(ctx, inputs, head_size=head_size).version == 4
+        ):
+            return 64
+        if (
+            self._uses_fa4_hd256_kernel(ctx, head_size, None)
+            and self.fa_version(ctx, inputs, head_size=head_size, supports_fa4_hd256=True).version == 4
+        ):
+            return FA4_HD256_PAGE_SIZE
+        return None
+
+    def preferred_block_size_override(self, spec: BackendSpec, ctx, inputs, default: int) -> Optional[int]:
+        if spec.kernel_block_sizes_rule == "flash_attn":
+            fixed = self._fa_fixed_block_size(ctx, inputs)
+            return max(default, fixed) if fixed is not None else None
+        return None
+
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx, inputs) -> list[KernelBlockSize]:
+        # composite.py: the listed sizes both children accept, else the intersection of their lists
+        general, causal = spec.composite["general"], spec.composite["causal"]
+        profile = self.profile
+        listed = spec.composite.get("kernel_block_sizes") or []
+        if listed:
+            return [
+                size for size in listed
+                if profile.supports_block_size(general, size, ctx, inputs)
+                and profile.supports_block_size(causal, size, ctx, inputs)
+            ]
+        result: list[KernelBlockSize] = []
+        for lhs in profile.kernel_block_sizes(general, ctx, inputs):
+            for rhs in profile.kernel_block_sizes(causal, ctx, inputs):
+                candidate = intersect_sizes(lhs, rhs)
+                if candidate is not None and candidate not in result:
+                    result.append(candidate)
+        return result
+
+    # --- supports_combination texts ------------------------------------------------------------
+    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> Optional[str]:
+        if spec.composite is not None:
+            return self._composite_combination(spec, inputs, ctx)
+        return super().combination_reason(spec, inputs, ctx)
+
+    def _composite_combination(self, spec: BackendSpec, inputs, ctx) -> Optional[str]:
+        # composite.py supports_combination: each child, mm_prefix only for the general child
+        for variant, name in enumerate((spec.composite["general"], spec.composite["causal"])):
+            child = self.profile.backend(name)
+            child_inputs = inputs if variant == 0 else inputs.replace(use_mm_prefix=False)
+            reason = super().combination_reason(child, child_inputs, ctx)
+            if reason is None and variant == 1 and spec.composite.get("causal_combination"):
+                reason = self._dispatch("combination", spec.composite["causal_combination"])(child_inputs, ctx)
+            if reason:
+                return f"{child.vllm_name or child.name}: {reason}"
+        return None
+
+    def _combination_fa_causal_route(self, inputs, ctx) -> Optional[str]:
+        # triton_flash_attn.py _FABackend.supports_combination
+        version = self.fa_version(
+            ctx, inputs, head_size=inputs.head_size, has_sinks=inputs.has_sink,
+            block_size=inputs.block_size, supports_fa4_hd256=True,
+        ).version
+        if version not in (3, 4):
+            return "causal route requires FlashAttention v3 or v4"
+        return None
+
+    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
+        # flash_attn.py FlashAttentionBackend.supports_combination
+        kv = inputs.kv_cache_dtype
+        quantized = kv is not None and is_quantized_kv_cache(kv)
+        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
+            return "sink not supported on compute capability < 9.0"
+        if inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0):
+            return "SM90 FP8 KV with mm_prefix requires Triton"
+        version_args = dict(
+            head_size=inputs.head_size, has_sinks=inputs.has_sink,
+            block_size=inputs.block_size, supports_fa4_hd256=True,
+        )
+        if quantized and not self.flash_attn_supports_kv_cache_dtype(
+            ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
+        ):
+            return "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
+        if inputs.use_mm_prefix and self.fa_version(ctx, inputs, **version_args).version != 4:
+            return (
+                "mm_prefix (PrefixLM bidirectional attention) requires "
+                "FlashAttention v4, which does not resolve for this head_size"
+            )
+        return None
+
+    def _combination_flashinfer(self, inputs, ctx) -> Optional[str]:
+        # flashinfer.py FlashInferBackend.supports_combination (NVFP4 on the FA2 prefill path)
+        kv = inputs.kv_cache_dtype
+        if kv is not None and kv.startswith("nvfp4") and ctx.capability[0] in (8, 9, 12):
+            if inputs.head_size == 64:
+                return "fa2 prefill misreads an NVFP4 KV cache at head_size 64"
+            if inputs.has_sink:
+                return "the sink prefill wrapper cannot read an NVFP4 KV cache"
+        return None

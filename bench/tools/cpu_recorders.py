@@ -1,0 +1,213 @@
+"""Recorders that stand in for vLLM's CUDA-only kernel calls in bench/tools/vllm_cpu_check.py.
+
+Each replaces one function in the module of vLLM's backend that calls it (so vLLM's own impl and
+builder run unchanged around it), records the arguments vLLM passed, and computes the fp32
+reference FROM THOSE ARGUMENTS: the page table, lengths, scale, fp8 descales and layout vLLM
+derived from what attnsel handed it. A wrong block table, length, scale or query layout in our
+adapters therefore fails the check; a kernel bug on the GPU is out of reach here (the GPU run's
+correctness gate covers that).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def _scalar(value: Any) -> float:
+    """A descale/scale argument (float, 0-d tensor or an expanded per-(batch, head) tensor) as a float."""
+    if value is None:
+        return 1.0
+    if hasattr(value, "reshape"):
+        return float(value.reshape(-1)[0])
+    return float(value)
+
+
+def reference_from_pages(q, k_pages, v_pages, tables: list[list[int]], seq_lens: list[int], q_starts: list[int],
+                         scale: float, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0):
+    """fp32 causal attention from a page table, K/V as (pages, page, heads, dim); fp8 inputs are
+    dequantized with the scales the kernel was given."""
+    import torch
+
+    out = torch.empty(q.shape, dtype=torch.float32)
+    page, hkv = k_pages.shape[1], k_pages.shape[2]
+    group = q.shape[1] // hkv
+    for r, seq_len in enumerate(seq_lens):
+        pages = torch.tensor(tables[r][: -(-seq_len // page)], dtype=torch.long)
+        k = k_pages[pages].reshape(-1, hkv, q.shape[2])[:seq_len].float() * k_scale
+        v = v_pages[pages].reshape(-1, hkv, v_pages.shape[-1])[:seq_len].float() * v_scale
+        qs = q[q_starts[r]:q_starts[r + 1]].float().reshape(-1, hkv, group, q.shape[2]) * q_scale
+        n = qs.shape[0]
+        scores = torch.einsum("qhgd,khd->hgqk", qs, k) * scale
+        qpos = torch.arange(seq_len - n, seq_len)[:, None]
+        scores = scores.masked_fill(torch.arange(seq_len)[None, :] > qpos, float("-inf"))
+        o = torch.einsum("hgqk,khd->qhgd", torch.softmax(scores, -1), v)
+        out[q_starts[r]:q_starts[r + 1]] = o.reshape(n, -1, q.shape[2])
+    return out
+
+
+def mla_reference_from_pages(q, cache, tables, seq_lens: list[int], q_starts: list[int], scale: float,
+                             kv_lora_rank: int, q_scale: float = 1.0, k_scale: float = 1.0):
+    """fp32 absorbed MLA from a page table: q (tokens, heads, lora + rope), cache (pages, page, lora + rope)."""
+    import torch
+
+    out = torch.empty((q.shape[0], q.shape[1], kv_lora_rank), dtype=torch.float32)
+    page = cache.shape[1]
+    for r, seq_len in enumerate(seq_lens):
+        pages = torch.as_tensor(tables[r][: -(-seq_len // page)], dtype=torch.long)
+        latent = cache[pages].reshape(-1, cache.shape[-1])[:seq_len].float() * k_scale
+        qs = q[q_starts[r]:q_starts[r + 1]].float() * q_scale
+        n = qs.shape[0]
+        scores = torch.einsum("qhd,kd->hqk", qs, latent) * scale
+        qpos = torch.arange(seq_len - n, seq_len)[:, None]
+        scores = scores.masked_fill(torch.arange(seq_len)[None, :] > qpos, float("-inf"))
+        out[q_starts[r]:q_starts[r + 1]] = torch.einsum("hqk,kd->qhd", torch.softmax(scores, -1), latent[:, :kv_lora_rank])
+    return out
+
+
+def patch_flash_attn(calls: list[dict]) -> None:
+    from vllm.v1.attention.backends import flash_attn as fa  # type: ignore
+
+    def varlen(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k, softmax_scale, causal,
+               block_table, **kwargs):
+        calls.append({"num_splits": kwargs.get("num_splits"), "fa_version": kwargs.get("fa_version"),
+                      "scheduler_metadata": kwargs.get("scheduler_metadata") is not None, "causal": causal,
+                      "q_dtype": str(q.dtype), "k_descale": kwargs.get("k_descale") is not None})
+        ref = reference_from_pages(q, k, v, block_table.tolist(), seqused_k.tolist(), cu_seqlens_q.tolist(),
+                                   softmax_scale, *(_scalar(kwargs.get(f"{n}_descale")) for n in "qkv"))
+        out.copy_(ref.to(out.dtype))
+        return out
+
+    fa.flash_attn_varlen_func = varlen
+    fa.get_scheduler_metadata = lambda **kwargs: calls.append({"scheduler": kwargs}) or None
+
+
+def patch_flashinfer(calls: list[dict]) -> None:
+    """FlashInfer's wrappers replaced by recorders; their plan() arguments are bound to the real
+    wrapper's signature, so the page table they describe is what vLLM computed from our metadata."""
+    from vllm.v1.attention.backends import flashinfer as fi  # type: ignore
+
+    def recording(real: Any) -> type:
+        signature = inspect.signature(real.plan)
+
+        class RecordingWrapper:
+            def __init__(self, *args: Any, **kwargs: Any):
+                self.is_cuda_graph_enabled = bool(kwargs.get("use_cuda_graph", False))
+                self._plan: dict = {}
+
+            def plan(self, *args: Any, **kwargs: Any) -> None:
+                bound = signature.bind(self, *args, **kwargs)
+                self._plan = dict(bound.arguments)
+                # the real wrappers keep these; vLLM's forward asserts them against its impl
+                self._window_left = self._plan.get("window_left", -1)
+                self._logits_soft_cap = self._plan.get("logits_soft_cap") or 0.0
+                self._sm_scale = self._plan.get("sm_scale")
+                self._causal = self._plan.get("causal", False)
+                calls.append({"wrapper": real.__name__, "plan": {k: v for k, v in self._plan.items()
+                                                               if isinstance(v, (int, float, str, bool))},
+                              "kv_data_type": str(self._plan.get("kv_data_type"))})
+
+            def run(self, q: Any, kv: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+                p = self._plan
+                indptr = p.get("indptr", p.get("paged_kv_indptr")).tolist()
+                indices = p.get("indices", p.get("paged_kv_indices")).tolist()
+                last = p.get("last_page_len", p.get("paged_kv_last_page_len")).tolist()
+                qo = p["qo_indptr"].tolist() if "qo_indptr" in p else list(range(len(indptr)))
+                page = kv.shape[2]
+                tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
+                lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
+                calls.append({"run": real.__name__, "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale")})
+                ref = reference_from_pages(q, kv[:, 0], kv[:, 1], tables, lens, qo, p.get("sm_scale"),
+                                           k_scale=_scalar(kwargs.get("k_scale")), v_scale=_scalar(kwargs.get("v_scale")))
+                if out is None:
+                    return ref.to(q.dtype)
+                out.copy_(ref.to(out.dtype))
+                return out
+
+        RecordingWrapper.__name__ = real.__name__
+        return RecordingWrapper
+
+    fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
+    fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
+
+
+def patch_flashmla(calls: list[dict]) -> None:
+    """vllm._flashmla_C's scheduler and decode kernels (bf16 and fp8 paths) as vLLM's FlashMLA
+    backend module imported them."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.v1.attention.backends.mla import flashmla as fm  # type: ignore
+
+    def metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k, **kwargs):
+        calls.append({"get_mla_metadata": {"num_q_tokens_per_head_k": num_q_tokens_per_head_k,
+                                           "num_heads_k": num_heads_k, **kwargs}})
+        return SimpleNamespace(tile_scheduler_metadata=None, num_splits=None), None
+
+    def decode(q, k_cache, block_table, cache_seqlens, head_dim_v, *, softmax_scale, causal, descale_q=None,
+               descale_k=None, **kwargs):
+        calls.append({"flash_mla": {"q": tuple(q.shape), "q_dtype": str(q.dtype), "k_cache": tuple(k_cache.shape),
+                                    "head_dim_v": head_dim_v, "causal": causal, "fp8": descale_k is not None}})
+        batch, s_q, heads, width = q.shape
+        ref = mla_reference_from_pages(q.reshape(batch * s_q, heads, width), k_cache[:, :, 0], block_table.tolist(),
+                                       cache_seqlens.tolist(), list(range(0, batch * s_q + 1, s_q)), softmax_scale,
+                                       head_dim_v, _scalar(descale_q), _scalar(descale_k))
+        out_dtype = torch.bfloat16 if q.dtype.itemsize == 1 else q.dtype
+        return ref.reshape(batch, s_q, heads, head_dim_v).to(out_dtype), torch.zeros(batch, heads, s_q)
+
+    fm.get_mla_metadata = metadata
+    fm.get_mla_metadata_dense_fp8 = lambda *a, **k: (torch.zeros(1, 8, dtype=torch.int32),
+                                                      torch.zeros(2, dtype=torch.int32))
+    fm.flash_mla_with_kvcache = lambda **kw: decode(**{k: v for k, v in kw.items() if k != "is_fp8_kvcache"})
+    fm.flash_mla_with_kvcache_fp8 = lambda **kw: decode(**{k: v for k, v in kw.items()
+                                                           if k not in ("tile_scheduler_metadata", "num_splits")})
+
+
+def patch_flash_attn_mla(calls: list[dict]) -> None:
+    """vllm_flash_attn's FA3 MLA decode (q = q_pe with q_v = ql_nope over the latent cache's k_pe
+    and kv_c parts) and its AOT scheduler, as vLLM's FLASH_ATTN_MLA module imported them."""
+    import torch
+    from vllm.v1.attention.backends.mla import flashattn_mla as fam  # type: ignore
+
+    def varlen(q, k, v, q_v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, softmax_scale,
+               causal, return_softmax_lse=False, **kwargs):
+        calls.append({"fa_mla": {"q_pe": tuple(q.shape), "q_v": tuple(q_v.shape), "k": tuple(k.shape),
+                                 "v": tuple(v.shape), "fa_version": kwargs.get("fa_version"),
+                                 "num_splits": kwargs.get("num_splits"),
+                                 "scheduler_metadata": kwargs.get("scheduler_metadata") is not None}})
+        lora = v.shape[-1]
+        query = torch.cat([q_v, q], dim=-1)
+        cache = torch.cat([v[:, :, 0], k[:, :, 0]], dim=-1)
+        ref = mla_reference_from_pages(query, cache, block_table.tolist(), seqused_k.tolist(), cu_seqlens_q.tolist(),
+                                       softmax_scale, lora).to(q.dtype)
+        return (ref, torch.zeros(q.shape[1], q.shape[0])) if return_softmax_lse else ref
+
+    fam.flash_attn_varlen_func = varlen
+    fam.get_scheduler_metadata = lambda **kwargs: calls.append({"scheduler": {
+        k: v for k, v in kwargs.items() if isinstance(v, (int, float, bool, str))}}) or None
+
+
+def patch_flashinfer_mla(calls: list[dict]) -> None:
+    """FlashInfer's TRT-LLM MLA decode as vLLM's FLASHINFER_MLA module imported it."""
+    import torch
+    from vllm.v1.attention.backends.mla import flashinfer_mla as fim  # type: ignore
+
+    def decode(query, kv_cache, workspace_buffer, qk_nope_head_dim, kv_lora_rank, qk_rope_head_dim, block_tables,
+               seq_lens, max_seq_len, bmm1_scale=1.0, bmm2_scale=1.0, **kwargs):
+        calls.append({"trtllm_mla": {"query": tuple(query.shape), "q_dtype": str(query.dtype),
+                                     "kv_cache": tuple(kv_cache.shape), "bmm1_scale": bmm1_scale,
+                                     "bmm2_scale": bmm2_scale}})
+        batch, s_q, heads, width = query.shape
+        ref = mla_reference_from_pages(query.reshape(batch * s_q, heads, width), kv_cache[:, 0], block_tables.tolist(),
+                                       seq_lens.tolist(), list(range(0, batch * s_q + 1, s_q)), bmm1_scale,
+                                       kv_lora_rank) * bmm2_scale
+        out_dtype = torch.bfloat16 if query.dtype.itemsize == 1 else query.dtype
+        return ref.reshape(batch, s_q, heads, kv_lora_rank).to(out_dtype)
+
+    fim.trtllm_batch_decode_with_kv_cache_mla = decode
+
+
+PATCHES = {
+    "FLASH_ATTN": patch_flash_attn, "FLASHINFER": patch_flashinfer, "FLASHMLA": patch_flashmla,
+    "FLASH_ATTN_MLA": patch_flash_attn_mla, "FLASHINFER_MLA": patch_flashinfer_mla,
+}

@@ -1,0 +1,164 @@
+"""Environments for vLLM releases on a machine without a GPU: one base virtualenv, one small layer per
+release (the release's vLLM plus what its requirements need that the base lacks), on PYTHONPATH.
+
+    python -m attnsel.bench.tools.release_env pins 0.28.0                  # torch / flashinfer / transformers pins
+    python -m attnsel.bench.tools.release_env build 0.28.0 --base /work/venvs/vllm024
+    python -m attnsel.bench.tools.release_env run 0.28.0 -- -m attnsel.bench.tools.parity_live --cases 50000
+    python -m attnsel.bench.tools.release_env remove 0.28.0
+
+Why layers: CUDA torch wheels and their nvidia-* libraries take several GB, and releases share them
+(0.20-0.26 pin torch 2.11.0, 0.27-0.32 torch 2.13.0). A layer is a small virtualenv whose
+site-packages adds the base's as a further site dir (a .pth line), so pip counts the base's
+packages as installed: `pip install vllm==X` then installs only what the base lacks or pins
+differently (pip leaves the base's own copies alone: "outside environment"), and the layer's
+site-packages comes first on sys.path. Installs use PyPI only (`PIP_FIND_LINKS` empty: a local
+`+cpu` torch wheel there would break vLLM's extensions, vllm-rules §10) and no pip cache.
+`pins` reads the release wheel's Requires-Dist without downloading it (HTTP range reads).
+
+`run` starts the layer's Python with this checkout importable as `attnsel` and the rest of the
+command line. `remove` deletes the layer (the base is never written to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(os.environ.get("ATTNSEL_RELEASE_ROOT", "/work/rel"))
+SIMPLE = "https://pypi.org/simple"
+REPO = Path(__file__).resolve().parents[2]
+
+
+class _RemoteFile(io.RawIOBase):
+    """A file on an HTTP server that answers range requests, read as if local (for zipfile)."""
+
+    def __init__(self, url: str):
+        self.url, self.pos = url, 0
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60) as response:
+            self.size = int(response.headers["Content-Length"])
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
+        return self.pos
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        if self.pos >= self.size:
+            return 0
+        end = min(self.size, self.pos + len(buffer)) - 1
+        request = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end}"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            data = response.read()
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def wheel_metadata(package: str, version: str, tag: str = "x86_64") -> tuple[str, str]:
+    """(wheel file name, its METADATA text) for `package==version` from PyPI, without the wheel."""
+    request = urllib.request.Request(f"{SIMPLE}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    prefix = f"{package.replace('-', '_')}-{version}-"
+    wheels = sorted((f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith(".whl")
+                     and tag in f["filename"]), key=lambda f: f["filename"])
+    if not wheels:
+        raise SystemExit(f"no {tag} wheel of {package}=={version} on PyPI")
+    with zipfile.ZipFile(io.BufferedReader(_RemoteFile(wheels[0]["url"]), buffer_size=1 << 16)) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return wheels[0]["filename"], archive.read(name).decode("utf-8")
+
+
+def requires(metadata: str) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def layer_dir(version: str) -> Path:
+    return ROOT / "layers" / version
+
+
+def _site_packages(env: Path) -> Path:
+    return next((env / "lib").glob("python3*/site-packages"))
+
+
+def _pip_env() -> dict:
+    return {**os.environ, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONFIG_FILE": os.devnull}
+
+
+def build(version: str, base: Path) -> Path:
+    """A layer virtualenv over `base` with vllm==version installed (what the base lacks only)."""
+    layer = layer_dir(version)
+    base_python = base / "bin" / "python"
+    interpreter = subprocess.run([str(base_python), "-c", "import sys; print(sys._base_executable)"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    if not (layer / "bin" / "python").exists():
+        subprocess.run([interpreter, "-m", "venv", str(layer)], check=True)
+    pth = _site_packages(layer) / "_attnsel_base.pth"
+    pth.write_text(f"import site; site.addsitedir({str(_site_packages(base))!r})\n", encoding="utf-8")
+    command = [str(layer / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir", "--only-binary",
+               ":all:", "--index-url", f"{SIMPLE}/", f"vllm=={version}"]
+    subprocess.run(command, env=_pip_env(), check=True)
+    (layer / "ATTNSEL_BASE").write_text(str(base), encoding="utf-8")
+    return layer
+
+
+def run(version: str, command: list[str]) -> int:
+    layer = layer_dir(version)
+    link_parent = ROOT / "attnsel_path"
+    link_parent.mkdir(parents=True, exist_ok=True)
+    link = link_parent / "attnsel"
+    if not link.exists():
+        link.symlink_to(REPO)
+    env = {**os.environ, "PYTHONPATH": str(link_parent)}
+    return subprocess.run([str(layer / "bin" / "python"), *command], env=env).returncode
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    pins = sub.add_parser("pins")
+    pins.add_argument("version")
+    make = sub.add_parser("build")
+    make.add_argument("version")
+    make.add_argument("--base", type=Path, required=True, help="a virtualenv to layer over (read only)")
+    go = sub.add_parser("run")
+    go.add_argument("version")
+    go.add_argument("command", nargs=argparse.REMAINDER)
+    drop = sub.add_parser("remove")
+    drop.add_argument("version")
+    ns = parser.parse_args(argv)
+    if ns.action == "pins":
+        wheel, metadata = wheel_metadata("vllm", ns.version)
+        wanted = ("torch", "flashinfer", "transformers", "triton")
+        print(wheel)
+        print("\n".join(r for r in requires(metadata) if r.startswith(wanted)))
+        return 0
+    if ns.action == "build":
+        print(build(ns.version, ns.base))
+        return 0
+    if ns.action == "run":
+        command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+        return run(ns.version, command)
+    shutil.rmtree(layer_dir(ns.version), ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

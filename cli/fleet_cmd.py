@@ -1,0 +1,164 @@
+"""`--ray [ADDRESS]` for `probe` and `preflight`: routing to probe/fleet.py and
+attention/fleet_preflight.py, and the option's optional value.
+
+Exit codes as for one node, plus 3 when Ray is not installed or no cluster answers. Import-light:
+Ray is imported only when --ray is given.
+"""
+
+from __future__ import annotations
+
+import math
+
+from typing import Optional
+
+from typer.core import TyperCommand
+
+from attnsel.errors import CheckFailed, UserInputError
+
+RAY_OPTION = "--ray"
+DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
+RAY_HELP = ("Run on every alive node of an existing Ray cluster: ADDRESS as `ray start` printed it (host:6379), "
+            "ray://host:10001, or auto (the default: RAY_ADDRESS, else the local cluster). Needs attnsel[ray].")
+TIMEOUT_HELP = "With --ray: seconds to wait for every node's answer (all nodes are probed at once)."
+
+
+class RayAddressCommand(TyperCommand):
+    """A command whose --ray takes an optional value: `--ray` alone means `--ray auto`.
+    (Typer has no options with optional values; click's flag_value is not passed through.)"""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, with_default_address(args))
+
+
+def with_default_address(args: list[str]) -> list[str]:
+    """`--ray` followed by nothing or by another option gets the default address.
+
+    >>> with_default_address(["--ray", "--json"])
+    ['--ray', 'auto', '--json']
+    >>> with_default_address(["--ray", "10.0.0.1:6379"])
+    ['--ray', '10.0.0.1:6379']
+    >>> with_default_address(["--json", "--ray"])
+    ['--json', '--ray', 'auto']
+    """
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == RAY_OPTION and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out.insert(i + 1, DEFAULT_ADDRESS)
+            break
+    return out
+
+
+def _timeout(timeout: Optional[float]) -> float:
+    from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
+
+    if timeout is None:
+        return DEFAULT_TIMEOUT_S
+    if not math.isfinite(timeout) or timeout <= 0:  # NaN compares false both ways; inf would wait forever
+        raise UserInputError(f"--timeout must be more than 0 seconds, got {timeout:g}")
+    return timeout
+
+
+def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float]) -> None:
+    from attnsel.attention.validation import check_names
+
+    if address is None and timeout is not None:
+        raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
+    if timeout is not None:
+        _timeout(timeout)  # before any cluster is asked
+    check_names((("--ray", address),))
+
+
+def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_parallel_size: int,
+                    gpu: Optional[str], num_gpus: Optional[int]) -> None:
+    """preflight's flags that only make sense with (or without) --ray."""
+    if pipeline_parallel_size < 1:
+        raise UserInputError("--pipeline-parallel-size must be >= 1")
+    refuse_timeout_without_ray(address, timeout)
+    if address is None and pipeline_parallel_size > 1:
+        raise UserInputError("--pipeline-parallel-size is checked across the nodes of a Ray cluster: add --ray")
+    if address is not None and (gpu is not None or num_gpus is not None):
+        raise UserInputError("--ray checks the cluster's own GPUs: leave out --gpu/--num-gpus")
+
+
+# ---------------------------------------------------------------------------------------------
+# probe --ray
+
+
+def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
+              gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
+    from attnsel.cli.common import print_json, stdout_console
+    from attnsel.probe.fleet import probe_fleet
+    from attnsel.probe.fleet_verdict import fleet_verdict
+    from attnsel.reports.fleet_report import fleet_probe_json, print_fleet
+
+    if measure_p2p:
+        raise UserInputError("--measure-p2p times copies on the GPUs, which a probe over Ray does not hold: "
+                             "run `attnsel probe --measure-p2p` on the node itself")
+    fleet = probe_fleet(address, _timeout(timeout))
+    verdict = fleet_verdict(fleet)
+    results = fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model)
+    if json_output:
+        print_json(fleet_probe_json(fleet, verdict, results))
+    else:
+        print_fleet(fleet, verdict, stdout_console(), results)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise CheckFailed("requirement failed: " + "; ".join(f"{r.check}: {r.detail}" for r in failed))
+
+
+def fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model) -> list:
+    """Each --require-* option on every GPU node (a GPU node that did not answer fails them all);
+    --require-same-model across the nodes too."""
+    from attnsel.cli.probe_cmd import check_requirements
+    from attnsel.reports.probe_report import RequirementResult
+
+    failures: dict[str, list[str]] = {name: [] for name in _requirement_names(gpus, capability, nvlink, same_model)}
+    if not failures:
+        return []
+    gpu_nodes = [n for n in fleet.nodes if n.has_gpus]
+    for node in gpu_nodes:
+        if node.report is None:
+            for bad in failures.values():
+                bad.append(f"{node.node.label} did not answer")
+            continue
+        for r in check_requirements(node.report, gpus, capability, nvlink, same_model):
+            if not r.ok:
+                failures[r.check].append(f"{node.node.label}: {r.detail}")
+    model = next((d for d in verdict.differences if d.attribute in ("GPU model", "compute capability")), None)
+    if same_model and model is not None:
+        failures["--require-same-model"].append(
+            f"GPU nodes differ: {model.common} on {model.common_count}; "
+            + ", ".join(f"{label}: {value}" for label, value in model.others))
+    if not gpu_nodes:
+        for bad in failures.values():
+            bad.append("no GPU node in the cluster")
+    return [RequirementResult(name, not bad, "; ".join(bad) if bad else f"met on all {len(gpu_nodes)} GPU node(s)")
+            for name, bad in failures.items()]
+
+
+def _requirement_names(gpus, capability, nvlink, same_model) -> list[str]:
+    names = [f"--require-gpus {gpus}"] if gpus is not None else []
+    names += [f"--require-capability {capability}"] if capability is not None else []
+    names += ["--require-nvlink"] if nvlink else []
+    return names + (["--require-same-model"] if same_model else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# preflight --ray
+
+
+def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
+                  hf_config: dict, choice, model: str) -> None:
+    from attnsel.attention.fleet_preflight import run_fleet_preflight
+    from attnsel.cli import settings
+    from attnsel.cli.preflight_cmd import emit
+    from attnsel.probe.fleet import probe_fleet
+    from attnsel.reports import fleet_report as view
+
+    fleet = probe_fleet(address, _timeout(timeout))
+    settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
+    result = run_fleet_preflight(fleet, hf_config, deployment, pipeline_parallel_size, profile=choice.profile,
+                                 model=model, profile_reason=choice.reason)
+    emit(result, fmt, quiet, view.fleet_preflight_json, view.render_preflight_github, view.render_preflight_text)

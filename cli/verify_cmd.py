@@ -1,0 +1,180 @@
+"""`attnsel verify`: check a saved tune result in vLLM's own engine (no kernel is timed again);
+`attnsel tune --verify` calls `verify_after_tune` once its sweep is written."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnsel import files
+from attnsel.attention.validation import check_names, check_positive_number, check_size
+from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
+from attnsel.errors import EXIT_FAILED, UserInputError
+
+
+class _Display:
+    """Progress on stderr: one line per candidate with elapsed time against its estimate."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.fields[estimate]}"), console=console, transient=False)
+        self.task = None
+        self.started = False
+        self.label = ""
+        self.shape = ""
+        self.calls = 0
+        self.total_calls = 0
+
+    def progress(self):
+        from attnsel.bench.verify import VerifyProgress
+
+        return VerifyProgress(on_plan=self.on_plan, on_candidate=self.on_candidate, on_message=self.on_message,
+                              on_tick=self.on_tick, on_candidate_done=self.on_done)
+
+    def on_plan(self, doc: dict) -> None:
+        shapes = ", ".join(f"{b}x{c}" for b, c in doc["options"]["shapes"])
+        self.console.print(f"attnsel verify: {len(doc['options']['shapes'])} shape(s) ({shapes}), "
+                           f"{doc['options']['repeats']} timed pairs each; compile cache {doc['options']['compile_cache_root']}")
+        for warning in doc.get("warnings") or []:
+            self.console.print(f"[yellow]warning:[/yellow] {warning}")
+        self.bar.start()
+        self.started = True
+
+    def on_candidate(self, index: int, total: int, candidate: dict, estimate_s: float) -> None:
+        self.label = f"[{index + 1}/{total}] {candidate['name']}"
+        self.calls = 0
+        self.task = self.bar.add_task(f"{self.label}: starting vLLM", total=max(1.0, estimate_s),
+                                      estimate=f"est. ~{estimate_s:.0f} s")
+
+    def on_message(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "started":
+            facts = message.get("facts") or {}
+            self.console.print(f"  {self.label}: engine started in {message.get('start_s', 0):.1f} s "
+                               f"({', '.join(facts.get('attention_backends') or []) or '?'}, block size "
+                               f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)")
+        elif kind == "shape_start":
+            self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]
+            self._describe(f"{self.shape}: warm-up call")
+        elif kind == "call":
+            self.calls += 1
+            self._describe(f"{self.shape}: call {self.calls}/{self.total_calls} done ({message['phase']}, "
+                           f"{message['max_tokens']} tokens, {message['seconds']:.2f} s)")
+
+    def _describe(self, text: str) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, description=f"{self.label}: {text}")
+
+    def on_tick(self) -> None:
+        if self.task is not None:
+            self.bar.advance(self.task, 1.0)
+
+    def on_done(self, row: dict) -> None:
+        if self.task is not None:
+            self.bar.update(self.task, completed=self.bar.tasks[-1].total, description=f"{self.label}: {row.get('status')}")
+        if row.get("status") != "ok":
+            self.console.print(f"  {row['name']}: {row.get('status')}: {row.get('error') or ''}")
+        self.task = None
+
+    def stop(self) -> None:
+        if self.started:  # a run refused before its plan leaves stderr to its one error line
+            self.bar.stop()
+
+
+def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:
+    """Runs the verification, prints it (terminal or JSON), returns the exit code. With
+    `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
+    from attnsel.bench.verify import run_verify
+    from attnsel.reports import verify_report
+
+    display = _Display(stderr_console())
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `timeout`, a job scheduler: end the engines too
+    try:
+        document = run_verify(req, output_dir, display.progress())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        display.stop()
+    if as_json:
+        print_json({"tune": tune_document, "verify": document} if tune_document is not None else document)
+    else:
+        verify_report.render_terminal(document, stdout_console())
+        stderr_console().print(f"verify.json and the engines' logs are in {output_dir}/")
+    return EXIT_FAILED if (document.get("verdict") or {}).get("verdict") == "not measured" else 0
+
+
+def _interrupt(signum, frame):
+    """SIGTERM ends a run like Ctrl-C: the running engine's process group is killed on the way out
+    (it lives in its own session, so the signal never reached it) and verify.json keeps what was measured."""
+    raise KeyboardInterrupt
+
+
+def verify_after_tune(output_dir: Path, as_json: bool, tune_document: Optional[dict] = None) -> int:
+    from attnsel.bench.verify import VerifyRequest
+
+    return run_and_render(VerifyRequest(tune_dir=Path(output_dir)), Path(output_dir), as_json=as_json,
+                          tune_document=tune_document)
+
+
+def check_verify_possible() -> None:
+    """`tune --verify` fails before its sweep when the engine could not run afterwards (exit 3)."""
+    from attnsel.bench import verify
+
+    verify.vllm_version_or_fail(verify.VerifyRequest().engine)
+
+
+MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
+MAX_REPEATS = 100
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("verify")
+    @handle_errors
+    def verify_command(
+        run_dir: Optional[Path] = typer.Argument(None, metavar="RUN_DIR", help="A `tune --output` folder: checks its recommendation (verify.json is written there)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="config.json, folder or catalog name (default: the tuned model)."),
+        candidates: Optional[str] = typer.Option(None, "--candidates", help="Pairs to start besides vLLM's default, e.g. FLASH_ATTN:16,TRITON_ATTN:64 (default: tune's pick and runner-up)."),
+        shapes: Optional[str] = typer.Option(None, "--shapes", help="Decode shapes BATCHxCONTEXT, e.g. 1x16384,64x4096 (default: those of tune's decode shapes)."),
+        repeats: int = typer.Option(2, "--repeats", help="Timed N1/N2 pairs per shape (>= 2; their spread is the noise)."),
+        decode_steps: int = typer.Option(128, "--decode-steps", help="N2 - N1: decode steps timed per pair."),
+        gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's setting for every engine, vLLM's own default by default (lowered when other processes hold GPU memory)."),
+        start_timeout: float = typer.Option(900.0, "--start-timeout", help="Seconds an engine may take to start before it is killed."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Seconds one generate call may take before the engine is killed."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for verify.json and the engine logs (default: RUN_DIR)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the verify.json in the folder: engines it measured are kept, the others run."),
+        as_json: bool = typer.Option(False, "--json", help="Print verify.json on stdout (progress stays on stderr)."),
+    ) -> None:
+        """Start vLLM's own engine once per candidate pair (vLLM's default, tune's pick, the runner-up) with dummy
+        weights and say whether tune's recommendation holds end to end (exit 0: verdict given; 1: nothing to compare;
+        2: bad input; 3: no vLLM or no GPU)."""
+        from attnsel.bench import verify_plan as VP
+        from attnsel.bench.verify import VerifyRequest
+
+        if run_dir is None and output is None:
+            raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
+        if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
+            raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
+        check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
+        if repeats > MAX_REPEATS:  # too few: bench/verify.py says why two are needed
+            raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
+        check_positive_number("--start-timeout", start_timeout)
+        check_positive_number("--timeout", timeout)
+        check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))
+        kind = files.path_info(str(run_dir), "RUN_DIR").kind if run_dir is not None else "dir"
+        if kind != "dir":
+            raise UserInputError(f"RUN_DIR {files.shown_path(str(run_dir))} "
+                                 f"{'does not exist' if kind == 'missing' else 'is not a folder'}: pass the folder "
+                                 "`attnsel tune --output` wrote (it holds tune.json)")
+        files.check_output_folder(str(output or run_dir))
+        req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
+                            shapes=VP.parse_shapes(shapes), repeats=repeats, decode_steps=decode_steps,
+                            gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,
+                            call_timeout_s=timeout, resume=resume)
+        code = run_and_render(req, output or run_dir, as_json=as_json)
+        if code:
+            raise typer.Exit(code)

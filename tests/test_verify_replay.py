@@ -1,0 +1,100 @@
+"""Recorded `attnsel verify` runs (tests/fixtures/verify/<run>/verify.json, with the tune.json it
+checked when there was one) replayed through `attnsel report`, and re-derived by the same bench
+code: the figures from the recorded calls, the comparisons and the verdict from the figures.
+Real GPU runs are committed there as they are made; with none, the recorded cases skip, and the
+same checks run on a run made here with the fake engine, so they are exercised in any case."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnsel.bench import engine_compare as EC
+from attnsel.bench import verify as V
+from attnsel.bench import verify_verdict as VV
+from attnsel.bench.tools import verify_fixture
+from attnsel.cli.app import app
+
+ROOT = Path(__file__).parent
+RECORDED = sorted((ROOT / "fixtures" / "verify").glob("*/verify.json"))
+
+
+def check_replay(folder: Path) -> dict:
+    doc = json.loads((folder / "verify.json").read_text())
+    tune = json.loads((folder / "tune.json").read_text()) if (folder / "tune.json").is_file() else None
+    _check_report(folder, doc)
+    _check_rederived(doc, tune)
+    _check_read_back(doc)
+    return doc
+
+
+def _check_report(folder: Path, doc: dict) -> None:
+    runner = CliRunner()
+    md = runner.invoke(app, ["report", str(folder)])
+    assert md.exit_code == 0, md.output
+    verdict = doc["verdict"]
+    assert f"attnsel verify: {verdict['verdict']}" in md.stdout
+    assert verdict["text"] in md.stdout
+    if verdict.get("flags"):
+        assert f"vLLM flags: `{verdict['flags']}`" in md.stdout
+    for row in doc["candidates"]:
+        assert row["short"] in md.stdout
+    as_json = json.loads(runner.invoke(app, ["report", str(folder), "--format", "json"]).stdout)
+    assert as_json["verify"]["verdict"] == verdict
+    html = runner.invoke(app, ["report", str(folder), "--format", "html"])
+    assert html.exit_code == 0 and f">{verdict['verdict']}</span>" in html.stdout
+
+
+def _check_rederived(doc: dict, tune) -> None:
+    """The committed numbers follow from the committed calls with today's code (JSON keeps floats
+    exactly, so the same arithmetic gives the same numbers)."""
+    again = copy.deepcopy(doc)
+    for row in again["candidates"]:
+        for shape in row.get("shapes") or []:
+            if shape.get("status") == "ok":
+                assert EC.shape_figures(shape) == shape["figures"], (row["name"], shape.get("label"))
+    again["comparisons"] = VV.build_comparisons(again, tune)
+    assert again["comparisons"] == doc["comparisons"]
+    assert VV.summarize(again) == doc["verdict"]
+
+
+def _check_read_back(doc: dict) -> None:
+    """What each engine ran is read back from it, not assumed; a mismatch is a warning."""
+    for row in doc["candidates"]:
+        if row["status"] != "ok":
+            assert row.get("error"), row["name"]
+            continue
+        engine = row["engine"]
+        assert engine["backend_used"] and engine["block_size_used"] and engine["vllm_version"]
+        assert engine["kv_cache_tokens"] > 0 and engine["num_gpu_blocks"] > 0
+        if row.get("backend") and engine["backend_used"] != row["backend"]:
+            assert any(row["name"] in w for w in doc["warnings"])
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded verify run in tests/fixtures/verify/ yet")
+@pytest.mark.parametrize("path", RECORDED, ids=[p.parent.name for p in RECORDED])
+def test_recorded_runs_replay_through_the_report(path):
+    doc = check_replay(path.parent)
+    assert doc["schema"] == V.SCHEMA
+    measured = [r for r in doc["candidates"] if r["status"] == "ok"]
+    assert len(measured) >= 2, "a recorded run compares at least two engines"
+
+
+def test_the_replay_checks_hold_for_a_run_made_with_the_fake_engine(fake_engine, tune_run_dir):
+    fake_engine({"default": ["FLASH_ATTN", 16], "backends": {
+        "FLASH_ATTN": {"step_ms": 18.1, "prefill_tok_s": 45000, "jitter": 0.002},
+        "FLASHINFER": {"step_ms": 16.5, "prefill_tok_s": 46000, "jitter": 0.002}}})
+    V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=[(1, 16384), (16, 1024)], decode_steps=32), tune_run_dir)
+    doc = check_replay(tune_run_dir)
+    assert doc["verdict"]["verdict"] == "holds"
+    # the fixture tool keeps what the replay needs, and little else
+    fixture = tune_run_dir.parent / "fixture"
+    written = verify_fixture.copy_run(tune_run_dir, fixture)
+    assert {p.name for p in written} >= {"verify.json", "tune.json", "engine-FLASH_ATTN-16.log"}
+    assert (fixture / "tune.json").stat().st_size < (tune_run_dir / "tune.json").stat().st_size / 5
+    assert check_replay(fixture) == doc
+    # tune timed 1 x 16384: the kernel margin and the attention share sit beside the engine's
+    entry = next(c for c in doc["comparisons"] if "pick" in c["short"] and c["batch"] == 1)
+    assert entry["predicted_source"] == "this shape" and entry["expected_step_margin_pct"] is not None
