@@ -56,7 +56,8 @@ TORCH_DTYPE_NAMES = frozenset(
 )
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """How a message names a JSON value's type: "a string", "a list", "null"..."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -93,7 +94,7 @@ def validate_config(config: Mapping, where: str = "the model config") -> None:
             scheme = section.get("kv_cache_scheme")
             if scheme is not None and not isinstance(scheme, Mapping):
                 raise UserInputError(f"{where}: quantization_config.kv_cache_scheme must be an object or null, "
-                                     f"not {_kind(scheme)} ({_shown(scheme)})")
+                                     f"not {kind_of(scheme)} ({_shown(scheme)})")
 
 
 def _check_depth(value: Any, where: str) -> None:
@@ -114,7 +115,7 @@ def _check_section(section: Mapping, prefix: str, where: str) -> None:
     model_type = section.get("model_type")
     if "model_type" in section and model_type is not None and not isinstance(model_type, str):
         raise UserInputError(f"{where}: {prefix}model_type must be a name such as \"llama\", not "
-                             f"{_kind(model_type)} ({_shown(model_type)})")
+                             f"{kind_of(model_type)} ({_shown(model_type)})")
     for key in NOT_NULL_KEYS:
         if key in section and section[key] is None:
             raise UserInputError(f"{where}: {prefix}{key} is null; transformers refuses it (expected int, got None) "
@@ -126,16 +127,16 @@ def _check_section(section: Mapping, prefix: str, where: str) -> None:
     for key in BOOL_KEYS:
         value = section.get(key)
         if value is not None and not isinstance(value, bool):
-            raise UserInputError(f"{where}: {prefix}{key} must be true or false, not {_kind(value)} ({_shown(value)})")
+            raise UserInputError(f"{where}: {prefix}{key} must be true or false, not {kind_of(value)} ({_shown(value)})")
     for key in OBJECT_KEYS:
         value = section.get(key)
         if value is not None and not isinstance(value, Mapping):
-            raise UserInputError(f"{where}: {prefix}{key} must be an object (or absent), not {_kind(value)} "
+            raise UserInputError(f"{where}: {prefix}{key} must be an object (or absent), not {kind_of(value)} "
                                  f"({_shown(value)})")
     for key in STRING_LIST_KEYS:
         value = section.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise UserInputError(f"{where}: {prefix}{key} must be a list of names (strings), not {_kind(value)} "
+            raise UserInputError(f"{where}: {prefix}{key} must be a list of names (strings), not {kind_of(value)} "
                                  f"({_shown(value)})")
     for key in DTYPE_KEYS:
         _check_dtype_key(section, key, prefix, where)
@@ -147,7 +148,7 @@ def _check_int(section: Mapping, key: str, prefix: str, where: str, *, minimum: 
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise UserInputError(f"Impossible {prefix}{key} {_shown(value)} in {where}: it must be a whole number, "
-                             f"not {_kind(value)} (transformers refuses it too)")
+                             f"not {kind_of(value)} (transformers refuses it too)")
     if value < minimum:
         raise UserInputError(f"Impossible {prefix}{key} {_shown(value)} in {where}: it must be "
                              f"{'a positive' if minimum else 'a non-negative'} integer")
@@ -161,7 +162,7 @@ def _check_dtype_key(section: Mapping, key: str, prefix: str, where: str) -> Non
     if value is None:
         return
     if not isinstance(value, str):
-        raise UserInputError(f"{where}: {prefix}{key} must be a dtype name such as \"bfloat16\", not {_kind(value)} "
+        raise UserInputError(f"{where}: {prefix}{key} must be a dtype name such as \"bfloat16\", not {kind_of(value)} "
                              f"({_shown(value)})")
     name = value.strip().removeprefix("torch.")
     if name not in TORCH_DTYPE_NAMES:

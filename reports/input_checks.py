@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
+from attnsel.attention.validation import kind_of
 from attnsel.errors import UserInputError
 
 Check = Callable[[Any, str], None]
@@ -22,18 +23,6 @@ class _Bad(Exception):
     def __init__(self, path: str, expected: str, value: Any):
         super().__init__(path)
         self.path, self.expected, self.value = path, expected, value
-
-
-def _name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else "an object" if isinstance(value, Mapping) else type(value).__name__
 
 
 def _type(expected: str, test: Callable[[Any], bool]) -> Check:
@@ -153,12 +142,42 @@ EXPLAIN_DOCUMENT = obj({
 }, required=("backends",))
 
 
+# --- a verify.json (bench/verify.py), the fields reports/verify_report.py reads ---------------------
+_FIGURE = opt(obj({"median": opt(NUM), "spread": opt(NUM)}))
+_ENGINE = obj({"vllm_version": opt(STR), "backend_used": opt(STR), "block_size_used": opt(SCALAR),
+               "torch_compile_s": opt(NUM), "compile_cache": opt(STR), "graph_capture_s": opt(NUM),
+               "kv_cache_tokens": opt(NUM), "num_gpu_blocks": opt(NUM), "cudagraph_mode": opt(STR)})
+_SHAPE = obj({"batch": opt(INT), "context": opt(INT), "n1": opt(INT), "n2": opt(INT), "status": opt(STR),
+              "error": opt(STR), "label": opt(STR), "requests_fit": opt(NUM), "kernel_ms": opt(NUM),
+              "attention_share": opt(NUM),
+              "figures": opt(obj({"decode_step_ms": _FIGURE, "output_tokens_per_s": _FIGURE,
+                                  "prefill_tokens_per_s": _FIGURE}))})
+_CANDIDATE = obj({"short": opt(STR), "name": opt(STR), "status": opt(STR), "error": opt(STR), "start_s": opt(NUM),
+                  "roles": opt(list_of(STR)), "engine": opt(_ENGINE), "shapes": opt(list_of(_SHAPE))})
+_JUDGED = opt(obj({"margin_pct": opt(NUM), "noise_pct": opt(NUM), "result": opt(STR)}))
+_COMPARISON = obj({"short": opt(STR), "candidate": opt(STR), "batch": opt(INT), "context": opt(INT),
+                   "missing": opt(STR), "predicted_kernel_margin_pct": opt(NUM), "predicted_source": opt(STR),
+                   "expected_step_margin_pct": opt(NUM), "decode": _JUDGED, "end_to_end": _JUDGED,
+                   "prefill": _JUDGED}, required=("batch", "context"))
+VERIFY_DOCUMENT = obj({
+    "candidates": list_of(_CANDIDATE), "comparisons": opt(list_of(_COMPARISON)), "warnings": opt(list_of(STR)),
+    "verdict": opt(obj({"verdict": opt(STR), "text": opt(STR), "flags": opt(STR)})),
+    "model": opt(obj({"name": opt(STR), "model_type": opt(STR), "attention_layers": opt(SCALAR),
+                      "is_hybrid": opt(BOOL), "tensor_parallel_size": opt(SCALAR)})),
+    "gpu": opt(obj({"name": opt(STR), "memory_total_bytes": opt(NUM), "memory_used_bytes": opt(NUM)})),
+    "vllm": opt(obj({"installed_version": opt(STR), "rule_profile": opt(STR)})),
+    "options": obj({"gpu_memory_utilization": opt(NUM), "max_model_len": opt(SCALAR), "repeats": opt(SCALAR)}),
+    "tune": opt(obj({"margin_pct": opt(NUM), "verdict": opt(STR), "scope": opt(STR), "source": opt(STR),
+                     "flags": opt(STR)})),
+}, required=("candidates", "options"))
+
+
 def _raise(where: str, bad: _Bad, what: str) -> None:
     shown = repr(bad.value)
     shown = shown if len(shown) <= 50 else shown[:47] + "..."
     if bad.expected == "present":
         raise UserInputError(f"{where}: {bad.path} is missing: {what} looks damaged (hand-edited, or from another tool?)")
-    raise UserInputError(f"{where}: {bad.path} must be {bad.expected}, not {_name(bad.value)} ({shown}): "
+    raise UserInputError(f"{where}: {bad.path} must be {bad.expected}, not {kind_of(bad.value)} ({shown}): "
                          f"{what} looks damaged (hand-edited, or from another tool?)")
 
 
@@ -183,3 +202,10 @@ def check_explain_document(doc: Mapping, where: str) -> None:
         EXPLAIN_DOCUMENT(doc, "")
     except _Bad as bad:
         _raise(where, bad, "the explain answer")
+
+
+def check_verify_document(doc: Mapping, where: str) -> None:
+    try:
+        VERIFY_DOCUMENT(doc, "")
+    except _Bad as bad:
+        _raise(where, bad, "the verify result")

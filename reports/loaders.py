@@ -13,7 +13,8 @@ from typing import Any, Optional, Sequence
 from attnsel import files
 from attnsel.bench import results as R
 from attnsel.errors import UserInputError
-from attnsel.reports.input_checks import check_explain_document, check_rows, check_tune_document
+from attnsel.reports.input_checks import (check_explain_document, check_rows, check_tune_document,
+                                          check_verify_document)
 
 TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
@@ -140,8 +141,7 @@ def _classify(path: Path, doc: Any) -> tuple[str, Any]:
     if schema == TUNE_SCHEMA or ("rows" in doc and "recommendation" in doc):
         return "tune", _tune_from_document(path, doc)
     if schema == VERIFY_SCHEMA:
-        if not isinstance(doc.get("candidates"), list) or not isinstance(doc.get("options"), dict):
-            raise UserInputError(f"{path}: a verify result needs \"candidates\" and \"options\"; the file looks damaged")
+        check_verify_document(doc, str(path))
         return "verify", doc
     if schema == PLAN_SCHEMA:
         raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")

@@ -312,3 +312,44 @@ def test_nvml_faults_are_reported_not_raised(tmp_path, function, label, answer):
         result, elapsed = invoke(args, env)
         assert_promise(result, elapsed)
         assert result.exit_code in (0, 1)
+
+
+# a verify.json (written here by `attnsel verify` through the fake engine at our boundary), damaged
+VERIFY_DAMAGE = [  # (path to the field, wrong value, fragment)
+    (("candidates",), [1], "candidates[0] must be an object"),
+    (("candidates", 0, "start_s"), "x", "candidates[0].start_s must be a finite number"),
+    (("candidates", 0, "engine"), 5, "candidates[0].engine must be an object"),
+    (("candidates", 0, "engine", "num_gpu_blocks"), "x", "num_gpu_blocks"),
+    (("candidates", 0, "roles"), "tune-pick", "candidates[0].roles must be a list"),
+    (("candidates", 0, "shapes", 0, "figures", "decode_step_ms", "median"), "fast", "decode_step_ms.median"),
+    (("comparisons", 0), {"a": 1}, "comparisons[0].batch is missing"),
+    (("comparisons", 0, "end_to_end", "margin_pct"), float("inf"), "end_to_end.margin_pct"),
+    (("gpu", "memory_total_bytes"), "80GB", "gpu.memory_total_bytes"),
+    (("tune", "margin_pct"), "27%", "tune.margin_pct"),
+    (("model",), 5, "model must be an object"),
+    (("verdict", "verdict"), ["holds"], "verdict.verdict must be a string"),
+    (("warnings",), "none", "warnings must be a list"),
+    (("options",), None, "options is missing"),
+]
+
+
+def test_damaged_verify_results_are_refused_not_rendered(tune_run_dir, fake_engine, tmp_path):
+    from test_verify_cli import QUICK, SCENARIO
+
+    done, _ = invoke(["verify", str(tune_run_dir), *QUICK], fake_engine(SCENARIO))
+    assert done.exit_code == 0, done.output
+    written = json.loads((tune_run_dir / "verify.json").read_text())
+    for where, value, fragment in VERIFY_DAMAGE:
+        doc = copy.deepcopy(written)
+        target = doc
+        for key in where[:-1]:
+            target = target[key]
+        target[where[-1]] = value
+        path = tmp_path / "verify.json"
+        path.write_text(json.dumps(doc))
+        for fmt in ("md", "html", "csv"):
+            result, elapsed = invoke(["report", str(path), "--format", fmt])
+            try:
+                assert_promise(result, elapsed, 2, fragment)
+            except AssertionError as exc:
+                raise AssertionError(f"{where} = {value!r} ({fmt}): {exc}") from None
