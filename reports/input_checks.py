@@ -181,31 +181,26 @@ def _raise(where: str, bad: _Bad, what: str) -> None:
                          f"{what} looks damaged (hand-edited, or from another tool?)")
 
 
-def check_tune_document(doc: Mapping, where: str) -> None:
+def _check(schema: Check, value: Any, where: str, what: str) -> None:
     try:
-        TUNE_DOCUMENT(doc, "")
+        schema(value, "")
     except _Bad as bad:
-        _raise(where, bad, "the tune result")
+        _raise(where, bad, what)
+
+
+def check_tune_document(doc: Mapping, where: str) -> None:
+    _check(TUNE_DOCUMENT, doc, where, "the tune result")
 
 
 def check_rows(rows: list, where: str) -> None:
     """Rows of a results.jsonl: `where` names the file, the message the row (1-based)."""
     for number, row in enumerate(rows, 1):
-        try:
-            ROW(row, "")
-        except _Bad as bad:
-            _raise(f"{where} row {number}", bad, "the results file")
+        _check(ROW, row, f"{where} row {number}", "the results file")
 
 
 def check_explain_document(doc: Mapping, where: str) -> None:
-    try:
-        EXPLAIN_DOCUMENT(doc, "")
-    except _Bad as bad:
-        _raise(where, bad, "the explain answer")
+    _check(EXPLAIN_DOCUMENT, doc, where, "the explain answer")
 
 
 def check_verify_document(doc: Mapping, where: str) -> None:
-    try:
-        VERIFY_DOCUMENT(doc, "")
-    except _Bad as bad:
-        _raise(where, bad, "the verify result")
+    _check(VERIFY_DOCUMENT, doc, where, "the verify result")
