@@ -5,12 +5,23 @@ Exit codes (README, "Exit codes"):
   1  a requirement or check failed (vLLM would raise, a preflight check failed)
   2  bad input (unknown name, malformed file, impossible shape, bad flag)
   3  an environment problem we cannot work around (e.g. a kernel library missing for `tune`)
+ 70  an unexpected error inside attnsel (a bug, never a verdict; sysexits.h EX_SOFTWARE)
+130  interrupted (Ctrl-C), as shells report SIGINT
 """
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+# Every code a command may end with (141 is the shell's SIGPIPE status: `attnsel ... | head`).
+DOCUMENTED_EXIT_CODES = frozenset({EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERNAL,
+                                   EXIT_INTERRUPTED})
+# Where an internal error should be reported (the funnel's one line names it).
+REPORT_TO = "the attnsel issue tracker"
+DEBUG_ENV = "ATTNSEL_DEBUG"
 
 
 class AttnselError(Exception):
@@ -39,3 +50,13 @@ class EnvironmentProblem(AttnselError):
     """Something missing on this machine (a kernel library, a GPU for a GPU-only command)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class OutputUnwritable(UserInputError):
+    """stdout (or an output file) cannot take our output: /dev/full, a closed descriptor."""
+
+
+class Interrupted(AttnselError):
+    """Ctrl-C, with what was kept (e.g. tune's rows so far) and how to go on."""
+
+    exit_code = EXIT_INTERRUPTED

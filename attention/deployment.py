@@ -143,7 +143,8 @@ def group_gpus(report: ProbeReport, tp: int) -> list[GpuInfo]:
 
 def check_gpu_count(report: ProbeReport, tp: int) -> Check:
     usable = _usable(report)
-    broken = [g for g in report.gpus if g not in usable]
+    usable_ids = {id(g) for g in usable}  # identity, not ==: linear in the GPU count
+    broken = [g for g in report.gpus if id(g) not in usable_ids]
     if not report.gpus:
         why = report.fallback_reason or "NVML and torch.cuda see no GPU"
         return Check(
@@ -373,6 +374,8 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
 def _model_check(facts: Any, tp: int) -> Check:
     heads = f"{facts.num_attention_heads} attention heads / TP {tp} = {facts.num_heads_per_gpu} per GPU"
     message = f"{facts.model_type}: head size {facts.head_size}, {heads}"
+    if facts.is_attention_free:  # pure Mamba: no head size to speak of (vllm-rules §6 attention-free)
+        message = f"{facts.model_type}: no attention layers (attention-free: the KV cache holds Mamba states)"
     if facts.warnings:
         return Check("model-config", WARN, message, hint="see vLLM's message", vllm_message=" | ".join(facts.warnings))
     return Check("model-config", PASS, message)

@@ -29,9 +29,11 @@ from attnsel.attention.model_rules import (
     ModelRules,
     rules_for,
 )
+from attnsel import files
+from attnsel.attention.model_source import CATALOG_DIR, WHAT, ModelSource, catalog_names, read_model
+from attnsel.attention.validation import check_heads, validate_config
 from attnsel.errors import CheckFailed, UserInputError
 
-CATALOG_DIR = Path(__file__).resolve().parent / "models"
 DEFAULT_MODEL = "llama-3.1-8b"
 SOURCE_KEY = "_attnsel_source"
 MAMBA_DTYPES = ("auto", "float32", "float16")  # vLLM `MambaDType` (§4)
@@ -118,7 +120,7 @@ class ModelFacts:
 
 def list_catalog() -> list[str]:
     """Names of the shipped real model configs (`attention/models/<name>.json`)."""
-    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
+    return catalog_names()
 
 
 def catalog_path(name: str) -> Path:
@@ -135,52 +137,23 @@ def catalog_source(name: str) -> Optional[str]:
 
 
 def load_model_config(path_or_name: str | Path) -> dict:
-    """A config.json file, a folder holding one, or a catalog name → the config dict.
+    """A config.json file, a folder holding one, a catalog name, `-` (stdin), a pipe, or a Hugging
+    Face id (attention/model_source.py) → the config dict, its types checked (attention/validation.py).
 
     attnsel's own `_attnsel_source` key is dropped (vLLM ignores unknown keys too).
     """
-    path = _resolve_config_path(path_or_name)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserInputError(f"{path} is not a UTF-8 text file (expected a config.json)") from None
-    except OSError as exc:
-        raise UserInputError(f"Cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserInputError(
-            f"Invalid JSON in {path} at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+    return load_model_source(path_or_name)[1]
+
+
+def load_model_source(path_or_name: str | Path) -> tuple[ModelSource, dict]:
+    """`load_model_config` plus where the config came from (for the `Model:` line)."""
+    source = read_model(str(path_or_name))
+    config = files.parse_json(source.text, source.where, WHAT)
     if not isinstance(config, dict):
-        raise UserInputError(f"{path} is not a JSON object (found {_json_kind(config)})")
+        raise UserInputError(f"{source.where} is not a JSON object (found {_json_kind(config)})")
     config.pop(SOURCE_KEY, None)
-    return config
-
-
-def _resolve_config_path(path_or_name: str | Path) -> Path:
-    path = Path(path_or_name).expanduser()
-    if path.is_dir():
-        candidate = path / "config.json"
-        if not candidate.is_file():
-            raise UserInputError(f"{path} is a directory without config.json")
-        return candidate
-    if path.is_file():
-        return path
-    name = str(path_or_name)
-    if name in list_catalog():
-        return catalog_path(name)
-    if _looks_like_a_name(name):
-        raise UserInputError(
-            _unknown_name_message(
-                f"Model {name!r} is not a file, a folder or a catalog name.", name, list_catalog()
-            )
-        )
-    raise UserInputError(f"Model config not found: {path}")
-
-
-def _looks_like_a_name(text: str) -> bool:
-    return os.sep not in text and "/" not in text and not text.endswith(".json")
+    validate_config(config, source.where)
+    return source, config
 
 
 def _json_kind(value: Any) -> str:
@@ -392,6 +365,7 @@ def derive_model_facts(
     env = os.environ if env is None else env
     notes: list[str] = []
     hf_config = {k: v for k, v in hf_config.items() if k != SOURCE_KEY}
+    validate_config(hf_config)  # types and ranges first: no rule below meets a value no model has
 
     model_type = _model_type(hf_config)
     text_config, text_where = _text_config(hf_config, model_type, rules)
@@ -423,6 +397,9 @@ def derive_model_facts(
     total_heads = _total_attention_heads(text_config, is_attention_free)
     num_kv_heads = _num_kv_heads(text_config, total_heads, use_mla, is_attention_free, notes)
     tp = _check_tensor_parallel(tensor_parallel_size, total_heads, is_attention_free)
+    if not use_mla and not is_attention_free:
+        check_heads(total_heads, num_kv_heads, " in the model config")
+        _check_kv_heads_split(num_kv_heads, tp)
     heads_per_gpu = total_heads // tp if total_heads else 0
     notes.append(f"num_heads: {total_heads} total // tensor_parallel_size {tp} = {heads_per_gpu} per GPU")
 
@@ -694,6 +671,17 @@ def _check_tensor_parallel(tp: int, total_heads: int, is_attention_free: bool) -
             f"tensor parallel size ({tp})."
         )
     return tp
+
+
+def _check_kv_heads_split(total_kv_heads: int, tp: int) -> None:
+    """The model's QKV projection splits KV heads over TP ranks, or replicates them when there are
+    fewer KV heads than ranks (models/llama.py and the other decoders: bare asserts)."""
+    if total_kv_heads >= tp and total_kv_heads % tp:
+        raise CheckFailed(f"vLLM would raise AssertionError (model code: total_num_kv_heads % tp_size == 0): "
+                          f"{total_kv_heads} KV heads cannot be split over tensor parallel size {tp}")
+    if total_kv_heads < tp and tp % total_kv_heads:
+        raise CheckFailed(f"vLLM would raise AssertionError (model code: tp_size % total_num_kv_heads == 0): "
+                          f"tensor parallel size {tp} is not a multiple of the {total_kv_heads} KV heads to replicate")
 
 
 def _use_mm_prefix(hf_config: Mapping, model_type: str, rules: ModelRules, notes: list[str]) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from attnsel.attention.selector import SelectionContext, SelectorInputs, normalize_dtype
+from attnsel.attention.validation import check_heads
 from attnsel.errors import UserInputError
 
 
@@ -97,6 +98,9 @@ def build_selection(
     req, facts = request, model_facts
     if req.head_size is None and facts is None:
         raise UserInputError("pass --head-size N (or --model PATH)")
+    # the heads that will run, flags over the model's: 64 KV heads for 32 query heads is no model
+    check_heads(_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
+                _pick(req.num_kv_heads, _kv_heads_per_gpu(facts), None), " (flags and model config together)")
     if facts is not None:
         dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
     else:

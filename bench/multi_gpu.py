@@ -22,10 +22,31 @@ from typing import Callable, Optional
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
 from attnsel.errors import UserInputError
+from attnsel.files import shown_path
 
 # Rough cost of a backend group, in "rows": its rows plus a start-up charge (imports, cold JIT).
 STARTUP_COST_ROWS = {"FLASHINFER": 60, "FLEX_ATTENTION": 30}
 DEFAULT_STARTUP_COST_ROWS = 20
+
+
+def gpu_ordinals(value: Optional[str]):
+    """`--gpus` as written, checked before any GPU is asked: None, "all" or ordinals ["0", "1"].
+
+    >>> gpu_ordinals(" ALL "), gpu_ordinals("0, 1")
+    ('all', ['0', '1'])
+    """
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "all":
+        return "all"
+    parts = [p.strip() for p in text[:4096].split(",") if p.strip()]
+    # at most 4 digits an ordinal (int() of thousands of digits raises); more GPUs than any machine
+    if not parts or len(text) > 4096 or not all(p.isdigit() and len(p) <= 4 for p in parts):
+        raise UserInputError(f"--gpus takes 'all' or CUDA ordinals like 0,1, got {shown_path(value)}")
+    if len(set(parts)) != len(parts):
+        raise UserInputError(f"--gpus lists a GPU twice: {shown_path(value)}")
+    return parts
 
 
 def parse_gpus(value: Optional[str], visible_count: int) -> Optional[list[str]]:
@@ -34,18 +55,13 @@ def parse_gpus(value: Optional[str], visible_count: int) -> Optional[list[str]]:
     >>> parse_gpus("all", 2), parse_gpus("1", 2), parse_gpus(None, 2)
     (['0', '1'], ['1'], None)
     """
-    if value is None:
+    parts = gpu_ordinals(value)
+    if parts is None:
         return None
-    text = value.strip().lower()
-    if text == "all":
+    if parts == "all":
         if visible_count < 1:
             raise UserInputError("--gpus all: no GPU is visible here")
         return [str(i) for i in range(visible_count)]
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise UserInputError(f"--gpus takes 'all' or CUDA ordinals like 0,1, got {value!r}")
-    if len(set(parts)) != len(parts):
-        raise UserInputError(f"--gpus lists a GPU twice: {value!r}")
     bad = [p for p in parts if int(p) >= visible_count]
     if bad:
         raise UserInputError(f"--gpus {value}: {visible_count} GPU(s) visible here (0..{visible_count - 1}), "

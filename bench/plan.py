@@ -169,6 +169,9 @@ def shape_from_model(
     )
     if getattr(facts, "dtype_error", None):
         raise UserInputError(facts.dtype_error)
+    if facts.is_attention_free:
+        raise UserInputError(f"{model} has no attention layers (model_type {facts.model_type}): vLLM picks no "
+                             "attention backend for it, so there is nothing to tune")
     return TuneShape(
         head_size=int(facts.head_size),
         num_q_heads=int(facts.num_heads_per_gpu),
@@ -286,15 +289,24 @@ def parse_workloads(value: str) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+MAX_BLOCK_SIZE_VALUES = 32  # the grid grows with every value: bound it before anything is built
+MAX_TUNE_BLOCK_SIZE = 65536  # tokens per KV block; beyond this a page is larger than most KV caches
+
+
 def parse_block_sizes(value: Optional[str]) -> list[int]:
-    if not value:
+    if value is None:
         return list(DEFAULT_BLOCK_SIZES)
+    if value.count(",") >= MAX_BLOCK_SIZE_VALUES * 4 or len(value) > 4096:
+        raise UserInputError(f"--block-sizes lists too many values (at most {MAX_BLOCK_SIZE_VALUES})")
     try:
         sizes = [int(v) for v in value.replace(" ", "").split(",") if v]
     except ValueError:
         raise UserInputError(f"--block-sizes must be a comma-separated list of integers, got {value!r}") from None
     if not sizes or any(s <= 0 for s in sizes):
         raise UserInputError(f"--block-sizes must be positive integers, got {value!r}")
+    if max(sizes) > MAX_TUNE_BLOCK_SIZE or len(set(sizes)) > MAX_BLOCK_SIZE_VALUES:
+        raise UserInputError(f"--block-sizes: at most {MAX_BLOCK_SIZE_VALUES} values, each at most "
+                             f"{MAX_TUNE_BLOCK_SIZE} tokens")
     return sorted(set(sizes))
 
 
@@ -554,11 +566,9 @@ def build_plan(
 
 
 def parse_capability(value: str) -> tuple[int, int]:
-    try:
-        major, minor = value.strip().split(".")
-        return int(major), int(minor)
-    except ValueError:
-        raise UserInputError(f"--capability must look like 9.0, got {value!r}") from None
+    from attnsel.probe.capability import parse_capability as parse  # the one parser (range-checked)
+
+    return parse(value, "--capability")
 
 
 def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:

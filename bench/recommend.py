@@ -46,19 +46,23 @@ def parse_weights(text: Optional[str]) -> dict[str, float]:
     if not text:
         return dict(DEFAULT_WEIGHTS)
     weights = {k: 0.0 for k in DEFAULT_WEIGHTS}
+    seen: set[str] = set()
     for part in text.split(","):
         if not part.strip():
             continue
         name, sep, value = part.partition("=")
         name = name.strip().lower()
+        if sep and name in seen:
+            raise UserInputError(f"--weights gives {name} twice: {text!r}")
+        seen.add(name)
         if not sep or name not in weights:
             raise UserInputError(f"--weights must look like decode=0.7,prefill=0.2,mixed=0.1, got {text!r}")
         try:
             weights[name] = float(value)
         except ValueError:
             raise UserInputError(f"--weights: {value!r} is not a number") from None
-        if weights[name] < 0 or math.isnan(weights[name]):
-            raise UserInputError("--weights must not be negative")
+        if weights[name] < 0 or not math.isfinite(weights[name]):
+            raise UserInputError(f"--weights must be finite numbers >= 0, got {name}={value.strip()}")
     if sum(weights.values()) <= 0:
         raise UserInputError("--weights must give at least one workload a positive weight")
     return weights
@@ -409,3 +413,4 @@ def recommend(
     overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)
+

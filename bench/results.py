@@ -113,16 +113,22 @@ def _iter_rows(path: Path) -> Iterator[dict]:
     if not path.exists():
         return
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and "key" in row:
-                yield row
+        yield from rows_from_lines(fh)
+
+
+def rows_from_lines(lines: Iterable[str]) -> Iterator[dict]:
+    """The rows among results.jsonl lines; torn or garbled lines are skipped (`attnsel report`
+    reads a file it was handed this way, bounded, and checks each row's fields itself)."""
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # torn JSON, a number of thousands of digits, absurd nesting
+            continue
+        if isinstance(row, dict) and "key" in row:
+            yield row
 
 
 def latest_by_key(rows: Iterable[dict]) -> dict[str, dict]:

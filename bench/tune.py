@@ -140,6 +140,11 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
     return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 
 
+def refused_grid_message(plan: P.Plan) -> str:
+    reasons = "; ".join(sorted({f"{c.backend}: {', '.join(c.reasons)}" for c in plan.skipped_configs}))
+    return f"vLLM would refuse every backend x block size in the grid, nothing to time ({reasons})"
+
+
 def plan_document(plan: P.Plan, options: SweepOptions) -> dict:
     return {"schema": PLAN_SCHEMA, "attnsel_version": __version__, "options": options.to_dict(), **plan.to_dict()}
 
@@ -221,8 +226,7 @@ def run_tune(
         raise UserInputError("the GPU probe did not report a compute capability")
     plan = make_plan(req, capability, device.get("name"))
     if not plan.runnable_configs:
-        reasons = "; ".join(sorted({f"{c.backend}: {', '.join(c.reasons)}" for c in plan.skipped_configs}))
-        raise CheckFailed(f"vLLM would refuse every backend x block size in the grid, nothing to time ({reasons})")
+        raise CheckFailed(refused_grid_message(plan))
     if on_plan:
         on_plan(plan)
     nvml = env_info.NvmlReader()

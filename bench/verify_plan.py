@@ -81,6 +81,25 @@ class Candidate:
                 "name": self.name, "short": self.short, "reasons": list(self.reasons)}
 
 
+MAX_LIST = 32  # candidates or shapes: each one starts an engine or times a shape; bound the work first
+MAX_BATCH = 4096  # sequences in one decode batch
+MAX_CONTEXT = 1 << 24  # tokens of context (beyond any model's max_model_len)
+
+
+def _bounded_list(text: str, flag: str) -> list[str]:
+    if len(text) > MAX_LIST * 64:
+        raise UserInputError(f"{flag} is {len(text)} characters long: no list of at most {MAX_LIST} values is")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) > MAX_LIST:
+        raise UserInputError(f"{flag} lists too many values (at most {MAX_LIST})")
+    return parts
+
+
+def _whole(text: str, maximum: int) -> bool:
+    """A whole number in [1, maximum], checked on its digits first (int() of thousands raises)."""
+    return text.isdigit() and len(text) <= 9 and 0 < int(text) <= maximum
+
+
 def parse_candidates(text: Optional[str]) -> Optional[list[tuple[str, int]]]:
     """`FLASH_ATTN:16,TRITON_ATTN:64` -> [("FLASH_ATTN", 16), ("TRITON_ATTN", 64)].
 
@@ -90,9 +109,9 @@ def parse_candidates(text: Optional[str]) -> Optional[list[tuple[str, int]]]:
     if text is None:
         return None
     out: list[tuple[str, int]] = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in _bounded_list(text, "--candidates"):
         backend, sep, size = part.partition(":")
-        if not sep or not size.strip().isdigit() or int(size) <= 0:
+        if not sep or not _whole(size.strip(), P.MAX_TUNE_BLOCK_SIZE):
             raise UserInputError(f"--candidates takes BACKEND:BLOCK_SIZE pairs, e.g. FLASH_ATTN:16,TRITON_ATTN:64; got {part!r}")
         pair = (P.parse_backends(backend)[0], int(size))
         if pair not in out:
@@ -111,9 +130,9 @@ def parse_shapes(text: Optional[str]) -> Optional[list[tuple[int, int]]]:
     if text is None:
         return None
     out = []
-    for part in [p.strip().lower() for p in text.split(",") if p.strip()]:
+    for part in [p.lower() for p in _bounded_list(text, "--shapes")]:
         batch, sep, context = part.partition("x")
-        if not sep or not batch.isdigit() or not context.isdigit() or int(batch) <= 0 or int(context) <= 0:
+        if not sep or not _whole(batch, MAX_BATCH) or not _whole(context, MAX_CONTEXT):
             raise UserInputError(f"--shapes takes BATCHxCONTEXT pairs, e.g. 1x16384,64x4096; got {part!r}")
         out.append((int(batch), int(context)))
     if not out:

@@ -2,14 +2,54 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 
 from attnsel import __version__
 
+
+class AttnselGroup(TyperGroup):
+    """The root command. It runs every command in click's non-standalone mode and ends the process
+    itself, so that parse errors, interrupts, unwritable stdout and unforeseen exceptions all go
+    through one funnel (cli/common.py `exit_for`): one line on stderr, a documented exit code."""
+
+    def get_command(self, ctx, cmd_name):
+        from attnsel.cli.fast_params import install
+
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
+        return command
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        from attnsel.cli.fast_params import install
+
+        install(self)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout
+
+        drop_unusable_terminal_size()
+        with guarded_stdout():
+            try:
+                returned = super().main(*args, standalone_mode=False, **kwargs)
+                code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
+            except SystemExit as exc:  # shell completion and the like exit on their own
+                code = exc.code if isinstance(exc.code, int) else 0
+            except BaseException as exc:  # noqa: BLE001 -- the funnel
+                code = exit_for(exc).exit_code
+        sys.exit(code)
+
+
 app = typer.Typer(
     name="attnsel",
+    cls=AttnselGroup,
     help="Which vLLM attention backend will run, why, and which is really fastest on your GPU.",
     no_args_is_help=True,
     add_completion=True,
@@ -51,8 +91,10 @@ _register_commands()
 
 def main() -> None:
     import signal
-    import sys
 
+    from attnsel.cli.common import reserve_standard_streams
+
+    reserve_standard_streams()
     # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
     # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
     # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself.

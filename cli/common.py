@@ -1,17 +1,41 @@
-"""Shared CLI plumbing: consoles, JSON output, and turning AttnselError into exit codes."""
+"""Shared CLI plumbing: consoles, JSON output, and the one funnel that turns every error into one
+line on stderr and a documented exit code (README "Exit codes"; errors.py).
+
+    AttnselError            its own message, its exit code (1 verdict, 2 bad input, 3 environment)
+    click usage errors      one line, exit 2 (never click's multi-line usage box)
+    KeyboardInterrupt       "interrupted", exit 130; --json output is written whole or not at all
+    stdout unwritable       one line, exit 2 (/dev/full, a closed stdout); a reader that left: 141
+    anything else           one line naming the exception and where to report it, exit 70;
+                            ATTNSEL_DEBUG=1 prints the traceback first
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import io
 import json
 import os
 import sys
-from typing import Any, Callable
+import traceback
+from typing import Any, Callable, Iterator
 
 import typer
 from rich.console import Console
 
-from attnsel.errors import EXIT_BAD_INPUT, AttnselError
+from attnsel.errors import (
+    DEBUG_ENV,
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    REPORT_TO,
+    AttnselError,
+    OutputUnwritable,
+)
+
+EXIT_SIGPIPE = 141  # what a shell reports for a process killed by SIGPIPE (`attnsel explain | head`)
+_MAX_LINE = 400  # an error line stays readable whatever the exception carried
 
 
 def _no_color() -> bool:
@@ -27,10 +51,40 @@ def stderr_console() -> Console:
     return Console(stderr=True, no_color=_no_color(), highlight=False)
 
 
+def drop_unusable_terminal_size() -> None:
+    """COLUMNS/LINES that no terminal has are dropped before anything reads them: rich (our output
+    and Typer's help) int()s any digit string, and one of thousands of digits raises."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and len(value) > 4:
+            del os.environ[name]
+
+
 def print_json(obj: Any) -> None:
-    """--json prints exactly one JSON document on stdout and nothing else."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
-    sys.stdout.flush()
+    """--json prints exactly one JSON document on stdout and nothing else: whole or not at all.
+    A Ctrl-C while it is written waits until the document is out (then exits 130)."""
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    with sigint_deferred():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold SIGINT back while the block runs (main thread, POSIX); a Ctrl-C that came meanwhile
+    is delivered when it ends. The cost: a reader that stops reading stalls Ctrl-C until it reads
+    or goes away -- a torn JSON document would be read as a verdict, a late Ctrl-C is not."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _json_default(value: Any) -> Any:
@@ -43,24 +97,202 @@ def _json_default(value: Any) -> Any:
 
 def fail(message: str, code: int) -> "typer.Exit":
     """Print a one-line error on stderr and return the Exit to raise."""
-    line = " ".join(str(message).split("\n")).strip()
-    sys.stderr.write(f"error: {line}\n")
-    sys.stderr.flush()
+    line = " ".join(str(message).split())
+    if len(line) > _MAX_LINE * 4:
+        line = line[: _MAX_LINE * 4] + " ..."
+    _write_err(f"error: {line}\n")
     return typer.Exit(code)
 
 
+def _write_err(text: str) -> None:
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # stderr itself cannot be written: the exit code still says it
+        pass
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of ours (attnsel's own file and line) the exception passed through."""
+    import attnsel
+
+    root = os.path.dirname(os.path.abspath(attnsel.__file__)) + os.sep
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if os.path.abspath(f.filename).startswith(root)]
+    frame = (ours or frames or [None])[-1]
+    if frame is None:
+        return "unknown place"
+    parts = frame.filename.replace(os.sep, "/").split("/")
+    return f"{'/'.join(parts[-2:])}:{frame.lineno}"
+
+
+def internal_error(exc: BaseException) -> "typer.Exit":
+    """The safety net: an exception nobody foresaw. One line, exit 70, never read as a verdict."""
+    from attnsel import __version__
+
+    if _debug():
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    detail = " ".join(str(exc).split())[:_MAX_LINE]
+    return fail(
+        f"internal error {type(exc).__name__}{': ' + detail if detail else ''} (at {_where(exc)}). "
+        f"This is a bug in attnsel {__version__}, not a verdict on your setup (exit {EXIT_INTERNAL}): please report "
+        f"it to {REPORT_TO} with the command you ran; {DEBUG_ENV}=1 prints the traceback",
+        EXIT_INTERNAL,
+    )
+
+
+def _usage_error(exc: Exception) -> "typer.Exit":
+    """click/Typer parse errors as one line (their own text), with where to look for help."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return fail(f"{exc.format_message()}{where}", getattr(exc, "exit_code", EXIT_BAD_INPUT))
+
+
+def _is_click_error(exc: BaseException) -> bool:
+    return hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def exit_for(exc: BaseException) -> "typer.Exit":
+    """Every exception a command can end with -> the Exit to raise (its line already on stderr)."""
+    if isinstance(exc, typer.Exit):
+        return exc
+    if isinstance(exc, AttnselError):
+        return fail(exc.message, exc.exit_code)
+    if isinstance(exc, (KeyboardInterrupt, typer.Abort)):
+        return fail("interrupted", EXIT_INTERRUPTED)
+    if isinstance(exc, BrokenPipeError):
+        return typer.Exit(EXIT_SIGPIPE)  # the reader left: nothing to say, as a SIGPIPE death says nothing
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `attnsel` alone: the help text, not an error line
+        exc.show()
+        return typer.Exit(exc.exit_code)
+    if _is_click_error(exc):
+        return _usage_error(exc)
+    if isinstance(exc, RecursionError):
+        return fail("input nested too deeply to read (a JSON document thousands of levels deep?)", EXIT_BAD_INPUT)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        # a path the user gave that the boundary checks did not foresee (they name most cases)
+        return fail(f"cannot use {exc.filename}: {exc.strerror or exc}", EXIT_BAD_INPUT)
+    return internal_error(exc)
+
+
 def handle_errors(func: Callable) -> Callable:
-    """Decorator for commands: AttnselError -> one line on stderr + its exit code, never a traceback."""
+    """Decorator for commands: every exception -> one line on stderr + its exit code, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except AttnselError as exc:
-            raise fail(exc.message, exc.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except typer.Exit:
             raise
-        except FileNotFoundError as exc:
-            raise fail(f"file not found: {exc.filename}", EXIT_BAD_INPUT) from None
+        except BaseException as exc:  # noqa: BLE001 -- the funnel: each kind gets its own line and code
+            if isinstance(exc, (SystemExit, GeneratorExit)):
+                raise
+            raise exit_for(exc) from None
 
     return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# stdout that cannot be written
+
+
+class GuardedStdout:
+    """Wraps sys.stdout: a failed write (ENOSPC on /dev/full, EBADF on a closed descriptor, EIO)
+    becomes OutputUnwritable (one line, exit 2) and later writes are dropped, so neither our own
+    code nor Python's final flush prints a traceback. Everything else passes through."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._broken: OSError | None = None
+
+    def _failed(self, exc: OSError) -> None:
+        self._broken = exc
+        _discard_stream(self._stream)
+        if exc.errno == errno.EPIPE:
+            raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away") from None
+        raise OutputUnwritable(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+    def write(self, text: str) -> int:
+        if self._broken is not None:
+            return len(text)
+        if self._stream is None:
+            self._failed(OSError(errno.EBADF, "stdout is closed"))
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._failed(exc)
+        return 0
+
+    def flush(self) -> None:
+        if self._broken is not None or self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._failed(exc)
+
+    def isatty(self) -> bool:
+        return bool(self._stream is not None and self._broken is None and self._stream.isatty())
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _discard_stream(stream: Any) -> None:
+    """Point a broken stdout at /dev/null so the interpreter's last flush has nowhere to fail."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    previous = sys.stdout
+    sys.stdout = GuardedStdout(previous)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = previous
+
+
+def reserve_standard_streams() -> None:
+    """A command started with stdout or stderr closed (`attnsel probe >&-`): hold descriptors 1
+    and 2 with /dev/null so no file we open (or a worker inherits) lands on them; writing to a
+    closed stdout still fails with one line (GuardedStdout sees the None Python left there)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                opened = os.open(os.devnull, os.O_RDWR)
+                if opened != fd:
+                    os.dup2(opened, fd)
+                    os.close(opened)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- lives as long as the process
+
+
+class _ClosedStdout(io.StringIO):
+    """What sys.stdout is when the command started with descriptor 1 closed: every write fails
+    as writing to a closed descriptor does (EBADF), so GuardedStdout reports it in one line."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")

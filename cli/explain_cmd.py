@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -26,19 +25,17 @@ DEFAULT_SOURCE = "bundled default"
 
 
 def parse_capability(text: str) -> tuple[int, int]:
-    """"9.0" / "9" / "sm90" / "90" -> (9, 0)."""
-    raw = text.strip().lower().removeprefix("sm_").removeprefix("sm")
-    try:
-        if "." in raw:
-            major, minor = raw.split(".", 1)
-            return int(major), int(minor)
-        value = int(raw)
-    except ValueError:
-        raise UserInputError(f"bad --capability {text!r}: use MAJOR.MINOR, e.g. 9.0") from None
-    return (value // 10, value % 10) if value >= 10 else (value, 0)
+    """"9.0" / "9" / "sm90" / "90" -> (9, 0) (probe/capability.py, the one parser)."""
+    from attnsel.probe.capability import parse_capability as parse
+
+    return parse(text, "--capability")
 
 
-def _detect_gpu() -> tuple[Optional[str], tuple[int, int]]:
+NO_GPU_NOTE = ("No GPU detected on this machine: answered for the GPU families people deploy on; "
+               "pick one with --gpu NAME (e.g. --gpu H100) or --capability X.Y")
+
+
+def _detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
     """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
     try:
         from attnsel.probe.collect import collect_probe
@@ -60,13 +57,12 @@ def _detect_gpu() -> tuple[Optional[str], tuple[int, int]]:
             report = None
     gpus = [g for g in (report.gpus if report else ()) if g.compute_capability is not None]
     if not gpus:
-        raise UserInputError(
-            "no GPU detected on this machine; pass --gpu NAME (e.g. --gpu H100, or --gpu all) or --capability X.Y"
-        )
+        return None
     return gpus[0].name, tuple(gpus[0].compute_capability)
 
 
-def _resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> tuple[Optional[str], tuple[int, int]]:
+def _resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> Optional[tuple[Optional[str], tuple[int, int]]]:
+    """--capability, --gpu NAME, else the GPU of this machine; None when there is none."""
     if capability is not None:
         cc = parse_capability(capability)
         name = None
@@ -112,20 +108,23 @@ def rewrite_index_topk(args: list[str]) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class _ModelChoice:
-    """Which model config explain reads: --model, or the bundled default when no head size is given."""
+    """Which model config explain reads: --model, or the bundled default when no head size is given.
+    The config is read once, here (standard input can only be read once)."""
 
     name: str
-    source: str  # "bundled default" | "catalog" | "path"
+    source: str  # "bundled default" | "catalog" | "path" | "folder" | "stdin" | "pipe" | "Hugging Face ..."
+    config: dict = dataclasses.field(default_factory=dict, compare=False)
 
 
 def _model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[_ModelChoice]:
     from attnsel.attention import model_config
 
     if model is not None:
-        is_catalog = not Path(model).expanduser().exists() and model in model_config.list_catalog()
-        return _ModelChoice(model, "catalog" if is_catalog else "path")
+        source, config = model_config.load_model_source(model)
+        return _ModelChoice(model, source.source, config)
     if head_size is None:
-        return _ModelChoice(model_config.DEFAULT_MODEL, DEFAULT_SOURCE)
+        return _ModelChoice(model_config.DEFAULT_MODEL, DEFAULT_SOURCE,
+                            model_config.load_model_config(model_config.DEFAULT_MODEL))
     return None
 
 
@@ -174,7 +173,8 @@ def _model_section(
     return section
 
 
-def _run_matrix(req: SelectionRequest, tp: int, model: Optional[_ModelChoice], choice, as_json: bool, importable) -> None:
+def _run_matrix(req: SelectionRequest, tp: int, model: Optional[_ModelChoice], choice, as_json: bool, importable,
+                header_notes: tuple[str, ...] = ()) -> None:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
     each GPU (--dtype auto resolves per capability, vllm-rules §6)."""
     from attnsel.probe.gpu_table import families
@@ -200,16 +200,18 @@ def _run_matrix(req: SelectionRequest, tp: int, model: Optional[_ModelChoice], c
         warnings = tuple(facts.warnings) if facts is not None else ()
         rows.append(MatrixRow(family, spec.key, expl, capability=cc, model_warnings=warnings))
     model_doc = _model_doc(model, hf_config)
+    if facts is not None and facts.is_attention_free:
+        from attnsel.reports.attention_free import attention_free_line
+
+        header_notes = (*header_notes, attention_free_line(model_doc))
     if as_json:
-        print_json(matrix_to_dict(rows, model=model_doc, profile=profile))
+        print_json(dict(matrix_to_dict(rows, model=model_doc, profile=profile), notes=list(header_notes)))
     else:
-        render_matrix(rows, stdout_console(), model=model_doc, profile=profile)
+        render_matrix(rows, stdout_console(), model=model_doc, profile=profile, notes=header_notes)
 
 
 def _load_config(model: _ModelChoice) -> dict:
-    from attnsel.attention import model_config
-
-    return model_config.load_model_config(model.name)
+    return model.config
 
 
 def _model_doc(model: Optional[_ModelChoice], hf_config: Optional[dict]) -> Optional[dict]:
@@ -270,11 +272,11 @@ def register(app: typer.Typer) -> None:
         from attnsel.attention.request import SelectionRequest, build_selection
         from attnsel.attention.rules import importable_map, select_profile
 
+        from attnsel.attention.validation import check_names, check_request
+
         if attn_type is not None and attn_type.lower() not in ATTN_TYPES:
             raise UserInputError(f"unknown --attn-type {attn_type!r}; use one of {', '.join(ATTN_TYPES)}")
-        for flag, value in (("--dcp", dcp), ("--pcp", pcp), ("--tensor-parallel-size", tensor_parallel_size)):
-            if value < 1:
-                raise UserInputError(f"{flag} must be >= 1")
+        check_names((("--gpu", gpu), ("--vllm-version", vllm_version), ("--mm-encoder-attn-backend", mm_encoder_attn_backend)))
         if live or compare_live:
             from attnsel.attention.live import require_vllm
 
@@ -282,9 +284,8 @@ def register(app: typer.Typer) -> None:
         choice = select_profile(vllm_version)
         profile = choice.profile
         importable = importable_map(profile) if check_imports else None
-        for flag, positive in (("--num-kv-heads", num_kv_heads), ("--kv-lora-rank", kv_lora_rank)):
-            if positive is not None and positive < 1:
-                raise UserInputError(f"{flag} must be >= 1")
+        if mm_encoder_attn_backend is not None:
+            profile.resolve_backend_name(mm_encoder_attn_backend)  # a name vLLM knows, even without a ViT
         topk_value = _parse_index_topk(index_topk, index_topk_value)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
@@ -298,13 +299,20 @@ def register(app: typer.Typer) -> None:
             qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim, num_kv_heads=num_kv_heads,
             kv_lora_rank=kv_lora_rank, index_topk=topk_value,
         )
+        check_request(req, tensor_parallel_size)
         model_choice = _model_choice(model, head_size)
         if gpu is not None and gpu.strip().lower() == "all":
             if live or compare_live:
                 raise UserInputError("--gpu all does not combine with --live or --compare-live (one GPU: this one)")
             _run_matrix(req, tensor_parallel_size, model_choice, choice, as_json, importable)
             return
-        gpu_name, cc = _resolve_gpu(gpu, capability)
+        resolved = _resolve_gpu(gpu, capability)
+        if resolved is None:  # a laptop or CI runner: answer for the GPU families people deploy on
+            if live or compare_live:
+                raise UserInputError("no GPU detected on this machine: --live and --compare-live ask this GPU")
+            _run_matrix(req, tensor_parallel_size, model_choice, choice, as_json, importable, header_notes=(NO_GPU_NOTE,))
+            return
+        gpu_name, cc = resolved
         facts = None
         if model_choice is not None:
             facts = _model_facts(_load_config(model_choice), dtype, tensor_parallel_size, cc, gpu_name,
@@ -316,6 +324,9 @@ def register(app: typer.Typer) -> None:
             _run_live(expl, inputs, ctx, compare_live, as_json)
             return
         model_section = _model_section(model_choice, facts, profile, cc, mm_encoder_attn_backend, importable)
+        if facts is not None and facts.is_attention_free:
+            _output_attention_free(expl, model_section, req, as_json)
+            return
         _output(expl, model_section, as_json)
         if expl.error is not None:
             raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
@@ -368,6 +379,18 @@ def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
         raise fail(f"rule profile {expl.profile} and vLLM {answer.vllm_version} disagree in {len(mismatches)} place(s)", EXIT_FAILED)
     if not compare_live and answer.error is not None:
         raise fail(f"vLLM raises: {answer.error}", EXIT_FAILED)
+
+
+def _output_attention_free(expl, section: dict, req, as_json: bool) -> None:
+    """Mamba and other attention-free models: no backend table (there are no attention layers)."""
+    from attnsel.reports import attention_free as view
+
+    ignored = [f for f, v in (("--attention-backend", req.attention_backend), ("--block-size", req.block_size)) if v]
+    if as_json:
+        return print_json(view.attention_free_to_dict(expl, section, ignored))
+    console = stdout_console()
+    console.print(model_line(section), markup=False)
+    view.render_attention_free(expl, section, ignored, console)
 
 
 def _output(expl, model_section: Optional[dict], as_json: bool) -> None:

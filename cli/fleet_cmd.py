@@ -7,6 +7,8 @@ Ray is imported only when --ray is given.
 
 from __future__ import annotations
 
+import math
+
 from typing import Optional
 
 from typer.core import TyperCommand
@@ -53,14 +55,19 @@ def _timeout(timeout: Optional[float]) -> float:
 
     if timeout is None:
         return DEFAULT_TIMEOUT_S
-    if timeout <= 0:
+    if not math.isfinite(timeout) or timeout <= 0:  # NaN compares false both ways; inf would wait forever
         raise UserInputError(f"--timeout must be more than 0 seconds, got {timeout:g}")
     return timeout
 
 
 def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float]) -> None:
+    from attnsel.attention.validation import check_names
+
     if address is None and timeout is not None:
         raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
+    if timeout is not None:
+        _timeout(timeout)  # before any cluster is asked
+    check_names((("--ray", address),))
 
 
 def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_parallel_size: int,

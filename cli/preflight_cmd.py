@@ -16,7 +16,7 @@ import typer
 
 from attnsel.cli.common import handle_errors, print_json
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import CheckFailed, UserInputError
 
 
 def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
@@ -35,10 +35,12 @@ def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
 def _normalize_format(output_format: str, as_json: bool) -> str:
     from attnsel.reports.preflight_report import FORMATS
 
-    fmt = "json" if as_json else output_format.strip().lower()
-    if fmt not in FORMATS:
+    fmt = output_format.strip().lower()
+    if fmt not in FORMATS:  # checked with --json too: `--format xml --json` is a typo, not JSON
         raise UserInputError(f"unknown --format {output_format!r}; use one of {', '.join(FORMATS)}")
-    return fmt
+    if as_json and fmt not in ("json", "text"):
+        raise UserInputError(f"--json and --format {fmt} ask for two different outputs: pass one of them")
+    return "json" if as_json else fmt
 
 
 def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
@@ -53,8 +55,11 @@ def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callab
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
     sys.stdout.flush()
-    if not result.ok:
-        raise typer.Exit(EXIT_FAILED)
+    if not result.ok:  # the checks are on stdout; stderr gets the one line a CI log shows
+        failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
+        failed = [(scope, c) for scope, c in failed if c.status == "fail"]
+        raise CheckFailed(f"preflight: {len(failed)} check(s) failed: " + "; ".join(
+            f"{scope + ' ' if scope else ''}{c.name}: {c.message}" for scope, c in failed))
 
 
 def register(app: typer.Typer) -> None:
@@ -86,11 +91,14 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli import settings
         from attnsel.reports import preflight_report as view
 
+        from attnsel.attention.validation import check_names, check_parallel, check_request
+
         fmt = _normalize_format(output_format, as_json)
-        if tensor_parallel_size < 1:
-            raise UserInputError("--tensor-parallel-size must be >= 1")
-        if num_gpus is not None and num_gpus < 1:
-            raise UserInputError("--num-gpus must be >= 1")
+        check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))
+        check_parallel("--num-gpus", num_gpus)
+        check_parallel("--pipeline-parallel-size", pipeline_parallel_size)
+        check_request(Deployment(tensor_parallel_size, attention_backend, block_size, kv_cache_dtype, dtype),
+                      tensor_parallel_size)
         check_ray_flags(ray, timeout, pipeline_parallel_size, gpu, num_gpus)
         hf_config = load_model_config(model)
         choice = select_profile(vllm_version)

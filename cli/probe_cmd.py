@@ -9,7 +9,6 @@ Import-light on purpose: no torch unless NVML is unavailable or --measure-p2p is
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional
 
 import typer
@@ -20,10 +19,9 @@ from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserIn
 
 
 def _parse_capability(text: str) -> tuple[int, int]:
-    match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", text)
-    if not match:
-        raise UserInputError(f"--require-capability wants MAJOR.MINOR such as 8.0 or 9.0, got {text!r}")
-    return int(match.group(1)), int(match.group(2))
+    from attnsel.probe.capability import parse_capability  # the one parser (range-checked)
+
+    return parse_capability(text, "--require-capability")
 
 
 def check_requirements(report, gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> list:

@@ -7,9 +7,11 @@ from typing import Optional
 
 import typer
 
+from attnsel import files
+from attnsel.attention.validation import check_names, check_size, check_tune_flags
 from attnsel.cli import verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted, UserInputError
 
 
 def _progress(console):
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
         gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
+        output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
@@ -97,8 +99,19 @@ def register(app: typer.Typer) -> None:
             raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
         if check not in CHECK_POLICIES:
             raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
-        if timeout <= 0:
-            raise UserInputError("--timeout must be positive")
+        check_tune_flags(tolerance=tolerance, timeout=timeout, head_size=head_size, num_heads=num_heads,
+                         num_kv_heads=num_kv_heads, tensor_parallel_size=tensor_parallel_size,
+                         names=(("--model", model), ("--dtype", dtype), ("--kv-cache-dtype", kv_cache_dtype),
+                                ("--backends", backends), ("--block-sizes", block_sizes), ("--workload", workload),
+                                ("--weights", weights), ("--gpu", gpu), ("--capability", capability),
+                                ("--vllm-version", vllm_version), ("--output", output)))
+        check_size("--kv-lora-rank", kv_lora_rank)
+        check_size("--qk-rope-head-dim", qk_rope_head_dim)
+        check_size("--qk-nope-head-dim", qk_nope_head_dim, minimum=0)
+        check_names((("--gpus", gpus),))
+        from attnsel.bench.multi_gpu import gpu_ordinals
+
+        gpu_ordinals(gpus)  # its form now, whether the GPUs exist when the sweep asks them
         if retry_failed and not resume:
             raise UserInputError("--retry-failed only makes sense with --resume")
         if resume and output is None:
@@ -125,6 +138,8 @@ def register(app: typer.Typer) -> None:
                 print_json(doc)
             else:
                 tune_report.render_plan(doc, stdout_console())
+            if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
+                raise CheckFailed(TUNE.refused_grid_message(plan))
             return
         if gpu or capability:
             raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
@@ -133,7 +148,8 @@ def register(app: typer.Typer) -> None:
         if verify:
             verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
         err = stderr_console()
-        out_dir = output or TUNE.default_output_dir()
+        out_dir = Path(output) if output is not None else TUNE.default_output_dir()
+        files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
         err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
         bar, progress = _progress(err)
 
@@ -147,6 +163,9 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
                                     on_plan=on_plan)
+        except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
+            raise Interrupted(f"interrupted: the rows measured so far are in {out_dir}/results.jsonl; continue with "
+                              f"`attnsel tune --resume --output {out_dir}` and the same flags") from None
         finally:
             bar.stop()
         _write_summary(outcome, tune_report)

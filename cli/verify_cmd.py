@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from attnsel import files
+from attnsel.attention.validation import check_names, check_positive_number, check_size
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -126,6 +128,10 @@ def check_verify_possible() -> None:
     verify.vllm_version_or_fail(verify.VerifyRequest().engine)
 
 
+MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
+MAX_REPEATS = 100
+
+
 def register(app: typer.Typer) -> None:
     @app.command("verify")
     @handle_errors
@@ -151,12 +157,20 @@ def register(app: typer.Typer) -> None:
 
         if run_dir is None and output is None:
             raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
-        if not 0 < gpu_memory_utilization <= 1:
+        if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
             raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
-        if decode_steps < 8:
-            raise UserInputError("--decode-steps must be at least 8")
-        if start_timeout <= 0 or timeout <= 0:
-            raise UserInputError("--start-timeout and --timeout must be positive")
+        check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
+        if repeats > MAX_REPEATS:  # too few: bench/verify.py says why two are needed
+            raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
+        check_positive_number("--start-timeout", start_timeout)
+        check_positive_number("--timeout", timeout)
+        check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))
+        kind = files.path_info(str(run_dir), "RUN_DIR").kind if run_dir is not None else "dir"
+        if kind != "dir":
+            raise UserInputError(f"RUN_DIR {files.shown_path(str(run_dir))} "
+                                 f"{'does not exist' if kind == 'missing' else 'is not a folder'}: pass the folder "
+                                 "`attnsel tune --output` wrote (it holds tune.json)")
+        files.check_output_folder(str(output or run_dir))
         req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
                             shapes=VP.parse_shapes(shapes), repeats=repeats, decode_steps=decode_steps,
                             gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,

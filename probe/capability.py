@@ -4,7 +4,41 @@ from __future__ import annotations
 
 from typing import Optional
 
+from attnsel.errors import UserInputError
 from attnsel.probe.facts import GpuInfo
+
+# NVIDIA compute capabilities run 1.0 ... 12.1 today; the bound leaves room for new majors while
+# refusing what no GPU can have ("99.99", "-1.0", a minor of two digits).
+MAX_CAPABILITY_MAJOR = 19
+
+
+def parse_capability(text: str, flag: str = "--capability") -> tuple[int, int]:
+    """The one parser for a compute capability a user types: "9.0", "10.3", "9" (= 9.0), "12"
+    (= 12.0), "sm90" / "sm_100" / "90" (nvcc's spelling: the last digit is the minor).
+
+    >>> parse_capability("9.0"), parse_capability("10"), parse_capability("sm_120"), parse_capability("89")
+    ((9, 0), (10, 0), (12, 0), (8, 9))
+    """
+    raw = str(text).strip().lower()
+    nvcc = raw.startswith("sm")
+    raw = raw.removeprefix("sm_").removeprefix("sm")
+    try:
+        if "." in raw:
+            major_text, minor_text = raw.split(".", 1)
+            if not (major_text.isdigit() and minor_text.isdigit() and len(major_text) <= 3 and len(minor_text) <= 3):
+                raise ValueError(raw)
+            major, minor = int(major_text), int(minor_text)
+        else:
+            if not raw.isdigit() or len(raw) > 4:
+                raise ValueError(raw)
+            value = int(raw)
+            major, minor = (value // 10, value % 10) if nvcc or value >= 20 else (value, 0)
+    except ValueError:
+        raise UserInputError(f"bad {flag} {text!r}: use MAJOR.MINOR, e.g. 9.0 (H100) or 10.0 (B200)") from None
+    if not 1 <= major <= MAX_CAPABILITY_MAJOR or minor > 9:
+        raise UserInputError(f"bad {flag} {text!r}: no NVIDIA GPU has compute capability {major}.{minor} "
+                             "(they run from 3.0 to 12.x)")
+    return major, minor
 
 
 def _at_least(cc: Optional[tuple[int, int]], major: int, minor: int) -> bool:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
+from attnsel.files import shown_path
 from attnsel.probe.capability import capability_facts  # noqa: F401 -- re-exported for explain
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import match_device_name
@@ -263,14 +264,20 @@ def _hex(value: Optional[int]) -> Optional[str]:
     return f"0x{int(value):08X}" if isinstance(value, int) and value else None
 
 
+MAX_NVML_DEVICES = 64  # GPUs one host's NVML can show; beyond this the answer is not a real machine
+
+
 def _from_nvml(session: NvmlSession, torch: TorchFacade, env: Mapping[str, str], measure_p2p: bool) -> ProbeReport:
     driver = session.get("nvmlSystemGetDriverVersion")
     cuda = _cuda_version_str(session.get("nvmlSystemGetCudaDriverVersion"))
     count = session.get("nvmlDeviceGetCount")
-    if not isinstance(count, int):
+    if not isinstance(count, int) or isinstance(count, bool):
         failure = session.last_failure()
         why = failure.describe() if failure else "no answer"
         return _from_torch(torch, env, f"NVML could not count the GPUs ({why})", measure_p2p)
+    if not 0 <= count <= MAX_NVML_DEVICES:  # the probe's work grows with the count squared (GPU pairs)
+        return _from_torch(torch, env, f"NVML answered a GPU count of {count}, which no host has "
+                                       f"(at most {MAX_NVML_DEVICES}): a broken driver answer", measure_p2p)
 
     raws = [_read_gpu(session, i) for i in range(count)]
     cvd = env.get("CUDA_VISIBLE_DEVICES")
@@ -368,7 +375,7 @@ def _vllm_visible_device_notes(cvd: Optional[str]) -> list[str]:
 def _no_visible_gpu_note(count: int, cvd: Optional[str]) -> str:
     if count == 0:
         return "NVML works but reports no GPU"
-    return f"NVML sees {count} GPU(s) but none is visible to CUDA with CUDA_VISIBLE_DEVICES={cvd!r}"
+    return f"NVML sees {count} GPU(s) but none is visible to CUDA with CUDA_VISIBLE_DEVICES={shown_path(cvd or '')}"
 
 
 # ---------------------------------------------------------------------------------------------

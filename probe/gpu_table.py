@@ -65,7 +65,7 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
     _g("L40", "L40", "Ada", (8, 9), 48, 864, 96, [], r"\bl40\b"),
     _g("RTX6000ADA", "RTX 6000 Ada Generation", "Ada", (8, 9), 48, 960, 96, ["RTX-6000-ADA", "6000ADA"], r"rtx 6000 ada"),
     _g("RTX4090", "GeForce RTX 4090", "Ada", (8, 9), 24, 1008, 72, ["4090", "RTX-4090"], r"4090"),
-    _g("H100", "H100 SXM5 80GB", "Hopper", (9, 0), 80, 3352, 50, ["H100-SXM", "H100-80GB", "H100-SXM5"], r"\bh100"),
+    _g("H100", "H100 SXM5 80GB", "Hopper", (9, 0), 80, 3352, 50, ["H100-SXM", "H100-80GB", "H100-SXM5", "H100-80GB-HBM3"], r"\bh100"),
     _g("H100-PCIE", "H100 PCIe 80GB", "Hopper", (9, 0), 80, 2039, 50, ["H100PCIE"], r"\bh100.*pcie"),
     _g("H100-NVL", "H100 NVL 94GB", "Hopper", (9, 0), 94, 3938, 50, ["H100NVL"], r"\bh100.*nvl"),
     _g("H20", "H20 96GB", "Hopper", (9, 0), 96, 4000, 60, [], r"\bh20\b"),
@@ -91,7 +91,7 @@ def _norm(text: str) -> str:
 
 _BY_KEY: dict[str, GpuSpec] = {}
 for _spec in GPU_TABLE:
-    for _k in (_spec.key, *_spec.aliases):
+    for _k in (_spec.key, *_spec.aliases, _spec.name):  # the name our output shows can be typed back
         _BY_KEY.setdefault(_norm(_k), _spec)
 
 
@@ -100,7 +100,9 @@ def gpu_names() -> list[str]:
 
 
 def find_gpu(name: str) -> GpuSpec:
-    """Look a GPU up by the name users type ("H100", "a100-80gb", "RTX 4090").
+    """Look a GPU up by the name users type: a table key or alias, exactly, ignoring case, spaces,
+    dashes and the vendor words NVIDIA/GeForce/Tesla ("H100", "a100-80gb", "RTX 4090"). Never by
+    substring: "H1000" or "a100 nonsense" is no A100 or H100; the error suggests the close names.
 
     >>> find_gpu("h100").compute_capability
     (9, 0)
@@ -110,14 +112,22 @@ def find_gpu(name: str) -> GpuSpec:
     spec = _BY_KEY.get(_norm(name))
     if spec is not None:
         return spec
-    matched = match_device_name(name)
-    if matched is not None:
-        return matched
-    close = difflib.get_close_matches(name.upper(), gpu_names(), n=3, cutoff=0.4)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise UserInputError(
-        f"unknown GPU name {name!r}.{hint} Known GPUs: {', '.join(gpu_names())}; or pass --capability X.Y."
-    )
+    raise UserInputError(f"unknown GPU name {_shown(name)}.{_suggestion(name)} Known GPUs: {', '.join(gpu_names())}; "
+                         "or pass --capability X.Y.")
+
+
+def _shown(name: str) -> str:
+    text = repr(name)
+    return text if len(text) <= 60 else text[:57] + "...'"
+
+
+def _suggestion(name: str) -> str:
+    """Table names the typed one contains as a word ("a100 nonsense" -> A100), then look-alikes."""
+    words = {_norm(w) for w in re.split(r"[\s,;/]+", name[:200]) if w}
+    contained = [spec.key for key, spec in _BY_KEY.items() if key in words]
+    similar = [_BY_KEY[k].key for k in difflib.get_close_matches(_norm(name[:200]), list(_BY_KEY), n=3, cutoff=0.6)]
+    close = list(dict.fromkeys(contained + similar))[:3]
+    return f" Did you mean {', '.join(close)}?" if close else ""
 
 
 def match_device_name(device_name: str, memory_total_bytes: Optional[int] = None) -> Optional[GpuSpec]:

@@ -21,10 +21,9 @@ off the bus).
 from __future__ import annotations
 
 import ctypes
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 from attnsel.errors import UserInputError
 
@@ -178,6 +177,49 @@ class QueryFailure:
         return f"{self.function}{where}: {self.message}"
 
 
+# What each query must answer (nvml.h types, as nvidia-ml-py returns them after `_plain`). An
+# answer of another shape (a broken driver, a hand-edited scenario) is a failed query: None, and
+# the failure is reported like an NVML error, so nothing downstream meets a string for a number.
+INVALID_ANSWER = "NVML_ANSWER_INVALID"
+_UINT_MAX = 2**64
+
+
+def _uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _UINT_MAX
+
+
+def _uint_fields(*names: str) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(_uint(v.get(n)) for n in names)
+
+
+_STRING_ANSWERS = ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlSystemGetDriverVersion")
+_INT_ANSWERS = (
+    "nvmlDeviceGetCount", "nvmlDeviceGetMemoryBusWidth", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetNumGpuCores", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+)
+_SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **{name: ("a string", lambda v: isinstance(v, str)) for name in _STRING_ANSWERS},
+    **{name: ("an unsigned integer", _uint) for name in _INT_ANSWERS},
+    "nvmlDeviceGetCudaComputeCapability": ("[major, minor]", lambda v: isinstance(v, list) and len(v) == 2
+                                           and all(_uint(x) and x < 100 for x in v)),
+    "nvmlDeviceGetMigMode": ("[current, pending]", lambda v: isinstance(v, list) and len(v) == 2 and all(map(_uint, v))),
+    "nvmlDeviceGetMemoryInfo": ("a memory struct", _uint_fields("total", "free", "used")),
+    "nvmlDeviceGetPciInfo": ("a PCI info struct", lambda v: isinstance(v, dict) and isinstance(v.get("busId"), str)),
+}
+
+
+def answer_problem(function: str, answer: Any) -> Optional[str]:
+    """Why an NVML answer cannot be what `function` returns, or None when it can."""
+    shape = _SHAPES.get(function)
+    if shape is None or shape[1](answer):
+        return None
+    shown = repr(answer)
+    return f"answered {shown if len(shown) <= 60 else shown[:57] + '...'}, not {shape[0]}"
+
+
 class NvmlSession:
     """The funnel every NVML query goes through; failures become None and are remembered."""
 
@@ -189,7 +231,11 @@ class NvmlSession:
         """The answer, or None when the query raised anything. `quiet` queries probe for existence
         (MIG slots, NVLink link numbers) and their expected failures are not kept."""
         try:
-            return self.facade.call(function, *args)
+            answer = self.facade.call(function, *args)
+            problem = answer_problem(function, answer)
+            if problem is None:
+                return answer
+            failure = QueryFailure(function, call_key(args), INVALID_ANSWER, problem)
         except NvmlCallError as exc:
             failure = QueryFailure(function, call_key(args), exc.name, exc.message)
         except Exception as exc:  # noqa: BLE001 -- e.g. ctypes.ArgumentError (gpu-facts.md)
@@ -422,13 +468,16 @@ def _torch_props_to_dict(props: Any) -> dict:
 
 
 def load_scenario(path: Union[str, Path]) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserInputError(f"{SCENARIO_ENV_VAR}: scenario file not found: {path}") from None
-    except (OSError, ValueError) as exc:
-        raise UserInputError(f"{SCENARIO_ENV_VAR}: cannot read scenario {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCENARIO_SCHEMA:
+    from attnsel import files
+
+    if files.path_info(str(path), SCENARIO_ENV_VAR).kind == "missing":
+        raise UserInputError(f"{SCENARIO_ENV_VAR}: scenario file not found: {path}")
+    try:  # bounded like every input (a FIFO, a device, a huge or deeply nested file: one line)
+        data = files.load_json_file(str(path), what=f"an {SCENARIO_SCHEMA} file", limit=64 * 2**20,
+                                    flag=SCENARIO_ENV_VAR)
+    except UserInputError as exc:
+        raise UserInputError(f"{SCENARIO_ENV_VAR}: cannot read scenario: {exc.message}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCENARIO_SCHEMA or not isinstance(data.get("calls"), dict):
         raise UserInputError(f"{SCENARIO_ENV_VAR}: {path} is not an {SCENARIO_SCHEMA} file")
     return data
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from attnsel.files import shown_path
+
 PCI_BUS_ID = "PCI_BUS_ID"
 FASTEST_FIRST = "FASTEST_FIRST"
 
@@ -135,7 +137,7 @@ def _match_mig_uuid(prefix: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple[
 def _match_legacy_mig(entry: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple[PhysicalGpu, MigChild]]:
     # MIG-GPU-<uuid or prefix>/<GPU instance id>/<compute instance id>
     parts = entry[len("MIG-"):].split("/")
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not all(p.isdigit() and len(p) <= 9 for p in parts[1:]):
         return None
     parent = _match_gpu_uuid(parts[0], gpus)
     if parent is None:
@@ -148,7 +150,9 @@ def _match_legacy_mig(entry: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple
 def _resolve_entry(entry: str, ordered: Sequence[PhysicalGpu]) -> tuple[Optional[PhysicalGpu], Optional[MigChild], str]:
     """One CVD entry -> (gpu, mig child, kind) with kind 'int' | 'uuid'; gpu None when invalid."""
     if entry.lstrip("+-")[:1].isdigit():
-        number = int(entry)
+        # strtol saturates a number too long for a long (an invalid index, as here); int() of
+        # thousands of digits would raise instead
+        number = int(entry) if len(entry) <= 18 else -1
         if 0 <= number < len(ordered):
             return ordered[number], None, "int"
         return None, None, "int"
@@ -235,11 +239,11 @@ def resolve_visible_devices(
         picked, invalid, duplicate = _read_list(cuda_visible_devices, ordered)
         if invalid is not None:
             problems.append(
-                f"CUDA_VISIBLE_DEVICES entry {invalid!r} matches no device (or is ambiguous or mixes integers "
+                f"CUDA_VISIBLE_DEVICES entry {shown_path(invalid)} matches no device (or is ambiguous or mixes integers "
                 f"and UUIDs): CUDA ignores it and every entry after it"
             )
         if duplicate is not None:
-            problems.append(f"CUDA_VISIBLE_DEVICES names device {duplicate!r} twice: CUDA then sees no device at all")
+            problems.append(f"CUDA_VISIBLE_DEVICES names device {shown_path(duplicate)} twice: CUDA then sees no device at all")
             picked = []
     picked, mig_notes = _apply_mig_rule(picked)
     notes.extend(mig_notes)

@@ -211,9 +211,12 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def render_matrix(rows: Sequence[MatrixRow], console: Console, model: Optional[dict] = None, profile: Any = None) -> None:
+def render_matrix(rows: Sequence[MatrixRow], console: Console, model: Optional[dict] = None, profile: Any = None,
+                  notes: Sequence[str] = ()) -> None:
     if not rows:
         return
+    for note in notes:  # e.g. "No GPU detected on this machine: ..." above the table it explains
+        console.print(note, markup=False)
     first = next((row.explanation for row in rows if row.explanation is not None), None)
     name = first.profile if first else getattr(profile, "name", "?")
     version = first.vllm_version if first else getattr(profile, "vllm_version", "?")

@@ -10,15 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from attnsel.bench import recommend as REC
+from attnsel import files
 from attnsel.bench import results as R
 from attnsel.errors import UserInputError
+from attnsel.reports.input_checks import (check_explain_document, check_rows, check_tune_document,
+                                          check_verify_document)
 
 TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
 VERIFY_SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 TUNE_DOCUMENT = "tune.json"
 VERIFY_DOCUMENT = "verify.json"  # bench/verify.py DOCUMENT_FILE
+INPUT_LIMIT = 512 * 2**20  # a full tune sweep writes a few MiB; far larger is no result of ours
 WHAT_TO_PASS = ("pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), an `attnsel verify` "
                 "verify.json, or an `attnsel explain --json` file")
 
@@ -26,8 +29,10 @@ WHAT_TO_PASS = ("pass the folder `attnsel tune --output` wrote (or its tune.json
 @dataclass
 class TuneData:
     source: str
-    document: dict  # tune.json; for a bare results.jsonl only "rows" and a recomputed "recommendation"
-    complete: bool  # False: tune.json missing (the sweep was cut short), advice recomputed from the rows
+    # tune.json; for a bare results.jsonl only "rows". A missing recommendation is made by bench
+    # (bench/saved.py with_recommendation, called by `attnsel report`): reports only render.
+    document: dict
+    complete: bool  # False: tune.json missing (the sweep was cut short)
 
     @property
     def rows(self) -> list[dict]:
@@ -96,30 +101,28 @@ def _set_verify(data: ReportData, doc: dict, source) -> None:
 
 def load_one(raw: str | Path) -> tuple[str, Any]:
     path = Path(raw).expanduser()
-    if path.is_dir():
+    info = files.path_info(str(raw), "report input")
+    if info.kind == "dir":
         if not (path / TUNE_DOCUMENT).is_file() and not (path / R.RESULTS_FILE).is_file() and (path / VERIFY_DOCUMENT).is_file():
             return _classify(path / VERIFY_DOCUMENT, _parse_json(path / VERIFY_DOCUMENT, _read_text(path / VERIFY_DOCUMENT)))
         return "tune", _load_tune_dir(path)
-    if not path.exists():
+    if info.kind == "missing":
         raise UserInputError(f"{path} does not exist: {WHAT_TO_PASS}")
     text = _read_text(path)
     if not text.strip():
         raise UserInputError(f"{path} is empty: {WHAT_TO_PASS}")
     if path.suffix == ".jsonl" or _looks_like_jsonl(text):
         sibling = path.parent / TUNE_DOCUMENT
-        if sibling.is_file():
+        if info.kind == "file" and files.path_info(str(sibling)).kind == "file":
             return "tune", _tune_from_document(sibling, _parse_json(sibling, _read_text(sibling)))
-        return "tune", _tune_from_rows(path)
+        return "tune", _tune_from_rows(path, text)
     return _classify(path, _parse_json(path, text))
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserInputError(f"{path} is not UTF-8 text: {WHAT_TO_PASS}") from None
-    except OSError as exc:
-        raise UserInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    # bounded: a pipe or FIFO is read with a time limit, a device is refused (files.py)
+    return files.read_input(str(path), what="a tune result or an explain answer", limit=INPUT_LIMIT,
+                            flag="report input")
 
 
 def _looks_like_jsonl(text: str) -> bool:
@@ -128,10 +131,7 @@ def _looks_like_jsonl(text: str) -> bool:
 
 
 def _parse_json(path: Path, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserInputError(f"{path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}): {WHAT_TO_PASS}") from None
+    return files.parse_json(text, str(path), "a tune result or an explain answer")
 
 
 def _classify(path: Path, doc: Any) -> tuple[str, Any]:
@@ -141,12 +141,12 @@ def _classify(path: Path, doc: Any) -> tuple[str, Any]:
     if schema == TUNE_SCHEMA or ("rows" in doc and "recommendation" in doc):
         return "tune", _tune_from_document(path, doc)
     if schema == VERIFY_SCHEMA:
-        if not isinstance(doc.get("candidates"), list) or not isinstance(doc.get("options"), dict):
-            raise UserInputError(f"{path}: a verify result needs \"candidates\" and \"options\"; the file looks damaged")
+        check_verify_document(doc, str(path))
         return "verify", doc
     if schema == PLAN_SCHEMA:
         raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")
     if "backends" in doc and "selected" in doc and "inputs" in doc:
+        check_explain_document(doc, str(path))
         return "explain", doc
     if isinstance(doc.get("rows"), list) and doc["rows"] and "family" in doc["rows"][0]:
         raise UserInputError(f"{path} is an `explain --gpu all` matrix: report takes one `explain --json` answer (one GPU)")
@@ -159,37 +159,25 @@ def _load_tune_dir(path: Path) -> TuneData:
         return _tune_from_document(document, _parse_json(document, _read_text(document)))
     results = path / R.RESULTS_FILE
     if results.is_file():
-        return _tune_from_rows(results)
+        return _tune_from_rows(results, _read_text(results))
     raise UserInputError(f"{path} holds neither {TUNE_DOCUMENT} nor {R.RESULTS_FILE}: {WHAT_TO_PASS}")
 
 
 def _tune_from_document(path: Path, doc: dict) -> TuneData:
     rows = doc.get("rows")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "backend" in r for r in rows):
+    if not isinstance(rows, list):
         raise UserInputError(f"{path}: \"rows\" must be a list of result rows (bench/results.py); the file looks damaged")
+    check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
-    if not isinstance(doc.get("recommendation"), dict):
-        doc = dict(doc, recommendation=_recommend(rows, doc.get("plan") or {}))
     return TuneData(str(path), doc, complete=True)
 
 
-def _tune_from_rows(path: Path) -> TuneData:
-    rows = list(R.latest_by_key(R.read_rows(path)).values())
+def _tune_from_rows(path: Path, text: str) -> TuneData:
+    read = list(R.rows_from_lines(text.splitlines()))
+    check_rows(read, str(path))
+    rows = list(R.latest_by_key(read).values())
     if not rows:
         raise UserInputError(f"{path} has no readable result rows: {WHAT_TO_PASS}")
-    doc = {"rows": rows, "recommendation": _recommend(rows, {})}
-    return TuneData(str(path), doc, complete=False)
+    return TuneData(str(path), {"rows": rows}, complete=False)
 
-
-def _recommend(rows: list[dict], plan: dict) -> dict:
-    """bench/recommend.py over the rows (when tune.json is missing): labels from the rows themselves."""
-    labels: dict[str, list[str]] = {}
-    for row in rows:
-        if row.get("status") != R.STATUS_SKIPPED_BY_VLLM and row.get("kind") and row.get("workload_label"):
-            kind_labels = labels.setdefault(row["kind"], [])
-            if row["workload_label"] not in kind_labels:
-                kind_labels.append(row["workload_label"])
-    default = (plan.get("vllm_default") or {})
-    vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") and default.get("block_size") else None
-    return REC.recommend(rows, workload_labels=labels, vllm_default=vllm_default).to_dict()

@@ -9,6 +9,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from attnsel.files import shown_path
 from attnsel.probe.capability import capability_facts
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 
@@ -65,7 +66,7 @@ def _header(report: ProbeReport) -> Text:
     if report.physical_gpu_count is not None:
         seen += f" of {report.physical_gpu_count}"
     parts.append(seen)
-    cvd = "unset" if report.cuda_visible_devices is None else repr(report.cuda_visible_devices)
+    cvd = "unset" if report.cuda_visible_devices is None else shown_path(report.cuda_visible_devices)
     order = report.cuda_device_order or f"unset -> {report.device_order or 'FASTEST_FIRST'}"
     parts.append(f"CUDA_VISIBLE_DEVICES={cvd}")
     parts.append(f"CUDA_DEVICE_ORDER={order}")

@@ -86,7 +86,7 @@ def test_flag_parsers_reject_bad_values():
     assert P.parse_backends("flashinfer") == ["FLASHINFER"]
     for bad in (lambda: P.parse_block_sizes("16,x"), lambda: P.parse_block_sizes("-16"),
                 lambda: P.parse_workloads("train"), lambda: P.parse_backends("XFORMERS"),
-                lambda: P.parse_capability("9")):
+                lambda: P.parse_capability("99.9"), lambda: P.parse_capability("9.x")):
         with pytest.raises(UserInputError):
             bad()
 

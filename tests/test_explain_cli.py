@@ -132,16 +132,22 @@ def test_unknown_backend_suggests_the_closest_name():
     assert result.exit_code == 2 and "did you mean FLASHINFER?" in result.stderr
 
 
-def test_no_gpu_and_no_flags_names_both_flags(monkeypatch):
+def test_no_gpu_answers_for_the_gpu_families_and_says_how_to_pick_one(monkeypatch):
     import attnsel.probe.collect as collect
 
     class _Empty:
         gpus = ()
 
     monkeypatch.setattr(collect, "collect_probe", lambda **kw: _Empty())
-    result = run("--head-size", "128")
-    assert result.exit_code == 2
-    assert "--gpu" in result.stderr and "--capability" in result.stderr
+    for args in (("--head-size", "128"), ("--model", "llama-3.1-8b")):
+        result = run(*args)
+        assert result.exit_code == 0, result.stderr
+        first = result.stdout.splitlines()[0]
+        assert first.startswith("No GPU detected on this machine") and "--gpu" in first and "--capability" in first
+        assert "Hopper 9.0" in result.stdout and "Blackwell 10.0" in result.stdout
+    result, doc = run_json("--model", "llama-3.1-8b")
+    assert result.exit_code == 0 and doc["notes"][0].startswith("No GPU detected")
+    assert {row["gpu"] for row in doc["rows"]} >= {"H100", "A100", "B200"}
 
 
 def test_capability_flag_and_vllm_version():

@@ -35,3 +35,11 @@ def test_families_cover_volta_to_blackwell_once_each():
     labels = [label for label, _ in families()]
     assert len(labels) == len(set(labels))
     assert any(l.startswith("Hopper") for l in labels) and any(l.startswith("Blackwell 10.0") for l in labels)
+
+
+def test_every_gpu_name_attnsel_prints_can_be_typed_back():
+    from attnsel.probe.gpu_table import GPU_TABLE
+
+    for spec in GPU_TABLE:  # `explain` prints "GPU H100 SXM5 80GB"; `--gpu "H100 SXM5 80GB"` is that GPU
+        assert find_gpu(spec.name) is spec
+        assert find_gpu(spec.name.lower().replace(" ", "-")) is spec

@@ -121,7 +121,8 @@ def test_failed_requirement_still_prints_the_json_report():
     ]
 
 
-@pytest.mark.parametrize("args", [["--require-capability", "nine"], ["--require-capability", "9"]])
+@pytest.mark.parametrize("args", [["--require-capability", "nine"], ["--require-capability", "9.10"],
+                                  ["--require-capability", "99.0"]])
 def test_bad_capability_is_exit_2_with_one_line(args):
     assert_one_line_error(run(args, "h100_sxm_x8_nvlink.json"), 2)
 

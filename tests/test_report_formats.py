@@ -13,6 +13,7 @@ from pathlib import Path
 from attnsel.bench import results as R
 from attnsel.reports import csv_out, html, markdown
 from attnsel.reports.frames import report_dict
+from attnsel.cli.report_cmd import load_report
 from attnsel.reports.loaders import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
@@ -194,11 +195,11 @@ def test_a_cut_short_sweep_never_claims_the_default_is_fine(tmp_path):
     """Without tune.json vLLM's default is unknown: the report names the fastest config and says
     there is no baseline, rather than 'no flags needed'."""
     (tmp_path / R.RESULTS_FILE).write_text((TUNE_DIR / R.RESULTS_FILE).read_text())
-    text = markdown.render(load_inputs([tmp_path]))
+    text = markdown.render(load_report([tmp_path]))
     assert "Partial results" in text
     flags_line = next(line for line in text.splitlines() if line.startswith("| vLLM flags |"))
     assert "not measured" in flags_line and "none needed" not in flags_line
-    page = html.render(load_inputs([tmp_path]))
+    page = html.render(load_report([tmp_path]))
     assert "no baseline" in page and "no flags needed" not in page
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 from attnsel.attention.rules.profile import RuleProfile
 from attnsel.attention.versions.registry import available_profiles, resolved_data
 from attnsel.errors import UserInputError
+from attnsel.files import shown_path
 
 DEFAULT_PROFILE = "seed_0_17"  # the library default (the era attnsel was specified from)
 
@@ -46,12 +47,13 @@ class ProfileChoice:
 
 
 _VERSION_PREFIX = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+_TOO_MANY_DIGITS = re.compile(r"\d{7,}")  # no version part has more (int() of thousands of digits raises)
 
 
 def parse_vllm_version(text: str) -> Optional[tuple[int, int, int]]:
     """"0.33.0", "v0.20", "0.19.1rc1.dev5+g1234" -> (0, 33, 0), (0, 20, 0), (0, 19, 1); else None."""
     match = _VERSION_PREFIX.match(str(text).strip().lower())
-    if not match:
+    if not match or _TOO_MANY_DIGITS.search(match.group(0)):
         return None
     return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
 
@@ -129,7 +131,7 @@ def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
         known = "; ".join(
             f"{n} ({', '.join(resolved_data(n).get('answers_for', []))})" for n in available_profiles()
         )
-        raise UserInputError(f"no rule profile for vLLM {name_or_version!r}. Known profiles: {known}")
+        raise UserInputError(f"no rule profile for vLLM {shown_path(name_or_version)}. Known profiles: {known}")
     choice = profile_for_version(str(name_or_version).strip())
     return dataclasses.replace(choice, source="--vllm-version")
 
