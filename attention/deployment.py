@@ -173,7 +173,7 @@ def _model_names(gpus: Sequence[GpuInfo]) -> list[str]:
 
 
 def check_same_model(report: ProbeReport, tp: int, strict: bool = False) -> Check:
-    from attnsel.probe.collect import same_model
+    from attnsel.probe.mixed_gpus import same_model
 
     group = group_gpus(report, tp)
     order_set = report.cuda_device_order == PCI_BUS_ID or report.device_order == PCI_BUS_ID

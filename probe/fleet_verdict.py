@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
-from attnsel.probe.collect import TORCH_NOT_ASKED, same_model
 from attnsel.probe.facts import GpuInfo, ProbeReport
 from attnsel.probe.fleet_facts import FleetProbe, NodeProbe
+from attnsel.probe.mixed_gpus import same_model
+from attnsel.probe.torch_fallback import TORCH_NOT_ASKED
 
 MAX_LISTED = 8  # nodes named per difference in text; JSON lists them all
 

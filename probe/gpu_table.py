@@ -145,6 +145,12 @@ def match_device_name(device_name: str, memory_total_bytes: Optional[int] = None
     return candidates[0]
 
 
+def table_peak_bandwidth(device_name: Optional[str], memory_total_bytes: Optional[int]) -> Optional[float]:
+    """The table's peak memory bandwidth (bytes/s) for a device name, or None when no entry matches."""
+    spec = match_device_name(device_name, memory_total_bytes) if device_name else None
+    return spec.peak_memory_bandwidth_bytes_per_s if spec else None
+
+
 def families() -> list[tuple[str, GpuSpec]]:
     """One representative GPU per (family, capability), for the `explain --gpu all` matrix."""
     seen: dict[tuple[str, tuple[int, int]], GpuSpec] = {}

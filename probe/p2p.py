@@ -1,4 +1,4 @@
-"""GPU-to-GPU links: NVML P2P status per pair, topology level, and vLLM's NVLink verdict.
+"""GPU-to-GPU links: NVML P2P status per pair, topology level, vLLM's NVLink verdict, measured copy speed.
 
 vLLM decides "fully connected" with `NvmlCudaPlatform.is_fully_connected` (seed cuda.py): for every
 pair i < j of the physical ids it is given, `nvmlDeviceGetP2PStatus(h_i, h_j,
@@ -10,10 +10,18 @@ equipped."). With one GPU there is no pair, so it returns True. It checks NVLink
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from attnsel.probe.facts import NvlinkVerdict, P2PPair
-from attnsel.probe.nvml import NVLINK_MAX_LINKS, P2P_CAPS_INDEX, P2P_STATUS_NAMES, P2P_STATUS_OK, NvmlSession
+from attnsel.probe.nvml import (
+    NVLINK_MAX_LINKS,
+    P2P_CAPS_INDEX,
+    P2P_STATUS_NAMES,
+    P2P_STATUS_OK,
+    NvmlSession,
+    TorchFacade,
+)
 
 # nvmlGpuTopologyLevel_t -> the labels of `nvidia-smi topo -m`. INTERNAL (two GPUs on one board,
 # e.g. K80) sits behind the board's own PCIe switch, which nvidia-smi shows as PIX.
@@ -211,3 +219,21 @@ def unknown_verdict(reason: str, world_size: int, pairs: Sequence[P2PPair] = ())
         world_size=world_size,
         custom_allreduce_on=None,
     )
+
+
+def with_measured_bandwidth(torch: TorchFacade, pairs: list[P2PPair], visible: int) -> list[P2PPair]:
+    """`--measure-p2p`: each pair with the copy bandwidth torch measured, or the reason it did not."""
+    if visible < 2:
+        return pairs
+    measure = getattr(torch, "measure_copy_gbps", None)
+    if measure is None:
+        return [replace(p, measure_note="this torch facade cannot measure") for p in pairs]
+    results = measure([(p.a, p.b) for p in pairs])
+    out = []
+    for p in pairs:
+        value = results.get((p.a, p.b))
+        if isinstance(value, (int, float)):
+            out.append(replace(p, measured_gbps=round(float(value), 1)))
+        else:
+            out.append(replace(p, measure_note=str(value or "not measured")))
+    return out

@@ -17,9 +17,9 @@ from attnsel.probe.nvml import (
     NvmlSession,
     ReplayFacade,
     ReplayTorch,
-    _plain,
     load_scenario,
 )
+from attnsel.probe.pynvml_facade import _plain
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 
