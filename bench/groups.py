@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from attnsel.bench import results as R
+from attnsel.bench.launch_mode import mode_label
 from attnsel.bench.plan import WorkloadSpec
-from attnsel.bench.worker import mode_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.bench.sweep import SweepOptions

@@ -1,6 +1,7 @@
 """The real worker toolkit: torch, the kernel adapters (attention/kernels) and the GPU timers.
 
-bench/worker.py talks to it through its Toolkit protocol; CI swaps in fakes at that boundary
+The tune worker (bench/worker.py, bench/item_runner.py) talks to it through the Toolkit protocol
+(bench/worker_toolkit.py); CI swaps in fakes at that boundary
 (tests/fixtures/tune/*_toolkit.py). Importing this module imports torch (only worker processes do).
 """
 

@@ -27,7 +27,8 @@ from attnsel.bench.plan import Plan
 from attnsel.bench.groups import (  # noqa: F401  (re-exported: the sweep's public names)
     GroupOutcome, WorkerProcess, allow_workers, failure_row, prespawn_worker, run_backend_group, stop_all_workers,
 )
-from attnsel.bench.worker import DEFAULT_TOOLKIT, mode_label
+from attnsel.bench.launch_mode import mode_label
+from attnsel.bench.worker_toolkit import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, gpu-facts.md)

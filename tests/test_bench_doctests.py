@@ -4,10 +4,10 @@ import doctest
 
 import pytest
 
-from attnsel.bench import env_info, recommend, timing
+from attnsel.bench import env_info, launch_mode, recommend, timing
 
 
-@pytest.mark.parametrize("module", [timing, recommend, env_info])
+@pytest.mark.parametrize("module", [timing, recommend, env_info, launch_mode])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0

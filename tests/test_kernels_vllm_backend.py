@@ -115,7 +115,7 @@ def _runner(backend, extra_notes=()):
         from cpu_toolkit import CpuKernelToolkit
     finally:
         sys.path.pop(0)
-    from attnsel.bench.worker import ItemRunner
+    from attnsel.bench.item_runner import ItemRunner
 
     shape = {"head_size": 64, "num_q_heads": 8, "num_kv_heads": 2, "dtype": "float16", "kv_cache_dtype": "auto"}
     return ItemRunner(CpuKernelToolkit(), backend, shape, {"launch": "vllm"})
@@ -153,7 +153,7 @@ def broken(name):
 recorded.backend_class = broken
 from cpu_toolkit import CpuKernelToolkit
 from attnsel.bench.plan import WorkloadSpec
-from attnsel.bench.worker import ItemRunner
+from attnsel.bench.item_runner import ItemRunner
 shape = {"head_size": 64, "num_q_heads": 8, "num_kv_heads": 2, "dtype": "float16", "kv_cache_dtype": "auto"}
 item = {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True,
         "workload": WorkloadSpec("decode", 2, 64, 1).to_dict()}

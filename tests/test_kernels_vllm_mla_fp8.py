@@ -171,7 +171,7 @@ def _runner(backend, shape):
         from cpu_toolkit import CpuKernelToolkit
     finally:
         sys.path.pop(0)
-    from attnsel.bench.worker import ItemRunner
+    from attnsel.bench.item_runner import ItemRunner
 
     return ItemRunner(CpuKernelToolkit(), backend, shape, {"launch": "vllm"})
 
