@@ -49,3 +49,28 @@ def test_flashinfer_mla_decode_graphs_cover_every_batch_only_from_031(version, e
 def test_triton_mla_captured_single_token_decode_only_before_031(version, expected):
     # mla/triton_mla.py TritonMLAMetadataBuilder._cudagraph_support
     assert cudagraph.cudagraph_support(get_profile(version).cudagraph, "TRITON_MLA", H100) == expected
+
+
+def reasons(version, backend, inputs, ctx):
+    return next(b for b in explain(get_profile(version), inputs, ctx).backends if b.name == backend).reasons
+
+
+def test_flashinfer_sinks_on_hopper_came_with_xqa_in_030():
+    # flashinfer.py FlashInferBackend.supports_sink: 0.28/0.29 SM12x and SM100 only; 0.30 adds SM90
+    ctx = SelectionContext(capability=H100)
+    assert "attention sinks not supported" in reasons("0.29", "FLASHINFER", cfg(has_sink=True), ctx)
+    assert "attention sinks not supported" not in reasons("0.30", "FLASHINFER", cfg(has_sink=True), ctx)
+
+
+def test_image_prefix_composites_lead_the_hopper_list_from_030():
+    # cuda.py _get_backend_priorities(..., use_mm_prefix): TRITON_FLASH_ATTN first on SM90 from 0.30
+    ctx = SelectionContext(capability=H100)
+    assert get_profile("0.29").priority_list(cfg(256, use_mm_prefix=True), ctx)[0] == "FLASH_ATTN"
+    assert get_profile("0.30").priority_list(cfg(256, use_mm_prefix=True), ctx)[0] == "TRITON_FLASH_ATTN"
+
+
+def test_the_dcp_check_of_validate_configuration_arrived_in_030():
+    # backend.py validate_configuration: "DCP not supported" (supports_dcp) is new in 0.30
+    inputs, ctx = cfg(use_dcp=True), SelectionContext(capability=H100, decode_context_parallel_size=2)
+    assert "DCP not supported" not in reasons("0.29", "TRITON_ATTN", inputs, ctx)
+    assert "DCP not supported" in reasons("0.30", "TRITON_ATTN", inputs, ctx)
