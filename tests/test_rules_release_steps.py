@@ -74,3 +74,18 @@ def test_the_dcp_check_of_validate_configuration_arrived_in_030():
     inputs, ctx = cfg(use_dcp=True), SelectionContext(capability=H100, decode_context_parallel_size=2)
     assert "DCP not supported" not in reasons("0.29", "TRITON_ATTN", inputs, ctx)
     assert "DCP not supported" in reasons("0.30", "TRITON_ATTN", inputs, ctx)
+
+
+def test_fp8_kv_with_fa4_at_head_512_on_hopper_from_031():
+    # fa_utils.flash_attn_supports_kv_cache_dtype: 0.31 accepts FA4 with head_size 512 on SM90
+    inputs, ctx = cfg(512, kv_cache_dtype="fp8"), SelectionContext(capability=H100)
+    fp8_reason = "FP8 KV cache requires FA3 on SM90 or FA4 on SM100"
+    assert fp8_reason in reasons("0.30", "FLASH_ATTN", inputs, ctx)
+    assert not any(r.startswith("FP8 KV cache") for r in reasons("0.31", "FLASH_ATTN", inputs, ctx))
+
+
+def test_flashinfer_nvfp4_kv_on_hopper_from_032():
+    # flashinfer.py FlashInferBackend.supports_kv_cache_dtype: plain nvfp4 on the FA2 path (8.x/9.x/12.x) in 0.32
+    inputs, ctx = cfg(kv_cache_dtype="nvfp4"), SelectionContext(capability=H100)
+    assert "kv_cache_dtype not supported" in reasons("0.31", "FLASHINFER", inputs, ctx)
+    assert "kv_cache_dtype not supported" not in reasons("0.32", "FLASHINFER", inputs, ctx)
