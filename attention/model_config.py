@@ -30,6 +30,7 @@ from attnsel.attention.model_rules import (
     rules_for,
 )
 from attnsel import files
+from attnsel.attention.hybrid.layout import hybrid_layout
 from attnsel.attention.model_source import CATALOG_DIR, WHAT, ModelSource, catalog_names, read_model
 from attnsel.attention.validation import check_heads, validate_config
 from attnsel.errors import CheckFailed, UserInputError
@@ -92,6 +93,7 @@ class ModelFacts:
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     index_topk: Optional[int] = None
+    hybrid_layout: Optional[Any] = None  # attention/hybrid/layout.py HybridLayout (hybrid models)
 
     def selector_fields(self) -> dict[str, Any]:
         """The model-derived fields of `AttentionSelectorConfig` (§2), in its field order."""
@@ -108,6 +110,7 @@ class ModelFacts:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["architectures"] = list(self.architectures)
+        d["hybrid_layout"] = self.hybrid_layout.to_dict() if self.hybrid_layout is not None else None
         d["capability"] = None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
         for key in ("warnings", "infos", "notes"):
             d[key] = list(d[key])
@@ -442,6 +445,9 @@ def derive_model_facts(
     if is_attention_free:
         notes.append(f"attention-free: {model_type!r} has no attention layers, so vLLM uses no attention backend")
 
+    layout = hybrid_layout(text_config, text_model_type) if is_hybrid else None
+    if is_hybrid and layout is None:
+        notes.append(f"hybrid: attnsel has no state-shape formula for {text_model_type!r}: block size not aligned")
     return ModelFacts(
         model_type=model_type,
         text_model_type=text_model_type,
@@ -468,6 +474,7 @@ def derive_model_facts(
         has_index_topk=has_index_topk,
         kv_cache_dtype_forced=kv_forced,
         sliding_window=sliding_window,
+        hybrid_layout=layout,
         vision=vision,
         profile=rules.profile,
         capability=None if capability is None else (int(capability[0]), int(capability[1])),
