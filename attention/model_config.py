@@ -445,7 +445,7 @@ def derive_model_facts(
     if is_attention_free:
         notes.append(f"attention-free: {model_type!r} has no attention layers, so vLLM uses no attention backend")
 
-    layout = hybrid_layout(text_config, text_model_type) if is_hybrid else None
+    layout = hybrid_layout(text_config, text_model_type, architectures[0] if architectures else "") if is_hybrid else None
     if is_hybrid and layout is None:
         notes.append(f"hybrid: attnsel has no state-shape formula for {text_model_type!r}: block size not aligned")
     return ModelFacts(

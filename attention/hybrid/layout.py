@@ -24,6 +24,7 @@ class HybridLayout:
     mamba_layers: int
     chunk_size: int  # ModelConfig.get_mamba_chunk_size (0.17/0.24 "all" cache mode)
     model_type: str
+    architecture: str = ""
     notes: tuple[str, ...] = field(default=())
 
     def size(self, name: str) -> int:
@@ -130,7 +131,7 @@ def _kda_layers(config: Mapping, model_type: str) -> tuple[int, int]:
     return _split_layers(config, model_type)
 
 
-def hybrid_layout(text_config: Mapping[str, Any], model_type: str) -> Optional[HybridLayout]:
+def hybrid_layout(text_config: Mapping[str, Any], model_type: str, architecture: str = "") -> Optional[HybridLayout]:
     """The layout of a hybrid model's text config, or None for a model type attnsel has no shape
     formula for (vLLM's block size is then not computed and `explain` says so)."""
     entry = KINDS.get(model_type)
@@ -146,4 +147,5 @@ def hybrid_layout(text_config: Mapping[str, Any], model_type: str) -> Optional[H
     else:
         attention, state = _split_layers(text_config, model_type)
     return HybridLayout(kind=kind, sizes=tuple(sizes.items()), attention_layers=attention, mamba_layers=state,
-                        chunk_size=_chunk_size(text_config), model_type=model_type)
+                        chunk_size=_chunk_size(text_config), model_type=model_type,
+                        architecture=architecture)

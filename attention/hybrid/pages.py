@@ -93,7 +93,7 @@ def attention_page_per_token(inputs: Any, num_kv_heads: int) -> int:
     return 2 * num_kv_heads * inputs.head_size * size
 
 
-def resolve_cache_mode(rules: dict, setup: HybridSetup, model_type: str, logs: list) -> tuple[bool, str]:
+def resolve_cache_mode(rules: dict, setup: HybridSetup, layout: HybridLayout, logs: list) -> tuple[bool, str]:
     """models/config.py `MambaModelConfig.verify_and_update_config`: prefix caching (default per
     version: `ModelConfig.is_prefix_caching_supported` says False for hybrid models before 0.33)
     decides the Mamba cache mode."""
@@ -107,11 +107,11 @@ def resolve_cache_mode(rules: dict, setup: HybridSetup, model_type: str, logs: l
         if mode != "none":
             logs.append(("warning", "Mamba cache mode is set to 'none' when prefix caching is disabled"))
         return False, "none"
-    all_mode = model_type in rules.get("all_mode_model_types", ())
+    all_mode = layout.model_type in rules.get("all_mode_model_types", ())
     if mode == "none":
         mode = "all" if all_mode else "align"
-        logs.append(("info", f"Mamba cache mode is set to '{mode}' for this model by default when prefix caching "
-                     "is enabled"))
+        logs.append(("info", f"Mamba cache mode is set to '{mode}' for {layout.architecture} by default when "
+                     "prefix caching is enabled"))
     elif mode == "all" and not all_mode:
         mode = "align"
         logs.append(("warning", "Hybrid or mamba-based model detected without support for prefix caching with "
@@ -165,7 +165,7 @@ def align_hybrid_block_size(profile: Any, ctx: Any, inputs: Any, backends: list[
     """The block size a hybrid model ends with; `logs` gets vLLM's (level, message) lines."""
     rules, setup = profile.data["hybrid"], ctx.hybrid
     layout = setup.layout
-    prefix, mode = resolve_cache_mode(rules, setup, layout.model_type, logs)
+    prefix, mode = resolve_cache_mode(rules, setup, layout, logs)
     shapes = state_shapes(layout, setup.tensor_parallel_size)
     dtypes = state_dtypes(rules, layout.kind, inputs.dtype, setup.mamba_cache_dtype, setup.mamba_ssm_cache_dtype)
     state_page = sum(math.prod(s) * DTYPE_BYTES[d] for s, d in zip(shapes, dtypes))
