@@ -728,6 +728,11 @@ def _mamba_cache_dtypes(
     if ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_config_architectures:
         ssm = str(hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default))
         notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (NemotronH config hook)")
+    elif ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_text_config_architectures:
+        text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+        if isinstance(text.get("mamba_ssm_dtype"), str):
+            ssm = text["mamba_ssm_dtype"]
+            notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (Qwen3.5 config hook: text config mamba_ssm_dtype)")
     if is_hybrid and "float32" in (ssm, conv_flag):
         notes.append("mamba cache float32 on a hybrid model: FLASH_ATTN kernel blocks become [16, 32, 64]")
     return ssm, conv_flag
