@@ -101,3 +101,22 @@ def test_hybrid_flag_without_a_config_keeps_the_attention_size_with_a_note():
     expl = explain_selection(profile, inputs, ctx, notes)
     assert expl.hybrid is None and expl.block_size == 16
     assert any("without the model's config" in note for note in expl.notes)
+
+
+RECORDINGS = sorted((__import__("pathlib").Path(__file__).parent / "fixtures" / "hybrid").glob("hybrid_*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_recorded_real_vllm_hybrid_answers_match(path):
+    """Each recording holds vLLM's own answers (bench/tools/hybrid_live.py: the release's
+    update_block_size_for_backend, model class state shapes, MambaSpec) for the bundled hybrid configs."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    version = doc["profile_version"]
+    assert doc["cases"], "an empty recording proves nothing"
+    for case in doc["cases"]:
+        cc = tuple(int(x) for x in case["capability"].split("."))
+        expl = explain(case["model"], version, capability=cc, **case["flags"])
+        h = expl.hybrid
+        ours = {"block_size": expl.block_size, "state_page_bytes": h.state_page_bytes,
+                "mamba_page_size_padded": h.attention_page_bytes if h.padding_pct is not None else None}
+        assert ours == case["vllm"], case
