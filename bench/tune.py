@@ -20,6 +20,9 @@ from typing import Callable, Optional
 from attnsel import __version__
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
+from attnsel.bench.plan_rules import rule_profile_choice, vllm_default_choice, vllm_verdict
+from attnsel.bench.tune_shape import TuneShape, default_head_layout, make_shape, shape_from_model
+from attnsel.bench.workloads import WORKLOAD_KINDS
 from attnsel.bench import plan_mla
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
@@ -46,7 +49,7 @@ class TuneRequest:
     backends: list[str] = field(default_factory=list)  # empty: the model's grid (dense or MLA backends)
     block_sizes: list[int] = field(default_factory=lambda: list(P.DEFAULT_BLOCK_SIZES))
     block_sizes_given: bool = False  # --block-sizes was passed
-    kinds: list[str] = field(default_factory=lambda: list(P.WORKLOAD_KINDS))
+    kinds: list[str] = field(default_factory=lambda: list(WORKLOAD_KINDS))
     grid: str = "default"
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
     min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
@@ -78,7 +81,7 @@ def check_shape_flags(req: TuneRequest) -> None:
     if req.head_size is None:
         raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
     heads, kv_heads, _ = explicit_heads(req)
-    P.make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
+    make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
 
 
 def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]:
@@ -87,14 +90,14 @@ def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]
     are model totals (divided by TP in make_shape), so the default layout is scaled by TP."""
     if req.num_heads is not None:
         return req.num_heads, req.num_kv_heads, None
-    q, kv, note = P.default_head_layout(int(req.head_size))
+    q, kv, note = default_head_layout(int(req.head_size))
     tp = max(1, int(req.tensor_parallel_size or 1))
     if req.num_kv_heads is not None:
         return req.num_kv_heads * (q // kv), req.num_kv_heads, note
     return q * tp, kv * tp, note
 
 
-def mla_shape(req: TuneRequest, dtype: str) -> P.TuneShape:
+def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
     """`--use-mla --kv-lora-rank R --qk-rope-head-dim P --num-heads H` (an MLA layer, one latent cache)."""
     missing = [flag for flag, value in (("--use-mla", req.use_mla or None), ("--kv-lora-rank", req.kv_lora_rank),
                                         ("--qk-rope-head-dim", req.qk_rope_head_dim), ("--num-heads", req.num_heads))
@@ -113,11 +116,11 @@ def mla_shape(req: TuneRequest, dtype: str) -> P.TuneShape:
     return shape
 
 
-def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.TuneShape:
+def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
     check_shape_flags(req)
     if req.model:
-        return P.shape_from_model(req.model, capability=capability, dtype=req.dtype,
-                                  kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size)
+        return shape_from_model(req.model, capability=capability, dtype=req.dtype,
+                                kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size)
     dtype = req.dtype
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
@@ -125,7 +128,7 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> P.
     if req.use_mla or req.kv_lora_rank is not None:
         return mla_shape(req, dtype)
     heads, kv_heads, assumed = explicit_heads(req)
-    shape = P.make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
+    shape = make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
     return dataclasses.replace(shape, assumed=assumed)
 
 
@@ -134,9 +137,9 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
     version = req.vllm_version
     plan = P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
                         grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given,
-                        verdict=functools.partial(P.vllm_verdict, vllm_version=version),
-                        default_choice=functools.partial(P.vllm_default_choice, vllm_version=version))
-    choice = P.rule_profile_choice(version)
+                        verdict=functools.partial(vllm_verdict, vllm_version=version),
+                        default_choice=functools.partial(vllm_default_choice, vllm_version=version))
+    choice = rule_profile_choice(version)
     return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 
 
@@ -420,7 +423,7 @@ def _row_order(row: dict) -> tuple:
     w = row.get("workload") or {}
     order = P.BACKENDS + plan_mla.MLA_BACKENDS
     return (order.index(row["backend"]) if row.get("backend") in order else 99, row.get("block_size", 0),
-            P.WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in P.WORKLOAD_KINDS else 9,
+            WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in WORKLOAD_KINDS else 9,
             w.get("batch", 0), w.get("context_len", 0), w.get("query_len", 0))
 
 

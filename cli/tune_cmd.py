@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
         from attnsel.bench import plan as P
+        from attnsel.bench.workloads import parse_workloads
         from attnsel.bench import recommend as REC
         from attnsel.bench import tune as TUNE
         from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
             kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
-            kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
+            kinds=parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
             weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
             vllm_version=vllm_version, gpus=gpus, use_mla=use_mla, kv_lora_rank=kv_lora_rank,

@@ -10,6 +10,8 @@ import pytest
 
 from attnsel.bench import env_info
 from attnsel.bench import plan as P
+from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, run_backend_group, run_sweep
 from attnsel.bench.tune import device_for_plan, phase_breakdown
@@ -17,7 +19,7 @@ from attnsel.bench.tune import device_for_plan, phase_breakdown
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
 SHAPE = {"head_size": 128, "num_q_heads": 32, "num_kv_heads": 8, "dtype": "bfloat16", "kv_cache_dtype": "auto"}
-DECODE = P.WorkloadSpec("decode", 4, 1024)
+DECODE = WorkloadSpec("decode", 4, 1024)
 
 
 def _items(block_sizes, check=True):
@@ -30,7 +32,7 @@ def _options(**kw):
 
 
 def _plan(backends):
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), backends=backends, block_sizes=[16, 32], kinds=["decode"], grid="quick")
     return P.Plan(**{**plan.__dict__, "workloads": (DECODE,)})
 

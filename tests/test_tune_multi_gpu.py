@@ -11,6 +11,7 @@ import pytest
 
 from attnsel.bench import multi_gpu as M
 from attnsel.bench import plan as P
+from attnsel.bench.tune_shape import make_shape
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, run_sweep
@@ -23,7 +24,7 @@ SCENARIO = {"FLASH_ATTN": {"*": "ok:0.30"}, "FLASHINFER": {"*": "ok:0.20"}, "TRI
 
 
 def _plan():
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), backends=BACKENDS, block_sizes=[16, 32], kinds=["decode"], grid="quick",
                         block_sizes_given=True)
     return plan
