@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from attnsel.bench import plan as P
+from attnsel.bench import recommend as REC
 from attnsel.bench.plan_rules import vllm_verdict
 from attnsel.bench.tune_shape import TuneShape
-from attnsel.bench import recommend as REC
 from attnsel.errors import UserInputError
 
 GIB = 1024 ** 3

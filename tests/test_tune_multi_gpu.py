@@ -11,10 +11,10 @@ import pytest
 
 from attnsel.bench import multi_gpu as M
 from attnsel.bench import plan as P
-from attnsel.bench.tune_shape import make_shape
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.tune_shape import make_shape
 from attnsel.errors import UserInputError
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"

@@ -9,11 +9,11 @@ from pathlib import Path
 from rich.console import Console
 
 from attnsel.bench import plan as P
-from attnsel.bench.tune_shape import make_shape
-from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench import recommend as REC
 from attnsel.bench.sweep import SweepOptions, skipped_rows
-from attnsel.bench.tune import build_document
+from attnsel.bench.tune_document import build_document
+from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.reports import tune_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
@@ -58,7 +58,7 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
 
 
 def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel():
-    from attnsel.bench.tune import stand_in_warnings
+    from attnsel.bench.tune_document import stand_in_warnings
 
     rows = [{"backend": "FLASH_ATTN", "adapter": "fa4-cute", "status": "ok"},
             {"backend": "TRITON_ATTN", "adapter": "attnsel-triton", "status": "ok"}]
