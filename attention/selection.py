@@ -115,6 +115,9 @@ class SelectionContext:
     - `num_heads`: attention heads per GPU (total // TP); orders the Blackwell MLA sparse pair.
     - `user_backend`: --attention-backend (enum name, any case).
     - `qk_nope_head_dim`: from the model's text config; None means absent, which vLLM reads as 1.
+    - `model_dims_known`: False for bare shapes with no model config and no MLA-dimension flag:
+      vLLM then has `model_config is None`, and the checks that read hf_text_config (MLA dims,
+      index_topk) do not run (e.g. mla/flashinfer_mla.py `supports_combination`). Nothing is invented.
     - `has_index_topk`: the model config has `index_topk` (DeepSeek V3.2 sparse attention).
     - `use_trtllm_attention`: attention_config.use_trtllm_attention (None = not set).
     - `batch_invariant`: VLLM_BATCH_INVARIANT=1.
@@ -134,6 +137,7 @@ class SelectionContext:
     is_attention_free: bool = False
     mamba_cache_float32: bool = False
     qk_nope_head_dim: Optional[int] = None
+    model_dims_known: bool = True
     has_index_topk: bool = False
     use_trtllm_attention: Optional[bool] = None
     batch_invariant: bool = False

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from attnsel.bench import results as R
 from attnsel.bench.launch_mode import mode_label
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.bench.sweep import SweepOptions

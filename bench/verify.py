@@ -23,7 +23,8 @@ from attnsel.attention import model_config as MC
 from attnsel.attention import rules
 from attnsel.bench import engine_log
 from attnsel.bench import engine_worker as EW
-from attnsel.bench import plan as P
+from attnsel.bench.plan_rules import vllm_default_choice
+from attnsel.bench.tune_shape import shape_from_model
 from attnsel.bench import verify_plan as VP
 from attnsel.bench.engine_compare import shape_figures
 from attnsel.bench.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
@@ -166,8 +167,8 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         default = tune_doc["plan"].get("vllm_default") or {}
         vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") else None
     else:
-        shape = P.shape_from_model(model_name, capability=capability)
-        backend, block, _error = P.vllm_default_choice(shape, capability)
+        shape = shape_from_model(model_name, capability=capability)
+        backend, block, _error = vllm_default_choice(shape, capability)
         vllm_default = (backend, int(block)) if backend and block else None
     candidates = VP.choose_candidates((tune_doc or {}).get("recommendation"), vllm_default, req.candidates)
     VP.check_refusals(candidates, shape, capability)

@@ -86,7 +86,10 @@ def register(app: typer.Typer) -> None:
         from attnsel.bench import plan as P
         from attnsel.bench import recommend as REC
         from attnsel.bench import tune as TUNE
+        from attnsel.bench import tune_request
         from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
+        from attnsel.bench.tune_document import DOCUMENT_FILE
+        from attnsel.bench.workloads import parse_workloads
         from attnsel.reports import tune_report
 
         if quick and full:
@@ -116,12 +119,12 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--retry-failed only makes sense with --resume")
         if resume and output is None:
             raise UserInputError("--resume needs --output DIR (the folder of the sweep to continue)")
-        req = TUNE.TuneRequest(
+        req = tune_request.TuneRequest(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
             kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
             backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
             block_sizes_given=block_sizes is not None,
-            kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
+            kinds=parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
             weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
             capability=P.parse_capability(capability) if capability else None,
             vllm_version=vllm_version, gpus=gpus, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
@@ -131,20 +134,20 @@ def register(app: typer.Typer) -> None:
                                  tolerance=tolerance, item_timeout_s=timeout),
         )
         if dry_run:
-            cc, gpu_name = TUNE.capability_without_gpu(req)
-            plan = TUNE.make_plan(req, cc, gpu_name)
-            doc = TUNE.plan_document(plan, req.options)
+            cc, gpu_name = tune_request.capability_without_gpu(req)
+            plan = tune_request.make_plan(req, cc, gpu_name)
+            doc = tune_request.plan_document(plan, req.options)
             if as_json:
                 print_json(doc)
             else:
                 tune_report.render_plan(doc, stdout_console())
             if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
-                raise CheckFailed(TUNE.refused_grid_message(plan))
+                raise CheckFailed(tune_request.refused_grid_message(plan))
             return
         if gpu or capability:
             raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
 
-        TUNE.check_shape_flags(req)
+        tune_request.check_shape_flags(req)
         if verify:
             verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
         err = stderr_console()
@@ -174,7 +177,7 @@ def register(app: typer.Typer) -> None:
         elif not as_json:
             tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
         if outcome.timed_rows == 0:
-            err.print(f"error: no backend could be timed; see {out_dir}/{TUNE.DOCUMENT_FILE} and the worker logs")
+            err.print(f"error: no backend could be timed; see {out_dir}/{DOCUMENT_FILE} and the worker logs")
             raise typer.Exit(EXIT_FAILED)
         if verify:
             code = verify_cmd.verify_after_tune(out_dir, as_json, tune_document=outcome.document if as_json else None)
