@@ -92,12 +92,15 @@ def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[Mod
     return None
 
 
-def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules):
+def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules,
+                mamba_dtypes: tuple[Optional[str], Optional[str]] = (None, None)):
+    """`mamba_dtypes`: (--mamba-ssm-cache-dtype, --mamba-cache-dtype), None for "auto"."""
     from attnsel.attention import model_config
 
+    ssm, conv = mamba_dtypes
     return model_config.derive_model_facts(
         hf_config, capability=capability, dtype=dtype or "auto", tensor_parallel_size=tp,
-        gpu_name=gpu_name, profile=model_rules,
+        gpu_name=gpu_name, profile=model_rules, mamba_ssm_cache_dtype=ssm or "auto", mamba_cache_dtype=conv or "auto",
     )
 
 
@@ -213,7 +216,8 @@ def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice],
         facts = None
         if hf_config is not None:
             try:
-                facts = model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.model_rules)
+                facts = model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.model_rules,
+                                    (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
             except CheckFailed as exc:  # vLLM refuses the model config on this GPU (e.g. no float16)
                 rows.append(MatrixRow(family, spec.key, None, capability=cc, model_error=exc.message))
                 continue

@@ -37,7 +37,6 @@ from attnsel.errors import CheckFailed, UserInputError
 
 DEFAULT_MODEL = "llama-3.1-8b"
 SOURCE_KEY = "_attnsel_source"
-MAMBA_DTYPES = ("auto", "float32", "float16")  # vLLM `MambaDType` (§4)
 
 # ---------------------------------------------------------------------------------------------
 # Results
@@ -722,8 +721,8 @@ def _mamba_cache_dtypes(
     notes: list[str],
 ) -> tuple[str, str]:
     for name, value in (("mamba_ssm_cache_dtype", ssm_flag), ("mamba_cache_dtype", conv_flag)):
-        if value not in MAMBA_DTYPES:
-            raise UserInputError(f"Unknown {name} {value!r}. Valid: {', '.join(MAMBA_DTYPES)}")
+        if value not in rules.mamba_dtypes:
+            raise UserInputError(f"Unknown {name} {value!r}. Valid: {', '.join(rules.mamba_dtypes)}")
     ssm = ssm_flag
     if ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_config_architectures:
         ssm = str(hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default))

@@ -103,6 +103,8 @@ class ModelRules:
     # models/config.py Qwen3_5ForConditionalGenerationConfig (0.18+): a text config's
     # `mamba_ssm_dtype` becomes the "auto" --mamba-ssm-cache-dtype. Keyed by architecture.
     mamba_ssm_dtype_from_text_config_architectures: frozenset[str] = frozenset()
+    # config/cache.py `MambaDType`: the values --mamba-ssm-cache-dtype / --mamba-cache-dtype take
+    mamba_dtypes: tuple[str, ...] = ("auto", "float32", "float16")
 
 
 _SET_FIELDS = (
@@ -139,6 +141,7 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
             {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
         ),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
+        mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
         **sets,
     )
 

@@ -59,6 +59,9 @@ class SelectionRequest:
     # --mamba-cache-mode; None: vLLM's default for the version
     prefix_caching: Optional[bool] = None
     mamba_cache_mode: Optional[str] = None
+    # --mamba-ssm-cache-dtype / --mamba-cache-dtype (vLLM `MambaDType`); None: "auto"
+    mamba_ssm_cache_dtype: Optional[str] = None
+    mamba_cache_dtype: Optional[str] = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's
@@ -147,6 +150,8 @@ def build_selection(
     model_float32 = None
     if facts is not None:
         model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
+    elif req.mamba_ssm_cache_dtype is not None or req.mamba_cache_dtype is not None:
+        model_float32 = "float32" in (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype)
     notes: list[str] = []
     extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
     for name, flag, what in CONTEXT_INPUTS:

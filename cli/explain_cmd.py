@@ -100,6 +100,10 @@ def register(app: typer.Typer) -> None:
         flashinfer_cubin: bool = typer.Option(True, "--flashinfer-cubin/--no-flashinfer-cubin", help="FlashInfer cubins reachable (has_nvidia_artifactory)."),
         hybrid: Optional[bool] = typer.Option(None, "--hybrid/--no-hybrid", help="Attention + Mamba hybrid model."),
         mamba_cache_float32: Optional[bool] = typer.Option(None, "--mamba-cache-float32/--no-mamba-cache-float32", help="Hybrid model with float32 Mamba cache."),
+        enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching flag (hybrid models: decides the Mamba cache mode; default: vLLM's for the version)."),
+        mamba_cache_mode: Optional[str] = typer.Option(None, "--mamba-cache-mode", help="vLLM --mamba-cache-mode (0.24: all, align, none; 0.33: align, none, parsed but without effect)."),
+        mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="vLLM --mamba-ssm-cache-dtype (auto, float32, float16; bfloat16 from 0.24)."),
+        mamba_cache_dtype: Optional[str] = typer.Option(None, "--mamba-cache-dtype", help="vLLM --mamba-cache-dtype (the Mamba conv state; same values)."),
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for. Default: the vLLM installed here, else the newest profile."),
@@ -118,7 +122,7 @@ def register(app: typer.Typer) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
         from attnsel.attention.explain_answers import model_choice
         from attnsel.attention.request import SelectionRequest
-        from attnsel.attention.validation import check_request
+        from attnsel.attention.validation import check_hybrid_flags, check_request
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         route = _route(vllm_version, check_imports, mm_encoder_attn_backend, live=live, compare_live=compare_live,
@@ -134,8 +138,11 @@ def register(app: typer.Typer) -> None:
             per_head_quant_scales=per_head_quant_scales, rswa=rswa, adaptive_verification=adaptive_verification,
             qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim, num_kv_heads=num_kv_heads,
             kv_lora_rank=kv_lora_rank, index_topk=_parse_index_topk(index_topk, index_topk_value),
+            prefix_caching=enable_prefix_caching, mamba_cache_mode=mamba_cache_mode,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, mamba_cache_dtype=mamba_cache_dtype,
         )
         check_request(req, tensor_parallel_size)
+        check_hybrid_flags(req, route.choice.profile)
         _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
 
 
@@ -208,7 +215,8 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     profile = route.choice.profile
     facts = None
     if model is not None:
-        facts = model_facts(model.config, req.dtype, tp, cc, gpu_name, profile.model_rules)
+        facts = model_facts(model.config, req.dtype, tp, cc, gpu_name, profile.model_rules,
+                            (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
     inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
                                          importable=route.importable)
     expl = explain_one(profile, inputs, ctx, route.choice, notes)

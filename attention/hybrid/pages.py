@@ -103,6 +103,10 @@ def resolve_cache_mode(rules: dict, setup: HybridSetup, layout: HybridLayout, lo
                          f"(choose from {', '.join(choices)})", exc_type="argparse error")
     prefix = rules["prefix_caching_default"] if setup.prefix_caching is None else setup.prefix_caching
     mode = setup.mamba_cache_mode or "none"
+    if setup.mamba_cache_mode is not None and rules.get("mamba_cache_mode_flag_ignored"):
+        # 0.33 engine/arg_utils.py: the flag is parsed and warned about, never handed to CacheConfig
+        logs.append(("warning", rules["mamba_cache_mode_flag_ignored"]))
+        mode = "none"
     if not prefix:
         if mode != "none":
             logs.append(("warning", "Mamba cache mode is set to 'none' when prefix caching is disabled"))
