@@ -152,7 +152,13 @@ def explain_one(profile, inputs, ctx, choice, notes=()):
     from attnsel.attention.request import explain_selection
 
     expl = explain_selection(profile, inputs, ctx, list(notes))
-    return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason)
+    explicit = ()
+    if expl.hybrid is not None and expl.error is None:
+        from attnsel.attention.hybrid.explicit import explicit_block_sizes
+
+        explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
+    return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
+                               explicit_block_sizes=explicit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,6 +230,8 @@ class Explanation:
     profile_note: Optional[str] = None
     profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
     hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
+    # attention/hybrid/explicit.py: what each explicit --block-size would do (hybrid models, set by explain)
+    explicit_block_sizes: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -253,6 +255,6 @@ class Explanation:
         if self.error is not None or self.selected is None:
             return []
         args = ["--attention-backend", self.selected]
-        if self.block_size is not None:
+        if self.block_size is not None and self.hybrid is None:  # a hybrid's size is vLLM's to compute
             args += ["--block-size", str(self.block_size)]
         return args

@@ -11,7 +11,7 @@ from rich.text import Text
 from attnsel.attention.explain_answers import DEFAULT_SOURCE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
 from attnsel.attention.selector import OPTIONAL_SELECTOR_FIELDS, Explanation
-from attnsel.reports.hybrid_report import hybrid_to_dict, render_hybrid
+from attnsel.reports.hybrid_report import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
 JSON_SCHEMA_VERSION = 1
 
@@ -74,6 +74,7 @@ def explanation_to_dict(expl: Explanation) -> dict:
         "vllm_args": expl.vllm_args,
         "notes": list(expl.notes),
         "hybrid": hybrid_to_dict(expl.hybrid),
+        "hybrid_explicit_block_sizes": explicit_to_dict(expl),
         "exit_code": expl.exit_code,
     }
 
@@ -162,6 +163,8 @@ def render_explanation(expl: Explanation, console: Console) -> None:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
     elif expl.vllm_args:
         console.print("vLLM flags: " + " ".join(expl.vllm_args), markup=False)
+        for line in block_size_advice_lines(expl):
+            console.print(line, markup=False)
 
 
 def model_line(section: dict) -> str:

@@ -47,3 +47,28 @@ def render_hybrid(answer: Any, user_block_size: Optional[int], console: Console)
     console.print("Hybrid model (what vLLM computes for the KV block):")
     for line in hybrid_lines(answer, user_block_size):
         console.print(f"  {line}", markup=False)
+
+
+def block_size_advice_lines(expl: Any) -> list[str]:
+    """Under the flags line of a hybrid model: why no --block-size, and what one would do."""
+    if expl.hybrid is None or not expl.explicit_block_sizes:
+        return []
+    lines = [f"No --block-size: vLLM computes a hybrid model's KV block from its Mamba state ({expl.block_size} here); "
+             "a pinned size does not follow a later dtype, TP or release change (vllm#53142, vllm#38979)."]
+    lines.append(f"An explicit --block-size on vLLM {expl.vllm_version}:")
+    for row in expl.explicit_block_sizes:
+        lines.append(f"  {row.block_size}: {_explicit_outcome(row)}")
+    return lines
+
+
+def _explicit_outcome(row: Any) -> str:
+    if row.error is not None:
+        return f"vLLM raises {row.error_type}: {row.error}"
+    if row.ends_with != row.block_size:
+        return f"raised to {row.ends_with} (one Mamba state per attention page)"
+    padding = "pages equal" if row.padding_pct is None else f"Mamba page padded {row.padding_pct:.2f}%"
+    return f"kept ({padding})"
+
+
+def explicit_to_dict(expl: Any) -> list[dict]:
+    return [row.to_dict() for row in expl.explicit_block_sizes]
