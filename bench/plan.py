@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from attnsel.bench.plan_rules import DefaultChoice, Verdict, vllm_default_choice, vllm_verdict
+from attnsel.bench.plan_rules import (
+    DefaultChoice,
+    HybridSize,
+    Verdict,
+    hybrid_block_size,
+    vllm_default_choice,
+    vllm_verdict,
+)
 from attnsel.bench.tune_shape import TuneShape
 from attnsel.bench.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
 from attnsel.errors import UserInputError
@@ -170,6 +177,7 @@ def build_plan(
     verdict: Verdict = vllm_verdict,
     default_choice: DefaultChoice = vllm_default_choice,
     block_sizes_given: bool = False,
+    hybrid_size: HybridSize = hybrid_block_size,
 ) -> Plan:
     """Filter backend x block size with vLLM's rules for this GPU; attach the workload shapes.
     `backends` empty: the model's grid (MLA models: vLLM's MLA backends, bench/plan_mla.py).
@@ -187,7 +195,8 @@ def build_plan(
                      f"kernels attend to the full context")
     if shape.is_hybrid:
         notes.append("hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state; only the "
-                     "attention kernels are timed")
+                     "attention kernels are timed" + ("; block sizes vLLM would raise are skipped and the size it "
+                                                     "picks per backend is added" if shape.hybrid else ""))
     configs = []
     for backend in backends:
         sizes = list(block_sizes)
@@ -197,6 +206,9 @@ def build_plan(
             notes.append(f"{backend} is timed at --block-size {', '.join(map(str, limited))} only in the {grid} grid: "
                          f"torch.compile builds flex_attention again for every shape and block size (~11 s each "
                          f"cold, gpu-facts.md); pass --full or --block-sizes to time more")
+        aligned = hybrid_size(backend, shape, capability) if shape.hybrid else None
+        if aligned is not None and aligned not in sizes:  # the size vLLM itself picks for a hybrid model
+            sizes = sorted([*sizes, aligned])
         for bs in sizes:
             reasons, kernel_bs = verdict(backend, bs, shape, capability)
             configs.append(PlannedConfig(backend, bs, kernel_bs, tuple(reasons)))

@@ -15,6 +15,8 @@ from attnsel.bench.tune_shape import TuneShape
 Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], Optional[int]]]
 # (backend vLLM picks with no flags, the block size it then uses) or an error string.
 DefaultChoice = Callable[[TuneShape, tuple[int, int]], tuple[Optional[str], Optional[int], Optional[str]]]
+# the block size vLLM picks for a hybrid model with --attention-backend BACKEND alone (None: not hybrid / raises)
+HybridSize = Callable[[str, TuneShape, tuple[int, int]], Optional[int]]
 
 
 def rule_profile_choice(vllm_version: Optional[str] = None):
@@ -56,8 +58,47 @@ def _selection_context(selector, shape: TuneShape, capability: tuple[int, int], 
         user_backend=backend,
         is_hybrid=shape.is_hybrid,
         mamba_cache_float32=shape.mamba_cache_float32,
+        hybrid=_hybrid_setup(shape),
         **plan_mla.selection_context_fields(shape),
     )
+
+
+def _hybrid_setup(shape: TuneShape):
+    """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py HybridSetup)."""
+    if not shape.hybrid:
+        return None
+    from attnsel.attention.hybrid import HybridLayout, HybridSetup
+
+    doc = shape.hybrid
+    return HybridSetup(layout=HybridLayout.from_json(doc["layout"]),
+                       mamba_ssm_cache_dtype=doc.get("mamba_ssm_cache_dtype") or "auto",
+                       mamba_cache_dtype=doc.get("mamba_cache_dtype") or "auto",
+                       tensor_parallel_size=shape.tensor_parallel_size, num_kv_heads=shape.num_kv_heads,
+                       prefix_caching=doc.get("prefix_caching"))
+
+
+def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int], *,
+                      vllm_version: Optional[str] = None) -> Optional[int]:
+    """The block size vLLM uses for a hybrid model with `--attention-backend BACKEND` and no
+    --block-size (interface.py `_align_hybrid_block_size`); None for other models or when vLLM raises."""
+    if not shape.hybrid:
+        return None
+    profile, _rules_module, selector = _rules(vllm_version)
+    ctx = _selection_context(selector, shape, capability, backend)
+    explanation = selector.explain(profile, _selector_inputs(selector, shape, None), ctx)
+    return None if explanation.error else explanation.block_size
+
+
+def _hybrid_runs_as_given(profile, selector, backend: str, block_size: int, shape: TuneShape, ctx) -> list[str]:
+    """A hybrid model's --block-size N is raised when one attention page of N tokens holds no Mamba
+    state (or, 0.18-0.32, to the next multiple of N): vLLM then never runs N."""
+    explanation = selector.explain(profile, _selector_inputs(selector, shape, block_size), ctx)
+    if explanation.error:
+        return [explanation.error]
+    if explanation.block_size != block_size:
+        # interface.py _align_hybrid_block_size: one attention page must hold a Mamba state
+        return [f"hybrid: vLLM raises --block-size {block_size} to {explanation.block_size} (Mamba state page)"]
+    return []
 
 
 def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
@@ -74,6 +115,8 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
         reasons = list(selector.validate_backend(profile, backend, _selector_inputs(selector, shape, block_size), ctx))
     except Exception as exc:  # noqa: BLE001 -- VllmRaises / not modelled: vLLM's message is the reason
         return [getattr(exc, "message", str(exc))], None
+    if not reasons and shape.hybrid:
+        reasons = _hybrid_runs_as_given(profile, selector, backend, block_size, shape, ctx)
     if reasons:
         return reasons, None
     try:

@@ -15,7 +15,7 @@ from attnsel.bench import env_info
 from attnsel.bench import plan as P
 from attnsel.bench import plan_mla
 from attnsel.bench import recommend as REC
-from attnsel.bench.plan_rules import rule_profile_choice, vllm_default_choice, vllm_verdict
+from attnsel.bench.plan_rules import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
 from attnsel.bench.sweep import SweepOptions
 from attnsel.bench.tune_shape import TuneShape, default_head_layout, make_shape, shape_from_model
 from attnsel.bench.workloads import WORKLOAD_KINDS
@@ -107,7 +107,8 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> Tu
     check_shape_flags(req)
     if req.model:
         return shape_from_model(req.model, capability=capability, dtype=req.dtype,
-                                kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size)
+                                kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size,
+                                model_rules=rule_profile_choice(req.vllm_version).profile.model_rules)
     dtype = req.dtype
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
@@ -125,7 +126,8 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
     plan = P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
                         grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given,
                         verdict=functools.partial(vllm_verdict, vllm_version=version),
-                        default_choice=functools.partial(vllm_default_choice, vllm_version=version))
+                        default_choice=functools.partial(vllm_default_choice, vllm_version=version),
+                        hybrid_size=functools.partial(hybrid_block_size, vllm_version=version))
     choice = rule_profile_choice(version)
     return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
 

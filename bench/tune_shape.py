@@ -46,6 +46,9 @@ class TuneShape:
     qk_rope_head_dim: Optional[int] = None
     qk_nope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    # hybrid models: {"layout": HybridLayout.to_json(), "mamba_ssm_cache_dtype", "mamba_cache_dtype",
+    # "prefix_caching"}: what vLLM's block-size alignment reads (attention/hybrid; plan_rules.py)
+    hybrid: Optional[dict] = None
 
     def describe(self) -> str:
         src = f"{self.model}, TP={self.tensor_parallel_size}: " if self.model else ""
@@ -131,14 +134,16 @@ def shape_from_model(
     dtype: str = "auto",
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
+    model_rules=None,
 ) -> TuneShape:
-    """The same derivation as `explain --model` (attention/model_config.py)."""
+    """The same derivation as `explain --model` (attention/model_config.py); `model_rules`: the
+    version's (default: the library's)."""
     from attnsel.attention import model_config
     from attnsel.bench import plan_mla
 
     hf = model_config.load_model_config(model)
     facts = model_config.derive_model_facts(
-        hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size
+        hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size, profile=model_rules
     )
     if getattr(facts, "dtype_error", None):
         raise UserInputError(facts.dtype_error)
@@ -162,8 +167,17 @@ def shape_from_model(
         is_hybrid=bool(facts.is_hybrid),
         mamba_cache_float32=bool(facts.mamba_cache_float32),
         sliding_window=getattr(facts, "sliding_window", None),
+        hybrid=_hybrid_fields(facts),
         **plan_mla.mla_fields_from_facts(facts),
     )
+
+
+def _hybrid_fields(facts) -> Optional[dict]:
+    layout = getattr(facts, "hybrid_layout", None)
+    if layout is None:
+        return None
+    return {"layout": layout.to_json(), "mamba_ssm_cache_dtype": facts.mamba_ssm_cache_dtype,
+            "mamba_cache_dtype": facts.mamba_cache_dtype, "prefix_caching": None}
 
 
 def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:

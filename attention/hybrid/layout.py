@@ -34,6 +34,17 @@ class HybridLayout:
         return {"kind": self.kind, "sizes": dict(self.sizes), "attention_layers": self.attention_layers,
                 "mamba_layers": self.mamba_layers, "chunk_size": self.chunk_size}
 
+    def to_json(self) -> dict:
+        """Everything `from_json` needs (tune's plan carries the layout to verify)."""
+        return {**self.to_dict(), "model_type": self.model_type, "architecture": self.architecture}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "HybridLayout":
+        return cls(kind=str(doc["kind"]), sizes=tuple((str(k), int(v)) for k, v in dict(doc["sizes"]).items()),
+                   attention_layers=int(doc["attention_layers"]), mamba_layers=int(doc["mamba_layers"]),
+                   chunk_size=int(doc["chunk_size"]), model_type=str(doc["model_type"]),
+                   architecture=str(doc.get("architecture") or ""))
+
 
 def _int(config: Mapping, key: str, model_type: str) -> int:
     value = config.get(key)

@@ -124,7 +124,10 @@ def _mamba_spec(vllm_config: Any, model_cls: Any, checkpoint: Optional[int]) -> 
 
 def _groups(vllm_config: Any, mamba: Any, layout: Any) -> dict:
     iface = importlib.import_module("vllm.v1.kv_cache_interface")
-    planning = _optional("vllm.v1.core", "kv_cache_planning") or importlib.import_module("vllm.v1.core.kv_cache_utils")
+    try:  # 0.33 moved the grouping out of kv_cache_utils.py
+        planning = importlib.import_module("vllm.v1.core.kv_cache_planning")
+    except ImportError:
+        planning = importlib.import_module("vllm.v1.core.kv_cache_utils")
     model, cache = vllm_config.model_config, vllm_config.cache_config
     torch_dtype = importlib.import_module("vllm.utils.torch_utils").STR_DTYPE_TO_TORCH_DTYPE
     kv_dtype = model.dtype if cache.cache_dtype == "auto" else torch_dtype[cache.cache_dtype]
