@@ -116,12 +116,20 @@ def _gdn(c: Mapping, t: str) -> dict[str, int]:
             "conv_kernel": _int(c, "linear_conv_kernel_dim", t)}
 
 
+# transformers Glm5NextTextConfig.__post_init__: a checkpoint's linear_attn_config {num_heads, head_dim,
+# short_conv_kernel_size} fills linear_num_heads / linear_head_dim / linear_conv_kernel_dim, which vLLM's
+# Glm5NextForCausalLM.get_mamba_state_shape_from_config reads (0.33 models/glm5next/common/model.py)
+KDA_KEYS = (("num_heads", "linear_num_heads", "num_heads"), ("head_dim", "linear_head_dim", "head_dim"),
+            ("conv_kernel", "linear_conv_kernel_dim", "short_conv_kernel_size"))
+
+
 def _kda(c: Mapping, t: str) -> dict[str, int]:
-    # vLLM's Glm5Next config maps linear_attn_config {num_heads, head_dim, short_conv_kernel_size}
-    # to linear_num_heads / linear_head_dim / linear_conv_kernel_dim
     linear = c.get("linear_attn_config") if isinstance(c.get("linear_attn_config"), Mapping) else {}
-    return {"num_heads": _int(linear, "num_heads", t), "head_dim": _int(linear, "head_dim", t),
-            "conv_kernel": _int(linear, "short_conv_kernel_size", t)}
+    sizes = {}
+    for name, flat, nested in KDA_KEYS:
+        source = linear if nested in linear else c
+        sizes[name] = _int(source, nested if source is linear else flat, t)
+    return sizes
 
 
 KINDS = {
@@ -139,6 +147,10 @@ def _kda_layers(config: Mapping, model_type: str) -> tuple[int, int]:
     full, kda = linear.get("full_attn_layers"), linear.get("kda_layers")
     if isinstance(full, list) and isinstance(kda, list):
         return len(full), len(kda)
+    if not config.get("layer_types"):  # Glm5NextTextConfig's default: every 4th layer attends (i % 4 == 3)
+        layers = _int(config, "num_hidden_layers", model_type)
+        attention = sum(1 for i in range(layers) if i % 4 == 3)
+        return attention, layers - attention
     return _split_layers(config, model_type)
 
 
