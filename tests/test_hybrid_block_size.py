@@ -126,3 +126,30 @@ def test_recorded_real_vllm_hybrid_answers_match(path):
                 "prefix_caching": h.prefix_caching, "mamba_cache_mode": h.mamba_cache_mode,
                 "state_dtypes": list(h.state_dtypes), "kv_cache_groups": groups}
         assert ours == {key: case["vllm"][key] for key in ours}, case
+
+
+def test_glm5_next_kda_state_and_indexer_grid_size_its_block_on_033():
+    expl = explain("glm-5-next", "0.33")
+    h = expl.hybrid
+    # KDA: conv (3, 3 x 64 x 128) bf16 + recurrent 64 x 128 x 128 float32 (mamba_utils.py kda_state_*)
+    assert h.kind == "kda" and h.state_dtypes == ("bfloat16", "float32") and h.state_page_bytes == 4_341_760
+    assert h.attention_page_bytes_per_token == 1024  # MLA latent 512 + rope 0, bf16
+    # the DSA indexer's K cache takes blocks of 16 x 32 tokens: 4,240 tokens round up to 4,608, not 4,352
+    assert h.alignment == 512 and expl.block_size == 4608
+
+
+def test_glm5_next_reads_linear_attn_config_as_transformers_maps_it():
+    from attnsel.attention.hybrid import hybrid_layout
+
+    config = model_config.load_model_config("glm-5-next")
+    nested = {k: v for k, v in config.items() if not k.startswith("linear_")}
+    nested["linear_attn_config"] = {"num_heads": 64, "head_dim": 128, "short_conv_kernel_size": 4}
+    assert hybrid_layout(nested, "glm5_next_text").sizes == hybrid_layout(config, "glm5_next_text").sizes
+    without_types = {k: v for k, v in config.items() if k != "layer_types"}  # default: every 4th layer attends
+    layout = hybrid_layout(without_types, "glm5_next_text")
+    assert (layout.attention_layers, layout.mamba_layers) == (11, 34)
+
+
+def test_vllm_024_has_no_glm5_next():
+    result = CliRunner().invoke(app, ["explain", "--model", "glm-5-next", "--gpu", "H100", "--vllm-version", "0.24"])
+    assert result.exit_code == 2 and "Unknown model type 'glm5_next_text'" in result.output

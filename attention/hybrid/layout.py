@@ -26,6 +26,8 @@ class HybridLayout:
     model_type: str
     architecture: str = ""
     notes: tuple[str, ...] = field(default=())
+    # GLM-5-Next's DSA indexer: its K cache is paged in pools of index_kpool tokens (0: no indexer)
+    indexer_kpool: int = 0
 
     def size(self, name: str) -> int:
         return dict(self.sizes)[name]
@@ -36,14 +38,15 @@ class HybridLayout:
 
     def to_json(self) -> dict:
         """Everything `from_json` needs (tune's plan carries the layout to verify)."""
-        return {**self.to_dict(), "model_type": self.model_type, "architecture": self.architecture}
+        return {**self.to_dict(), "model_type": self.model_type, "architecture": self.architecture,
+                "indexer_kpool": self.indexer_kpool}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "HybridLayout":
         return cls(kind=str(doc["kind"]), sizes=tuple((str(k), int(v)) for k, v in dict(doc["sizes"]).items()),
                    attention_layers=int(doc["attention_layers"]), mamba_layers=int(doc["mamba_layers"]),
                    chunk_size=int(doc["chunk_size"]), model_type=str(doc["model_type"]),
-                   architecture=str(doc.get("architecture") or ""))
+                   architecture=str(doc.get("architecture") or ""), indexer_kpool=int(doc.get("indexer_kpool") or 0))
 
 
 def _int(config: Mapping, key: str, model_type: str) -> int:
@@ -169,6 +172,9 @@ def hybrid_layout(text_config: Mapping[str, Any], model_type: str, architecture:
         attention, state = _kda_layers(text_config, model_type)
     else:
         attention, state = _split_layers(text_config, model_type)
+    kpool = 0
+    if kind == "kda" and text_config.get("index_topk") is not None:  # Glm5NextTextConfig.index_kpool default 16
+        kpool = int(text_config.get("index_kpool") or 16)
     return HybridLayout(kind=kind, sizes=tuple(sizes.items()), attention_layers=attention, mamba_layers=state,
                         chunk_size=_chunk_size(text_config), model_type=model_type,
-                        architecture=architecture)
+                        architecture=architecture, indexer_kpool=kpool)

@@ -148,15 +148,30 @@ def checkpoint_alignment(rules: dict, layout: HybridLayout, ctx: Any) -> int:
     return 1
 
 
+def indexer_kernel_block(rules: dict, layout: HybridLayout, ctx: Any) -> int:
+    """0.33 mla/indexer.py `Glm5NextIndexerBackend.get_supported_kernel_block_sizes`: index_kpool x the
+    paged-MQA page sizes (utils/deep_gemm.py: 32 or 64 entries, only 64 on SM12x); its smallest, or 0."""
+    pages = rules.get("indexer_kernel_pages")
+    if not pages or not layout.indexer_kpool:
+        return 0
+    return layout.indexer_kpool * min(pages.get(str(ctx.capability[0]), pages["default"]))
+
+
 def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[str], block_size: Optional[int],
                layout: HybridLayout, mode: str) -> tuple[int, int]:
     """(kernel alignment, the multiple the result is rounded to)."""
     if rules["align"] == "config_time":
         return _config_time_alignment(ctx, inputs), 1
-    alignment = max(_min_kernel(profile, backends[0], ctx, inputs), block_size or 0)
+    mins = [_min_kernel(profile, b, ctx, inputs) for b in backends]
+    indexer = indexer_kernel_block(rules, layout, ctx)
+    if indexer:  # the indexer's K-cache layers come first in layer order (glm5next/common/attention.py);
+        # without --block-size, phase 1 picks the smallest size every backend takes
+        mins = [indexer, *mins]
+        block_size = block_size or math.lcm(*mins)
+    alignment = max(mins[0], block_size or 0)
     if rules["align"] == "first_backend":
         return alignment, 1
-    rounding = math.lcm(*(_min_kernel(profile, b, ctx, inputs) for b in backends))
+    rounding = math.lcm(*mins)
     if inputs.use_mla:
         alignment = max(alignment, 128)
     if mode == "align":

@@ -3,8 +3,8 @@
     python -m attnsel.bench.tools.hybrid_live [--vllm-version 0.33] [--record tests/fixtures/hybrid/hybrid_033.json]
 
 For each bundled hybrid config, GPU and flag set, on a stand-in VllmConfig (attention/live_runtime.py,
-offline) with the backend attnsel selected as every layer's (`_find_non_ssm_backend(s)` reads a built
-model: vllm-rules §10) and the model's real class from vLLM's registry, vLLM decides:
+offline) with the backend attnsel selected as every attention layer's (`_find_non_ssm_backend(s)` reads
+a built model: vllm-rules §10; GLM-5-Next's indexer cache backends ahead of it) and the model's real class from vLLM's registry, vLLM decides:
 - prefix caching (`ModelConfig.is_prefix_caching_supported` unless the flag is given), the Mamba cache
   mode and the state dtypes (`MambaModelConfig` and the architecture's own hook in `MODELS_CONFIG_MAP`;
   0.33 parses --mamba-cache-mode and drops it: `_MAMBA_CACHE_MODE_DEPRECATION_MESSAGE`);
@@ -145,6 +145,15 @@ def _groups(vllm_config: Any, mamba: Any, layout: Any) -> dict:
             "mamba_groups": is_mamba.count(True), "blocks_pinned_per_request": per_request}
 
 
+def _indexer_backends(layout: Any) -> list[Any]:
+    """GLM-5-Next's DSA indexer K cache and kpool tail cache: non-SSM layers built ahead of each MLA
+    layer (0.33 models/glm5next/common/attention.py), so `_find_non_ssm_backends` lists them first."""
+    if not layout.indexer_kpool:
+        return []
+    indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
+    return [indexer.Glm5NextIndexerBackend, indexer.KpoolTailBackend]
+
+
 def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: dict) -> dict:
     registry = importlib.import_module("vllm.model_executor.models")
     platform = runtime.platform_cls
@@ -152,6 +161,7 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
     arch = config["architectures"][0]
     model_cls = registry.ModelRegistry._try_load_model_cls(arch)
     layout = ctx.hybrid.layout
+    backends = [*_indexer_backends(layout), backend]
     with runtime.case(inputs, ctx) as vllm_config:
         model, cache = vllm_config.model_config, vllm_config.cache_config
         text = _text_namespace(config)
@@ -167,8 +177,8 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
         _decide_cache_mode(vllm_config, model_cls, flags)
         checkpoint = _checkpoint_alignment(vllm_config, layout.kind)
         abstract = _optional("vllm.model_executor.layers.mamba", "abstract")
-        with _patched(platform, "_find_non_ssm_backends", classmethod(lambda cls, cfg: [backend])), \
-                _patched(platform, "_find_non_ssm_backend", classmethod(lambda cls, cfg: backend)), \
+        with _patched(platform, "_find_non_ssm_backends", classmethod(lambda cls, cfg: backends)), \
+                _patched(platform, "_find_non_ssm_backend", classmethod(lambda cls, cfg: backends[0])), \
                 _patched(registry.ModelRegistry, "resolve_model_cls", lambda *a, **k: (model_cls, arch)), \
                 _patched(abstract or types.SimpleNamespace(), "get_mamba_prefill_checkpoint_alignment",
                          lambda cfg: checkpoint):
