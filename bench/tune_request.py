@@ -50,6 +50,9 @@ class TuneRequest:
     kv_lora_rank: Optional[int] = None
     qk_rope_head_dim: Optional[int] = None
     qk_nope_head_dim: Optional[int] = None
+    # hybrid models (--model): vLLM's --enable-prefix-caching / --mamba-ssm-cache-dtype; None: vLLM's default
+    prefix_caching: Optional[bool] = None
+    mamba_ssm_cache_dtype: Optional[str] = None
 
 
 MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
@@ -106,9 +109,13 @@ def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
     check_shape_flags(req)
     if req.model:
-        return shape_from_model(req.model, capability=capability, dtype=req.dtype,
-                                kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size,
-                                model_rules=rule_profile_choice(req.vllm_version).profile.model_rules)
+        shape = shape_from_model(req.model, capability=capability, dtype=req.dtype,
+                                 kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size,
+                                 model_rules=rule_profile_choice(req.vllm_version).profile.model_rules,
+                                 mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto")
+        if shape.hybrid:
+            shape = dataclasses.replace(shape, hybrid={**shape.hybrid, "prefix_caching": req.prefix_caching})
+        return shape
     dtype = req.dtype
     if dtype == "auto":
         # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)

@@ -135,6 +135,7 @@ def shape_from_model(
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
     model_rules=None,
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> TuneShape:
     """The same derivation as `explain --model` (attention/model_config.py); `model_rules`: the
     version's (default: the library's)."""
@@ -143,7 +144,8 @@ def shape_from_model(
 
     hf = model_config.load_model_config(model)
     facts = model_config.derive_model_facts(
-        hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size, profile=model_rules
+        hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size, profile=model_rules,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
     )
     if getattr(facts, "dtype_error", None):
         raise UserInputError(facts.dtype_error)

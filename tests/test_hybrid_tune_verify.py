@@ -56,3 +56,13 @@ def test_a_dense_model_plan_is_unchanged_by_the_hybrid_rules():
     shape = shape_from_model("llama-3.1-8b", capability=H100)
     plan = build_plan(shape, H100)
     assert shape.hybrid is None and sorted({c.block_size for c in plan.configs}) == [16, 32, 64, 128, 256]
+
+
+def test_tune_takes_vllms_prefix_caching_and_ssm_dtype_flags_for_a_hybrid():
+    def default(**flags):
+        return make_plan(TuneRequest(model="qwen3-next-80b-a3b", vllm_version="0.33", **flags), H100,
+                         "H100").vllm_default_block_size
+
+    assert default() == 576 and default(prefix_caching=False) == 544
+    # a float32 SSM state doubles the recurrent part of the page: a larger aligned block
+    assert default(mamba_ssm_cache_dtype="float32") > 576
