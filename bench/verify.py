@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -153,14 +153,6 @@ def write_model_dir(hf_config: dict, folder: Path) -> Path:
 # The run
 
 
-def engine_shape(shape):
-    """The shape as verify's engines run it: prefix caching off (engine_worker.py), which for a hybrid
-    model decides the Mamba cache mode and so the block size vLLM aligns to."""
-    if not shape.hybrid:
-        return shape
-    return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False})
-
-
 def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple[dict, list, dict]:
     """Everything decided before the first engine: (document, candidates, context)."""
     tune_doc = load_tune_document(req.tune_dir) if req.tune_dir else None
@@ -175,10 +167,10 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         default = tune_doc["plan"].get("vllm_default") or {}
         vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") else None
     else:
-        shape = engine_shape(shape_from_model(model_name, capability=capability))
+        shape = VP.engine_shape(shape_from_model(model_name, capability=capability))
         backend, block, _error = vllm_default_choice(shape, capability)
         vllm_default = (backend, int(block)) if backend and block else None
-    shape = engine_shape(shape)
+    shape = VP.engine_shape(shape)
     candidates = VP.choose_candidates((tune_doc or {}).get("recommendation"), vllm_default, req.candidates)
     VP.check_refusals(candidates, shape, capability)
     model_max = VP.model_max_len(hf_config)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -192,6 +192,14 @@ def check_refusals(candidates: Sequence[Candidate], shape: TuneShape, capability
             reasons, _kernel = vllm_verdict(cand.backend, int(cand.block_size), shape, capability,
                                             vllm_version=vllm_version)
             cand.reasons = list(reasons)
+
+
+def engine_shape(shape: TuneShape) -> TuneShape:
+    """The shape as verify's engines run it: prefix caching off (engine_worker.py), which for a hybrid
+    model decides the Mamba cache mode and so the block size vLLM aligns to."""
+    if not shape.hybrid:
+        return shape
+    return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False})
 
 
 def shape_from_document(plan: dict) -> TuneShape:

@@ -11,7 +11,6 @@ from attnsel.bench.plan import build_plan
 from attnsel.bench.plan_rules import hybrid_block_size, vllm_default_choice, vllm_verdict
 from attnsel.bench.tune_request import TuneRequest, make_plan
 from attnsel.bench.tune_shape import shape_from_model
-from attnsel.bench.verify import engine_shape
 
 H100 = (9, 0)
 
@@ -48,8 +47,8 @@ def test_verify_plans_its_engines_with_prefix_caching_off_as_they_run():
     # Qwen3-Next on Hopper, 0.33: prefix caching on aligns to the GDN checkpoint grid (576), off does not (544)
     shape = shape_from_model("qwen3-next-80b-a3b", capability=H100)
     assert hybrid_block_size("FLASH_ATTN", shape, H100, vllm_version="0.33") == 576
-    assert hybrid_block_size("FLASH_ATTN", engine_shape(shape), H100, vllm_version="0.33") == 544
-    assert engine_shape(dataclasses.replace(shape, hybrid=None)).hybrid is None
+    assert hybrid_block_size("FLASH_ATTN", VP.engine_shape(shape), H100, vllm_version="0.33") == 544
+    assert VP.engine_shape(dataclasses.replace(shape, hybrid=None)).hybrid is None
 
 
 def test_a_dense_model_plan_is_unchanged_by_the_hybrid_rules():
