@@ -340,63 +340,88 @@ class _GroupRun:
 
     def drive(self, worker: WorkerProcess) -> bool:
         """Read one worker's messages until it finishes (True), dies or hangs (False)."""
-        ready = False
-        current: Optional[dict] = None
         worker.go()
-        record_index = len(self.outcome.workers)
+        watch = _Watch(worker, record_index=len(self.outcome.workers))
         self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
         while True:
-            limit = self.options.item_timeout_s if ready else self.options.startup_timeout_s
+            limit = self.options.item_timeout_s if watch.ready else self.options.startup_timeout_s
             try:
                 message = worker.next_message(limit)
             except queue.Empty:
-                worker.kill()
-                if current is not None:
-                    self.fail(current, R.STATUS_TIMEOUT, f"no result within {limit:g} s; the worker was killed")
-                    self.give_up_on_config(current, R.STATUS_TIMEOUT)
-                else:
-                    what = "did not start" if not ready else "stopped answering"
-                    self.fail_all(R.STATUS_TIMEOUT, f"worker {what} within {limit:g} s")
+                self._silent(watch, limit)
                 return False
             if message is None:  # EOF: the worker died (segfault, abort) or exited early
-                how = _describe_exit(worker.wait())
-                tail = worker.stderr_tail()
-                detail = f"worker {how}" + (f"; stderr: {tail[-300:]}" if tail else "")
-                if current is not None:
-                    self.fail(current, R.STATUS_CRASHED, detail)
-                    self.give_up_on_config(current, R.STATUS_CRASHED)
-                elif not ready:
-                    if worker.prespawned and not self.outcome.prespawn_failures:
-                        self.outcome.workers[record_index]["error"] = detail
-                        self.retry_startup = True
-                        return False
-                    self.fail_all(R.STATUS_ERROR, detail)
+                self._died(watch)
                 return False
-            kind = message["type"]
-            if kind == "imported":
-                worker.imported = message.get("startup") or {}
-                worker.imported_seen_at = time.time()
-            elif kind == "ready":
-                ready = True
-                self.outcome.workers[record_index] = worker_record(worker, message.get("startup"), time.time(),
-                                                                   self.outcome.started_at)
-                self.outcome.info = message.get("info")
-                if self.on_info and self.outcome.info:
-                    self.on_info(self.outcome.info)
-            elif kind == "start":
-                current = self.by_key.get(message.get("key"))
-                if self.on_start and current is not None:
-                    self.on_start(current)
-            elif kind == "row":
-                row = message["row"]
-                self.emit(row)
-                self.pending = [i for i in self.pending if i["key"] != row.get("key")]
-                current = None
-            elif kind == "fatal":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, f"worker could not start: {message.get('error')}")
-                return False
-            elif kind == "done":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, "the worker finished without a result for this row")
-                return True
+            finished = self._handle(watch, message)
+            if finished is not None:
+                return finished
+
+    def _silent(self, watch: _Watch, limit: float) -> None:
+        """No message within the limit: kill the worker; its row (or every row) timed out."""
+        watch.worker.kill()
+        if watch.current is not None:
+            self.fail(watch.current, R.STATUS_TIMEOUT, f"no result within {limit:g} s; the worker was killed")
+            self.give_up_on_config(watch.current, R.STATUS_TIMEOUT)
+        else:
+            what = "did not start" if not watch.ready else "stopped answering"
+            self.fail_all(R.STATUS_TIMEOUT, f"worker {what} within {limit:g} s")
+
+    def _died(self, watch: _Watch) -> None:
+        """The worker's output ended: its row crashed; a pre-spawned worker that died before
+        "ready" is retried once (retry_startup); any other that did not start fails every row."""
+        worker = watch.worker
+        how = _describe_exit(worker.wait())
+        tail = worker.stderr_tail()
+        detail = f"worker {how}" + (f"; stderr: {tail[-300:]}" if tail else "")
+        if watch.current is not None:
+            self.fail(watch.current, R.STATUS_CRASHED, detail)
+            self.give_up_on_config(watch.current, R.STATUS_CRASHED)
+        elif not watch.ready:
+            if worker.prespawned and not self.outcome.prespawn_failures:
+                self.outcome.workers[watch.record_index]["error"] = detail
+                self.retry_startup = True
+                return
+            self.fail_all(R.STATUS_ERROR, detail)
+
+    def _handle(self, watch: _Watch, message: dict) -> Optional[bool]:
+        """One protocol message (bench/worker.py); True/False when the worker is through, else None."""
+        worker, kind = watch.worker, message["type"]
+        if kind == "imported":
+            worker.imported = message.get("startup") or {}
+            worker.imported_seen_at = time.time()
+        elif kind == "ready":
+            watch.ready = True
+            self.outcome.workers[watch.record_index] = worker_record(worker, message.get("startup"), time.time(),
+                                                                     self.outcome.started_at)
+            self.outcome.info = message.get("info")
+            if self.on_info and self.outcome.info:
+                self.on_info(self.outcome.info)
+        elif kind == "start":
+            watch.current = self.by_key.get(message.get("key"))
+            if self.on_start and watch.current is not None:
+                self.on_start(watch.current)
+        elif kind == "row":
+            row = message["row"]
+            self.emit(row)
+            self.pending = [i for i in self.pending if i["key"] != row.get("key")]
+            watch.current = None
+        elif kind == "fatal":
+            worker.wait()
+            self.fail_all(R.STATUS_ERROR, f"worker could not start: {message.get('error')}")
+            return False
+        elif kind == "done":
+            worker.wait()
+            self.fail_all(R.STATUS_ERROR, "the worker finished without a result for this row")
+            return True
+        return None
+
+
+@dataclass
+class _Watch:
+    """What drive() knows about the worker it reads: has it said "ready", which row is it on."""
+
+    worker: WorkerProcess
+    record_index: int  # its entry in GroupOutcome.workers
+    ready: bool = False
+    current: Optional[dict] = None  # the item of its last "start" message, until its row arrives
