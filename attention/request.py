@@ -55,6 +55,10 @@ class SelectionRequest:
     num_kv_heads: Optional[int] = None
     kv_lora_rank: Optional[int] = None
     index_topk: Optional[int] = None
+    # hybrid models (attention/hybrid): --enable-prefix-caching / --no-enable-prefix-caching and
+    # --mamba-cache-mode; None: vLLM's default for the version
+    prefix_caching: Optional[bool] = None
+    mamba_cache_mode: Optional[str] = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's
@@ -176,10 +180,24 @@ def build_selection(
         decode_context_parallel_size=req.dcp,
         prefill_context_parallel_size=req.pcp,
         num_kv_heads=_pick(extra["num_kv_heads"], _kv_heads_per_gpu(facts), None),
+        hybrid=_hybrid_setup(req, facts),
     )
     if inputs.use_mla and not ctx.model_dims_known:
         notes.append(unknown_model_dims_note(profile, inputs, ctx))
     return inputs, ctx, notes
+
+
+def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
+    """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py), or None."""
+    layout = getattr(facts, "hybrid_layout", None)
+    if layout is None or req.hybrid is False:
+        return None
+    from attnsel.attention.hybrid.pages import HybridSetup
+
+    return HybridSetup(layout=layout, mamba_ssm_cache_dtype=facts.mamba_ssm_cache_dtype,
+                       mamba_cache_dtype=facts.mamba_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
+                       num_kv_heads=_kv_heads_per_gpu(facts) or 1, prefix_caching=req.prefix_caching,
+                       mamba_cache_mode=req.mamba_cache_mode)
 
 
 def unknown_model_dims_note(profile: Any, inputs: Any, ctx: Any) -> str:

@@ -156,6 +156,9 @@ class SelectionContext:
     # KV heads per GPU (later FlashInfer: GQA on CC 10.x with TRT-LLM allows kernel blocks up to
     # 1024); None = unknown, read as "not GQA"
     num_kv_heads: Optional[int] = None
+    # a hybrid model's state layout and Mamba cache flags (attention/hybrid/pages.py HybridSetup);
+    # None: vLLM's hybrid block size is not computed
+    hybrid: Optional[Any] = None
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -226,6 +229,7 @@ class Explanation:
     notes: tuple[str, ...] = ()
     profile_note: Optional[str] = None
     profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
+    hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
 
     @property
     def ok(self) -> bool:

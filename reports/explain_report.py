@@ -11,6 +11,7 @@ from rich.text import Text
 from attnsel.attention.explain_answers import DEFAULT_SOURCE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
 from attnsel.attention.selector import OPTIONAL_SELECTOR_FIELDS, Explanation
+from attnsel.reports.hybrid_report import hybrid_to_dict, render_hybrid
 
 JSON_SCHEMA_VERSION = 1
 
@@ -72,6 +73,7 @@ def explanation_to_dict(expl: Explanation) -> dict:
         "vllm_config_repr": expl.layer_config_repr,
         "vllm_args": expl.vllm_args,
         "notes": list(expl.notes),
+        "hybrid": hybrid_to_dict(expl.hybrid),
         "exit_code": expl.exit_code,
     }
 
@@ -141,7 +143,10 @@ def render_explanation(expl: Explanation, console: Console) -> None:
                 kernel += f"; backend kernel sizes {kernel_sizes_display(list(expl.kernel_block_sizes))}"
             kernel += ")"
         origin = "your --block-size" if expl.inputs.block_size is not None else "chosen by vLLM"
+        if expl.hybrid is not None and expl.block_size != expl.inputs.block_size:
+            origin = "chosen by vLLM to fit the Mamba state"
         console.print(f"KV cache block size: {expl.block_size}, {origin}{kernel}")
+    render_hybrid(expl.hybrid, expl.inputs.block_size, console)
     if expl.kv_cache_layout:
         console.print(f"KV cache layout: {expl.kv_cache_layout} (required by {expl.selected})")
     if expl.flash_attn_version is not None and not expl.inputs.use_mla:

@@ -49,6 +49,10 @@ CATALOG_EXPECTATIONS = {
     "gpt-oss-20b": (64, 64, 8, "bfloat16"),  # no dtype in file → float32 → preferred bf16
     "bert-base": (768 // 12, 12, 12, "float16"),  # float32 pooling model → float16 (§6)
     "jamba-1.5-mini": (4096 // 32, 32, 8, "bfloat16"),
+    "jamba-v0.1": (4096 // 32, 32, 8, "bfloat16"),  # hybrid: 4 attention layers of 32 (period 8, offset 4)
+    "qwen3-next-80b-a3b": (256, 16, 2, "bfloat16"),  # hybrid: 12 full attention + 36 Gated DeltaNet
+    "qwen3.5-9b": (256, 16, 4, "bfloat16"),  # hybrid, text_config: 8 full attention + 24 Gated DeltaNet
+    "falcon-h1-7b": (128, 12, 2, "bfloat16"),  # hybrid: attention and Mamba-2 in every layer
     "mamba-130m": (0, 0, 0, "bfloat16"),  # attention-free: head size 0 (§6 overrides)
     "qwen2.5-vl-7b": (3584 // 28, 28, 4, "bfloat16"),
     "llava-1.5-7b": (4096 // 32, 32, 32, "float16"),  # LlamaConfig defaults; fp16 config kept
