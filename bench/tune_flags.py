@@ -21,40 +21,40 @@ TIMERS = ("auto", "cupti", "events")
 
 @dataclass(frozen=True)
 class TuneFlags:
-    """The flags that describe the sweep (`attnsel tune --help` documents each one)."""
+    """The flags that describe the sweep, as given (their defaults and help: cli/tune_cmd.py)."""
 
-    model: Optional[str] = None
-    head_size: Optional[int] = None
-    num_heads: Optional[int] = None
-    num_kv_heads: Optional[int] = None
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    use_mla: bool = False
-    kv_lora_rank: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    qk_nope_head_dim: Optional[int] = None
-    tensor_parallel_size: int = 1
-    backends: Optional[str] = None
-    block_sizes: Optional[str] = None
-    workload: str = "all"
-    weights: Optional[str] = None
-    min_gain: float = 5.0  # percent
-    quick: bool = False
-    full: bool = False
-    cuda_graph: bool = False
-    eager: bool = False
-    timer: str = "auto"
-    hot_l2: bool = False
-    check: str = "first"
-    tolerance: Optional[float] = None
-    timeout: float = 180.0
-    gpus: Optional[str] = None
-    output: Optional[str] = None
-    resume: bool = False
-    retry_failed: bool = False
-    gpu: Optional[str] = None
-    capability: Optional[str] = None
-    vllm_version: Optional[str] = None
+    model: Optional[str]
+    head_size: Optional[int]
+    num_heads: Optional[int]
+    num_kv_heads: Optional[int]
+    dtype: str
+    kv_cache_dtype: str
+    use_mla: bool
+    kv_lora_rank: Optional[int]
+    qk_rope_head_dim: Optional[int]
+    qk_nope_head_dim: Optional[int]
+    tensor_parallel_size: int
+    backends: Optional[str]
+    block_sizes: Optional[str]
+    workload: str
+    weights: Optional[str]
+    min_gain: float  # percent
+    quick: bool
+    full: bool
+    cuda_graph: bool
+    eager: bool
+    timer: str
+    hot_l2: bool
+    check: str
+    tolerance: Optional[float]
+    timeout: float
+    gpus: Optional[str]
+    output: Optional[str]
+    resume: bool
+    retry_failed: bool
+    gpu: Optional[str]
+    capability: Optional[str]
+    vllm_version: Optional[str]
 
 
 def check_flags(flags: TuneFlags) -> None:
