@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from attnsel import __version__
 from attnsel.attention import model_config as MC
+from attnsel.attention.model_kind import attention_layer_count
 from attnsel.attention import rules
 from attnsel.bench import engine_log
 from attnsel.bench import engine_worker as EW
@@ -181,7 +182,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         "schema": SCHEMA, "attnsel_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "tune": _tune_summary(req, tune_doc),
         "model": {"name": model_name, "model_type": hf_config.get("model_type"),
-                  "attention_layers": MC.attention_layer_count(hf_config),
+                  "attention_layers": attention_layer_count(hf_config),
                   "num_hidden_layers": (hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
                   "is_hybrid": shape.is_hybrid, "max_position_embeddings": model_max,
                   "tensor_parallel_size": shape.tensor_parallel_size, "dtype": shape.dtype,
