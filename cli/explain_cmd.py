@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
         mamba_cache_float32: Optional[bool] = typer.Option(None, "--mamba-cache-float32/--no-mamba-cache-float32", help="Hybrid model with float32 Mamba cache."),
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
         sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
@@ -281,7 +281,10 @@ def register(app: typer.Typer) -> None:
             from attnsel.attention.live import require_vllm
 
             require_vllm()  # exit 2 without vLLM, before any work
-        choice = select_profile(vllm_version)
+        from attnsel.cli.explain_history import wants_history
+
+        history = wants_history(vllm_version)
+        choice = select_profile(None if history else vllm_version)
         profile = choice.profile
         importable = importable_map(profile) if check_imports else None
         if mm_encoder_attn_backend is not None:
@@ -301,6 +304,13 @@ def register(app: typer.Typer) -> None:
         )
         check_request(req, tensor_parallel_size)
         model_choice = _model_choice(model, head_size)
+        if history:  # --vllm-version all: one GPU, every release profile
+            from attnsel.cli.explain_history import run_history
+
+            if live or compare_live or (gpu or "").strip().lower() == "all":
+                raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
+            return run_history(req, tensor_parallel_size, model_choice, _resolve_gpu(gpu, capability),
+                               check_imports, as_json, _model_doc(model_choice, model_choice and model_choice.config))
         if gpu is not None and gpu.strip().lower() == "all":
             if live or compare_live:
                 raise UserInputError("--gpu all does not combine with --live or --compare-live (one GPU: this one)")
