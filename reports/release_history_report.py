@@ -99,16 +99,20 @@ def render_history(history: ReleaseHistory, console: Console, model: Optional[di
         if first is not None:
             console.print(_inputs_line(first), markup=False)
     table = Table(show_header=True, header_style="bold")
-    for column in ("vLLM", "Profile", "vLLM selects", "Block", "Valid", "vLLM error"):
-        table.add_column(column, no_wrap=column != "vLLM error")
+    for column in ("vLLM", "Profile", "vLLM selects", "Block", "Valid"):
+        table.add_column(column, no_wrap=True)
     for verdict in history.releases:
         e = verdict.explanation
         table.add_row(
-            verdict.vllm_version, verdict.profile, verdict.selected or "-", _or_dash(verdict.block_size),
+            verdict.vllm_version, verdict.profile,
+            verdict.selected or Text("raises" if verdict.vllm_error else "-", style="red"),
+            _or_dash(verdict.block_size),
             f"{len(verdict.valid_backends)}/{len(e.backends)}" if e is not None else "-",
-            Text(_short(verdict.vllm_error or "", 60), style="red"),
         )
     console.print(table)
+    oldest = history.releases[0] if history.releases else None
+    if oldest is not None and oldest.vllm_error:
+        console.print(f"{oldest.vllm_version}: vLLM raises: {_short(oldest.vllm_error, 160)}", markup=False)
     changed = [c for c in history.changes if c.changed]
     if not changed:
         console.print(f"No change across the {len(history.releases)} releases.", markup=False)
