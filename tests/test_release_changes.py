@@ -37,3 +37,30 @@ def test_025_flash_attn_mla_sparse_is_picked_for_sparse_mla_on_hopper():
     before, after = explain("0.24", *args), explain("0.25", *args)
     assert "FLASH_ATTN_MLA_SPARSE" not in verdicts(before) and before["selected"] == "FLASHMLA_SPARSE"
     assert after["selected"] == "FLASH_ATTN_MLA_SPARSE" and after["block_size"] == 64
+
+
+def test_023_flashinfer_still_runs_on_turing():
+    # 0.23 flashinfer.py supports_compute_capability: 7.5-12.1; 0.24 raises the floor to 8.0
+    # (flashinfer-ai/flashinfer#3620), so a T4 falls back to Triton
+    args = ("--gpu", "T4", "--head-size", "128", "--dtype", "fp16")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert old["selected"] == "FLASHINFER" and verdicts(old)["FLASHINFER"] == []
+    assert new["selected"] == "TRITON_ATTN" and verdicts(new)["FLASHINFER"] == ["compute capability not supported"]
+
+
+def test_023_flashinfer_kernel_pages_stop_at_64():
+    # 0.23 FlashInferBackend.get_supported_kernel_block_sizes: [16, 32, 64] always; 0.24 adds
+    # 128..1024 for GQA on 10.x when TRT-LLM attention can run
+    args = ("--gpu", "B200", "--head-size", "128", "--num-heads", "32", "--num-kv-heads", "8", "--block-size", "256")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert (old["kernel_block_size"], old["kernel_block_sizes"]) == (64, [16, 32, 64])
+    assert new["kernel_block_size"] == 256
+
+
+def test_023_mla_on_sm12x_takes_the_list_of_other_gpus():
+    # 0.23 cuda.py _get_backend_priorities has no major == 12 MLA branch (0.24: TRITON_MLA, SM120 sparse)
+    args = ("--gpu", "RTX5090", "--model", "deepseek-v3")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert list(verdicts(old)) == ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE"]
+    assert list(verdicts(new)) == ["TRITON_MLA", "FLASHINFER_MLA_SPARSE_SM120"]
+    assert old["selected"] == new["selected"] == "TRITON_MLA"

@@ -213,6 +213,10 @@ class Rules(seed_0_17.Rules):
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
+        return self._flashinfer_mla_sparse_model_reason(ctx)
+
+    def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
+        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk)
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (128, 192):
             return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim in [128, 192], but got {qk_nope}"
