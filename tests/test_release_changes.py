@@ -64,3 +64,14 @@ def test_023_mla_on_sm12x_takes_the_list_of_other_gpus():
     assert list(verdicts(old)) == ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE"]
     assert list(verdicts(new)) == ["TRITON_MLA", "FLASHINFER_MLA_SPARSE_SM120"]
     assert old["selected"] == new["selected"] == "TRITON_MLA"
+
+
+def test_022_kv_connector_is_not_yet_a_selector_input():
+    # 0.22 selector.py AttentionSelectorConfig has no use_kv_connector (0.23 adds it and the
+    # "KV connector not supported" check): the flag is ignored with a note, and vLLM's message
+    # prints the config without it
+    args = ("--gpu", "H100", "--head-size", "128", "--kv-cache-dtype", "fp8_ds_mla", "--kv-connector")
+    old, new = explain("0.22", *args), explain("0.23", *args)
+    assert any("use_kv_connector" in note and "ignored" in note for note in old["notes"])
+    assert "use_kv_connector" not in old["error"] and "use_batch_invariant=False). Reasons:" in old["error"]
+    assert "use_kv_connector=True" in new["error"] and not new["notes"]
