@@ -218,6 +218,11 @@ class Rules(seed_0_17.Rules):
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
+        return self._flashinfer_mla_sparse_model_reason(ctx)
+
+    def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
+        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
+        # read only when vLLM has one
         if not ctx.model_dims_known:
             return None
         qk_nope = ctx.effective_qk_nope_head_dim
