@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         mamba_cache_dtype: Optional[str] = typer.Option(None, "--mamba-cache-dtype", help="vLLM --mamba-cache-dtype (the Mamba conv state; same values)."),
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
         sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
@@ -124,8 +124,11 @@ def register(app: typer.Typer) -> None:
         from attnsel.attention.request import SelectionRequest
         from attnsel.attention.validation import check_hybrid_flags, check_request
 
+        from attnsel.cli.explain_history import wants_history
+
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
-        route = _route(vllm_version, check_imports, mm_encoder_attn_backend, live=live, compare_live=compare_live,
+        history = wants_history(vllm_version)  # --vllm-version all: every release profile, one GPU
+        route = _route(None if history else vllm_version, check_imports, mm_encoder_attn_backend, live=live, compare_live=compare_live,
                        as_json=as_json)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
@@ -142,6 +145,8 @@ def register(app: typer.Typer) -> None:
             mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, mamba_cache_dtype=mamba_cache_dtype,
         )
         check_request(req, tensor_parallel_size)
+        if history:
+            return _answer_history(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
         check_hybrid_flags(req, route.choice.profile)
         _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
 
@@ -185,6 +190,17 @@ def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optio
     if vit_override is not None:
         choice.profile.resolve_backend_name(vit_override)  # a name vLLM knows, even without a ViT
     return _Route(choice, importable, vit_override, live=live, compare_live=compare_live, as_json=as_json)
+
+
+def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
+                    capability: Optional[str], route: _Route) -> None:
+    from attnsel.attention.explain_answers import model_doc, resolve_gpu
+    from attnsel.cli.explain_history import run_history
+
+    if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
+        raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
+    run_history(req, tp, model, resolve_gpu(gpu, capability), route.importable is not None, route.as_json,
+                model_doc(model, model.config if model is not None else None))
 
 
 def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],

@@ -4,7 +4,7 @@ vLLM's code, restated (the version data's `hybrid` section says which variant a 
 - `align: "config_time"` (0.17 / the seed): models/config.py `HybridAttentionMambaModelConfig`,
   before any backend is chosen: kernel alignment 16 (32 for FlashInfer with head size 256 on
   CC 10.x), MLA 64 (128 with --attention-backend CUTLASS_MLA).
-- `align: "first_backend"` (0.18-0.32, checked on 0.24): interface.py `_align_hybrid_block_size`
+- `align: "first_backend"` (0.18-0.32, checked on 0.24; MLA >= 128 from 0.28): interface.py `_align_hybrid_block_size`
   with the first non-SSM layer's backend: alignment = max(its smallest kernel block, block size).
 - `align: "all_backends"` (0.33): the same, then a multiple of every backend's smallest kernel
   block, MLA at least 128, and in "align" cache mode the GDN prefill-checkpoint grid
@@ -169,11 +169,11 @@ def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[
         mins = [indexer, *mins]
         block_size = block_size or math.lcm(*mins)
     alignment = max(mins[0], block_size or 0)
+    if inputs.use_mla and rules.get("mla_alignment"):  # TRTLLM / FlashInfer MLA decode kernels (0.28+)
+        alignment = max(alignment, rules["mla_alignment"])
     if rules["align"] == "first_backend":
         return alignment, 1
     rounding = math.lcm(*mins)
-    if inputs.use_mla:
-        alignment = max(alignment, 128)
     if mode == "align":
         alignment = math.lcm(alignment, checkpoint_alignment(rules, layout, ctx))
     return alignment, rounding

@@ -98,13 +98,18 @@ class Rules(seed_0_17.Rules):
             block_size=inputs.block_size if inputs is not None else None, supports_fa4_hd256=True,
         )
 
+    @staticmethod
+    def quantized_kv(kv_cache_dtype: str) -> bool:
+        # the release's is_quantized_kv_cache (vllm/utils/torch_utils.py, later kv_cache_interface.py)
+        return is_quantized_kv_cache(kv_cache_dtype)
+
     # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
     def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         prio = self.profile.data["priorities"]
         major = ctx.capability[0]
         if inputs.use_mla:
             if major == 10:
-                if inputs.kv_cache_dtype is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
+                if inputs.kv_cache_dtype is not None and self.quantized_kv(inputs.kv_cache_dtype):
                     tail = prio["mla_blackwell_sparse_quantized_kv"]
                 elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
                     tail = prio["mla_blackwell_sparse_few_heads"]
@@ -153,7 +158,7 @@ class Rules(seed_0_17.Rules):
             return True
         if kv_cache_dtype not in rule["list"]:
             return False
-        if is_quantized_kv_cache(kv_cache_dtype):
+        if self.quantized_kv(kv_cache_dtype):
             return self.flash_attn_supports_fp8(ctx)
         return True
 
@@ -218,6 +223,11 @@ class Rules(seed_0_17.Rules):
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
+        return self._flashinfer_mla_sparse_model_reason(ctx)
+
+    def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
+        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
+        # read only when vLLM has one
         if not ctx.model_dims_known:
             return None
         qk_nope = ctx.effective_qk_nope_head_dim
