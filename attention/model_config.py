@@ -245,6 +245,7 @@ def _mla_dimensions(text: dict, hf_config: dict) -> dict[str, Optional[int]]:
     return {
         "qk_nope_head_dim": kind.optional_int(text, "qk_nope_head_dim"),
         "qk_rope_head_dim": kind.optional_int(text, "qk_rope_head_dim"),
+        "kv_lora_rank": kind.optional_int(text, "kv_lora_rank"),
         "v_head_dim": kind.optional_int(text, "v_head_dim"),
         "index_topk": kind.optional_int(text, "index_topk") or kind.optional_int(hf_config, "index_topk"),
     }

@@ -56,6 +56,7 @@ class ModelFacts:
     notes: tuple[str, ...]  # how each value was derived
     # MLA dims and the sparse indexer's top-k (later rules: TOKENSPEED_MLA, sparse MLA backends)
     qk_rope_head_dim: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
     v_head_dim: Optional[int] = None
     index_topk: Optional[int] = None
     hybrid_layout: Optional[Any] = None  # attention/hybrid/layout.py HybridLayout (hybrid models)

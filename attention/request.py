@@ -180,7 +180,7 @@ def build_selection(
         gpu_name=gpu_name,
         qk_rope_head_dim=_pick(req.qk_rope_head_dim, getattr(facts, "qk_rope_head_dim", None), None),
         v_head_dim=_pick(req.v_head_dim, getattr(facts, "v_head_dim", None), None),
-        kv_lora_rank=extra["kv_lora_rank"],
+        kv_lora_rank=_pick(extra["kv_lora_rank"], getattr(facts, "kv_lora_rank", None), None),
         index_topk=_pick(extra["index_topk"], getattr(facts, "index_topk", None), None),
         decode_context_parallel_size=req.dcp,
         prefill_context_parallel_size=req.pcp,

@@ -239,3 +239,10 @@ def test_a_real_deepseek_config_passes_the_dimension_checks_on_blackwell():
     result, doc = run_json("--model", "deepseek-v3", "--gpu", "B200", "--vllm-version", "0.24")
     assert result.exit_code == 0 and doc["selected"] == "FLASHINFER_MLA"
     assert not any(n.startswith("MLA model dimensions unknown") for n in doc["notes"])
+
+
+def test_a_model_configs_kv_lora_rank_reaches_the_rules_that_read_it():
+    # 0.33 mla/flashinfer_mla_sparse_sm90.py reads hf_text_config.kv_lora_rank: DeepSeek-V3.2 has 512
+    result, doc = run_json("--model", "deepseek-v3.2", "--gpu", "H100", "--vllm-version", "0.33")
+    sm90 = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA_SPARSE_SM90")
+    assert result.exit_code == 0 and sm90["valid"], sm90["reasons"]
