@@ -1,6 +1,7 @@
 """Which rule profile answers: --vllm-version, the installed vLLM (package metadata, never an
-import), or the newest profile. The issue's contract: 0.20 -> the seed-era 0.17 profile "nearest
-older"; < 0.17 -> the seed profile with a note that it is older than any profile; >= 0.33 -> 0.33.
+import), or the newest profile. The issue's contract: a release between two profiles -> the "nearest
+older"; < 0.17 -> the seed profile with a note that it is older than any profile; newer than every
+profile -> the newest, with a note.
 """
 
 import json
@@ -29,8 +30,6 @@ def run_json(*args):
     [
         ("0.17.0", "seed_0_17", None),
         ("0.17.1", "seed_0_17", None),
-        ("0.20", "seed_0_17", "nearest older"),
-        ("0.22.0", "seed_0_17", "nearest older"),
         ("0.24.0", "vllm_0_24", None),
         ("0.32.9", "vllm_0_32", None),
         ("0.31.2", "vllm_0_31", None),
@@ -38,7 +37,6 @@ def run_json(*args):
         ("0.14.0", "seed_0_17", "older than every rule profile"),
         ("0.33.0", "vllm_0_33", None),
         ("0.33.1", "vllm_0_33", None),
-        ("0.35.0", "vllm_0_33", "newer than every rule profile"),
         ("0.33.0rc1.dev12+g4ba787ec9", "vllm_0_33", None),
     ],
 )
@@ -49,6 +47,31 @@ def test_version_to_profile(version, profile, note_fragment):
         assert choice.note is None
     else:
         assert note_fragment in choice.note and profile in choice.note
+
+
+def test_every_release_profile_answers_for_its_own_minor_release():
+    for name in rules.release_profiles():
+        major, minor, _patch = rules.resolved_data(name)["vllm_release"]
+        for version in (f"{major}.{minor}", f"{major}.{minor}.0", f"{major}.{minor}.7"):
+            choice = profile_for_version(version)
+            assert (choice.profile.name, choice.note) == (name, None)
+
+
+@pytest.mark.parametrize("version", ["0.35.0", "0.34.2", "1.0.0", "0.40rc1"])
+def test_a_newer_unknown_release_keeps_the_newest_profile_with_a_note(version):
+    newest = rules.release_profiles()[-1]
+    choice = profile_for_version(version)
+    assert choice.profile.name == newest
+    assert "newer than every rule profile" in choice.note and newest in choice.note and version in choice.note
+
+
+@pytest.mark.parametrize("version,profile", [("0.20", "seed_0_17"), ("0.23.4", "seed_0_17"), ("0.32.9", "vllm_0_24")])
+def test_a_release_between_profiles_gets_the_nearest_older_with_a_note(monkeypatch, version, profile):
+    # only three releases known: the ones in between are answered by the nearest older
+    monkeypatch.setattr(rules, "release_profiles", lambda: ["seed_0_17", "vllm_0_24", "vllm_0_33"])
+    choice = profile_for_version(version)
+    assert choice.profile.name == profile
+    assert "nearest older" in choice.note and profile in choice.note and version in choice.note
 
 
 def test_unreadable_version_is_bad_input():
@@ -71,10 +94,17 @@ def test_default_without_vllm_is_the_newest_profile(monkeypatch):
 
 
 def test_default_follows_the_installed_version(monkeypatch):
-    monkeypatch.setattr(rules, "installed_vllm_version", lambda: "0.20.2")
+    monkeypatch.setattr(rules, "installed_vllm_version", lambda: "0.24.2")
     choice = select_profile(None)
-    assert choice.profile.name == "seed_0_17"
-    assert "vLLM 0.20.2 is installed here" in choice.reason and "nearest older" in choice.reason
+    assert choice.profile.name == "vllm_0_24" and choice.note is None
+    assert "vLLM 0.24.2 is installed here" in choice.reason
+
+
+def test_an_installed_release_newer_than_every_profile_gets_the_newest_with_a_note(monkeypatch):
+    monkeypatch.setattr(rules, "installed_vllm_version", lambda: "0.35.0")
+    choice = select_profile(None)
+    assert choice.profile.name == rules.release_profiles()[-1]
+    assert "vLLM 0.35.0 is installed here" in choice.reason and "newer than every rule profile" in choice.reason
 
 
 def test_flag_beats_the_installed_version(monkeypatch):
@@ -94,10 +124,10 @@ def test_detection_reads_a_real_dist_info_without_importing_vllm(monkeypatch, er
     assert "vllm" not in sys.modules  # metadata only: vLLM itself was never imported
 
 
-def test_cli_note_for_an_in_between_version():
-    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.20")
+def test_cli_note_for_a_newer_version():
+    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.35")
     assert result.exit_code == 0
-    assert doc["profile"] == "seed_0_17" and "nearest older" in doc["profile_note"]
+    assert doc["profile"] == rules.release_profiles()[-1] and "newer than every rule profile" in doc["profile_note"]
 
 
 def test_cli_note_for_an_older_version():

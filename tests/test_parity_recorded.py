@@ -48,9 +48,14 @@ def test_recordings_come_from_a_large_clean_sweep(record):
     profile = get_profile(PROFILES[record])
     # the recording comes from the release the profile answers for
     assert doc["vllm_version"].split("+")[0] in profile.data["answers_for"]
-    # the issue bar: many thousands of cases (issue 11: >= 20,000 per release), every capability
-    # 7.0-12.1, no mismatch
+    # the issue bar: many thousands of cases, every capability 7.0-12.1, no mismatch
     assert doc["cases_compared"] >= 20000 and doc["mismatching_cases"] == 0
+    # the profile's `verified` block states this sweep
+    verified = profile.data.get("verified", {})
+    if "seed" in verified:
+        assert (verified["cases"], verified["mismatches"], verified["seed"]) == (
+            doc["cases_compared"], doc["mismatching_cases"], doc["seed"])
+        assert verified["wheel_commit"] == doc["vllm_commit"]
     assert doc["coverage_values"]["capability"] == [
         "10.0", "10.3", "11.0", "12.0", "12.1", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"
     ]

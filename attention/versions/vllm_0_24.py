@@ -190,7 +190,10 @@ class Rules(seed_0_17.Rules):
         return None
 
     def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
-        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1)
+        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1), read only when
+        # vLLM has a model config
+        if not ctx.model_dims_known:
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (64, 128, 192):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
@@ -200,6 +203,8 @@ class Rules(seed_0_17.Rules):
         # mla/tokenspeed_mla.py: the package is imported here, not at module import
         if not ctx.module_present("tokenspeed_mla"):
             return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
+        if not ctx.model_dims_known:
+            return None
         dims = tuple(0 if v is None else v for v in (ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim))
         if dims != (128, 64, 128):
             return (
@@ -218,6 +223,13 @@ class Rules(seed_0_17.Rules):
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
+        return self._flashinfer_mla_sparse_model_reason(ctx)
+
+    def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
+        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
+        # read only when vLLM has one
+        if not ctx.model_dims_known:
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (128, 192):
             return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim in [128, 192], but got {qk_nope}"
@@ -231,6 +243,8 @@ class Rules(seed_0_17.Rules):
             return "dtype not supported"
         if inputs.kv_cache_dtype not in (None, "auto", "fp8", "fp8_e4m3", "fp8_ds_mla"):
             return "kv_cache_dtype not supported"
+        if not ctx.model_dims_known:
+            return None
         topk = self._index_topk(ctx)
         if topk is None:
             return "FLASHINFER_MLA_SPARSE_SM120 requires a model with index_topk config"

@@ -121,10 +121,13 @@ def build(version: str, base: Path) -> Path:
 
 def run(version: str, command: list[str]) -> int:
     layer = layer_dir(version)
-    link_parent = ROOT / "attnsel_path"
+    # one link folder per checkout: several worktrees share ROOT, and each must import its own attnsel
+    link_parent = ROOT / "attnsel_path" / f"{REPO.parent.name}_{REPO.name}"
     link_parent.mkdir(parents=True, exist_ok=True)
     link = link_parent / "attnsel"
-    if not link.exists():
+    if link.is_symlink() and link.resolve() != REPO:
+        link.unlink()
+    if not link.is_symlink():
         link.symlink_to(REPO)
     env = {**os.environ, "PYTHONPATH": str(link_parent)}
     return subprocess.run([str(layer / "bin" / "python"), *command], env=env).returncode

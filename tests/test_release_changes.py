@@ -1,0 +1,77 @@
+"""What each vLLM minor release changed in the selection, release against the release before, through
+`attnsel explain --vllm-version X --json` (the same answers vLLM gave in tests/fixtures/parity/).
+Each test cites where the release does it."""
+
+import json
+
+from typer.testing import CliRunner
+
+from attnsel.cli.app import app
+
+RUNNER = CliRunner()
+
+
+def explain(version, *args):
+    result = RUNNER.invoke(app, ["explain", "--vllm-version", version, *args, "--json"])
+    return json.loads(result.stdout)
+
+
+def verdicts(doc):
+    return {b["name"]: b["reasons"] for b in doc["backends"]}
+
+
+def test_025_flashinfer_takes_nvfp4_kv_only_on_blackwell_with_trtllm():
+    # 0.25 flashinfer.py FlashInferBackend.supports_kv_cache_dtype: nvfp4 needs the SM100 family and
+    # TRT-LLM prefill + decode (0.24 listed nvfp4 in supported_kv_cache_dtypes everywhere)
+    args = ("--gpu", "H100", "--head-size", "128", "--kv-cache-dtype", "nvfp4")
+    assert verdicts(explain("0.24", *args))["FLASHINFER"] == []
+    assert verdicts(explain("0.25", *args))["FLASHINFER"] == ["kv_cache_dtype not supported"]
+    blackwell = ("--gpu", "B200", "--head-size", "128", "--kv-cache-dtype", "nvfp4")
+    assert verdicts(explain("0.25", *blackwell))["FLASHINFER"] == []
+    assert verdicts(explain("0.25", *blackwell, "--no-flashinfer-cubin"))["FLASHINFER"] == ["kv_cache_dtype not supported"]
+
+
+def test_025_flash_attn_mla_sparse_is_picked_for_sparse_mla_on_hopper():
+    # 0.25 cuda.py _get_backend_priorities: FLASH_ATTN_MLA_SPARSE ahead of FLASHMLA_SPARSE below 10.x
+    args = ("--gpu", "H100", "--model", "deepseek-v3.2")
+    before, after = explain("0.24", *args), explain("0.25", *args)
+    assert "FLASH_ATTN_MLA_SPARSE" not in verdicts(before) and before["selected"] == "FLASHMLA_SPARSE"
+    assert after["selected"] == "FLASH_ATTN_MLA_SPARSE" and after["block_size"] == 64
+
+
+def test_023_flashinfer_still_runs_on_turing():
+    # 0.23 flashinfer.py supports_compute_capability: 7.5-12.1; 0.24 raises the floor to 8.0
+    # (flashinfer-ai/flashinfer#3620), so a T4 falls back to Triton
+    args = ("--gpu", "T4", "--head-size", "128", "--dtype", "fp16")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert old["selected"] == "FLASHINFER" and verdicts(old)["FLASHINFER"] == []
+    assert new["selected"] == "TRITON_ATTN" and verdicts(new)["FLASHINFER"] == ["compute capability not supported"]
+
+
+def test_023_flashinfer_kernel_pages_stop_at_64():
+    # 0.23 FlashInferBackend.get_supported_kernel_block_sizes: [16, 32, 64] always; 0.24 adds
+    # 128..1024 for GQA on 10.x when TRT-LLM attention can run
+    args = ("--gpu", "B200", "--head-size", "128", "--num-heads", "32", "--num-kv-heads", "8", "--block-size", "256")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert (old["kernel_block_size"], old["kernel_block_sizes"]) == (64, [16, 32, 64])
+    assert new["kernel_block_size"] == 256
+
+
+def test_023_mla_on_sm12x_takes_the_list_of_other_gpus():
+    # 0.23 cuda.py _get_backend_priorities has no major == 12 MLA branch (0.24: TRITON_MLA, SM120 sparse)
+    args = ("--gpu", "RTX5090", "--model", "deepseek-v3")
+    old, new = explain("0.23", *args), explain("0.24", *args)
+    assert list(verdicts(old)) == ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE"]
+    assert list(verdicts(new)) == ["TRITON_MLA", "FLASHINFER_MLA_SPARSE_SM120"]
+    assert old["selected"] == new["selected"] == "TRITON_MLA"
+
+
+def test_022_kv_connector_is_not_yet_a_selector_input():
+    # 0.22 selector.py AttentionSelectorConfig has no use_kv_connector (0.23 adds it and the
+    # "KV connector not supported" check): the flag is ignored with a note, and vLLM's message
+    # prints the config without it
+    args = ("--gpu", "H100", "--head-size", "128", "--kv-cache-dtype", "fp8_ds_mla", "--kv-connector")
+    old, new = explain("0.22", *args), explain("0.23", *args)
+    assert any("use_kv_connector" in note and "ignored" in note for note in old["notes"])
+    assert "use_kv_connector" not in old["error"] and "use_batch_invariant=False). Reasons:" in old["error"]
+    assert "use_kv_connector=True" in new["error"] and not new["notes"]
