@@ -89,3 +89,18 @@ def test_flashinfer_nvfp4_kv_on_hopper_from_032():
     inputs, ctx = cfg(kv_cache_dtype="nvfp4"), SelectionContext(capability=H100)
     assert "kv_cache_dtype not supported" in reasons("0.31", "FLASHINFER", inputs, ctx)
     assert "kv_cache_dtype not supported" not in reasons("0.32", "FLASHINFER", inputs, ctx)
+
+
+def test_fp8_kv_with_flash_attention_on_blackwell_from_027():
+    # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: 0.26 FA3 on SM90 only; 0.27
+    # asks fa_utils.flash_attn_supports_kv_cache_dtype (FA3 on SM90 or FA4 on SM100)
+    inputs, ctx = cfg(kv_cache_dtype="fp8"), SelectionContext(capability=B200)
+    assert "kv_cache_dtype not supported" in reasons("0.26", "FLASH_ATTN", inputs, ctx)
+    assert "kv_cache_dtype not supported" not in reasons("0.27", "FLASH_ATTN", inputs, ctx)
+
+
+def test_flashinfer_sinks_on_rtx_50_from_028():
+    # flashinfer.py FlashInferBackend.supports_sink: 0.27 "only on the SM100 trtllm-gen path"; 0.28 adds SM12x XQA
+    ctx = SelectionContext(capability=(12, 0))
+    assert "attention sinks not supported" in reasons("0.27", "FLASHINFER", cfg(has_sink=True), ctx)
+    assert "attention sinks not supported" not in reasons("0.28", "FLASHINFER", cfg(has_sink=True), ctx)
