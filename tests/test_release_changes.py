@@ -75,3 +75,24 @@ def test_022_kv_connector_is_not_yet_a_selector_input():
     assert any("use_kv_connector" in note and "ignored" in note for note in old["notes"])
     assert "use_kv_connector" not in old["error"] and "use_batch_invariant=False). Reasons:" in old["error"]
     assert "use_kv_connector=True" in new["error"] and not new["notes"]
+
+
+def test_021_flash_attn_takes_every_quantized_kv_dtype_with_fa3():
+    # 0.21 flash_attn.py supports_kv_cache_dtype: is_quantized_kv_cache(kv) -> flash_attn_supports_fp8()
+    # (FA3 on 9.x), so fp8_e5m2 runs on an H100; 0.22 accepts only fp8 / fp8_e4m3
+    args = ("--gpu", "H100", "--head-size", "128", "--kv-cache-dtype", "fp8_e5m2")
+    old, new = explain("0.21", *args), explain("0.22", *args)
+    assert old["selected"] == "FLASH_ATTN" and verdicts(old)["FLASH_ATTN"] == []
+    assert verdicts(new)["FLASH_ATTN"] == ["kv_cache_dtype not supported"]
+    assert verdicts(explain("0.21", "--gpu", "A100", "--head-size", "128", "--kv-cache-dtype", "fp8_e5m2"))[
+        "FLASH_ATTN"] == ["kv_cache_dtype not supported"]  # FA2 on 8.0: no fp8
+
+
+def test_021_triton_mla_decode_runs_eagerly():
+    # 0.21: TRITON_MLA uses MLACommonMetadataBuilder (AttentionCGSupport.NEVER); 0.22's
+    # TritonMLAMetadataBuilder is UNIFORM_BATCH, so its uniform decode batches replay a full graph
+    from attnsel.attention import cudagraph, rules
+
+    old, new = rules.get_profile("0.21").cudagraph, rules.get_profile("0.22").cudagraph
+    assert cudagraph.decode_launch(old, "0.21", "TRITON_MLA", (9, 0), "decode", 64)[0] == "eager"
+    assert cudagraph.decode_launch(new, "0.22", "TRITON_MLA", (9, 0), "decode", 64)[0] == "graph"
