@@ -96,3 +96,21 @@ def test_021_triton_mla_decode_runs_eagerly():
     old, new = rules.get_profile("0.21").cudagraph, rules.get_profile("0.22").cudagraph
     assert cudagraph.decode_launch(old, "0.21", "TRITON_MLA", (9, 0), "decode", 64)[0] == "eager"
     assert cudagraph.decode_launch(new, "0.22", "TRITON_MLA", (9, 0), "decode", 64)[0] == "graph"
+
+
+def test_020_fa3_keeps_large_heads_on_hopper():
+    # 0.20 fa_utils.py get_flash_attn_version: only Diff-KV with sinks upgrades FA3 -> FA4 on SM90;
+    # 0.21 also upgrades head_size > 256 ("FA3 does not support head_size=N on SM90")
+    args = ("--gpu", "H100", "--head-size", "512")
+    assert explain("0.20", *args)["flash_attn_version"] == 3
+    assert explain("0.21", *args)["flash_attn_version"] == 4
+
+
+def test_020_no_tokenspeed_mla_and_no_nvfp4_kv():
+    # 0.20 cuda.py: no TOKENSPEED_MLA in the Blackwell MLA list; flashinfer.py: no nvfp4 KV cache
+    mla = ("--gpu", "B200", "--model", "deepseek-v3", "--kv-cache-dtype", "fp8")
+    assert "TOKENSPEED_MLA" not in verdicts(explain("0.20", *mla))
+    assert verdicts(explain("0.21", *mla))["TOKENSPEED_MLA"] == []
+    nvfp4 = ("--gpu", "B200", "--head-size", "128", "--kv-cache-dtype", "nvfp4")
+    assert explain("0.20", *nvfp4)["selected"] is None
+    assert explain("0.21", *nvfp4)["selected"] == "FLASHINFER"
