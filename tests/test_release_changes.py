@@ -114,3 +114,27 @@ def test_020_no_tokenspeed_mla_and_no_nvfp4_kv():
     nvfp4 = ("--gpu", "B200", "--head-size", "128", "--kv-cache-dtype", "nvfp4")
     assert explain("0.20", *nvfp4)["selected"] is None
     assert explain("0.21", *nvfp4)["selected"] == "FLASHINFER"
+
+
+def test_019_flash_attn_sinks_need_fa3_and_heads_stop_at_256():
+    # 0.19 fa_utils.flash_attn_supports_sinks: FA3 only (0.20: FA3 or FA4); flash_attn.py
+    # supports_head_size: % 8 and <= 256 (0.20: up to 512 where FA4 is available)
+    sinks = ("--gpu", "B200", "--head-size", "128", "--has-sink", "--attention-backend", "FLASH_ATTN")
+    assert explain("0.19", *sinks)["explicit_backend"]["reasons"] == ["attention sinks not supported"]
+    assert explain("0.20", *sinks)["explicit_backend"]["valid"] is True
+    big = ("--gpu", "H100", "--head-size", "512")
+    old, new = explain("0.19", *big), explain("0.20", *big)
+    assert verdicts(old)["FLASH_ATTN"] == ["head_size not supported"] and old["selected"] == "TRITON_ATTN"
+    assert new["selected"] == "FLASH_ATTN"
+
+
+def test_019_no_turboquant_and_flex_decode_runs_eagerly():
+    # 0.19 cuda.py: no TURBOQUANT in the priority lists; FlexAttentionMetadataBuilder has no
+    # _cudagraph_support yet (NEVER; 0.20 says ALWAYS)
+    from attnsel.attention import cudagraph, rules
+
+    assert "TURBOQUANT" not in verdicts(explain("0.19", "--gpu", "H100", "--head-size", "128"))
+    assert "TURBOQUANT" in verdicts(explain("0.20", "--gpu", "H100", "--head-size", "128"))
+    old, new = rules.get_profile("0.19").cudagraph, rules.get_profile("0.20").cudagraph
+    assert cudagraph.decode_launch(old, "0.19", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "eager"
+    assert cudagraph.decode_launch(new, "0.20", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "graph"

@@ -109,7 +109,7 @@ class Rules(seed_0_17.Rules):
         major = ctx.capability[0]
         if inputs.use_mla:
             if major == 10:
-                if inputs.kv_cache_dtype is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
+                if inputs.kv_cache_dtype is not None and self._sparse_kv_prefers_flashinfer(inputs.kv_cache_dtype):
                     tail = prio["mla_blackwell_sparse_quantized_kv"]
                 elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
                     tail = prio["mla_blackwell_sparse_few_heads"]
@@ -120,6 +120,11 @@ class Rules(seed_0_17.Rules):
                 return list(prio["mla_sm12x"])
             return self._mla_other_priorities(inputs, ctx)
         return self._dense_priorities(inputs, ctx)
+
+    @staticmethod
+    def _sparse_kv_prefers_flashinfer(kv_cache_dtype: str) -> bool:
+        # "Prefer FlashInfer for fp8 kv cache": any quantized KV cache in this release
+        return is_quantized_kv_cache(kv_cache_dtype)
 
     def _mla_other_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         return list(self.profile.data["priorities"]["mla_other"])
