@@ -138,3 +138,20 @@ def test_019_no_turboquant_and_flex_decode_runs_eagerly():
     old, new = rules.get_profile("0.19").cudagraph, rules.get_profile("0.20").cudagraph
     assert cudagraph.decode_launch(old, "0.19", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "eager"
     assert cudagraph.decode_launch(new, "0.20", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "graph"
+
+
+def test_018_flashinfer_mla_needs_qk_nope_64_or_128():
+    # 0.18 mla/flashinfer_mla.py: qk_nope_head_dim in [64, 128]; flashinfer_mla_sparse.py: == 128
+    # (0.19 adds 192 to both)
+    args = ("--gpu", "B200", "--use-mla", "--head-size", "576", "--qk-nope-head-dim", "192")
+    old, new = explain("0.18", *args), explain("0.19", *args)
+    assert verdicts(old)["FLASHINFER_MLA"] == ["FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128], but got 192"]
+    assert old["selected"] == "CUTLASS_MLA" and new["selected"] == "FLASHINFER_MLA"
+
+
+def test_018_blackwell_sparse_mla_ignores_the_kv_dtype():
+    # 0.18 cuda.py _get_backend_priorities: sparse backends by head count only; 0.19 prefers
+    # FlashInfer's sparse MLA for an fp8* KV cache (vllm-project/vllm#35807)
+    args = ("--gpu", "B200", "--model", "deepseek-v3.2", "--kv-cache-dtype", "fp8")
+    assert explain("0.18", *args)["selected"] == "FLASHMLA_SPARSE"
+    assert explain("0.19", *args)["selected"] == "FLASHINFER_MLA_SPARSE"
