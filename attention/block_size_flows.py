@@ -36,7 +36,7 @@ class BlockSizeFlow:
     """One start-up path. `run` returns (block size, selected backend, the layers' selector config)."""
 
     kind = ""
-    hybrid_note = "hybrid (attention + Mamba) model: attnsel does not compute vLLM's block size for it"
+    hybrid_note = "hybrid (attention + Mamba) model: attnsel does not compute vLLM's block size without its config"
 
     def __init__(self, **params: Any):
         self.params = params
@@ -54,10 +54,27 @@ class BlockSizeFlow:
     def hybrid_block_size(
         self, run: Run, inputs: SelectorInputs, backends: list[str], block_size: Optional[int], notes: list[str]
     ) -> Optional[int]:
-        """The block size of an attention + Mamba model. Not computed yet: the attention size stays,
-        with a note saying so."""
-        notes.append(self.hybrid_note)
-        return block_size
+        """The block size of an attention + Mamba model: the attention page made at least one Mamba
+        state page (attention/hybrid/pages.py, the version data's `hybrid` rules). Without a state
+        layout (flags only, or a model type attnsel has no shape formula for) the size stays, with a note."""
+        if run.ctx.hybrid is None or "hybrid" not in run.profile.data:
+            notes.append(self.hybrid_note)
+            return block_size
+        from attnsel.attention.hybrid.pages import SOURCE, align_hybrid_block_size
+
+        lines: list[tuple[str, str]] = []
+        try:
+            answer = align_hybrid_block_size(run.profile, run.ctx, inputs, backends, block_size, lines)
+        finally:
+            for level, message in lines:
+                run.log(level, message, SOURCE if "size" in message else "models/config.py MambaModelConfig")
+        run.hybrid = answer
+        run.block_size = answer.block_size
+        if run.profile.data["hybrid"].get("check_aligned_block_size") and answer.block_size != block_size and backends:
+            error = aligned_block_size_error(run.profile, backends, answer.block_size, run.ctx)
+            if error is not None:
+                raise VllmRaises(error)  # 0.33 Platform._check_aligned_block_size
+        return answer.block_size
 
     @staticmethod
     def attention_free(run: Run, inputs: SelectorInputs, block_size: Optional[int], notes: list[str]) -> FlowResult:
@@ -72,7 +89,7 @@ class ConfigTimeFlow(BlockSizeFlow):
     kind = "config_time"
     hybrid_note = (
         "hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state "
-        "(HybridAttentionMambaModelConfig); attnsel does not compute that size"
+        "(HybridAttentionMambaModelConfig); attnsel does not compute that size without the model's config"
     )
 
     def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
@@ -96,7 +113,7 @@ class LayerBackendsFlow(BlockSizeFlow):
     kind = "layer_backends"
     hybrid_note = (
         "hybrid (attention + Mamba) model: vLLM then aligns the block size with the Mamba state "
-        "(update_block_size_for_backend); attnsel shows the attention backend's size only"
+        "(update_block_size_for_backend); without the model's config attnsel shows the attention backend's size only"
     )
 
     def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:

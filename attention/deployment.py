@@ -84,7 +84,7 @@ class PreflightResult:
     gpus: tuple[GpuInfo, ...]  # the GPUs the TP group uses
     probe_source: str
     explanation: Any = None  # attention.selector.Explanation, when the attention step ran
-    model_facts: Any = None  # attention.model_config.ModelFacts
+    model_facts: Any = None  # attention.model_facts.ModelFacts
     profile_reason: Optional[str] = None  # which vLLM rule profile answered, and why
 
     @property

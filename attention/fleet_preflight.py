@@ -254,7 +254,7 @@ def _pipeline(hf_config: dict, pp: int) -> Check:
 def _per_gpu_model(answered, classes, hf_config, deployment, profile, model, profile_reason):
     """The one-node model, dtype and attention checks, once per GPU model (explain per distinct GPU)."""
     explanations: list[tuple[str, Any]] = []
-    facts: list[tuple[str, Any]] = []  # (GPU model, attention.model_config.ModelFacts)
+    facts: list[tuple[str, Any]] = []  # (GPU model, attention.model_facts.ModelFacts)
     checks: list[ScopedCheck] = []
     for rep in classes:
         node = next(n for n in answered if any(model_of(g, classes) == rep.name for g in _usable(n.report)))

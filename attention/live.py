@@ -178,6 +178,10 @@ def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: A
     backend_class = runtime.registry.AttentionBackendEnum[selected].get_class()
     finders = {"_find_non_ssm_backends": lambda cls, cfg: [backend_class], "_find_non_ssm_backend": lambda cls, cfg: backend_class}
     saved = {name: platform.__dict__.get(name) for name in finders}
+    selection_model = vllm_config.model_config
+    # bare shapes select with no model config (SelectionContext.model_dims_known); by the time vLLM
+    # sizes the KV block it has built a model: the stand-in's heads, dtype and MLA flag
+    vllm_config.model_config = getattr(vllm_config, "stand_in_model", None) or selection_model
     hybrid = vllm_config.model_config.is_hybrid
     for name, finder in finders.items():
         setattr(platform, name, classmethod(finder))
@@ -195,6 +199,7 @@ def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: A
         if saved_layers is not None:
             config_module.get_layers_from_vllm_config = saved_layers
         vllm_config.model_config.is_hybrid = hybrid
+        vllm_config.model_config = selection_model
         for name, value in saved.items():
             if value is None:
                 delattr(platform, name)

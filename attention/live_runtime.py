@@ -298,8 +298,11 @@ class VllmRuntime:
             worker_cls="auto",
         )
         return types.SimpleNamespace(
+            stand_in_model=model,  # for the block-size step, which runs with a built model in vLLM
             attention_config=self._attention_config(inputs, ctx),
-            model_config=model,
+            # bare shapes with no model dimension given: vLLM with no model config skips every check
+            # that reads hf_text_config (SelectionContext.model_dims_known)
+            model_config=model if getattr(ctx, "model_dims_known", True) else None,
             cache_config=cache,
             parallel_config=parallel,
             scheduler_config=types.SimpleNamespace(max_num_seqs=256, max_num_batched_tokens=8192,

@@ -100,6 +100,11 @@ class ModelRules:
     mla_head_dim_model_types: frozenset[str] = frozenset()
     # §9 use_mla: `hf_text_config.is_causal == False` turns MLA off (later releases).
     non_causal_disables_mla: bool = False
+    # models/config.py Qwen3_5ForConditionalGenerationConfig (0.18+): a text config's
+    # `mamba_ssm_dtype` becomes the "auto" --mamba-ssm-cache-dtype. Keyed by architecture.
+    mamba_ssm_dtype_from_text_config_architectures: frozenset[str] = frozenset()
+    # config/cache.py `MambaDType`: the values --mamba-ssm-cache-dtype / --mamba-cache-dtype take
+    mamba_dtypes: tuple[str, ...] = ("auto", "float32", "float16")
 
 
 _SET_FIELDS = (
@@ -115,6 +120,7 @@ _SET_FIELDS = (
     "attention_head_dim_model_types",
     "mamba_ssm_dtype_from_config_architectures",
     "mla_head_dim_model_types",
+    "mamba_ssm_dtype_from_text_config_architectures",
 )
 
 
@@ -123,7 +129,7 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
     list names plus `other_model_types` (decoders vLLM serves that no rule singles out)."""
     sets = {name: frozenset(data.get(name, ())) for name in _SET_FIELDS}  # type: ignore[arg-type]
     float16 = MappingProxyType(dict(data["float16_not_supported"]))  # type: ignore[arg-type]
-    type_sets = [values for name, values in sets.items() if name != "mamba_ssm_dtype_from_config_architectures"]
+    type_sets = [values for name, values in sets.items() if not name.startswith("mamba_ssm_dtype_from")]
     known = frozenset(data["other_model_types"]).union(*type_sets, float16)  # type: ignore[arg-type]
     defaults = data.get("transformers_defaults", {})
     return ModelRules(
@@ -135,6 +141,7 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
             {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
         ),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
+        mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
         **sets,
     )
 

@@ -102,12 +102,18 @@ def _folder_source(folder: str) -> ModelSource:
     return ModelSource(folder, "folder", text, candidate)
 
 
+def closest_names(name: str, valid: list[str], cutoff: float = 0.4) -> list[str]:
+    """Up to three suggestions: names that extend what was typed first, then look-alikes."""
+    extending = [v for v in valid if name and v.startswith(name)]
+    similar = difflib.get_close_matches(name, valid, n=3, cutoff=cutoff)
+    return list(dict.fromkeys(extending + similar))[:3]
+
+
 def _not_found_message(spec: str) -> str:
     looks_like_path = os.sep in spec or "/" in spec or spec.endswith(".json") or spec.startswith(".")
     if looks_like_path:
         return f"Model config not found: {files.shown_path(spec)} is not a file or a folder"
-    close = difflib.get_close_matches(spec, catalog_names(), n=3, cutoff=0.5)
-    close = list(dict.fromkeys([n for n in catalog_names() if spec and n.startswith(spec)] + close))[:3]
+    close = closest_names(spec, catalog_names(), cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return (f"Model {files.shown_path(spec)} is not a file, a folder, a catalog name or a Hugging Face id (org/name).{hint} "
             f"Catalog: {', '.join(catalog_names())}")

@@ -55,6 +55,13 @@ class SelectionRequest:
     num_kv_heads: Optional[int] = None
     kv_lora_rank: Optional[int] = None
     index_topk: Optional[int] = None
+    # hybrid models (attention/hybrid): --enable-prefix-caching / --no-enable-prefix-caching and
+    # --mamba-cache-mode; None: vLLM's default for the version
+    prefix_caching: Optional[bool] = None
+    mamba_cache_mode: Optional[str] = None
+    # --mamba-ssm-cache-dtype / --mamba-cache-dtype (vLLM `MambaDType`); None: "auto"
+    mamba_ssm_cache_dtype: Optional[str] = None
+    mamba_cache_dtype: Optional[str] = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's
@@ -64,6 +71,18 @@ CONTEXT_INPUTS = (
     ("kv_lora_rank", "--kv-lora-rank", "MLA kv_lora_rank"),
     ("index_topk", "--index-topk N", "sparse-indexer index_topk value"),
 )
+
+
+# the model's hf_text_config fields vLLM's MLA rules read, with the flag that states each (bare shapes:
+# once one is given, the config counts as stated, and fields not given read as absent from it)
+MODEL_DIM_FIELDS = {
+    "qk_nope_head_dim": "--qk-nope-head-dim",
+    "qk_rope_head_dim": "--qk-rope-head-dim",
+    "v_head_dim": "--v-head-dim",
+    "kv_lora_rank": "--kv-lora-rank",
+    "index_topk": "--index-topk N",
+    "has_index_topk": "--[no-]index-topk",
+}
 
 
 def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
@@ -131,6 +150,8 @@ def build_selection(
     model_float32 = None
     if facts is not None:
         model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
+    elif req.mamba_ssm_cache_dtype is not None or req.mamba_cache_dtype is not None:
+        model_float32 = "float32" in (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype)
     notes: list[str] = []
     extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
     for name, flag, what in CONTEXT_INPUTS:
@@ -148,6 +169,7 @@ def build_selection(
         is_attention_free=bool(getattr(facts, "is_attention_free", False)),
         mamba_cache_float32=bool(_pick(req.mamba_cache_float32, model_float32, False)),
         qk_nope_head_dim=_pick(req.qk_nope_head_dim, getattr(facts, "qk_nope_head_dim", None), None),
+        model_dims_known=facts is not None or any(getattr(req, name) is not None for name in MODEL_DIM_FIELDS),
         # vLLM's use_sparse *is* `hasattr(hf_config, "index_topk")` for MLA models (vllm-rules §6)
         has_index_topk=bool(_pick(req.has_index_topk, getattr(facts, "has_index_topk", None), use_sparse)),
         use_trtllm_attention=req.use_trtllm_attention,
@@ -158,13 +180,46 @@ def build_selection(
         gpu_name=gpu_name,
         qk_rope_head_dim=_pick(req.qk_rope_head_dim, getattr(facts, "qk_rope_head_dim", None), None),
         v_head_dim=_pick(req.v_head_dim, getattr(facts, "v_head_dim", None), None),
-        kv_lora_rank=extra["kv_lora_rank"],
+        kv_lora_rank=_pick(extra["kv_lora_rank"], getattr(facts, "kv_lora_rank", None), None),
         index_topk=_pick(extra["index_topk"], getattr(facts, "index_topk", None), None),
         decode_context_parallel_size=req.dcp,
         prefill_context_parallel_size=req.pcp,
         num_kv_heads=_pick(extra["num_kv_heads"], _kv_heads_per_gpu(facts), None),
+        hybrid=_hybrid_setup(req, facts),
     )
+    if inputs.use_mla and not ctx.model_dims_known:
+        notes.append(unknown_model_dims_note(profile, inputs, ctx))
     return inputs, ctx, notes
+
+
+def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
+    """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py), or None."""
+    layout = getattr(facts, "hybrid_layout", None)
+    if layout is None or req.hybrid is False:
+        return None
+    from attnsel.attention.hybrid.pages import HybridSetup
+
+    return HybridSetup(layout=layout, mamba_ssm_cache_dtype=facts.mamba_ssm_cache_dtype,
+                       mamba_cache_dtype=facts.mamba_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
+                       num_kv_heads=_kv_heads_per_gpu(facts) or 1, prefix_caching=req.prefix_caching,
+                       mamba_cache_mode=req.mamba_cache_mode)
+
+
+def unknown_model_dims_note(profile: Any, inputs: Any, ctx: Any) -> str:
+    """Bare MLA shapes: which backends' verdicts hang on the model's MLA fields, found by asking the
+    rules once more as if a model config without those fields were there."""
+    as_if_stated = ctx.replace(model_dims_known=True)
+    depends = [  # valid now, refused for a model whose config lacks the fields
+        name for name in profile.backend_names
+        if not profile.validate(name, inputs, ctx) and profile.validate(name, inputs, as_if_stated)
+    ]
+    flags = ", ".join(flag for _field, flag in MODEL_DIM_FIELDS.items())
+    verb = "depends" if len(depends) == 1 else "depend"
+    which = f"{', '.join(depends)} {verb} on them" if depends else "no backend here depends on them"
+    return (
+        f"MLA model dimensions unknown (no --model, none of {flags}): vLLM applies no check that reads "
+        f"them when it has no model config, and neither does attnsel; {which}: pass --model or those flags"
+    )
 
 
 def _kv_heads_per_gpu(facts: Any) -> Optional[int]:

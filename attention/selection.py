@@ -115,6 +115,9 @@ class SelectionContext:
     - `num_heads`: attention heads per GPU (total // TP); orders the Blackwell MLA sparse pair.
     - `user_backend`: --attention-backend (enum name, any case).
     - `qk_nope_head_dim`: from the model's text config; None means absent, which vLLM reads as 1.
+    - `model_dims_known`: False for bare shapes with no model config and no MLA-dimension flag:
+      vLLM then has `model_config is None`, and the checks that read hf_text_config (MLA dims,
+      index_topk) do not run (e.g. mla/flashinfer_mla.py `supports_combination`). Nothing is invented.
     - `has_index_topk`: the model config has `index_topk` (DeepSeek V3.2 sparse attention).
     - `use_trtllm_attention`: attention_config.use_trtllm_attention (None = not set).
     - `batch_invariant`: VLLM_BATCH_INVARIANT=1.
@@ -134,6 +137,7 @@ class SelectionContext:
     is_attention_free: bool = False
     mamba_cache_float32: bool = False
     qk_nope_head_dim: Optional[int] = None
+    model_dims_known: bool = True
     has_index_topk: bool = False
     use_trtllm_attention: Optional[bool] = None
     batch_invariant: bool = False
@@ -152,6 +156,9 @@ class SelectionContext:
     # KV heads per GPU (later FlashInfer: GQA on CC 10.x with TRT-LLM allows kernel blocks up to
     # 1024); None = unknown, read as "not GQA"
     num_kv_heads: Optional[int] = None
+    # a hybrid model's state layout and Mamba cache flags (attention/hybrid/pages.py HybridSetup);
+    # None: vLLM's hybrid block size is not computed
+    hybrid: Optional[Any] = None
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -222,6 +229,9 @@ class Explanation:
     notes: tuple[str, ...] = ()
     profile_note: Optional[str] = None
     profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
+    hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
+    # attention/hybrid/explicit.py: what each explicit --block-size would do (hybrid models, set by explain)
+    explicit_block_sizes: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -245,6 +255,6 @@ class Explanation:
         if self.error is not None or self.selected is None:
             return []
         args = ["--attention-backend", self.selected]
-        if self.block_size is not None:
+        if self.block_size is not None and self.hybrid is None:  # a hybrid's size is vLLM's to compute
             args += ["--block-size", str(self.block_size)]
         return args

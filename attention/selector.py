@@ -10,7 +10,7 @@ Never imports torch.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from attnsel.attention.rules import MultipleOf, RuleProfile
 from attnsel.attention.selection import (  # noqa: F401  (re-exported: the selector's vocabulary)
@@ -177,6 +177,7 @@ class Run:
         self.logs: list[LogLine] = []
         self._once: set[str] = set()
         self.block_size: Optional[int] = None  # the KV block size as far as the flow got
+        self.hybrid: Any = None  # HybridAnswer, once a hybrid model's block size is aligned
 
     def log(self, level: str, message: str, source: str, once: bool = False) -> None:
         if once:
@@ -356,6 +357,7 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
         error_phase=error.phase if error else None,
         layer_config_repr=layer_cfg.vllm_repr(profile) if layer_cfg is not None else None,
         notes=tuple(notes),
+        hybrid=run.hybrid,
     )
 
 

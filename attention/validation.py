@@ -256,3 +256,18 @@ def check_tune_flags(*, tolerance: Optional[float], timeout: float, head_size: O
     check_parallel("--tensor-parallel-size", tensor_parallel_size)
     check_names(names)
     check_heads(num_heads, num_kv_heads, " (--num-heads / --num-kv-heads)")
+
+
+def check_hybrid_flags(request: Any, profile: Any) -> None:
+    """--mamba-cache-mode, --mamba-ssm-cache-dtype, --mamba-cache-dtype: the values the version's
+    vLLM parses (config/cache.py `MambaCacheMode` and `MambaDType`, its argparse choices)."""
+    modes = tuple((profile.data.get("hybrid") or {}).get("mamba_cache_modes", ()))
+    mode = getattr(request, "mamba_cache_mode", None)
+    if mode is not None and mode not in modes:
+        raise UserInputError(f"vLLM {profile.vllm_version} has no --mamba-cache-mode {mode!r}; "
+                             f"use one of {', '.join(modes) or '(none: no hybrid rules)'}")
+    dtypes = profile.model_rules.mamba_dtypes
+    for flag, name in (("--mamba-ssm-cache-dtype", "mamba_ssm_cache_dtype"), ("--mamba-cache-dtype", "mamba_cache_dtype")):
+        value = getattr(request, name, None)
+        if value is not None and value not in dtypes:
+            raise UserInputError(f"vLLM {profile.vllm_version} has no {flag} {value!r}; use one of {', '.join(dtypes)}")

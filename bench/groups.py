@@ -1,6 +1,6 @@
 """One backend's rows in one worker process (bench/worker.py), with the parent's side of the
 protocol: timeouts, crash detection, restarts, pre-spawned workers (bench/sweep.py orders the
-groups and runs them; this module runs one).
+groups and runs them; this module runs one; the child process itself: bench/worker_process.py).
 
 What can go wrong in a kernel library, and what is recorded:
   * the kernel raises              -> the worker records `error` (or `oom`) and goes on;
@@ -15,13 +15,8 @@ after `max_restarts` deaths in one backend its remaining rows are not run.
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +24,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from attnsel.bench import results as R
 from attnsel.bench.launch_mode import mode_label
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.worker_process import WorkerProcess
+from attnsel.bench.workloads import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.bench.sweep import SweepOptions
@@ -61,125 +57,6 @@ def _describe_exit(returncode: Optional[int]) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exited with code {returncode}"
-
-
-def _tail(path: Path, start: int, limit: int = 600) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace").strip()
-    return text[-limit:]
-
-
-_LIVE_WORKERS: "set[WorkerProcess]" = set()
-_STOPPING = threading.Event()
-
-
-def allow_workers() -> None:
-    """A new sweep may start workers again (after a stopped one in the same process)."""
-    _STOPPING.clear()
-
-
-def stop_all_workers() -> None:
-    """Kill every worker this process started and refuse new ones (Ctrl-C during a --gpus sweep,
-    whose lanes run in threads)."""
-    _STOPPING.set()
-    for worker in list(_LIVE_WORKERS):
-        worker.kill()
-
-
-class WorkerProcess:
-    """One `python -m attnsel.bench.worker` child: send a job, read protocol lines with timeouts."""
-
-    def __init__(self, job: dict, log_path: Path, *, prespawned: bool = False, env: Optional[dict] = None):
-        if _STOPPING.is_set():
-            raise KeyboardInterrupt("the sweep is stopping")
-        self.log_path = log_path
-        self.prespawned = prespawned
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
-        self.log_start = self._log.tell()
-        self.spawned_at = time.time()
-        self.go_at: Optional[float] = None
-        self.imported: Optional[dict] = None  # the worker's "imported" startup figures
-        self.imported_seen_at: Optional[float] = None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnsel.bench.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            start_new_session=True,  # its own process group: a timeout kills compiler children too
-            env={**os.environ, **env} if env else None,  # --gpus: the worker's CUDA_VISIBLE_DEVICES
-        )
-        _LIVE_WORKERS.add(self)
-        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self._write(json.dumps({**job, "spawned_at": self.spawned_at}) + "\n")
-
-    def _write(self, text: str) -> None:
-        try:
-            self.proc.stdin.write(text.encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            pass  # it died (or stdin is closed); the reader sees EOF
-
-    def go(self) -> None:
-        """Lets the worker touch CUDA and start its items (it waits for this after importing)."""
-        if self.go_at is None:
-            self.go_at = time.time()
-            self._write("go\n")
-            self._close_stdin()
-
-    def _close_stdin(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
-
-    def _read(self) -> None:
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
-        self._lines.put(None)
-
-    def next_message(self, timeout_s: float) -> Optional[dict]:
-        """The next protocol message; None at EOF; raises queue.Empty on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise queue.Empty
-            line = self._lines.get(timeout=remaining)
-            if line is None:
-                return None
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and "type" in message:
-                return message
-
-    def kill(self) -> None:
-        self._close_stdin()
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the child we started
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        self.wait()
-
-    def wait(self) -> Optional[int]:
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log.close()
-        _LIVE_WORKERS.discard(self)
-        return self.proc.returncode
-
-    def stderr_tail(self) -> str:
-        return _tail(self.log_path, self.log_start)
 
 
 @dataclass
@@ -340,63 +217,88 @@ class _GroupRun:
 
     def drive(self, worker: WorkerProcess) -> bool:
         """Read one worker's messages until it finishes (True), dies or hangs (False)."""
-        ready = False
-        current: Optional[dict] = None
         worker.go()
-        record_index = len(self.outcome.workers)
+        watch = _Watch(worker, record_index=len(self.outcome.workers))
         self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
         while True:
-            limit = self.options.item_timeout_s if ready else self.options.startup_timeout_s
+            limit = self.options.item_timeout_s if watch.ready else self.options.startup_timeout_s
             try:
                 message = worker.next_message(limit)
             except queue.Empty:
-                worker.kill()
-                if current is not None:
-                    self.fail(current, R.STATUS_TIMEOUT, f"no result within {limit:g} s; the worker was killed")
-                    self.give_up_on_config(current, R.STATUS_TIMEOUT)
-                else:
-                    what = "did not start" if not ready else "stopped answering"
-                    self.fail_all(R.STATUS_TIMEOUT, f"worker {what} within {limit:g} s")
+                self._silent(watch, limit)
                 return False
             if message is None:  # EOF: the worker died (segfault, abort) or exited early
-                how = _describe_exit(worker.wait())
-                tail = worker.stderr_tail()
-                detail = f"worker {how}" + (f"; stderr: {tail[-300:]}" if tail else "")
-                if current is not None:
-                    self.fail(current, R.STATUS_CRASHED, detail)
-                    self.give_up_on_config(current, R.STATUS_CRASHED)
-                elif not ready:
-                    if worker.prespawned and not self.outcome.prespawn_failures:
-                        self.outcome.workers[record_index]["error"] = detail
-                        self.retry_startup = True
-                        return False
-                    self.fail_all(R.STATUS_ERROR, detail)
+                self._died(watch)
                 return False
-            kind = message["type"]
-            if kind == "imported":
-                worker.imported = message.get("startup") or {}
-                worker.imported_seen_at = time.time()
-            elif kind == "ready":
-                ready = True
-                self.outcome.workers[record_index] = worker_record(worker, message.get("startup"), time.time(),
-                                                                   self.outcome.started_at)
-                self.outcome.info = message.get("info")
-                if self.on_info and self.outcome.info:
-                    self.on_info(self.outcome.info)
-            elif kind == "start":
-                current = self.by_key.get(message.get("key"))
-                if self.on_start and current is not None:
-                    self.on_start(current)
-            elif kind == "row":
-                row = message["row"]
-                self.emit(row)
-                self.pending = [i for i in self.pending if i["key"] != row.get("key")]
-                current = None
-            elif kind == "fatal":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, f"worker could not start: {message.get('error')}")
-                return False
-            elif kind == "done":
-                worker.wait()
-                self.fail_all(R.STATUS_ERROR, "the worker finished without a result for this row")
-                return True
+            finished = self._handle(watch, message)
+            if finished is not None:
+                return finished
+
+    def _silent(self, watch: _Watch, limit: float) -> None:
+        """No message within the limit: kill the worker; its row (or every row) timed out."""
+        watch.worker.kill()
+        if watch.current is not None:
+            self.fail(watch.current, R.STATUS_TIMEOUT, f"no result within {limit:g} s; the worker was killed")
+            self.give_up_on_config(watch.current, R.STATUS_TIMEOUT)
+        else:
+            what = "did not start" if not watch.ready else "stopped answering"
+            self.fail_all(R.STATUS_TIMEOUT, f"worker {what} within {limit:g} s")
+
+    def _died(self, watch: _Watch) -> None:
+        """The worker's output ended: its row crashed; a pre-spawned worker that died before
+        "ready" is retried once (retry_startup); any other that did not start fails every row."""
+        worker = watch.worker
+        how = _describe_exit(worker.wait())
+        tail = worker.stderr_tail()
+        detail = f"worker {how}" + (f"; stderr: {tail[-300:]}" if tail else "")
+        if watch.current is not None:
+            self.fail(watch.current, R.STATUS_CRASHED, detail)
+            self.give_up_on_config(watch.current, R.STATUS_CRASHED)
+        elif not watch.ready:
+            if worker.prespawned and not self.outcome.prespawn_failures:
+                self.outcome.workers[watch.record_index]["error"] = detail
+                self.retry_startup = True
+                return
+            self.fail_all(R.STATUS_ERROR, detail)
+
+    def _handle(self, watch: _Watch, message: dict) -> Optional[bool]:
+        """One protocol message (bench/worker.py); True/False when the worker is through, else None."""
+        worker, kind = watch.worker, message["type"]
+        if kind == "imported":
+            worker.imported = message.get("startup") or {}
+            worker.imported_seen_at = time.time()
+        elif kind == "ready":
+            watch.ready = True
+            self.outcome.workers[watch.record_index] = worker_record(worker, message.get("startup"), time.time(),
+                                                                     self.outcome.started_at)
+            self.outcome.info = message.get("info")
+            if self.on_info and self.outcome.info:
+                self.on_info(self.outcome.info)
+        elif kind == "start":
+            watch.current = self.by_key.get(message.get("key"))
+            if self.on_start and watch.current is not None:
+                self.on_start(watch.current)
+        elif kind == "row":
+            row = message["row"]
+            self.emit(row)
+            self.pending = [i for i in self.pending if i["key"] != row.get("key")]
+            watch.current = None
+        elif kind == "fatal":
+            worker.wait()
+            self.fail_all(R.STATUS_ERROR, f"worker could not start: {message.get('error')}")
+            return False
+        elif kind == "done":
+            worker.wait()
+            self.fail_all(R.STATUS_ERROR, "the worker finished without a result for this row")
+            return True
+        return None
+
+
+@dataclass
+class _Watch:
+    """What drive() knows about the worker it reads: has it said "ready", which row is it on."""
+
+    worker: WorkerProcess
+    record_index: int  # its entry in GroupOutcome.workers
+    ready: bool = False
+    current: Optional[dict] = None  # the item of its last "start" message, until its row arrives

@@ -16,7 +16,7 @@ from attnsel.attention.kernels import kv_quant
 from attnsel.bench import results as R
 from attnsel.bench import timing as T
 from attnsel.bench.launch_mode import choose_launch, mode_label
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench.prebuild import error_text
 from attnsel.bench.worker_toolkit import Toolkit
 

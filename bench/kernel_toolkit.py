@@ -13,7 +13,7 @@ import sys
 from typing import Any, Optional
 
 from attnsel.bench import timing as T
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench.prebuild import error_text, import_backend_libraries
 
 EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU

@@ -61,7 +61,7 @@ def make_mla_shape(
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (vllm-rules §6)."""
-    from attnsel.bench.plan import KV_CACHE_DTYPES, TuneShape, normalize_dtype
+    from attnsel.bench.tune_shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")

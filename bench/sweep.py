@@ -25,9 +25,10 @@ from attnsel.bench import results as R
 from attnsel.bench import timing as T
 from attnsel.bench.plan import Plan
 from attnsel.bench.groups import (  # noqa: F401  (re-exported: the sweep's public names)
-    GroupOutcome, WorkerProcess, allow_workers, failure_row, prespawn_worker, run_backend_group, stop_all_workers,
+    GroupOutcome, failure_row, prespawn_worker, run_backend_group,
 )
 from attnsel.bench.launch_mode import mode_label
+from attnsel.bench.worker_process import WorkerProcess, allow_workers, stop_all_workers  # noqa: F401  (re-exported)
 from attnsel.bench.worker_toolkit import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 

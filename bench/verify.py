@@ -20,10 +20,12 @@ from typing import Callable, Optional
 
 from attnsel import __version__
 from attnsel.attention import model_config as MC
+from attnsel.attention.model_kind import attention_layer_count
 from attnsel.attention import rules
 from attnsel.bench import engine_log
 from attnsel.bench import engine_worker as EW
-from attnsel.bench import plan as P
+from attnsel.bench.plan_rules import vllm_default_choice
+from attnsel.bench.tune_shape import shape_from_model
 from attnsel.bench import verify_plan as VP
 from attnsel.bench.engine_compare import shape_figures
 from attnsel.bench.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
@@ -166,9 +168,10 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         default = tune_doc["plan"].get("vllm_default") or {}
         vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") else None
     else:
-        shape = P.shape_from_model(model_name, capability=capability)
-        backend, block, _error = P.vllm_default_choice(shape, capability)
+        shape = VP.engine_shape(shape_from_model(model_name, capability=capability))
+        backend, block, _error = vllm_default_choice(shape, capability)
         vllm_default = (backend, int(block)) if backend and block else None
+    shape = VP.engine_shape(shape)
     candidates = VP.choose_candidates((tune_doc or {}).get("recommendation"), vllm_default, req.candidates)
     VP.check_refusals(candidates, shape, capability)
     model_max = VP.model_max_len(hf_config)
@@ -179,7 +182,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         "schema": SCHEMA, "attnsel_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "tune": _tune_summary(req, tune_doc),
         "model": {"name": model_name, "model_type": hf_config.get("model_type"),
-                  "attention_layers": MC.attention_layer_count(hf_config),
+                  "attention_layers": attention_layer_count(hf_config),
                   "num_hidden_layers": (hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
                   "is_hybrid": shape.is_hybrid, "max_position_embeddings": model_max,
                   "tensor_parallel_size": shape.tensor_parallel_size, "dtype": shape.dtype,

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 from attnsel.bench import plan as P
 from attnsel.bench import recommend as REC
+from attnsel.bench.plan_rules import vllm_verdict
+from attnsel.bench.tune_shape import TuneShape
 from attnsel.errors import UserInputError
 
 GIB = 1024 ** 3
@@ -182,20 +184,28 @@ def choose_candidates(recommendation: Optional[dict], vllm_default: Optional[tup
     return out
 
 
-def check_refusals(candidates: Sequence[Candidate], shape: P.TuneShape, capability: tuple[int, int],
+def check_refusals(candidates: Sequence[Candidate], shape: TuneShape, capability: tuple[int, int],
                    vllm_version: Optional[str] = None) -> None:
     """`explain`'s verdict for each pair with flags; a refused pair keeps vLLM's reasons and is never launched."""
     for cand in candidates:
         if cand.backend and cand.block_size:
-            reasons, _kernel = P.vllm_verdict(cand.backend, int(cand.block_size), shape, capability,
-                                              vllm_version=vllm_version)
+            reasons, _kernel = vllm_verdict(cand.backend, int(cand.block_size), shape, capability,
+                                            vllm_version=vllm_version)
             cand.reasons = list(reasons)
 
 
-def shape_from_document(plan: dict) -> P.TuneShape:
+def engine_shape(shape: TuneShape) -> TuneShape:
+    """The shape as verify's engines run it: prefix caching off (engine_worker.py), which for a hybrid
+    model decides the Mamba cache mode and so the block size vLLM aligns to."""
+    if not shape.hybrid:
+        return shape
+    return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False})
+
+
+def shape_from_document(plan: dict) -> TuneShape:
     """The TuneShape a tune.json was planned for (fields this version knows; others ignored)."""
-    known = {f.name for f in fields(P.TuneShape)}
-    return P.TuneShape(**{k: v for k, v in (plan.get("shape") or {}).items() if k in known})
+    known = {f.name for f in fields(TuneShape)}
+    return TuneShape(**{k: v for k, v in (plan.get("shape") or {}).items() if k in known})
 
 
 def decode_shapes_of(plan: dict) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ import importlib.util
 from typing import Any, Optional, Protocol
 
 from attnsel.bench import timing as T
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 
 DEFAULT_TOOLKIT = "attnsel.bench.kernel_toolkit:KernelToolkit"
 

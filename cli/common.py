@@ -71,20 +71,35 @@ def print_json(obj: Any) -> None:
 
 @contextlib.contextmanager
 def sigint_deferred() -> Iterator[None]:
-    """Hold SIGINT back while the block runs (main thread, POSIX); a Ctrl-C that came meanwhile
-    is delivered when it ends. The cost: a reader that stops reading stalls Ctrl-C until it reads
-    or goes away -- a torn JSON document would be read as a verdict, a late Ctrl-C is not."""
+    """Hold a Ctrl-C back while the block runs (main thread); one that came meanwhile is handled
+    when it ends. A Python-level handler, not a signal mask: a process-directed SIGINT goes to any
+    thread that does not block it, so masking the main thread alone let it through whenever a
+    library had started a thread. The cost: a reader that stops reading stalls Ctrl-C until it
+    reads or goes away -- a torn JSON document would be read as a verdict, a late Ctrl-C is not."""
     import signal
     import threading
 
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda _signum, frame: caught.append(frame))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            _deliver_sigint(previous, caught[0])
+
+
+def _deliver_sigint(handler: Any, frame: Any) -> None:
+    """What the handler in place before the block would have done with the held-back Ctrl-C."""
+    import signal
+
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # Python's default_int_handler raises KeyboardInterrupt
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _json_default(value: Any) -> Any:

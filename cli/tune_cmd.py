@@ -8,10 +8,9 @@ from typing import Optional
 import typer
 
 from attnsel import files
-from attnsel.attention.validation import check_names, check_size, check_tune_flags
 from attnsel.cli import verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
-from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted, UserInputError
+from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
 
 def _progress(console):
@@ -75,6 +74,8 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
         capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
+        enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Hybrid models: vLLM's prefix caching, which decides the Mamba cache mode and so vLLM's block size (default: vLLM's for the version)."),
+        mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="Hybrid models: vLLM --mamba-ssm-cache-dtype (sizes the state page vLLM aligns the block to)."),
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
@@ -83,103 +84,97 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench import plan as P
-        from attnsel.bench import recommend as REC
-        from attnsel.bench import tune as TUNE
-        from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
-        from attnsel.reports import tune_report
+        from attnsel.bench.tune_flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
 
-        if quick and full:
-            raise UserInputError("--quick and --full exclude each other")
-        if cuda_graph and eager:
-            raise UserInputError("--cuda-graph and --eager exclude each other")
-        if not (0 <= min_gain < 1000):  # also refuses nan
-            raise UserInputError(f"--min-gain must be a percentage >= 0, got {min_gain}")
-        if timer not in ("auto", "cupti", "events"):
-            raise UserInputError(f"--timer must be auto, cupti or events, got {timer!r}")
-        if check not in CHECK_POLICIES:
-            raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
-        check_tune_flags(tolerance=tolerance, timeout=timeout, head_size=head_size, num_heads=num_heads,
-                         num_kv_heads=num_kv_heads, tensor_parallel_size=tensor_parallel_size,
-                         names=(("--model", model), ("--dtype", dtype), ("--kv-cache-dtype", kv_cache_dtype),
-                                ("--backends", backends), ("--block-sizes", block_sizes), ("--workload", workload),
-                                ("--weights", weights), ("--gpu", gpu), ("--capability", capability),
-                                ("--vllm-version", vllm_version), ("--output", output)))
-        check_size("--kv-lora-rank", kv_lora_rank)
-        check_size("--qk-rope-head-dim", qk_rope_head_dim)
-        check_size("--qk-nope-head-dim", qk_nope_head_dim, minimum=0)
-        check_names((("--gpus", gpus),))
-        from attnsel.bench.multi_gpu import gpu_ordinals
-
-        gpu_ordinals(gpus)  # its form now, whether the GPUs exist when the sweep asks them
-        if retry_failed and not resume:
-            raise UserInputError("--retry-failed only makes sense with --resume")
-        if resume and output is None:
-            raise UserInputError("--resume needs --output DIR (the folder of the sweep to continue)")
-        req = TUNE.TuneRequest(
+        flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
-            kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-            backends=P.parse_backends(backends), block_sizes=P.parse_block_sizes(block_sizes),
-            block_sizes_given=block_sizes is not None,
-            kinds=P.parse_workloads(workload), grid="quick" if quick else "full" if full else "default",
-            weights=REC.parse_weights(weights), min_gain=min_gain / 100.0, gpu_name=gpu,
-            capability=P.parse_capability(capability) if capability else None,
-            vllm_version=vllm_version, gpus=gpus, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
+            kv_cache_dtype=kv_cache_dtype, use_mla=use_mla, kv_lora_rank=kv_lora_rank,
             qk_rope_head_dim=qk_rope_head_dim, qk_nope_head_dim=qk_nope_head_dim,
-            options=SweepOptions(launch="graph" if cuda_graph else "eager" if eager else "vllm", timer=timer,
-                                 cold_l2=not hot_l2, check=check,
-                                 tolerance=tolerance, item_timeout_s=timeout),
+            tensor_parallel_size=tensor_parallel_size, backends=backends, block_sizes=block_sizes,
+            workload=workload, weights=weights, min_gain=min_gain, quick=quick, full=full, cuda_graph=cuda_graph,
+            eager=eager, timer=timer, hot_l2=hot_l2, check=check, tolerance=tolerance, timeout=timeout, gpus=gpus,
+            output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability,
+            vllm_version=vllm_version, prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
         )
+        check_flags(flags)
+        req = request_from_flags(flags)
         if dry_run:
-            cc, gpu_name = TUNE.capability_without_gpu(req)
-            plan = TUNE.make_plan(req, cc, gpu_name)
-            doc = TUNE.plan_document(plan, req.options)
-            if as_json:
-                print_json(doc)
-            else:
-                tune_report.render_plan(doc, stdout_console())
-            if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
-                raise CheckFailed(TUNE.refused_grid_message(plan))
+            _dry_run(req, as_json)
             return
-        if gpu or capability:
-            raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
-
-        TUNE.check_shape_flags(req)
+        check_real_sweep_flags(flags, req)
         if verify:
             verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
-        err = stderr_console()
-        out_dir = Path(output) if output is not None else TUNE.default_output_dir()
-        files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
-        err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
-        bar, progress = _progress(err)
+        outcome = _sweep(req, output, resume=resume, retry_failed=retry_failed)
+        _show_outcome(outcome, as_json=as_json, verify=verify, show_rows=show_rows)
 
-        def on_plan(plan) -> None:
-            err.print(f"results go to {out_dir}/ (results.jsonl is written row by row)")
-            skipped = len(plan.skipped_configs)
-            err.print(f"{plan.shape.describe()}; {len(plan.runnable_configs)} configs x {len(plan.workloads)} shapes"
-                      f" ({skipped} configs skipped by vLLM's rules)")
-            bar.start()
 
-        try:
-            outcome = TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
-                                    on_plan=on_plan)
-        except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
-            raise Interrupted(f"interrupted: the rows measured so far are in {out_dir}/results.jsonl; continue with "
-                              f"`attnsel tune --resume --output {out_dir}` and the same flags") from None
-        finally:
-            bar.stop()
-        _write_summary(outcome, tune_report)
-        if as_json and (not verify or outcome.timed_rows == 0):
-            print_json(outcome.document)
-        elif not as_json:
-            tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
-        if outcome.timed_rows == 0:
-            err.print(f"error: no backend could be timed; see {out_dir}/{TUNE.DOCUMENT_FILE} and the worker logs")
-            raise typer.Exit(EXIT_FAILED)
-        if verify:
-            code = verify_cmd.verify_after_tune(out_dir, as_json, tune_document=outcome.document if as_json else None)
-            if code:
-                raise typer.Exit(code)
+def _dry_run(req, as_json: bool) -> None:
+    """--dry-run: the plan after vLLM's rules, with skip reasons; needs no GPU."""
+    from attnsel.bench import tune_request
+    from attnsel.reports import tune_report
+
+    cc, gpu_name = tune_request.capability_without_gpu(req)
+    plan = tune_request.make_plan(req, cc, gpu_name)
+    doc = tune_request.plan_document(plan, req.options)
+    if as_json:
+        print_json(doc)
+    else:
+        tune_report.render_plan(doc, stdout_console())
+    if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
+        raise CheckFailed(tune_request.refused_grid_message(plan))
+
+
+def _sweep(req, output: Optional[str], *, resume: bool, retry_failed: bool):
+    """The sweep with a progress bar on stderr; Ctrl-C leaves whole rows and says how to resume."""
+    from attnsel.bench import tune as TUNE
+
+    err = stderr_console()
+    out_dir = Path(output) if output is not None else TUNE.default_output_dir()
+    files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
+    err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
+    bar, progress = _progress(err)
+    try:
+        return TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
+                             on_plan=_announce_plan(err, bar, out_dir))
+    except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
+        raise Interrupted(f"interrupted: the rows measured so far are in {out_dir}/results.jsonl; continue with "
+                          f"`attnsel tune --resume --output {out_dir}` and the same flags") from None
+    finally:
+        bar.stop()
+
+
+def _announce_plan(err, bar, out_dir: Path):
+    """What the sweep will do, printed once the plan is known; then the progress bar starts."""
+
+    def on_plan(plan) -> None:
+        err.print(f"results go to {out_dir}/ (results.jsonl is written row by row)")
+        skipped = len(plan.skipped_configs)
+        err.print(f"{plan.shape.describe()}; {len(plan.runnable_configs)} configs x {len(plan.workloads)} shapes"
+                  f" ({skipped} configs skipped by vLLM's rules)")
+        bar.start()
+
+    return on_plan
+
+
+def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
+    """summary.txt, the results on stdout, exit 1 when nothing was timed, then --verify."""
+    from attnsel.bench.tune_document import DOCUMENT_FILE
+    from attnsel.reports import tune_report
+
+    _write_summary(outcome, tune_report)
+    if as_json and (not verify or outcome.timed_rows == 0):
+        print_json(outcome.document)
+    elif not as_json:
+        tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
+    if outcome.timed_rows == 0:
+        stderr_console().print(f"error: no backend could be timed; see {outcome.output_dir}/{DOCUMENT_FILE} "
+                               f"and the worker logs")
+        raise typer.Exit(EXIT_FAILED)
+    if verify:
+        code = verify_cmd.verify_after_tune(outcome.output_dir, as_json,
+                                            tune_document=outcome.document if as_json else None)
+        if code:
+            raise typer.Exit(code)
 
 
 def _write_summary(outcome, tune_report) -> None:

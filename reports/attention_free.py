@@ -13,6 +13,8 @@ from typing import Any, Optional, Sequence
 
 from rich.console import Console
 
+from attnsel.reports.explain_report import model_line
+
 NO_BACKEND = "vLLM picks no attention backend (no layer asks the attention selector for one)"
 MAMBA_BLOCK = ("the KV-cache block size follows the Mamba state, not an attention backend: vLLM sets "
                "mamba_block_size to max_model_len (one state per request) without prefix caching, or to "
@@ -56,6 +58,8 @@ def attention_free_to_dict(expl: Any, model: dict, ignored_flags: Sequence[str])
 
 
 def render_attention_free(expl: Any, model: dict, ignored_flags: Sequence[str], console: Console) -> None:
+    """The single-GPU answer: the model line, then what there is instead of a backend table."""
+    console.print(model_line(model), markup=False)
     gpu = f"{expl.gpu_name} " if expl.gpu_name else ""
     console.print(f"attnsel explain · rule profile {expl.profile} (vLLM {expl.vllm_version}) · GPU {gpu}"
                   f"(compute capability {expl.capability[0]}.{expl.capability[1]})", markup=False)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnsel.attention.explain_answers import DEFAULT_SOURCE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
 from attnsel.attention.selector import OPTIONAL_SELECTOR_FIELDS, Explanation
+from attnsel.reports.hybrid_report import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
 JSON_SCHEMA_VERSION = 1
 
@@ -72,6 +73,8 @@ def explanation_to_dict(expl: Explanation) -> dict:
         "vllm_config_repr": expl.layer_config_repr,
         "vllm_args": expl.vllm_args,
         "notes": list(expl.notes),
+        "hybrid": hybrid_to_dict(expl.hybrid),
+        "hybrid_explicit_block_sizes": explicit_to_dict(expl),
         "exit_code": expl.exit_code,
     }
 
@@ -141,7 +144,10 @@ def render_explanation(expl: Explanation, console: Console) -> None:
                 kernel += f"; backend kernel sizes {kernel_sizes_display(list(expl.kernel_block_sizes))}"
             kernel += ")"
         origin = "your --block-size" if expl.inputs.block_size is not None else "chosen by vLLM"
+        if expl.hybrid is not None and expl.block_size != expl.inputs.block_size:
+            origin = "chosen by vLLM to fit the Mamba state"
         console.print(f"KV cache block size: {expl.block_size}, {origin}{kernel}")
+    render_hybrid(expl.hybrid, expl.inputs.block_size, console)
     if expl.kv_cache_layout:
         console.print(f"KV cache layout: {expl.kv_cache_layout} (required by {expl.selected})")
     if expl.flash_attn_version is not None and not expl.inputs.use_mla:
@@ -157,42 +163,40 @@ def render_explanation(expl: Explanation, console: Console) -> None:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
     elif expl.vllm_args:
         console.print("vLLM flags: " + " ".join(expl.vllm_args), markup=False)
+        for line in block_size_advice_lines(expl):
+            console.print(line, markup=False)
 
 
-@dataclass(frozen=True)
-class MatrixRow:
-    """One GPU family of `explain --gpu all`. `explanation` is None when vLLM already refuses the
-    model config on this GPU (`model_error`, e.g. a model type without float16 support)."""
+def model_line(section: dict) -> str:
+    """"Model: NAME (where it came from) · model_type T" for the text output."""
+    if section.get("source") == DEFAULT_SOURCE:
+        origin = f"{DEFAULT_SOURCE}; pass --model or --head-size"
+    else:
+        origin = section.get("source") or "config"
+    return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
 
-    family: str
-    gpu: str
-    explanation: Optional[Explanation]
-    capability: Optional[tuple[int, int]] = None
-    model_error: Optional[str] = None
-    model_warnings: tuple[str, ...] = ()  # vLLM's dtype lines for this GPU (e.g. the bf16 fallback)
 
-    @property
-    def error(self) -> Optional[str]:
-        return self.model_error if self.explanation is None else self.explanation.error
+def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict]) -> dict:
+    """`explain --json` for one GPU: the explanation, and the model section when a model was read."""
+    doc = explanation_to_dict(expl)
+    if model_section is not None:
+        doc["model"] = model_section
+    return doc
 
-    def to_dict(self) -> dict:
-        e = self.explanation
-        capability = e.capability if e is not None else self.capability
-        return {
-            "family": self.family,
-            "gpu": self.gpu,
-            "capability": _capability_str(capability) if capability else None,
-            "dtype": e.inputs.dtype if e else None,
-            "selected": e.selected if e else None,
-            "block_size": e.block_size if e else None,
-            "kernel_block_size": e.kernel_block_size if e else None,
-            "valid_backends": e.valid_backends if e else [],
-            "valid_count": len(e.valid_backends) if e else 0,
-            "total_count": len(e.backends) if e else 0,
-            "error": self.error,
-            "model_warnings": list(self.model_warnings),
-            "exit_code": e.exit_code if e else 1,
-        }
+
+def render_explanation_with_model(expl: Explanation, model_section: Optional[dict], console: Console) -> None:
+    """The model line and vLLM's lines about the model, the explanation, then the ViT backend."""
+    if model_section is not None:
+        console.print(model_line(model_section), markup=False)
+        for line in model_section["warnings"] + model_section["infos"]:
+            console.print(f"  vLLM: {line}", markup=False)
+    render_explanation(expl, console)
+    if model_section is not None and model_section.get("vit"):
+        vit = model_section["vit"]
+        if vit["error"]:
+            console.print(f"ViT attention: vLLM raises AssertionError: {vit['error']}", markup=False)
+        else:
+            console.print(f"ViT attention backend: {vit['backend']} (head size {vit['head_size']}, {vit['dtype']})")
 
 
 def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:
@@ -289,3 +293,20 @@ def render_comparison(expl: Explanation, mismatches: Sequence[Any], console: Con
     for m in mismatches:
         table.add_row(m.what, m.backend or "", str(m.ours), str(m.live))
     console.print(table)
+
+
+def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Optional[Sequence[Any]]) -> dict:
+    """`explain --live --json`; with --compare-live (`mismatches` not None) the profile and where it differs."""
+    doc = {"live": live_to_dict(answer, expl)}
+    if mismatches is not None:
+        doc["profile"] = expl.profile
+        doc["profile_reason"] = expl.profile_reason
+        doc["mismatches"] = [m.to_dict() for m in mismatches]
+        doc["agree"] = not mismatches
+    return doc
+
+
+def render_live_report(answer: Any, expl: Explanation, mismatches: Optional[Sequence[Any]], console: Console) -> None:
+    render_live(answer, expl, console)
+    if mismatches is not None:
+        render_comparison(expl, mismatches, console)

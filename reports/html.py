@@ -1,24 +1,22 @@
-"""One self-contained HTML page: inline CSS, inline SVG charts drawn here (no JavaScript, no
-fonts, no CDN), so it opens offline and can be attached to an issue or a CI artifact.
+"""One self-contained HTML page: inline CSS, inline SVG charts (no JavaScript, no fonts, no CDN),
+so it opens offline and can be attached to an issue or a CI artifact.
 
-Charts: median latency vs --block-size per backend for each shape (p20-p80 whiskers), decode
-bandwidth as % of the GPU's peak, and vLLM's reasons as a backend x reason matrix.
+Charts: median latency vs --block-size per backend for each shape (p20-p80 whiskers) and decode
+bandwidth as % of the GPU's peak, drawn in reports/html_charts.py; vLLM's reasons as a backend x
+reason matrix, here.
 """
 
 from __future__ import annotations
 
-import math
 from html import escape
 from typing import Any, Optional, Sequence
 
 import pandas as pd
 
 from attnsel.reports import frames as F
+from attnsel.reports.html_charts import LOG_SCALE_RATIO, PALETTE, bandwidth_svg, latency_svg  # noqa: F401  (re-exported)
 from attnsel.reports.loaders import ReportData, TuneData
 
-# Okabe-Ito colours (readable with colour-vision deficiencies), plus a marker shape per backend.
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-MARKERS = ["circle", "square", "triangle", "diamond"]
 FAIL_COLOUR, PASS_COLOUR = "#c62828", "#2e7d32"
 
 CSS = """
@@ -62,163 +60,6 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12.5px; }
 
 def _e(value: Any) -> str:
     return escape("" if value is None else str(value))
-
-
-def colour_for(backend: str, order: Sequence[str]) -> str:
-    return PALETTE[list(order).index(backend) % len(PALETTE)] if backend in order else PALETTE[-1]
-
-
-def _marker(shape: str, x: float, y: float, colour: str, title: str) -> str:
-    t = f"<title>{_e(title)}</title>"
-    if shape == "square":
-        return f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{colour}">{t}</rect>'
-    if shape == "triangle":
-        return f'<polygon points="{x:.1f},{y - 5:.1f} {x - 5:.1f},{y + 4:.1f} {x + 5:.1f},{y + 4:.1f}" fill="{colour}">{t}</polygon>'
-    if shape == "diamond":
-        return f'<polygon points="{x:.1f},{y - 5.5:.1f} {x + 5.5:.1f},{y:.1f} {x:.1f},{y + 5.5:.1f} {x - 5.5:.1f},{y:.1f}" fill="{colour}">{t}</polygon>'
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{colour}">{t}</circle>'
-
-
-def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """Round tick values from 0 to at least `top` (1, 2, 2.5, 5 x 10^k steps)."""
-    if top <= 0 or not math.isfinite(top):
-        return [0.0, 1.0]
-    raw = top / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    return [round(i * step, 10) for i in range(int(math.ceil(top / step)) + 1)]
-
-
-# When the slowest point is more than this many times the fastest (FlexAttention runs 20-50x
-# slower than the others on an H200), a linear axis flattens every other backend onto zero.
-LOG_SCALE_RATIO = 10.0
-
-
-def log_ticks(low: float, high: float) -> list[float]:
-    """1-2-5 ticks spanning [low, high] on a log axis.
-
-    >>> log_ticks(0.013, 4.5)
-    [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]
-    """
-    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    ticks = [round(m * 10.0 ** e, 12) for e in range(first, last + 1) for m in (1, 2, 5)]
-    lower = max(t for t in ticks if t <= low)
-    upper = min(t for t in ticks if t >= high)
-    return [t for t in ticks if lower <= t <= upper]
-
-
-def _tick_label(value: float) -> str:
-    return f"{value:g}" if value >= 0.01 or value == 0 else f"{value:.1e}"
-
-
-def latency_svg(frame: pd.DataFrame, label: str, backends: Sequence[str], width: int = 600, height: int = 300) -> str:
-    """Median latency (y, ms, from 0; log scale when the points span more than LOG_SCALE_RATIO)
-    vs --block-size (x, one slot per size) per backend; whiskers p20-p80; the fastest point circled."""
-    sub = frame[(frame["workload"] == label) & (frame["status"] == "ok") & frame["median_ms"].notna()]
-    if sub.empty:
-        return ""
-    sizes = sorted(int(s) for s in frame.loc[frame["workload"] == label, "block_size"].dropna().unique())
-    left, right, top, bottom = 58, 150, 14, 42
-    plot_w, plot_h = width - left - right, height - top - bottom
-    high = float(sub["p80_ms"].fillna(sub["median_ms"]).max())
-    low = float(sub["p20_ms"].fillna(sub["median_ms"]).min())
-    log_scale = low > 0 and high / low > LOG_SCALE_RATIO
-    if log_scale:
-        ticks = log_ticks(low, high)
-        lo_log, hi_log = math.log10(ticks[0]), math.log10(ticks[-1])
-    else:
-        ticks = nice_ticks(high * 1.05)
-    y_max = ticks[-1]
-
-    def x_of(size: int) -> float:
-        return left + (sizes.index(size) + 0.5) * plot_w / len(sizes)
-
-    def y_of(value: float) -> float:
-        if log_scale:
-            return top + plot_h * (1 - (math.log10(max(value, ticks[0])) - lo_log) / (hi_log - lo_log))
-        return top + plot_h * (1 - value / y_max)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" role="img" '
-             f'aria-label="{_e(label)}: median latency vs block size">']
-    for t in ticks:
-        y = y_of(t)
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#eaeef2"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#57606a">{_tick_label(t)}</text>')
-    parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#8c959f"/>')
-    for size in sizes:
-        parts.append(f'<text x="{x_of(size):.1f}" y="{top + plot_h + 16}" font-size="11" text-anchor="middle" fill="#57606a">{size}</text>')
-    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" font-size="12" text-anchor="middle" fill="#1b1f24">--block-size</text>')
-    parts.append(f'<text x="14" y="{top + plot_h / 2:.1f}" font-size="12" text-anchor="middle" fill="#1b1f24" '
-                 f'transform="rotate(-90 14 {top + plot_h / 2:.1f})">median latency (ms{", log scale" if log_scale else ""})</text>')
-    best = sub.loc[sub["median_ms"].idxmin()]
-    legend_y = top + 6
-    for i, backend in enumerate(b for b in backends if b in set(sub["backend"])):
-        colour, shape = colour_for(backend, backends), MARKERS[backends.index(backend) % len(MARKERS)]
-        points = sub[sub["backend"] == backend].sort_values("block_size")
-        coords = [(x_of(int(r.block_size)), y_of(r.median_ms)) for r in points.itertuples()]
-        if len(coords) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for r, (x, y) in zip(points.itertuples(), coords):
-            if pd.notna(r.p20_ms) and pd.notna(r.p80_ms):
-                parts.append(f'<line x1="{x:.1f}" y1="{y_of(r.p20_ms):.1f}" x2="{x:.1f}" y2="{y_of(r.p80_ms):.1f}" '
-                             f'stroke="{colour}" stroke-width="1.2"/>')
-            parts.append(_marker(shape, x, y, colour, f"{backend} --block-size {int(r.block_size)}: {r.median_ms:.4f} ms"))
-        ly = legend_y + i * 20
-        lx = left + plot_w + 14
-        parts.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 18}" y2="{ly}" stroke="{colour}" stroke-width="2"/>')
-        parts.append(_marker(shape, lx + 9, ly, colour, backend))
-        parts.append(f'<text x="{lx + 24}" y="{ly + 4}" font-size="11.5" fill="#1b1f24">{_e(backend)}</text>')
-    bx, by = x_of(int(best["block_size"])), y_of(best["median_ms"])
-    parts.append(f'<circle cx="{bx:.1f}" cy="{by:.1f}" r="9" fill="none" stroke="#1b1f24" stroke-width="1.5"/>')
-    ly = legend_y + len(set(sub["backend"])) * 20 + 8
-    parts.append(f'<circle cx="{left + plot_w + 23}" cy="{ly}" r="7" fill="none" stroke="#1b1f24" stroke-width="1.5"/>')
-    parts.append(f'<text x="{left + plot_w + 38}" y="{ly + 4}" font-size="11.5" fill="#1b1f24">fastest</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def bandwidth_svg(best: pd.DataFrame, backends: Sequence[str], width: int = 1240) -> str:
-    """Horizontal bars: achieved bandwidth as % of peak, per decode shape and backend (its best
-    block size), on a 0-100% axis."""
-    decode = best[best["kind"] == "decode"]
-    if decode.empty:
-        return ""
-    shapes = list(dict.fromkeys(decode["workload"]))
-    bar_h, gap, group_gap = 16, 3, 16
-    left, right, top = 190, 170, 26
-    per_group = [decode[decode["workload"] == s] for s in shapes]
-    height = top + sum(len(g) * (bar_h + gap) + group_gap for g in per_group) + 24
-    plot_w = width - left - right
-
-    def x_of(pct: float) -> float:
-        return left + plot_w * min(max(pct, 0.0), 110.0) / 110.0
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" role="img" '
-             'aria-label="decode bandwidth as percent of peak">']
-    for pct in (0, 25, 50, 75, 100):
-        x = x_of(pct)
-        parts.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height - 20}" stroke="{"#8c959f" if pct in (0, 100) else "#eaeef2"}"/>')
-        parts.append(f'<text x="{x:.1f}" y="{top - 10}" font-size="11" text-anchor="middle" fill="#57606a">{pct}%</text>')
-    y = top
-    for shape, group in zip(shapes, per_group):
-        group_top = y
-        for r in group.itertuples():
-            colour = colour_for(r.backend, backends)
-            x_end = x_of(r.pct_of_peak)
-            title = f"{r.backend} --block-size {int(r.block_size)}: {r.pct_of_peak:.1f}% of peak ({r.bandwidth_tb_s:.2f} TB/s)"
-            parts.append(f'<rect x="{left}" y="{y}" width="{x_end - left:.1f}" height="{bar_h}" fill="{colour}" rx="2">'
-                         f'<title>{_e(title)}</title></rect>')
-            parts.append(f'<text x="{x_end + 5:.1f}" y="{y + 12}" font-size="11" fill="#1b1f24">{r.pct_of_peak:.1f}% '
-                         f'· {_e(r.backend)} bs {int(r.block_size)}</text>')
-            y += bar_h + gap
-        mid = (group_top + y - gap) / 2
-        parts.append(f'<text x="{left - 10}" y="{mid + 4:.1f}" font-size="12" text-anchor="end" fill="#1b1f24">{_e(shape)}</text>')
-        y += group_gap
-    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="12" text-anchor="middle" fill="#1b1f24">'
-                 "achieved memory bandwidth, % of the GPU's peak</text>")
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def matrix_table(matrix: pd.DataFrame, selected: Optional[str] = None) -> str:
@@ -318,6 +159,24 @@ def tune_html(tune: TuneData, s: dict) -> str:
     frame = F.rows_frame(tune)
     backends = [b for b in F.BACKEND_ORDER if b in set(frame["backend"])] + sorted(
         set(frame["backend"].dropna()) - set(F.BACKEND_ORDER))
+    peak = f"{s['peak_bandwidth']} ({s['peak_bandwidth_source']})" if s["peak_bandwidth"] else "unknown"
+    out = _tune_heading(s)
+    out.append('<div class="cards"><div class="card"><h3>Recommendation (all workloads, weighted)</h3>'
+               f'{_decision_html(s["overall"])}</div><div class="card"><h3>Environment</h3>'
+               f'{_kv_table(_environment_rows(s, peak))}</div></div>')
+    if s["per_kind"]:
+        out.append(_per_kind_table(s["per_kind"]))
+    for warning in s["warnings"]:
+        out.append(f'<div class="warn">⚠ {_e(warning)}</div>')
+    out += _tune_charts(frame, backends, peak)
+    out += _not_timed_and_failed(tune, frame)
+    tables = "".join(f"<h3>{_e(label)}</h3>{_latency_html_table(frame, label)}" for _k, label in F.workloads(frame))
+    out.append(f"<h2>Tables per workload</h2>{tables}")
+    return "".join(out)
+
+
+def _tune_heading(s: dict) -> list[str]:
+    """Title, the shape that was timed, the run's note, and a warning when tune.json is missing."""
     out = [f"<h1>{_e('attnsel tune report')}: {_e(s['gpu'] or 'GPU')}</h1>"]
     shape = s["shape"]
     if shape:
@@ -330,29 +189,37 @@ def tune_html(tune: TuneData, s: dict) -> str:
     if not s["complete"]:
         out.append('<div class="note"><b>Partial results:</b> tune.json is missing (the sweep was cut short); the advice is '
                    "recomputed from results.jsonl and vLLM's default is unknown.</div>")
+    return out
+
+
+def _environment_rows(s: dict, peak: str) -> list[tuple[str, str]]:
+    """The Environment card: GPU, peak bandwidth, driver/CUDA/library versions, vLLM's default, rows."""
     env = [f"driver {s['driver']}" if s["driver"] else None, f"CUDA {s['cuda']}" if s["cuda"] else None]
     env += [f"{k} {v}" for k, v in s["versions"].items()]
     gpu = f"{s['gpu'] or '–'}" + (f" (CC {s['capability']})" if s["capability"] else "")
     if s["memory_gib"]:
         gpu += f", {s['memory_gib']:.0f} GiB"
-    peak = f"{s['peak_bandwidth']} ({s['peak_bandwidth_source']})" if s["peak_bandwidth"] else "unknown"
     kv = [("GPU", _e(gpu)), ("Peak bandwidth", _e(peak)), ("Environment", _e(", ".join(e for e in env if e) or "–")),
           ("vLLM's default", f"<code>{_e(s['vllm_default'] or 'unknown')}</code>"),
           ("Rows", _e(", ".join(f"{n} {k}" for k, n in sorted(s["statuses"].items()))))]
     if s["created"]:
         kv.append(("Measured", _e(s["created"]) + (f" ({s['elapsed_s']:.0f} s)" if s.get("elapsed_s") else "")))
-    out.append('<div class="cards"><div class="card"><h3>Recommendation (all workloads, weighted)</h3>'
-               f'{_decision_html(s["overall"])}</div><div class="card"><h3>Environment</h3>{_kv_table(kv)}</div></div>')
-    if s["per_kind"]:
-        rows = "".join(
-            f"<tr><td>{_e(d['scope'])}</td><td><code>{_e(d['best'] or '–')}</code></td>"
-            f"<td class='num'>{_pct(d['margin_pct'], '{:+.1f}%')}</td>"
-            f"<td class='num'>{_pct(d['noise_threshold_pct'], '{:.1f}%')}</td>"
-            f"<td>{_e(d['confidence'])}</td><td><code>{_e(d['flags'] or '')}</code></td></tr>" for d in s["per_kind"])
-        out.append("<h3>Per workload kind</h3><table><tr><th>kind</th><th>fastest</th><th>vs default</th><th>noise bar</th>"
-                   f"<th>confidence</th><th>flags</th></tr>{rows}</table>")
-    for warning in s["warnings"]:
-        out.append(f'<div class="warn">⚠ {_e(warning)}</div>')
+    return kv
+
+
+def _per_kind_table(per_kind: list[dict]) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(d['scope'])}</td><td><code>{_e(d['best'] or '–')}</code></td>"
+        f"<td class='num'>{_pct(d['margin_pct'], '{:+.1f}%')}</td>"
+        f"<td class='num'>{_pct(d['noise_threshold_pct'], '{:.1f}%')}</td>"
+        f"<td>{_e(d['confidence'])}</td><td><code>{_e(d['flags'] or '')}</code></td></tr>" for d in per_kind)
+    return ("<h3>Per workload kind</h3><table><tr><th>kind</th><th>fastest</th><th>vs default</th><th>noise bar</th>"
+            f"<th>confidence</th><th>flags</th></tr>{rows}</table>")
+
+
+def _tune_charts(frame: pd.DataFrame, backends: list[str], peak: str) -> list[str]:
+    """Latency vs block size per shape, then decode bandwidth as % of peak (each only with data)."""
+    out = []
     figures = []
     for kind, label in F.workloads(frame):
         svg = latency_svg(frame, label, backends)
@@ -365,6 +232,12 @@ def tune_html(tune: TuneData, s: dict) -> str:
     if bw:
         out.append(f"<h2>Decode bandwidth, % of peak</h2><p class=\"sub\">Best block size per backend; peak = {_e(peak)}.</p>"
                    f"<figure>{bw}</figure>")
+    return out
+
+
+def _not_timed_and_failed(tune: TuneData, frame: pd.DataFrame) -> list[str]:
+    """What vLLM's rules skipped (with its reasons) and the rows that failed (never recommended)."""
+    out = []
     skipped = F.skipped_configs(tune)
     if not skipped.empty:
         entries = [(f"{r.backend} · bs {r.block_size}", list(r.reasons)) for r in skipped.itertuples()]
@@ -375,9 +248,7 @@ def tune_html(tune: TuneData, s: dict) -> str:
                        f"<td>{_e(r.status)}</td><td>{_e((r.error or '')[:300])}</td></tr>" for r in problems.itertuples())
         out.append("<h2>Failed rows (never recommended)</h2><table><tr><th>backend</th><th>--block-size</th><th>shape</th>"
                    f"<th>status</th><th>error</th></tr>{rows}</table>")
-    tables = "".join(f"<h3>{_e(label)}</h3>{_latency_html_table(frame, label)}" for _k, label in F.workloads(frame))
-    out.append(f"<h2>Tables per workload</h2>{tables}")
-    return "".join(out)
+    return out
 
 
 def explain_html(doc: dict, standalone: bool = True) -> str:

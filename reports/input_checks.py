@@ -4,7 +4,7 @@ a string, an explain answer without its backends: one line naming the file and t
 never a traceback and never a garbage row rendered as a result.
 
 Fields nobody renders may hold anything (future versions add fields); a field that is read must
-have its type or be absent/null. The schema follows what bench/results.py, bench/tune.py and
+have its type or be absent/null. The schema follows what bench/results.py, bench/tune_document.py and
 reports/explain_report.py write.
 """
 

@@ -1,5 +1,5 @@
 """Read what `attnsel report` renders: a tune output (folder, tune.json or results.jsonl, as
-bench/tune.py and bench/results.py write them) and `attnsel explain --json` answers. The kind of
+bench/tune_document.py and bench/results.py write them) and `attnsel explain --json` answers. The kind of
 each input is found from its content, not its name. Bad input -> UserInputError, one line.
 """
 
@@ -16,7 +16,7 @@ from attnsel.errors import UserInputError
 from attnsel.reports.input_checks import (check_explain_document, check_rows, check_tune_document,
                                           check_verify_document)
 
-TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune.py DOCUMENT_SCHEMA
+TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune_document.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
 VERIFY_SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 TUNE_DOCUMENT = "tune.json"

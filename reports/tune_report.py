@@ -1,4 +1,4 @@
-"""Render `attnsel tune` plans and result documents (bench/tune.py) as rich text. Never calls NVML
+"""Render `attnsel tune` plans and result documents (bench/tune_document.py) as rich text. Never calls NVML
 or CUDA; everything comes from the plan / document dicts, so recorded results render the same."""
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench import plan as P
+from attnsel.bench.plan_rules import vllm_default_choice, vllm_verdict
+from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.workloads import WorkloadSpec, parse_workloads, workload_grid
 from attnsel.bench.sweep import SweepOptions, items_for, skipped_rows
 from attnsel.errors import UserInputError
 
@@ -24,7 +27,7 @@ def _plan(shape, block_sizes=(8, 16, 64, 128), kinds=("decode",), grid="quick"):
 def test_refused_combinations_are_skipped_with_vllms_reason_and_never_sent_to_a_worker():
     # head 72: FlashInfer supports only 64/128/256 (vllm-rules §3a) -> "head_size not supported";
     # block 8 is not a multiple of 16 for FLASH_ATTN/FLASHINFER/TRITON_ATTN (§2) -> "block_size not supported"
-    plan = _plan(P.make_shape(72, 32, 8, "bf16"))
+    plan = _plan(make_shape(72, 32, 8, "bf16"))
     skipped = {(c.backend, c.block_size): c.reasons for c in plan.skipped_configs}
     assert skipped[("FLASHINFER", 64)] == ("head_size not supported",)
     assert skipped[("FLASHINFER", 8)] == ("head_size not supported", "block_size not supported")
@@ -40,19 +43,19 @@ def test_refused_combinations_are_skipped_with_vllms_reason_and_never_sent_to_a_
 
 def test_a_framework_block_is_reported_with_its_kernel_block():
     # FlashInfer kernels take 16/32/64; --block-size 128 is accepted and split into 64-token kernel blocks (§2)
-    plan = _plan(P.make_shape(128, 32, 8, "bf16"))
+    plan = _plan(make_shape(128, 32, 8, "bf16"))
     fi128 = next(c for c in plan.configs if (c.backend, c.block_size) == ("FLASHINFER", 128))
     assert fi128.runnable and fi128.kernel_block_size == 64
     assert plan.to_dict()["configs"][0].keys() >= {"backend", "block_size", "kernel_block_size", "status", "reasons"}
 
 
 def test_vllm_default_is_recorded_in_the_plan():
-    plan = _plan(P.make_shape(128, 32, 8, "bf16"))
+    plan = _plan(make_shape(128, 32, 8, "bf16"))
     assert (plan.vllm_default_backend, plan.vllm_default_block_size) == ("FLASH_ATTN", 16)  # §5a, §5f
 
 
 def test_heads_are_divided_by_tensor_parallelism_like_vllm():
-    shape = P.make_shape(128, 64, 8, "bf16", tensor_parallel_size=16)
+    shape = make_shape(128, 64, 8, "bf16", tensor_parallel_size=16)
     assert (shape.num_q_heads, shape.num_kv_heads) == (4, 1)  # kv per GPU = max(1, 8 // 16)
 
 
@@ -63,29 +66,29 @@ def test_heads_are_divided_by_tensor_parallelism_like_vllm():
 ])
 def test_impossible_shapes_are_user_errors(args):
     with pytest.raises(UserInputError):
-        P.make_shape(*args)
+        make_shape(*args)
 
 
 def test_default_decode_grid_is_the_documented_one():
-    decode = P.workload_grid(["decode"], "default")
+    decode = workload_grid(["decode"], "default")
     pairs = {(w.batch, w.context_len) for w in decode}
     assert pairs == {(b, c) for b in (1, 16, 64, 256) for c in (1024, 4096, 16384)} - {(256, 16384)}
     assert all(w.kv_tokens <= 2**20 for w in decode)
-    quick = P.workload_grid(["decode", "prefill", "mixed"], "quick")
+    quick = workload_grid(["decode", "prefill", "mixed"], "quick")
     assert [w.kind for w in quick].count("decode") == 3 and len(quick) == 5
 
 
 def test_mixed_query_tokens_follow_one_chunk_in_eight():
-    w = P.WorkloadSpec("mixed", 32, 4096, 512)
+    w = WorkloadSpec("mixed", 32, 4096, 512)
     assert w.query_tokens == 28 * 1 + 4 * 512
 
 
 def test_flag_parsers_reject_bad_values():
     assert P.parse_block_sizes("64,16,16") == [16, 64]
-    assert P.parse_workloads("decode,mixed") == ["decode", "mixed"]
+    assert parse_workloads("decode,mixed") == ["decode", "mixed"]
     assert P.parse_backends("flashinfer") == ["FLASHINFER"]
     for bad in (lambda: P.parse_block_sizes("16,x"), lambda: P.parse_block_sizes("-16"),
-                lambda: P.parse_workloads("train"), lambda: P.parse_backends("XFORMERS"),
+                lambda: parse_workloads("train"), lambda: P.parse_backends("XFORMERS"),
                 lambda: P.parse_capability("99.9"), lambda: P.parse_capability("9.x")):
         with pytest.raises(UserInputError):
             bad()
@@ -93,25 +96,25 @@ def test_flag_parsers_reject_bad_values():
 
 def test_the_real_rules_refuse_what_vllm_refuses():
     """Through the one rules boundary (plan.vllm_verdict), pinned to the seed-era profile."""
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     seed = {"vllm_version": "0.17"}
-    assert P.vllm_verdict("FLASH_ATTN", 8, shape, (9, 0), **seed)[0] == ["block_size not supported"]
-    assert P.vllm_verdict("FLASHINFER", 256, shape, (9, 0), **seed) == ([], 64)
-    assert P.vllm_verdict("FLASHINFER", 16, P.make_shape(72, 32, 8, "bf16"), (9, 0), **seed)[0] == ["head_size not supported"]
-    assert "invalid choice: 48" in P.vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), **seed)[0][0]  # §4 BlockSize literal
-    assert P.vllm_default_choice(shape, (9, 0), **seed)[:2] == ("FLASH_ATTN", 16)
-    assert P.vllm_default_choice(shape, (10, 0), **seed)[:2] == ("FLASHINFER", 16)  # Blackwell: FlashInfer first (§5a)
+    assert vllm_verdict("FLASH_ATTN", 8, shape, (9, 0), **seed)[0] == ["block_size not supported"]
+    assert vllm_verdict("FLASHINFER", 256, shape, (9, 0), **seed) == ([], 64)
+    assert vllm_verdict("FLASHINFER", 16, make_shape(72, 32, 8, "bf16"), (9, 0), **seed)[0] == ["head_size not supported"]
+    assert "invalid choice: 48" in vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), **seed)[0][0]  # §4 BlockSize literal
+    assert vllm_default_choice(shape, (9, 0), **seed)[:2] == ("FLASH_ATTN", 16)
+    assert vllm_default_choice(shape, (10, 0), **seed)[:2] == ("FLASHINFER", 16)  # Blackwell: FlashInfer first (§5a)
 
 
 def test_the_0_33_profile_accepts_any_multiple_of_16_for_triton():
     """vllm-rules §9: 0.33 dropped the BlockSize literal; TRITON_ATTN only needs bs % 16 == 0."""
-    shape = P.make_shape(128, 32, 8, "bf16")
-    assert P.vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), vllm_version="0.33") == ([], 48)
-    assert P.vllm_verdict("TRITON_ATTN", 40, shape, (9, 0), vllm_version="0.33")[0] == ["block_size not supported"]
+    shape = make_shape(128, 32, 8, "bf16")
+    assert vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), vllm_version="0.33") == ([], 48)
+    assert vllm_verdict("TRITON_ATTN", 40, shape, (9, 0), vllm_version="0.33")[0] == ["block_size not supported"]
 
 
 def test_flex_attention_keeps_only_vllms_preferred_block_in_the_default_grid():
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     common = dict(verdict=fake_rules.verdict, default_choice=fake_rules.default_choice, kinds=("decode",))
     default = P.build_plan(shape, (9, 0), grid="default", **common)
     assert [c.block_size for c in default.configs if c.backend == "FLEX_ATTENTION"] == [16]

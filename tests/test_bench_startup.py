@@ -12,12 +12,15 @@ from attnsel.bench import env_info
 from attnsel.bench import plan as P
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, run_backend_group, run_sweep
-from attnsel.bench.tune import device_for_plan, phase_breakdown
+from attnsel.bench.tune import device_for_plan
+from attnsel.bench.tune_phases import phase_breakdown
+from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.workloads import WorkloadSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
 SHAPE = {"head_size": 128, "num_q_heads": 32, "num_kv_heads": 8, "dtype": "bfloat16", "kv_cache_dtype": "auto"}
-DECODE = P.WorkloadSpec("decode", 4, 1024)
+DECODE = WorkloadSpec("decode", 4, 1024)
 
 
 def _items(block_sizes, check=True):
@@ -30,7 +33,7 @@ def _options(**kw):
 
 
 def _plan(backends):
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), backends=backends, block_sizes=[16, 32], kinds=["decode"], grid="quick")
     return P.Plan(**{**plan.__dict__, "workloads": (DECODE,)})
 
@@ -249,7 +252,7 @@ def test_preloading_runs_each_adapters_before_import_hook_before_importing_its_m
 
 
 def test_a_library_import_that_creates_a_cuda_context_during_another_backends_timing_is_reported(tmp_path, monkeypatch):
-    from attnsel.bench.tune import prespawn_warnings
+    from attnsel.bench.tune_document import prespawn_warnings
 
     scenario = {"FLASH_ATTN": {"sleep": 0.1}, "FLASHINFER": {"import": "init_cuda"}}
     monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))

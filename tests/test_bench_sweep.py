@@ -8,6 +8,7 @@ from pathlib import Path
 from attnsel.bench import plan as P
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, SweepProgress, run_sweep
+from attnsel.bench.tune_shape import make_shape
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
@@ -17,7 +18,7 @@ _spec.loader.exec_module(fake_rules)
 
 
 def _plan():
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     return P.build_plan(shape, (9, 0), backends=["FLASH_ATTN", "FLASHINFER"], block_sizes=[8, 16, 64],
                         kinds=["decode"], grid="quick", verdict=fake_rules.verdict,
                         default_choice=fake_rules.default_choice)

@@ -212,3 +212,37 @@ def test_model_hook_feeds_the_selector():
     assert doc["inputs"]["has_sink"] is True
     assert doc["selected"] == "TRITON_ATTN"
     assert doc["model"]["model_type"] == "gpt_oss"
+
+
+@pytest.mark.parametrize("version", ["0.17", "0.24", "0.33"])
+def test_bare_mla_shapes_apply_no_check_on_dimensions_nobody_gave(version):
+    # vLLM reads qk_nope_head_dim from hf_text_config only when it has a model config
+    # (mla/flashinfer_mla.py supports_combination): bare shapes must not invent "got 1"
+    result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--vllm-version", version)
+    assert result.exit_code == 0
+    flashinfer_mla = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA")
+    assert flashinfer_mla["valid"] and not any("qk_nope_head_dim" in r for r in flashinfer_mla["reasons"])
+    note = next(n for n in doc["notes"] if n.startswith("MLA model dimensions unknown"))
+    assert "FLASHINFER_MLA" in note and "--qk-nope-head-dim" in note and "--model" in note
+
+
+def test_a_stated_mla_dimension_is_checked_as_vllm_checks_a_model_config():
+    # once the user states the model's MLA fields, the ones not given read as absent (vLLM's default 1)
+    result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--vllm-version", "0.24",
+                           "--qk-nope-head-dim", "96")
+    flashinfer_mla = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA")
+    assert flashinfer_mla["reasons"] == ["FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got 96"]
+    assert not any(n.startswith("MLA model dimensions unknown") for n in doc["notes"])
+
+
+def test_a_real_deepseek_config_passes_the_dimension_checks_on_blackwell():
+    result, doc = run_json("--model", "deepseek-v3", "--gpu", "B200", "--vllm-version", "0.24")
+    assert result.exit_code == 0 and doc["selected"] == "FLASHINFER_MLA"
+    assert not any(n.startswith("MLA model dimensions unknown") for n in doc["notes"])
+
+
+def test_a_model_configs_kv_lora_rank_reaches_the_rules_that_read_it():
+    # 0.33 mla/flashinfer_mla_sparse_sm90.py reads hf_text_config.kv_lora_rank: DeepSeek-V3.2 has 512
+    result, doc = run_json("--model", "deepseek-v3.2", "--gpu", "H100", "--vllm-version", "0.33")
+    sm90 = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA_SPARSE_SM90")
+    assert result.exit_code == 0 and sm90["valid"], sm90["reasons"]

@@ -107,6 +107,6 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
 
 
 def test_no_gpu_named_or_found_asks_for_one(monkeypatch):
-    monkeypatch.setattr("attnsel.cli.explain_cmd._detect_gpu", lambda: None)
+    monkeypatch.setattr("attnsel.attention.explain_answers.detect_gpu", lambda: None)
     result = RUNNER.invoke(app, ["explain", "--vllm-version", "all", "--head-size", "128"])
     assert result.exit_code == 2 and "--gpu NAME or --capability" in result.stderr

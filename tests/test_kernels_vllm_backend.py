@@ -122,7 +122,7 @@ def _runner(backend, extra_notes=()):
 
 
 def _item(kind="decode", batch=3, context=200, query_len=1):
-    from attnsel.bench.plan import WorkloadSpec
+    from attnsel.bench.workloads import WorkloadSpec
 
     return {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True, "launch": "eager",
             "launch_reason": "recorded rule", "workload": WorkloadSpec(kind, batch, context, query_len).to_dict()}
@@ -152,7 +152,7 @@ def broken(name):
     return cls
 recorded.backend_class = broken
 from cpu_toolkit import CpuKernelToolkit
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench.item_runner import ItemRunner
 shape = {"head_size": 64, "num_q_heads": 8, "num_kv_heads": 2, "dtype": "float16", "kv_cache_dtype": "auto"}
 item = {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True,

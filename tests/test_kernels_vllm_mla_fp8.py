@@ -177,7 +177,7 @@ def _runner(backend, shape):
 
 
 def _item(block_size=64, batch=3, context=200):
-    from attnsel.bench.plan import WorkloadSpec
+    from attnsel.bench.workloads import WorkloadSpec
 
     return {"key": "k", "block_size": block_size, "kernel_block_size": block_size, "check": True, "launch": "eager",
             "launch_reason": "recorded rule", "workload": WorkloadSpec("decode", batch, context).to_dict()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench import results as R
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.bench.sweep import SweepOptions, run_backend_group
 
 pytest.importorskip("torch")

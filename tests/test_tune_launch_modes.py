@@ -8,11 +8,12 @@ import pytest
 from attnsel.attention import cudagraph
 from attnsel.attention import rules
 from attnsel.bench import plan as P
+from attnsel.bench.tune_shape import make_shape
 
 
 def _launch(version, backend, kind="decode", batch=64, cc=(9, 0)):
     profile = rules.get_profile(version)
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, cc, backends=[backend], block_sizes=[16], kinds=[kind], grid="default")
     plan = P.Plan(**{**plan.__dict__, "rule_profile": profile.name})
     w = next(w for w in plan.workloads if w.kind == kind and (kind != "decode" or w.batch == batch))
@@ -50,7 +51,7 @@ def test_decode_batches_beyond_the_largest_capture_size_run_without_a_graph():
 
 def test_the_dry_run_plan_lists_each_backends_launch_per_shape():
     profile = rules.get_profile("0.33")
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), block_sizes=[16], grid="quick")
     plan = P.Plan(**{**plan.__dict__, "rule_profile": profile.name})
     launch = plan.to_dict()["launch"]

@@ -14,6 +14,7 @@ from attnsel.bench import plan as P
 from attnsel.bench import recommend as REC
 from attnsel.bench import results as R
 from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.tune_shape import make_shape
 from attnsel.errors import UserInputError
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"
@@ -23,7 +24,7 @@ SCENARIO = {"FLASH_ATTN": {"*": "ok:0.30"}, "FLASHINFER": {"*": "ok:0.20"}, "TRI
 
 
 def _plan():
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), backends=BACKENDS, block_sizes=[16, 32], kinds=["decode"], grid="quick",
                         block_sizes_given=True)
     return plan

@@ -11,7 +11,9 @@ from rich.console import Console
 from attnsel.bench import plan as P
 from attnsel.bench import recommend as REC
 from attnsel.bench.sweep import SweepOptions, skipped_rows
-from attnsel.bench.tune import build_document
+from attnsel.bench.tune_document import build_document
+from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.workloads import WorkloadSpec
 from attnsel.reports import tune_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
@@ -38,10 +40,10 @@ def _rows(plan):
 
 
 def test_rendered_results_show_flags_failures_and_disqualified_configs():
-    shape = P.make_shape(128, 32, 8, "bf16")
+    shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), block_sizes=[8, 16, 32, 64, 128], kinds=["decode"], grid="quick",
                         verdict=fake_rules.verdict, default_choice=fake_rules.default_choice)
-    plan = P.Plan(**{**plan.__dict__, "workloads": (P.WorkloadSpec("decode", 64, 4096),)})
+    plan = P.Plan(**{**plan.__dict__, "workloads": (WorkloadSpec("decode", 64, 4096),)})
     doc = build_document(plan, SweepOptions(), _rows(plan), REC.DEFAULT_WEIGHTS, device={"name": "NVIDIA H200"},
                          gpu_env={"name": "NVIDIA H200", "peak_memory_bandwidth_bytes_per_s": 4.81e12},
                          clocks={}, worker_info={})
@@ -56,7 +58,7 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
 
 
 def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel():
-    from attnsel.bench.tune import stand_in_warnings
+    from attnsel.bench.tune_document import stand_in_warnings
 
     rows = [{"backend": "FLASH_ATTN", "adapter": "fa4-cute", "status": "ok"},
             {"backend": "TRITON_ATTN", "adapter": "attnsel-triton", "status": "ok"}]

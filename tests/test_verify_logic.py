@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from attnsel.attention import model_config as MC
+from attnsel.attention import model_kind
+from attnsel.attention.model_kind import attention_layer_count
 from attnsel.bench import engine_compare as EC
 from attnsel.bench import engine_log, engine_worker, verify_plan as VP, verify_verdict as VV
 from attnsel.errors import UserInputError
@@ -21,7 +23,7 @@ def h200_tune():
     return json.loads(H200_TUNE.read_text())
 
 
-@pytest.mark.parametrize("module", [engine_log, engine_worker, EC, VP, MC])
+@pytest.mark.parametrize("module", [engine_log, engine_worker, EC, VP, model_kind])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -361,11 +363,11 @@ def test_kernel_margin_attention_share_and_the_step_gain_the_kernels_predict(h20
 
 
 def test_attention_layers_of_hybrid_and_plain_configs():
-    assert MC.attention_layer_count(MC.load_model_config("llama-3.1-8b")) == 32
-    assert MC.attention_layer_count(MC.load_model_config("granite-4.0-h-350m")) == 4
-    assert MC.attention_layer_count(MC.load_model_config("jamba-1.5-mini")) == 4
-    assert MC.attention_layer_count(MC.load_model_config("nemotron-h-8b")) == 4
+    assert attention_layer_count(MC.load_model_config("llama-3.1-8b")) == 32
+    assert attention_layer_count(MC.load_model_config("granite-4.0-h-350m")) == 4
+    assert attention_layer_count(MC.load_model_config("jamba-1.5-mini")) == 4
+    assert attention_layer_count(MC.load_model_config("nemotron-h-8b")) == 4
     # transformers 5 rewrites Granite's layer_types as full_attention / linear_attention
-    assert MC.attention_layer_count({"num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention", "linear_attention"]}) == 1
-    assert MC.attention_layer_count(MC.load_model_config("mamba-130m")) == 0
-    assert MC.attention_layer_count({"num_hidden_layers": 4, "hybrid_override_pattern": "M-M*-M*"}) == 2
+    assert attention_layer_count({"num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention", "linear_attention"]}) == 1
+    assert attention_layer_count(MC.load_model_config("mamba-130m")) == 0
+    assert attention_layer_count({"num_hidden_layers": 4, "hybrid_override_pattern": "M-M*-M*"}) == 2

@@ -71,7 +71,7 @@ class PrebuildingAdapter(Protocol):
     def prebuild(self, workloads: list, *, dtype: str, head_size: int, num_q_heads: int | None = None,
                  num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
                  capability: "tuple[int, int] | list[int] | None" = None) -> dict:
-        """`workloads`: bench.plan.WorkloadSpec items (kind, batch, lengths) this worker will time."""
+        """`workloads`: bench.workloads.WorkloadSpec items (kind, batch, lengths) this worker will time."""
 
 
 class KernelUnavailable(RuntimeError):

@@ -162,60 +162,14 @@ class FlexAttentionAdapter:
     def prepare(self, b) -> PreparedKernel:
         import torch
 
-        from .paged import split_into_kernel_blocks
-
-        notes = []
-        if b.query.device.type == "cpu" and self.compile and b.block_size > CPU_MAX_KV_TILE:
-            # torch 2.13's CPU flex template emits C++ that does not compile for kv tiles >= 64
-            # ("'cur_kvSplitSize8' was not declared"); walk the pages as 32-token kernel blocks.
-            notes.append(f"CPU: cache block {b.block_size} walked as kernel blocks of {CPU_MAX_KV_TILE}")
-            b = split_into_kernel_blocks(b, CPU_MAX_KV_TILE)
+        b, notes = _walkable_on_this_device(b, self.compile)
         t0 = time.perf_counter()
         mask = build_block_mask(b)
-        hkv, d = b.num_kv_heads, b.head_size
-        query = b.query.permute(1, 0, 2)[None]  # (1, Hq, T, D)
-        key = b.key_cache.view(-1, hkv, d).permute(1, 0, 2)[None]  # (1, Hkv, N, D)
-        value = b.value_cache.view(-1, hkv, d).permute(1, 0, 2)[None]
         on_gpu = b.query.device.type == "cuda"
         options = {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK_SIZE, "BLOCK_N": b.block_size} if on_gpu else None
-        if self.compile:
-            flex = _compiled_flex()
-        else:
-            from torch.nn.attention.flex_attention import flex_attention as flex
-        gqa = b.num_q_heads != hkv
         out = torch.empty_like(b.query)
-
-        def run():
-            o = flex(query, key, value, None, mask, b.scale, enable_gqa=gqa, kernel_options=options)
-            out.copy_(o[0].permute(1, 0, 2))
-            return out
-
-        if not self.compile:
-            import warnings
-
-            plain = run
-
-            def run():  # noqa: F811  (eager is asked for on purpose: no "use torch.compile" warning)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)
-                    return plain()
-
-        try:
-            run()
-            if on_gpu:
-                torch.cuda.synchronize(b.query.device)
-        except Exception as exc:
-            if not (on_gpu and b.block_size > GPU_FALLBACK_KV_TILE):
-                raise
-            # vLLM's options tile the kernel by whole pages (BLOCK_N = page); big pages can exceed
-            # shared memory. Record that, and run with a smaller tile inside each page instead.
-            notes.append(
-                f"BLOCK_N={b.block_size} (vLLM's choice) failed: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:160] if str(exc) else ''}; ran BLOCK_N={GPU_FALLBACK_KV_TILE}"
-            )
-            options["BLOCK_N"] = GPU_FALLBACK_KV_TILE
-            run()
-            torch.cuda.synchronize(b.query.device)
+        run = _flex_run(b, mask, options, out, compiled=self.compile)
+        notes += _first_run(run, b, options)
         setup = time.perf_counter() - t0
         out.fill_(float("nan"))
         mode = "compiled" if self.compile else "eager"
@@ -231,3 +185,72 @@ class FlexAttentionAdapter:
             writes_into_given_output=True,
             details={"compiled": self.compile, "kernel_options": options},
         )
+
+
+def _walkable_on_this_device(b, compiled: bool):
+    """(the batch, notes): on CPU, compiled, large pages are walked as smaller kernel blocks."""
+    from .paged import split_into_kernel_blocks
+
+    if b.query.device.type == "cpu" and compiled and b.block_size > CPU_MAX_KV_TILE:
+        # torch 2.13's CPU flex template emits C++ that does not compile for kv tiles >= 64
+        # ("'cur_kvSplitSize8' was not declared"); walk the pages as 32-token kernel blocks.
+        note = f"CPU: cache block {b.block_size} walked as kernel blocks of {CPU_MAX_KV_TILE}"
+        return split_into_kernel_blocks(b, CPU_MAX_KV_TILE), [note]
+    return b, []
+
+
+def _flex_run(b, mask, options, out, *, compiled: bool):
+    """One attention call over the whole batch, written into `out`: all query tokens as one
+    sequence (1, Hq, T, D) against the cache as one long key sequence (1, Hkv, N, D). `options`
+    is read at each call (_first_run may shrink its BLOCK_N)."""
+    hkv, d = b.num_kv_heads, b.head_size
+    query = b.query.permute(1, 0, 2)[None]  # (1, Hq, T, D)
+    key = b.key_cache.view(-1, hkv, d).permute(1, 0, 2)[None]  # (1, Hkv, N, D)
+    value = b.value_cache.view(-1, hkv, d).permute(1, 0, 2)[None]
+    if compiled:
+        flex = _compiled_flex()
+    else:
+        from torch.nn.attention.flex_attention import flex_attention as flex
+    gqa = b.num_q_heads != hkv
+
+    def run():
+        o = flex(query, key, value, None, mask, b.scale, enable_gqa=gqa, kernel_options=options)
+        out.copy_(o[0].permute(1, 0, 2))
+        return out
+
+    return run if compiled else _without_eager_warning(run)
+
+
+def _without_eager_warning(run):
+    """Eager is asked for on purpose: no "use torch.compile" warning."""
+    import warnings
+
+    def quiet_run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return run()
+
+    return quiet_run
+
+
+def _first_run(run, b, options) -> list[str]:
+    """Run once (compiles); on GPU, pages too big for vLLM's whole-page tile retry with a smaller
+    one. Returns the notes saying so."""
+    import torch
+
+    on_gpu = b.query.device.type == "cuda"
+    try:
+        run()
+        if on_gpu:
+            torch.cuda.synchronize(b.query.device)
+    except Exception as exc:
+        if not (on_gpu and b.block_size > GPU_FALLBACK_KV_TILE):
+            raise
+        # vLLM's options tile the kernel by whole pages (BLOCK_N = page); big pages can exceed
+        # shared memory. Record that, and run with a smaller tile inside each page instead.
+        options["BLOCK_N"] = GPU_FALLBACK_KV_TILE
+        run()
+        torch.cuda.synchronize(b.query.device)
+        return [f"BLOCK_N={b.block_size} (vLLM's choice) failed: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:160] if str(exc) else ''}; ran BLOCK_N={GPU_FALLBACK_KV_TILE}"]
+    return []

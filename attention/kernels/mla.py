@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from . import kv_quant
-from .paged import Workload, _ragged_lengths, torch_dtype
+from .paged import Workload, _ragged_lengths, shuffled_block_table, torch_dtype
 
 DEEPSEEK_QK_NOPE_HEAD_DIM = 128  # DeepSeek-V2/V3/R1, Kimi-K2: the default when a workload names none
 
@@ -118,15 +118,7 @@ def make_mla_batch(w: Workload, block_size: int, device="cuda", seed: int = 0, r
     gen = torch.Generator().manual_seed(seed)
     seq_lens = [_ragged_lengths(gen, 1, w.context_len, block_size, 1)[0] if ragged else w.context_len
                 for _ in range(w.batch)]
-    blocks = [math.ceil(s / block_size) for s in seq_lens]
-    used = sum(blocks)
-    num_blocks = 1 + used + max(1, used // 16)  # block 0 free (vLLM's null block), spare blocks scattered
-    physical = (torch.randperm(num_blocks - 1, generator=gen) + 1)[:used]
-    table = torch.zeros(w.batch, max(blocks), dtype=torch.int32)
-    pos = 0
-    for i, n in enumerate(blocks):
-        table[i, :n] = physical[pos:pos + n].to(torch.int32)
-        pos += n
+    table, num_blocks = shuffled_block_table(seq_lens, block_size, gen)
     dev = torch.device(device)
     value_gen = gen if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(seed)
     dtype = torch_dtype(w.dtype)

@@ -11,6 +11,7 @@ that the reference never sees.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -198,46 +199,19 @@ def make_paged_batch(
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
     gen = torch.Generator().manual_seed(seed)
-    dtype = torch_dtype(w.dtype)
-
-    if w.kind == "decode":
-        q_lens = [1] * w.batch
-    elif w.kind == "prefill":
-        q_lens = [w.query_len] * w.batch
-    else:
-        n_prefill = mixed_prefill_count(w.batch)
-        q_lens = [1] * (w.batch - n_prefill) + [w.query_len] * n_prefill
-    if ragged:
-        seq_lens = [
-            _ragged_lengths(gen, 1, w.context_len, block_size, minimum=q)[0] for q in q_lens
-        ]
-    else:
-        seq_lens = [w.context_len] * w.batch
-
-    blocks_per_seq = [math.ceil(s / block_size) for s in seq_lens]
-    max_blocks = max(blocks_per_seq)
-    used = sum(blocks_per_seq)
-    spare = max(1, used // 16)  # free blocks scattered among used ones: the cache is never dense
-    num_blocks = 1 + used + spare  # + block 0, vLLM's null block
-    physical = (torch.randperm(num_blocks - 1, generator=gen) + 1)[:used]
-    table = torch.zeros(w.batch, max_blocks, dtype=torch.int32)
-    pos = 0
-    for i, n in enumerate(blocks_per_seq):
-        table[i, :n] = physical[pos : pos + n].to(torch.int32)
-        pos += n
+    q_lens = _query_lengths(w)
+    seq_lens = _kv_lengths(w, q_lens, block_size, gen, ragged)
+    table, num_blocks = shuffled_block_table(seq_lens, block_size, gen)
 
     dev = torch.device(device)
     # Values are drawn where they will live (GPU batches are ~1 GB at the bar shape).
     value_gen = gen if dev.type == "cpu" else torch.Generator(device=dev).manual_seed(seed)
+    dtype = torch_dtype(w.dtype)
     shape = (num_blocks, block_size, w.num_kv_heads, w.head_size)
     randn = lambda *s: torch.randn(s, generator=value_gen, dtype=torch.float32, device=dev).to(dtype)  # noqa: E731
     key_cache = randn(*shape)
     value_cache = randn(*shape)
-    total_q = sum(q_lens)
-    query = randn(total_q, w.num_q_heads, w.head_size)
-    cu = [0]
-    for q in q_lens:
-        cu.append(cu[-1] + q)
+    query = randn(sum(q_lens), w.num_q_heads, w.head_size)
 
     as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=dev)  # noqa: E731
     batch = PagedBatch(
@@ -247,12 +221,47 @@ def make_paged_batch(
         block_table=table.to(dev),
         seq_lens=as_i32(seq_lens),
         query_lens=as_i32(q_lens),
-        cu_query_lens=as_i32(cu),
+        cu_query_lens=as_i32([0, *itertools.accumulate(q_lens)]),
         block_size=block_size,
         scale=1.0 / math.sqrt(w.head_size),
         kind=w.kind,
     )
     return quantized_kv(batch, w.kv_cache_dtype) if kv_quant.is_fp8(w.kv_cache_dtype) else batch
+
+
+def _query_lengths(w: Workload) -> list[int]:
+    """New tokens per request: 1 for a decode, query_len for a prefill chunk; a mixed step puts its
+    decodes first (vLLM's split_decodes_and_prefills order)."""
+    if w.kind == "decode":
+        return [1] * w.batch
+    if w.kind == "prefill":
+        return [w.query_len] * w.batch
+    n_prefill = mixed_prefill_count(w.batch)
+    return [1] * (w.batch - n_prefill) + [w.query_len] * n_prefill
+
+
+def _kv_lengths(w: Workload, q_lens: list[int], block_size: int, gen: torch.Generator, ragged: bool) -> list[int]:
+    """Each request's KV length: context_len, or ragged around it (never shorter than its query)."""
+    if not ragged:
+        return [w.context_len] * w.batch
+    return [_ragged_lengths(gen, 1, w.context_len, block_size, minimum=q)[0] for q in q_lens]
+
+
+def shuffled_block_table(seq_lens: list[int], block_size: int, gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """(block table, number of physical blocks): each request's blocks drawn at random from the cache,
+    with spare blocks left free among them (the cache is never dense) and block 0 kept free as
+    vLLM's null block; unused table slots point at it."""
+    blocks_per_seq = [math.ceil(s / block_size) for s in seq_lens]
+    used = sum(blocks_per_seq)
+    spare = max(1, used // 16)
+    num_blocks = 1 + used + spare  # + block 0, vLLM's null block
+    physical = (torch.randperm(num_blocks - 1, generator=gen) + 1)[:used]
+    table = torch.zeros(len(seq_lens), max(blocks_per_seq), dtype=torch.int32)
+    pos = 0
+    for i, n in enumerate(blocks_per_seq):
+        table[i, :n] = physical[pos : pos + n].to(torch.int32)
+        pos += n
+    return table, num_blocks
 
 
 def quantized_kv(b: PagedBatch, kv_cache_dtype: str) -> PagedBatch:

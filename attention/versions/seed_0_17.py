@@ -158,12 +158,16 @@ class Rules(RuleCode):
         return None
 
     def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
+        if not ctx.model_dims_known:  # vLLM reads hf_text_config only when model_config is not None
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope != 128:
             return f"FlashInfer MLA kernel requires qk_nope_head_dim == 128, but got {qk_nope}"
         return None
 
     def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> Optional[str]:
+        if not ctx.model_dims_known:
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope != 128:
             return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim == 128, but got {qk_nope}"

@@ -103,6 +103,11 @@ class Rules(seed_0_17.Rules):
             block_size=inputs.block_size if inputs is not None else None, supports_fa4_hd256=True,
         )
 
+    @staticmethod
+    def quantized_kv(kv_cache_dtype: str) -> bool:
+        # the release's is_quantized_kv_cache (vllm/utils/torch_utils.py, later kv_cache_interface.py)
+        return is_quantized_kv_cache(kv_cache_dtype)
+
     # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
     def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         prio = self.profile.data["priorities"]
@@ -121,10 +126,9 @@ class Rules(seed_0_17.Rules):
             return self._mla_other_priorities(inputs, ctx)
         return self._dense_priorities(inputs, ctx)
 
-    @staticmethod
-    def _sparse_kv_prefers_flashinfer(kv_cache_dtype: str) -> bool:
-        # "Prefer FlashInfer for fp8 kv cache": any quantized KV cache in this release
-        return is_quantized_kv_cache(kv_cache_dtype)
+    def _sparse_kv_prefers_flashinfer(self, kv_cache_dtype: str) -> bool:
+        # "Prefer FlashInfer for fp8 kv cache": the release's is_quantized_kv_cache
+        return self.quantized_kv(kv_cache_dtype)
 
     def _mla_other_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         return list(self.profile.data["priorities"]["mla_other"])
@@ -163,7 +167,7 @@ class Rules(seed_0_17.Rules):
             return True
         if kv_cache_dtype not in rule["list"]:
             return False
-        if is_quantized_kv_cache(kv_cache_dtype):
+        if self.quantized_kv(kv_cache_dtype):
             return self.flash_attn_supports_fp8(ctx)
         return True
 
@@ -195,7 +199,10 @@ class Rules(seed_0_17.Rules):
         return None
 
     def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
-        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1)
+        # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1), read only when
+        # vLLM has a model config
+        if not ctx.model_dims_known:
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (64, 128, 192):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
@@ -205,6 +212,8 @@ class Rules(seed_0_17.Rules):
         # mla/tokenspeed_mla.py: the package is imported here, not at module import
         if not ctx.module_present("tokenspeed_mla"):
             return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
+        if not ctx.model_dims_known:
+            return None
         dims = tuple(0 if v is None else v for v in (ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.v_head_dim))
         if dims != (128, 64, 128):
             return (
@@ -226,7 +235,10 @@ class Rules(seed_0_17.Rules):
         return self._flashinfer_mla_sparse_model_reason(ctx)
 
     def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
-        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk)
+        # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
+        # read only when vLLM has one
+        if not ctx.model_dims_known:
+            return None
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (128, 192):
             return f"FlashInfer MLA Sparse kernel requires qk_nope_head_dim in [128, 192], but got {qk_nope}"
@@ -240,6 +252,8 @@ class Rules(seed_0_17.Rules):
             return "dtype not supported"
         if inputs.kv_cache_dtype not in (None, "auto", "fp8", "fp8_e4m3", "fp8_ds_mla"):
             return "kv_cache_dtype not supported"
+        if not ctx.model_dims_known:
+            return None
         topk = self._index_topk(ctx)
         if topk is None:
             return "FLASHINFER_MLA_SPARSE_SM120 requires a model with index_topk config"

@@ -16,7 +16,6 @@ from attnsel.attention.rules.spec import (
     KernelBlockSize,
     MultipleOf,
     intersect_sizes,
-    is_quantized_kv_cache,
 )
 from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
@@ -54,12 +53,11 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return False
         return ctx.capability[0] in (10, 11)
 
-    @staticmethod
-    def _fa4_hd256_fallback_reason(ctx, inputs, has_sinks: bool, block_size: Optional[int]) -> Optional[str]:
+    def _fa4_hd256_fallback_reason(self, ctx, inputs, has_sinks: bool, block_size: Optional[int]) -> Optional[str]:
         # fa_utils._fa4_hd256_fallback_reason (soft-capping is not a selector input: never set)
         if has_sinks:
             return "attention sinks"
-        if inputs is not None and is_quantized_kv_cache(inputs.kv_cache_dtype):
+        if inputs is not None and self.quantized_kv(inputs.kv_cache_dtype):
             return f"quantized KV cache dtype {inputs.kv_cache_dtype}"
         if block_size is not None and block_size % FA4_HD256_PAGE_SIZE:
             return f"a KV cache block size of {block_size}"
@@ -139,7 +137,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return True
         if kv_cache_dtype not in rule["list"]:
             return False
-        if is_quantized_kv_cache(kv_cache_dtype):
+        if self.quantized_kv(kv_cache_dtype):
             return self.flash_attn_supports_kv_cache_dtype(ctx, kv_cache_dtype)
         return True
 
@@ -239,7 +237,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
     def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
         # flash_attn.py FlashAttentionBackend.supports_combination
         kv = inputs.kv_cache_dtype
-        quantized = kv is not None and is_quantized_kv_cache(kv)
+        quantized = kv is not None and self.quantized_kv(kv)
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
         if inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0):

@@ -18,6 +18,8 @@ class MlaRules:
             )
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return f"{name} SM10 does not support fp8_ds_mla kv-cache dtype"
+        if not ctx.model_dims_known:  # read from hf_text_config only when vLLM has a model config
+            return None
         qk_nope, qk_rope, kv_lora = ctx.qk_nope_head_dim, ctx.qk_rope_head_dim, ctx.kv_lora_rank
         if qk_rope == 0:
             if qk_nope != 256 or kv_lora != 512:
@@ -35,6 +37,8 @@ class MlaRules:
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseFA4Backend.supports_combination
         if not self.fa_version_supported(4, ctx):
             return f"FA4 unavailable: {self._fa4_unsupported_reason(ctx)}"
+        if not ctx.model_dims_known:
+            return None
         topk = self._index_topk(ctx)
         if topk is None or topk % 128 != 0:
             return f"FA4 sparse MLA requires index_topk % 128 == 0, got {topk}"
@@ -60,6 +64,8 @@ class MlaRules:
             return "FlashAttention MLA Sparse currently supports only FP16/BF16 KV cache"
         if not self.flash_attn_supports_mla(ctx):
             return "FlashAttention MLA not supported on this device"
+        if not ctx.model_dims_known:  # the DCP and index_topk checks sit under `model_config is not None`
+            return None
         if ctx.decode_context_parallel_size > 1:
             return "FlashAttention MLA Sparse does not support DCP for now"
         if not ctx.has_index_topk:
@@ -70,6 +76,8 @@ class MlaRules:
         # mla/flashinfer_mla_sparse_sm90.py (FlashInfer's SM90 NoPE MLA API assumed present)
         if not inputs.use_sparse:
             return "FLASHINFER_MLA_SPARSE_SM90 requires sparse MLA"
+        if not ctx.model_dims_known:
+            return None
         if ctx.kv_lora_rank != 512:
             return "FLASHINFER_MLA_SPARSE_SM90 requires kv_lora_rank=512"
         if ctx.qk_rope_head_dim not in (0, 64):
@@ -82,8 +90,9 @@ class MlaRules:
         major, minor = ctx.capability
         if inputs.head_size == 512:
             if kv in (None, "auto", "bfloat16", "float16", "fp8_ds_mla") and major == 9:
+                # read from hf_text_config only when vLLM has a model config
                 rope = 64 if ctx.qk_rope_head_dim is None else ctx.qk_rope_head_dim
-                if rope != 0:
+                if ctx.model_dims_known and rope != 0:
                     return "FLASHMLA_SPARSE supports head_size 512 only for rope-free (NoPE) models"
             else:
                 return (

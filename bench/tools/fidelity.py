@@ -63,7 +63,7 @@ def _rows(run_dir: Path, backends: set[str]) -> tuple[list[dict], dict, dict]:
 def retime_row(toolkit, row: dict, shape: dict, options: dict, bench_gpu_time) -> dict:
     """Our timer and FlashInfer's on one rebuilt row."""
     from attnsel.bench import gpu_timing as G
-    from attnsel.bench.plan import WorkloadSpec
+    from attnsel.bench.workloads import WorkloadSpec
 
     spec = WorkloadSpec.from_dict(row["workload"])
     workload = toolkit.workload(shape, spec)

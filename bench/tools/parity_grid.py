@@ -100,6 +100,11 @@ def mla_case(rng: random.Random, cc: tuple[int, int]) -> tuple[dict, dict]:
         if rng.random() < 0.85:
             ctx["has_index_topk"] = True
             ctx["index_topk"] = rng.choice([2048, 2048, 512, 1000])
+    if rng.random() < 0.1:  # bare shapes: no model config, so no dimension is known (vLLM: model_config None)
+        for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank", "index_topk"):
+            ctx.pop(name, None)
+        ctx["has_index_topk"] = False
+        ctx["model_dims_known"] = False
     return inputs, ctx
 
 

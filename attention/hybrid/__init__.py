@@ -1,0 +1,17 @@
+"""Hybrid attention + Mamba / linear-attention models: the KV block size vLLM really uses.
+
+vLLM raises the attention block size of a hybrid model until one attention page holds at least
+one Mamba (or GDN / KDA) state page, then pads the state page to the attention page
+(vllm-rules §10; `HybridAttentionMambaModelConfig` in 0.17, `Platform._align_hybrid_block_size`
+from 0.18 on). This package answers that per vLLM version:
+
+- `layout.py`: from a config.json to the state kind, its sizes and the layer counts (version-free);
+- `pages.py`: state and attention page bytes, the aligned block size and the padding (per version,
+  its rules in the version data's `hybrid` section);
+- `groups.py`: the KV-cache groups and what one running request pins.
+"""
+
+from attnsel.attention.hybrid.layout import HybridLayout, hybrid_layout
+from attnsel.attention.hybrid.pages import HybridAnswer, HybridSetup, align_hybrid_block_size
+
+__all__ = ["HybridAnswer", "HybridLayout", "HybridSetup", "align_hybrid_block_size", "hybrid_layout"]

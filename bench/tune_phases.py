@@ -1,0 +1,46 @@
+"""Where a tune run's wall time went (tune.json "phases"): the probe, each backend's worker
+startup, batch build, setup/JIT, check and timing, and the rest (bench/TUNE_PERF.md item 1).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+ROW_PHASES = (("batch_s", ("batch_s",)), ("setup_s", ("prepare_s", "first_call_s")), ("check_s", ("check_s",)),
+              ("timing_s", ("timing_s",)))
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(float(value), 3)
+
+
+def backend_phases(outcome) -> dict:
+    """Where one backend's wall time went: exposed worker startup, then per-row batch build,
+    setup (prepare: plan + JIT + first call, and the extra first call), check, timing, and the
+    rest (library import inside the first row, release, protocol, worker exit) as `other_s`."""
+    wall = outcome.wall_s or 0.0
+    workers = outcome.workers
+    startup = sum(w.get("exposed_s") or 0.0 for w in workers)
+    out = {"wall_s": wall, "startup_s": startup}
+    for name, parts in ROW_PHASES:
+        out[name] = sum((r.get("wall_breakdown_s") or {}).get(p, 0.0) or 0.0 for r in outcome.rows for p in parts)
+    out["other_s"] = wall - sum(out[k] for k in ("startup_s", "batch_s", "setup_s", "check_s", "timing_s"))
+    out["rows"] = len(outcome.rows)
+    out["row_wall_s"] = sum(r.get("row_wall_s") or 0.0 for r in outcome.rows)
+    detail = {}
+    for key in ("interpreter_s", "torch_import_s", "library_import_s", "cuda_init_s", "overlapped_s"):
+        values = [w.get(key) for w in workers if isinstance(w.get(key), (int, float))]
+        detail[key] = sum(values) if values else None
+    out["startup_detail"] = detail
+    out["workers"] = len(workers)
+    out["prespawn_failures"] = outcome.prespawn_failures
+    return {k: (_round(v) if isinstance(v, float) else v) for k, v in out.items()} | {
+        "startup_detail": {k: _round(v) for k, v in detail.items()}}
+
+
+def phase_breakdown(outcomes: dict, *, probe_s: float, total_s: float, probe_source: str) -> dict:
+    """tune.json "phases": total = probe + each backend's wall + other (plan, NVML, writing)."""
+    backends = {backend: backend_phases(outcome) for backend, outcome in outcomes.items()}
+    spent = probe_s + sum(b["wall_s"] or 0.0 for b in backends.values())
+    return {"total_s": _round(total_s), "probe_s": _round(probe_s), "probe_source": probe_source,
+            "backends": backends, "other_s": _round(total_s - spent)}
