@@ -23,6 +23,8 @@ a hybrid model's Mamba alignment is left out: phase 1 only).
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -184,9 +186,18 @@ def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: A
     for name, finder in finders.items():
         setattr(platform, name, classmethod(finder))
     vllm_config.model_config.is_hybrid = False
+    # 0.18-0.19 ask the first attention layer of the built model instead (config/vllm.py
+    # get_layers_from_vllm_config, imported when the method runs): one stand-in layer
+    config_module = sys.modules.get("vllm.config.vllm")
+    saved_layers = getattr(config_module, "get_layers_from_vllm_config", None)
+    if saved_layers is not None:
+        layer = types.SimpleNamespace(get_attn_backend=lambda: backend_class)
+        config_module.get_layers_from_vllm_config = lambda cfg, layer_type, names=None: {"layers.0.attn": layer}
     try:
         platform.update_block_size_for_backend(vllm_config)
     finally:
+        if saved_layers is not None:
+            config_module.get_layers_from_vllm_config = saved_layers
         vllm_config.model_config.is_hybrid = hybrid
         vllm_config.model_config = selection_model
         for name, value in saved.items():

@@ -75,3 +75,83 @@ def test_022_kv_connector_is_not_yet_a_selector_input():
     assert any("use_kv_connector" in note and "ignored" in note for note in old["notes"])
     assert "use_kv_connector" not in old["error"] and "use_batch_invariant=False). Reasons:" in old["error"]
     assert "use_kv_connector=True" in new["error"] and not new["notes"]
+
+
+def test_021_flash_attn_takes_every_quantized_kv_dtype_with_fa3():
+    # 0.21 flash_attn.py supports_kv_cache_dtype: is_quantized_kv_cache(kv) -> flash_attn_supports_fp8()
+    # (FA3 on 9.x), so fp8_e5m2 runs on an H100; 0.22 accepts only fp8 / fp8_e4m3
+    args = ("--gpu", "H100", "--head-size", "128", "--kv-cache-dtype", "fp8_e5m2")
+    old, new = explain("0.21", *args), explain("0.22", *args)
+    assert old["selected"] == "FLASH_ATTN" and verdicts(old)["FLASH_ATTN"] == []
+    assert verdicts(new)["FLASH_ATTN"] == ["kv_cache_dtype not supported"]
+    assert verdicts(explain("0.21", "--gpu", "A100", "--head-size", "128", "--kv-cache-dtype", "fp8_e5m2"))[
+        "FLASH_ATTN"] == ["kv_cache_dtype not supported"]  # FA2 on 8.0: no fp8
+
+
+def test_021_triton_mla_decode_runs_eagerly():
+    # 0.21: TRITON_MLA uses MLACommonMetadataBuilder (AttentionCGSupport.NEVER); 0.22's
+    # TritonMLAMetadataBuilder is UNIFORM_BATCH, so its uniform decode batches replay a full graph
+    from attnsel.attention import cudagraph, rules
+
+    old, new = rules.get_profile("0.21").cudagraph, rules.get_profile("0.22").cudagraph
+    assert cudagraph.decode_launch(old, "0.21", "TRITON_MLA", (9, 0), "decode", 64)[0] == "eager"
+    assert cudagraph.decode_launch(new, "0.22", "TRITON_MLA", (9, 0), "decode", 64)[0] == "graph"
+
+
+def test_020_fa3_keeps_large_heads_on_hopper():
+    # 0.20 fa_utils.py get_flash_attn_version: only Diff-KV with sinks upgrades FA3 -> FA4 on SM90;
+    # 0.21 also upgrades head_size > 256 ("FA3 does not support head_size=N on SM90")
+    args = ("--gpu", "H100", "--head-size", "512")
+    assert explain("0.20", *args)["flash_attn_version"] == 3
+    assert explain("0.21", *args)["flash_attn_version"] == 4
+
+
+def test_020_no_tokenspeed_mla_and_no_nvfp4_kv():
+    # 0.20 cuda.py: no TOKENSPEED_MLA in the Blackwell MLA list; flashinfer.py: no nvfp4 KV cache
+    mla = ("--gpu", "B200", "--model", "deepseek-v3", "--kv-cache-dtype", "fp8")
+    assert "TOKENSPEED_MLA" not in verdicts(explain("0.20", *mla))
+    assert verdicts(explain("0.21", *mla))["TOKENSPEED_MLA"] == []
+    nvfp4 = ("--gpu", "B200", "--head-size", "128", "--kv-cache-dtype", "nvfp4")
+    assert explain("0.20", *nvfp4)["selected"] is None
+    assert explain("0.21", *nvfp4)["selected"] == "FLASHINFER"
+
+
+def test_019_flash_attn_sinks_need_fa3_and_heads_stop_at_256():
+    # 0.19 fa_utils.flash_attn_supports_sinks: FA3 only (0.20: FA3 or FA4); flash_attn.py
+    # supports_head_size: % 8 and <= 256 (0.20: up to 512 where FA4 is available)
+    sinks = ("--gpu", "B200", "--head-size", "128", "--has-sink", "--attention-backend", "FLASH_ATTN")
+    assert explain("0.19", *sinks)["explicit_backend"]["reasons"] == ["attention sinks not supported"]
+    assert explain("0.20", *sinks)["explicit_backend"]["valid"] is True
+    big = ("--gpu", "H100", "--head-size", "512")
+    old, new = explain("0.19", *big), explain("0.20", *big)
+    assert verdicts(old)["FLASH_ATTN"] == ["head_size not supported"] and old["selected"] == "TRITON_ATTN"
+    assert new["selected"] == "FLASH_ATTN"
+
+
+def test_019_no_turboquant_and_flex_decode_runs_eagerly():
+    # 0.19 cuda.py: no TURBOQUANT in the priority lists; FlexAttentionMetadataBuilder has no
+    # _cudagraph_support yet (NEVER; 0.20 says ALWAYS)
+    from attnsel.attention import cudagraph, rules
+
+    assert "TURBOQUANT" not in verdicts(explain("0.19", "--gpu", "H100", "--head-size", "128"))
+    assert "TURBOQUANT" in verdicts(explain("0.20", "--gpu", "H100", "--head-size", "128"))
+    old, new = rules.get_profile("0.19").cudagraph, rules.get_profile("0.20").cudagraph
+    assert cudagraph.decode_launch(old, "0.19", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "eager"
+    assert cudagraph.decode_launch(new, "0.20", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "graph"
+
+
+def test_018_flashinfer_mla_needs_qk_nope_64_or_128():
+    # 0.18 mla/flashinfer_mla.py: qk_nope_head_dim in [64, 128]; flashinfer_mla_sparse.py: == 128
+    # (0.19 adds 192 to both)
+    args = ("--gpu", "B200", "--use-mla", "--head-size", "576", "--qk-nope-head-dim", "192")
+    old, new = explain("0.18", *args), explain("0.19", *args)
+    assert verdicts(old)["FLASHINFER_MLA"] == ["FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128], but got 192"]
+    assert old["selected"] == "CUTLASS_MLA" and new["selected"] == "FLASHINFER_MLA"
+
+
+def test_018_blackwell_sparse_mla_ignores_the_kv_dtype():
+    # 0.18 cuda.py _get_backend_priorities: sparse backends by head count only; 0.19 prefers
+    # FlashInfer's sparse MLA for an fp8* KV cache (vllm-project/vllm#35807)
+    args = ("--gpu", "B200", "--model", "deepseek-v3.2", "--kv-cache-dtype", "fp8")
+    assert explain("0.18", *args)["selected"] == "FLASHMLA_SPARSE"
+    assert explain("0.19", *args)["selected"] == "FLASHINFER_MLA_SPARSE"

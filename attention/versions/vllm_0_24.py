@@ -56,9 +56,7 @@ class Rules(seed_0_17.Rules):
             )
             version = 4 if self.fa_version_supported(4, ctx) else 2
         if version == 3 and major == 9 and self.fa_version_supported(4, ctx):
-            if head_size is not None and head_size > 256:
-                version = 4  # "FA3 does not support head_size=N on SM90: upgrading FlashAttention 3 -> 4"
-            elif has_sinks and head_size is not None and head_size_v is not None and head_size != head_size_v:
+            if self._fa3_upgrades_to_fa4(head_size, head_size_v, has_sinks):
                 version = 4
         if ctx.batch_invariant and version == 4:
             warnings.append("Cannot use FA version 4 with batch invariance, defaulting to FA version 2.")
@@ -75,6 +73,13 @@ class Rules(seed_0_17.Rules):
         if not self.fa_version_supported(version, ctx):
             return FlashAttnResolution(None, tuple(warnings))
         return FlashAttnResolution(version, tuple(warnings))
+
+    @staticmethod
+    def _fa3_upgrades_to_fa4(head_size: Optional[int], head_size_v: Optional[int], has_sinks: bool) -> bool:
+        """SM90 cases FA3 cannot run that FA4 can ("...: upgrading FlashAttention 3 -> 4")."""
+        if head_size is not None and head_size > 256:
+            return True  # "FA3 does not support head_size=N on SM90"
+        return has_sinks and head_size is not None and head_size_v is not None and head_size != head_size_v
 
     def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
                               supports_fa4_hd256: bool, warnings: list[str]) -> int:
@@ -109,7 +114,7 @@ class Rules(seed_0_17.Rules):
         major = ctx.capability[0]
         if inputs.use_mla:
             if major == 10:
-                if inputs.kv_cache_dtype is not None and self.quantized_kv(inputs.kv_cache_dtype):
+                if inputs.kv_cache_dtype is not None and self._sparse_kv_prefers_flashinfer(inputs.kv_cache_dtype):
                     tail = prio["mla_blackwell_sparse_quantized_kv"]
                 elif ctx.num_heads is not None and ctx.num_heads <= prio["few_heads_max"]:
                     tail = prio["mla_blackwell_sparse_few_heads"]
@@ -120,6 +125,10 @@ class Rules(seed_0_17.Rules):
                 return list(prio["mla_sm12x"])
             return self._mla_other_priorities(inputs, ctx)
         return self._dense_priorities(inputs, ctx)
+
+    def _sparse_kv_prefers_flashinfer(self, kv_cache_dtype: str) -> bool:
+        # "Prefer FlashInfer for fp8 kv cache": the release's is_quantized_kv_cache
+        return self.quantized_kv(kv_cache_dtype)
 
     def _mla_other_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         return list(self.profile.data["priorities"]["mla_other"])
