@@ -12,6 +12,10 @@ from attnsel.attention.versions.vllm_0_33 import FA4_HD256_PAGE_SIZE
 
 
 class Rules(vllm_0_31.Rules):
+    # flash_attn.py FlashAttentionBackend.supports_combination
+    FA_FP8_KV_REASON = "FP8 KV cache requires FA3 on SM90 or FA4 on SM100"
+    FA_SM90_FP8_MM_PREFIX_NEEDS_TRITON = False
+
     # --- fa_utils.py: FP8 KV is FA3 on 9.x or FA4 on 10.x (no SM90 FA4 head-512 path yet) -------
     def flash_attn_supports_kv_cache_dtype(self, ctx, kv_cache_dtype: str, inputs=None, **version_args) -> bool:
         if kv_cache_dtype == "fp8_e5m2":
@@ -25,24 +29,6 @@ class Rules(vllm_0_31.Rules):
             return None
         version = self.fa_version(ctx, inputs, head_size=inputs.head_size, supports_fa4_hd256=True).version
         return FA4_HD256_PAGE_SIZE if version == 4 else None
-
-    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
-        # flash_attn.py FlashAttentionBackend.supports_combination
-        kv = inputs.kv_cache_dtype
-        if inputs.has_sink and tuple(ctx.capability) < (9, 0):
-            return "sink not supported on compute capability < 9.0"
-        version_args = dict(head_size=inputs.head_size, has_sinks=inputs.has_sink,
-                            block_size=inputs.block_size, supports_fa4_hd256=True)
-        if kv is not None and self.quantized_kv(kv) and not self.flash_attn_supports_kv_cache_dtype(
-            ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
-        ):
-            return "FP8 KV cache requires FA3 on SM90 or FA4 on SM100"
-        if inputs.use_mm_prefix and self.fa_version(ctx, inputs, **version_args).version != 4:
-            return (
-                "mm_prefix (PrefixLM bidirectional attention) requires "
-                "FlashAttention v4, which does not resolve for this head_size"
-            )
-        return None
 
     def _combination_fa_causal_route(self, inputs, ctx) -> Optional[str]:
         # triton_flash_attn.py _FA4Backend.supports_combination: FA4 only
