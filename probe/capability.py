@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from attnsel.errors import UserInputError
-from attnsel.probe.facts import GpuInfo
+if TYPE_CHECKING:  # the facts module's dataclasses cost ~10 ms of every explain start-up
+    from attnsel.probe.facts import GpuInfo
 
 # NVIDIA compute capabilities run 1.0 ... 12.1 today; the bound leaves room for new majors while
 # refusing what no GPU can have ("99.99", "-1.0", a minor of two digits).
@@ -81,7 +82,7 @@ def bf16_error(gpu_name: str, cc: Optional[tuple[int, int]]) -> Optional[str]:
     )
 
 
-def capability_facts(gpu: GpuInfo) -> dict:
+def capability_facts(gpu: "GpuInfo") -> dict:
     """Everything vLLM derives from one GPU's compute capability (used by `probe` and `explain`)."""
     cc = gpu.compute_capability
     return {
