@@ -184,6 +184,7 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
         model.get_mamba_chunk_size = lambda: getattr(text, "mamba_chunk_size", None) or getattr(text, "chunk_size", None) or 2048
         cache.mamba_block_size, cache.user_specified_mamba_block_size = None, False
         cache.mamba_page_size_padded, cache.use_replayssm, cache.prefix_match_unit = None, False, None
+        cache.calculate_kv_scales = False  # 0.19 HybridAttentionMambaModelConfig turns it off for hybrids
         vllm_config.num_speculative_tokens, vllm_config.speculative_config = 0, None
         vllm_config.additional_config = {}
         vllm_config.scheduler_config.enable_chunked_prefill = True
