@@ -86,7 +86,8 @@ def _decide_cache_mode(vllm_config: Any, model_cls: Any, flags: dict) -> None:
     at_config_time = getattr(hooks, "HybridAttentionMambaModelConfig", None)
     if at_config_time is not None:
         # 0.18-0.19 config/vllm.py try_verify_and_update_config: the architecture's hook, then the
-        # hybrid one (MambaModelConfig, then the block size from --block-size or the default 16)
+        # hybrid one (MambaModelConfig, then the block size from --block-size or the default 16; from
+        # 0.20 on it sizes nothing: interface.py _align_hybrid_block_size does, after the layers)
         cache.block_size = cache.block_size or 16  # CacheConfig._apply_block_size_default
         if own is not None:
             own.verify_and_update_config(vllm_config)
