@@ -15,7 +15,7 @@ a built model: vllm-rules §10; GLM-5-Next's indexer cache backends ahead of it)
 - the state page (`get_mamba_state_shape_from_config` / `..._dtype_from_config`, `MambaSpec`);
 - the KV-cache groups (`unify_kv_cache_spec_page_size`, `_get_kv_cache_groups_uniform_page_size`) and
   the blocks a one-token request holds (every group's `max_memory_usage_bytes` at max_model_len 1);
-  the block size compared is the groups' smallest, which the engine runs with (`_initialize_kv_caches`).
+  the block size compared is the attention groups', which the engine runs with (`_initialize_kv_caches`).
 Exit 0 when everything matches, 1 otherwise, 2 without vLLM.
 """
 
@@ -153,9 +153,11 @@ def _groups(vllm_config: Any, mamba: Any, layout: Any) -> dict:
     with _patched(model, "max_model_len", 1):  # the least a running request holds: a one-token request
         per_request = sum(g.kv_cache_spec.max_memory_usage_bytes(vllm_config) // g.kv_cache_spec.page_size_bytes
                           for g in groups)
-    # engine/core.py _initialize_kv_caches: the block size vLLM runs with is the groups' smallest (0.18-0.19
-    # reset a hybrid model's cache_config.block_size to 16; unify_kv_cache_spec_page_size raises it again)
-    return {"block_size": min(g.kv_cache_spec.block_size for g in groups),
+    # the attention groups' block size, which engine/core.py _initialize_kv_caches runs with (0.18-0.19 reset
+    # a hybrid model's cache_config.block_size to 16; unify_kv_cache_spec_page_size raises it again). Not
+    # the Mamba groups': theirs is max_model_len outside "all"/"align" mode, the stand-in's 8192 here
+    attention_blocks = [g.kv_cache_spec.block_size for g, mamba in zip(groups, is_mamba) if not mamba]
+    return {"block_size": min(attention_blocks),
             "group_size": max(len(g.layer_names) for g in groups), "attention_groups": is_mamba.count(False),
             "mamba_groups": is_mamba.count(True), "blocks_pinned_per_request": per_request}
 
