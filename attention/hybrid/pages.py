@@ -4,7 +4,7 @@ vLLM's code, restated (the version data's `hybrid` section says which variant a 
 - `align: "config_time"` (0.17 / the seed, 0.18-0.19): models/config.py `HybridAttentionMambaModelConfig`,
   before any backend is chosen, from --block-size or the default 16: kernel alignment 16 (0.17: 32
   for FlashInfer with head size 256 on CC 10.x), MLA 64 (128 with --attention-backend CUTLASS_MLA).
-- `align: "first_backend"` (0.18-0.32, checked on 0.24; MLA >= 128 from 0.28): interface.py `_align_hybrid_block_size`
+- `align: "first_backend"` (0.20-0.32, checked on 0.20-0.25 and 0.29; MLA >= 128 from 0.28): interface.py `_align_hybrid_block_size`
   with the first non-SSM layer's backend: alignment = max(its smallest kernel block, block size).
 - `align: "all_backends"` (0.33): the same, then a multiple of every backend's smallest kernel
   block, MLA at least 128, and in "align" cache mode the GDN prefill-checkpoint grid
