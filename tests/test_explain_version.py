@@ -31,6 +31,8 @@ def run_json(*args):
         ("0.17.0", "seed_0_17", None),
         ("0.17.1", "seed_0_17", None),
         ("0.24.0", "vllm_0_24", None),
+        ("0.32.9", "vllm_0_32", None),
+        ("0.31.2", "vllm_0_31", None),
         ("0.16.0", "seed_0_17", "older than every rule profile"),
         ("0.14.0", "seed_0_17", "older than every rule profile"),
         ("0.33.0", "vllm_0_33", None),

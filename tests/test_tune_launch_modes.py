@@ -42,6 +42,15 @@ def test_flash_attn_without_fa3_still_captures_uniform_decode():
     assert _launch("0.33", "FLASH_ATTN", cc=(8, 0))[0] == "graph"
 
 
+@pytest.mark.parametrize("version, expected", [("0.32", "UNIFORM_BATCH"), ("0.33", "ALWAYS"), ("0.24", "UNIFORM_BATCH")])
+def test_flash_attn_on_blackwell_is_always_capturable_only_once_fa4_is(version, expected):
+    # 0.33 flash_attn.py: _cudagraph_support ALWAYS if get_flash_attn_version() in (3, 4); 0.32 and
+    # older: only FA3 (Hopper) -- the FA4 that runs on CC 10.x is UNIFORM_BATCH there
+    facts = rules.get_profile(version).cudagraph
+    assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (10, 0)) == expected
+    assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (9, 0)) == "ALWAYS"
+
+
 def test_decode_batches_beyond_the_largest_capture_size_run_without_a_graph():
     facts = rules.get_profile("0.33").cudagraph
     assert cudagraph.decode_launch(facts, "0.33", "TRITON_ATTN", (9, 0), "decode", 512)[0] == "graph"

@@ -27,6 +27,11 @@ FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
 
 
 class Rules(MlaRules, vllm_0_24.Rules):
+    # flash_attn.py FlashAttentionBackend.supports_combination: its FP8 KV text, and the SM90 rule
+    # that sends FP8 KV with mm_prefix to Triton (both new in 0.31)
+    FA_FP8_KV_REASON = "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
+    FA_SM90_FP8_MM_PREFIX_NEEDS_TRITON = True
+
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
     def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
                               supports_fa4_hd256: bool, warnings: list[str]) -> int:
@@ -240,7 +245,8 @@ class Rules(MlaRules, vllm_0_24.Rules):
         quantized = kv is not None and self.quantized_kv(kv)
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
-        if inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0):
+        sm90_fp8_mm_prefix = inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0)
+        if self.FA_SM90_FP8_MM_PREFIX_NEEDS_TRITON and sm90_fp8_mm_prefix:
             return "SM90 FP8 KV with mm_prefix requires Triton"
         version_args = dict(
             head_size=inputs.head_size, has_sinks=inputs.has_sink,
@@ -249,7 +255,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         if quantized and not self.flash_attn_supports_kv_cache_dtype(
             ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
         ):
-            return "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
+            return self.FA_FP8_KV_REASON
         if inputs.use_mm_prefix and self.fa_version(ctx, inputs, **version_args).version != 4:
             return (
                 "mm_prefix (PrefixLM bidirectional attention) requires "

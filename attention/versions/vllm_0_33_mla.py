@@ -8,6 +8,10 @@ from typing import Optional
 
 
 class MlaRules:
+    # mla/flashmla_sparse.py: the caches FLASHMLA_SPARSE serves head size 512 (NoPE) from on SM90
+    FLASHMLA_SPARSE_NOPE_KV = (None, "auto", "bfloat16", "float16", "fp8_ds_mla")
+    FLASHMLA_SPARSE_NOPE_KV_TEXT = "bf16 or fp8_ds_mla"
+
     def _combination_flashinfer_mla_sparse(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> Optional[str]:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if ctx.prefill_context_parallel_size > 1 and ctx.decode_context_parallel_size > 1:
@@ -89,17 +93,21 @@ class MlaRules:
         kv = inputs.kv_cache_dtype
         major, minor = ctx.capability
         if inputs.head_size == 512:
-            if kv in (None, "auto", "bfloat16", "float16", "fp8_ds_mla") and major == 9:
+            if kv in self.FLASHMLA_SPARSE_NOPE_KV and major == 9:
                 # read from hf_text_config only when vLLM has a model config
                 rope = 64 if ctx.qk_rope_head_dim is None else ctx.qk_rope_head_dim
                 if ctx.model_dims_known and rope != 0:
                     return "FLASHMLA_SPARSE supports head_size 512 only for rope-free (NoPE) models"
             else:
                 return (
-                    "FLASHMLA_SPARSE supports head_size 512 only with bf16 or "
-                    f"fp8_ds_mla kv-cache on SM90 (NoPE), got kv_cache_dtype={kv}, "
+                    f"FLASHMLA_SPARSE supports head_size 512 only with {self.FLASHMLA_SPARSE_NOPE_KV_TEXT} "
+                    f"kv-cache on SM90 (NoPE), got kv_cache_dtype={kv}, "
                     f"capability=DeviceCapability(major={major}, minor={minor})"
                 )
+        return self._flashmla_sparse_nvfp4_reason(kv, major)
+
+    @staticmethod
+    def _flashmla_sparse_nvfp4_reason(kv: Optional[str], major: int) -> Optional[str]:
         if kv == "nvfp4_ds_mla" and major != 10:
             return f"FLASHMLA_SPARSE only supports the {kv} kv-cache dtype on SM100 (Blackwell)"
         return None
