@@ -120,6 +120,12 @@ class LayerBackendsFlow(BlockSizeFlow):
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, inputs.block_size, notes)
         selected = get_attn_backend_cls(run, inputs, user_backend)
+        if run.ctx.is_hybrid and run.profile.data.get("hybrid", {}).get("align") == "config_time":
+            # 0.18-0.19: HybridAttentionMambaModelConfig sized the block at config time from --block-size
+            # or the default; update_block_size_for_backend leaves a hybrid model's backends out
+            # (interface.py), and the KV-cache groups run with the aligned size (engine/core.py)
+            block_size = inputs.block_size or run.profile.params["default_block_size"]
+            return self.hybrid_block_size(run, inputs, [selected], block_size, notes), selected, inputs
         log_format = self.params.get("log_format", "Setting kv cache block size to {size} for {backends} backend(s).")
         block_size = update_block_size_after_layers(run, inputs, [selected], log_format)
         if run.ctx.is_hybrid:

@@ -153,3 +153,21 @@ def test_glm5_next_reads_linear_attn_config_as_transformers_maps_it():
 def test_vllm_024_has_no_glm5_next():
     result = CliRunner().invoke(app, ["explain", "--model", "glm-5-next", "--gpu", "H100", "--vllm-version", "0.24"])
     assert result.exit_code == 2 and "Unknown model type 'glm5_next_text'" in result.output
+
+
+@pytest.mark.parametrize("version", ["0.18", "0.19"])
+def test_018_019_size_the_hybrid_block_at_config_time_from_the_users_block_size(version):
+    # 0.18.0 / 0.19.0 models/config.py HybridAttentionMambaModelConfig: a multiple of 16 that holds one
+    # Mamba state (76 tokens -> 80), a --block-size only raised when too small; 0.24 aligns to --block-size
+    assert explain("jamba-v0.1", version).block_size == 80
+    assert explain("jamba-v0.1", version, block_size=64).block_size == 80
+    assert explain("jamba-v0.1", version, block_size=128).block_size == 128
+    assert explain("jamba-v0.1", "0.24", block_size=64).block_size == 128
+
+
+@pytest.mark.parametrize("version", ["0.18", "0.19"])
+def test_018_019_keep_nemotron_h_ssm_state_in_float16_so_its_block_is_half_of_024s(version):
+    # 0.18.0 / 0.19.0 models/config.py NemotronHForCausalLMConfig: hf_config.mamba_ssm_cache_dtype, else float16
+    old, new = explain("nemotron-h-8b", version), explain("nemotron-h-8b", "0.24")
+    assert old.hybrid.state_dtypes == ("bfloat16", "float16") and old.block_size == 528
+    assert new.hybrid.state_dtypes == ("bfloat16", "float32") and new.block_size == 1040

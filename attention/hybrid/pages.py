@@ -1,10 +1,10 @@
 """Page sizes and the aligned block size of a hybrid model, per vLLM version.
 
 vLLM's code, restated (the version data's `hybrid` section says which variant a release runs):
-- `align: "config_time"` (0.17 / the seed): models/config.py `HybridAttentionMambaModelConfig`,
-  before any backend is chosen: kernel alignment 16 (32 for FlashInfer with head size 256 on
-  CC 10.x), MLA 64 (128 with --attention-backend CUTLASS_MLA).
-- `align: "first_backend"` (0.18-0.32, checked on 0.24; MLA >= 128 from 0.28): interface.py `_align_hybrid_block_size`
+- `align: "config_time"` (0.17 / the seed, 0.18-0.19): models/config.py `HybridAttentionMambaModelConfig`,
+  before any backend is chosen, from --block-size or the default 16: kernel alignment 16 (0.17: 32
+  for FlashInfer with head size 256 on CC 10.x), MLA 64 (128 with --attention-backend CUTLASS_MLA).
+- `align: "first_backend"` (0.20-0.32, checked on 0.20-0.25 and 0.29; MLA >= 128 from 0.28): interface.py `_align_hybrid_block_size`
   with the first non-SSM layer's backend: alignment = max(its smallest kernel block, block size).
 - `align: "all_backends"` (0.33): the same, then a multiple of every backend's smallest kernel
   block, MLA at least 128, and in "align" cache mode the GDN prefill-checkpoint grid
@@ -128,11 +128,13 @@ def _min_kernel(profile: Any, backend: str, ctx: Any, inputs: Any) -> int:
     return min((s.base if isinstance(s, MultipleOf) else s) for s in sizes) if sizes else 1
 
 
-def _config_time_alignment(ctx: Any, inputs: Any) -> int:
+def _config_time_alignment(rules: dict, ctx: Any, inputs: Any) -> int:
     if inputs.use_mla:
         return 128 if (ctx.user_backend or "").upper() == "CUTLASS_MLA" else 64
-    if ctx.capability[0] == 10 and inputs.head_size == 256 and (ctx.user_backend or "FLASHINFER").upper() == "FLASHINFER":
-        return 32  # flashinfer#1993: head size 256 with block size 16 fails on Blackwell
+    blackwell_256 = rules.get("blackwell_head_256_alignment")  # flashinfer#1993 (0.17 only; 0.18 dropped it)
+    if blackwell_256 and ctx.capability[0] == 10 and inputs.head_size == 256 \
+            and (ctx.user_backend or "FLASHINFER").upper() == "FLASHINFER":
+        return blackwell_256
     return 16
 
 
@@ -161,7 +163,7 @@ def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[
                layout: HybridLayout, mode: str) -> tuple[int, int]:
     """(kernel alignment, the multiple the result is rounded to)."""
     if rules["align"] == "config_time":
-        return _config_time_alignment(ctx, inputs), 1
+        return _config_time_alignment(rules, ctx, inputs), 1
     mins = [_min_kernel(profile, b, ctx, inputs) for b in backends]
     indexer = indexer_kernel_block(rules, layout, ctx)
     if indexer:  # the indexer's K-cache layers come first in layer order (glm5next/common/attention.py);

@@ -8,12 +8,14 @@ a built model: vllm-rules §10; GLM-5-Next's indexer cache backends ahead of it)
 - prefix caching (`ModelConfig.is_prefix_caching_supported` unless the flag is given), the Mamba cache
   mode and the state dtypes (`MambaModelConfig` and the architecture's own hook in `MODELS_CONFIG_MAP`;
   0.33 parses --mamba-cache-mode and drops it: `_MAMBA_CACHE_MODE_DEPRECATION_MESSAGE`);
-- the block size and the padded Mamba page (`Platform.update_block_size_for_backend`), with the GDN
+- the block size and the padded Mamba page (`Platform.update_block_size_for_backend`; 0.18-0.19
+  `HybridAttentionMambaModelConfig` at config time), with the GDN
   prefill-checkpoint grid from its own `_resolve_gdn_prefill_backend` (the layers that would report it
   are not built here);
 - the state page (`get_mamba_state_shape_from_config` / `..._dtype_from_config`, `MambaSpec`);
 - the KV-cache groups (`unify_kv_cache_spec_page_size`, `_get_kv_cache_groups_uniform_page_size`) and
-  the blocks a one-token request holds (every group's `max_memory_usage_bytes` at max_model_len 1).
+  the blocks a one-token request holds (every group's `max_memory_usage_bytes` at max_model_len 1);
+  the block size compared is the attention groups', which the engine runs with (`_initialize_kv_caches`).
 Exit 0 when everything matches, 1 otherwise, 2 without vLLM.
 """
 
@@ -80,8 +82,18 @@ def _decide_cache_mode(vllm_config: Any, model_cls: Any, flags: dict) -> None:
     supports_all = _optional("vllm.model_executor.models.interfaces", "supports_mamba_prefix_caching")
     model.supports_mamba_prefix_caching = bool(supports_all(model_cls)) if supports_all else False
     hooks = importlib.import_module("vllm.model_executor.models.config")
-    hooks.MambaModelConfig.verify_and_update_config(vllm_config)
     own = hooks.MODELS_CONFIG_MAP.get(model.architecture)
+    at_config_time = getattr(hooks, "HybridAttentionMambaModelConfig", None)
+    if at_config_time is not None:
+        # 0.18-0.19 config/vllm.py try_verify_and_update_config: the architecture's hook, then the
+        # hybrid one (MambaModelConfig, then the block size from --block-size or the default 16; from
+        # 0.20 on it sizes nothing: interface.py _align_hybrid_block_size does, after the layers)
+        cache.block_size = cache.block_size or 16  # CacheConfig._apply_block_size_default
+        if own is not None:
+            own.verify_and_update_config(vllm_config)
+        at_config_time.verify_and_update_config(vllm_config)
+        return
+    hooks.MambaModelConfig.verify_and_update_config(vllm_config)
     if own is not None and own is not hooks.MambaModelConfig:
         own.verify_and_update_config(vllm_config)
 
@@ -141,7 +153,12 @@ def _groups(vllm_config: Any, mamba: Any, layout: Any) -> dict:
     with _patched(model, "max_model_len", 1):  # the least a running request holds: a one-token request
         per_request = sum(g.kv_cache_spec.max_memory_usage_bytes(vllm_config) // g.kv_cache_spec.page_size_bytes
                           for g in groups)
-    return {"group_size": max(len(g.layer_names) for g in groups), "attention_groups": is_mamba.count(False),
+    # the attention groups' block size, which engine/core.py _initialize_kv_caches runs with (0.18-0.19 reset
+    # a hybrid model's cache_config.block_size to 16; unify_kv_cache_spec_page_size raises it again). Not
+    # the Mamba groups': theirs is max_model_len outside "all"/"align" mode, the stand-in's 8192 here
+    attention_blocks = [g.kv_cache_spec.block_size for g, mamba in zip(groups, is_mamba) if not mamba]
+    return {"block_size": min(attention_blocks),
+            "group_size": max(len(g.layer_names) for g in groups), "attention_groups": is_mamba.count(False),
             "mamba_groups": is_mamba.count(True), "blocks_pinned_per_request": per_request}
 
 
@@ -170,11 +187,13 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
         model.get_mamba_chunk_size = lambda: getattr(text, "mamba_chunk_size", None) or getattr(text, "chunk_size", None) or 2048
         cache.mamba_block_size, cache.user_specified_mamba_block_size = None, False
         cache.mamba_page_size_padded, cache.use_replayssm, cache.prefix_match_unit = None, False, None
+        cache.calculate_kv_scales = False  # 0.19 HybridAttentionMambaModelConfig turns it off for hybrids
         vllm_config.num_speculative_tokens, vllm_config.speculative_config = 0, None
         vllm_config.additional_config = {}
         vllm_config.scheduler_config.enable_chunked_prefill = True
         vllm_config.parallel_config.tensor_parallel_size = ctx.hybrid.tensor_parallel_size
-        _decide_cache_mode(vllm_config, model_cls, flags)
+        with _patched(registry.ModelRegistry, "resolve_model_cls", lambda *a, **k: (model_cls, arch)):
+            _decide_cache_mode(vllm_config, model_cls, flags)
         checkpoint = _checkpoint_alignment(vllm_config, layout.kind)
         abstract = _optional("vllm.model_executor.layers.mamba", "abstract")
         with _patched(platform, "_find_non_ssm_backends", classmethod(lambda cls, cfg: backends)), \
@@ -186,11 +205,12 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
         mamba = _mamba_spec(vllm_config, model_cls, checkpoint)
         state_page = importlib.import_module("vllm.v1.kv_cache_interface").MambaSpec(
             shapes=mamba.shapes, dtypes=mamba.dtypes, block_size=-1).page_size_bytes
-        return {"block_size": cache.block_size, "state_page_bytes": state_page,
+        groups = _groups(vllm_config, mamba, layout)
+        return {"block_size": groups.pop("block_size"), "state_page_bytes": state_page,
                 "mamba_page_size_padded": cache.mamba_page_size_padded,
                 "prefix_caching": bool(cache.enable_prefix_caching), "mamba_cache_mode": cache.mamba_cache_mode,
                 "state_dtypes": [_dtype_name(d) for d in mamba.dtypes],
-                "kv_cache_groups": _groups(vllm_config, mamba, layout)}
+                "kv_cache_groups": groups}
 
 
 def _ours(expl: Any) -> dict:
@@ -225,12 +245,30 @@ def _case(runtime: Any, model: str, version: Optional[str], cc: tuple[int, int],
     return case
 
 
+def _known_models(version: Optional[str], models: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """The models the profile knows (GLM-5-Next's model type came with 0.33), and the others."""
+    from attnsel.attention import model_config
+    from attnsel.attention.versions.choice import get_profile
+    from attnsel.errors import UserInputError
+
+    rules = get_profile(version).model_rules
+    known, unknown = [], []
+    for model in models:
+        try:
+            model_config.derive_model_facts(model_config.load_model_config(model), capability=(9, 0), profile=rules)
+            known.append(model)
+        except UserInputError:
+            unknown.append(model)
+    return tuple(known), unknown
+
+
 def run(version: Optional[str], models: tuple[str, ...] = MODELS) -> dict:
     from attnsel.attention.live_runtime import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     _without_cutlass_probe()
-    cases, mismatches, skipped = [], [], []
+    models, unknown = _known_models(version, models)
+    cases, mismatches, skipped = [], [], [{"model": m, "reason": "model type unknown to this profile"} for m in unknown]
     for model in models:
         for cc in CAPABILITIES:
             for flags in FLAG_SETS:
