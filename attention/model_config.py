@@ -122,6 +122,9 @@ def derive_model_facts(
         notes.append("no GPU compute capability given: dtype resolved as on CC 8.0+ (bfloat16 supported)")
     notes.append(f"dtype: {resolution.source}")
     features = _features(model, hf_config, resolution.dtype, (mamba_ssm_cache_dtype, mamba_cache_dtype), rules, notes)
+    if features["kv_cache_dtype_forced"] is None:
+        features["kv_cache_dtype_forced"] = kind.sm10x_kv_cache_dtype(model.architectures, model.text, capability,
+                                                                      rules, notes)
     return ModelFacts(
         model_type=model.model_type,
         text_model_type=model.text_model_type,

@@ -149,6 +149,20 @@ def mamba_cache_dtypes(
     return ssm, conv_flag
 
 
+def sm10x_kv_cache_dtype(architectures: tuple[str, ...], text_config: Mapping, capability: Optional[tuple[int, int]],
+                         rules: ModelRules, notes: list[str]) -> Optional[str]:
+    """The KV-cache dtype a model's config hook picks for --kv-cache-dtype auto on CC 10.x (None elsewhere)."""
+    if capability is None or int(capability[0]) != 10:
+        return None
+    for arch in architectures:
+        rule = rules.sm10x_kv_cache_dtype_architectures.get(arch)
+        if rule is not None and text_config.get(rule["when_text_config_has"]) is not None:
+            notes.append(f"kv_cache_dtype: {arch} on CC 10.x with {rule['when_text_config_has']} → "
+                         f"{rule['kv_cache_dtype']} (vLLM's model config hook, when --kv-cache-dtype is auto)")
+            return rule["kv_cache_dtype"]
+    return None
+
+
 def kv_cache_dtype_forced(hf_config: Mapping, text_config: Mapping, notes: list[str]) -> Optional[str]:
     for section in (hf_config, text_config):
         quant = section.get("quantization_config") or section.get("compression_config")

@@ -105,6 +105,9 @@ class ModelRules:
     mamba_ssm_dtype_from_text_config_architectures: frozenset[str] = frozenset()
     # config/cache.py `MambaDType`: the values --mamba-ssm-cache-dtype / --mamba-cache-dtype take
     mamba_dtypes: tuple[str, ...] = ("auto", "float32", "float16")
+    # models/config.py `MODELS_CONFIG_MAP` hooks that turn --kv-cache-dtype auto into a dtype on
+    # CC 10.x (`is_device_capability_family(100)`): architecture -> {kv_cache_dtype, when_text_config_has}.
+    sm10x_kv_cache_dtype_architectures: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 _SET_FIELDS = (
@@ -142,6 +145,9 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
         ),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
         mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
+        sm10x_kv_cache_dtype_architectures=MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in data.get("sm10x_kv_cache_dtype_architectures", {}).items()}  # type: ignore[union-attr]
+        ),
         **sets,
     )
 

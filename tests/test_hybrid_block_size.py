@@ -138,6 +138,14 @@ def test_glm5_next_kda_state_and_indexer_grid_size_its_block_on_033():
     assert h.alignment == 512 and expl.block_size == 4608
 
 
+def test_glm5_next_on_blackwell_defaults_to_an_fp8_kv_cache_so_its_block_doubles_on_033():
+    # vllm/model_executor/models/config.py Glm5NextModelConfig: --kv-cache-dtype auto -> fp8 on CC 10.x
+    # (index_topk set); the MLA page halves to 512 B a token, so 4,240 tokens round up to 8,704 (17 x 512)
+    blackwell = explain("glm-5-next", "0.33", capability=(10, 0))
+    assert blackwell.hybrid.attention_page_bytes_per_token == 512 and blackwell.block_size == 8704
+    assert explain("glm-5-next", "0.33").block_size == 4608  # Hopper keeps the bf16 cache
+
+
 def test_glm5_next_reads_linear_attn_config_as_transformers_maps_it():
     from attnsel.attention.hybrid import hybrid_layout
 
