@@ -145,9 +145,10 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
         ),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
         mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
-        sm10x_kv_cache_dtype_architectures=MappingProxyType(
-            {k: MappingProxyType(dict(v)) for k, v in data.get("sm10x_kv_cache_dtype_architectures", {}).items()}  # type: ignore[union-attr]
-        ),
+        sm10x_kv_cache_dtype_architectures=MappingProxyType({
+            arch: MappingProxyType(dict(rule))  # type: ignore[arg-type]
+            for arch, rule in data.get("sm10x_kv_cache_dtype_architectures", {}).items()  # type: ignore[union-attr]
+        }),
         **sets,
     )
 
