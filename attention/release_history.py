@@ -119,16 +119,14 @@ def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: 
     """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
     profile: model facts derived with that release's model rules, then build_selection and
     explain_selection."""
+    from attnsel.attention.explain_answers import model_facts
     from attnsel.attention.request import build_selection, explain_selection
 
     def explain_release(profile: Any) -> Any:
         facts = None
-        if hf_config is not None:
-            from attnsel.attention.model_config import derive_model_facts
-
-            facts = derive_model_facts(dict(hf_config), capability=capability, dtype=request.dtype or "auto",
-                                       tensor_parallel_size=tensor_parallel_size, gpu_name=gpu_name,
-                                       profile=profile.model_rules)
+        if hf_config is not None:  # as `explain --vllm-version X` derives them, hybrid state dtypes included
+            facts = model_facts(dict(hf_config), request.dtype, tensor_parallel_size, capability, gpu_name,
+                                profile.model_rules, (request.mamba_ssm_cache_dtype, request.mamba_cache_dtype))
         importable = importable_for(profile) if importable_for is not None else None
         inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability,
                                              gpu_name=gpu_name, importable=importable)

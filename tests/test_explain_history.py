@@ -31,6 +31,8 @@ def single_json(version, *args):
     ("--gpu", "H100", "--model", "gpt-oss-20b"),
     ("--gpu", "B200", "--model", "deepseek-v3"),
     ("--capability", "12.0", "--head-size", "128", "--kv-cache-dtype", "fp8"),
+    # a hybrid model's state dtype flag decides its block size in every release (attention/hybrid)
+    ("--gpu", "H100", "--model", "nemotron-h-8b", "--mamba-ssm-cache-dtype", "float16"),
 ])
 def test_each_release_row_is_that_releases_own_explain(args):
     doc = history_json(*args)
