@@ -22,6 +22,7 @@ from typing import Any, Optional
 from attnsel.attention.hybrid.groups import KvCacheGroups, kv_cache_groups
 from attnsel.attention.hybrid.layout import HybridLayout
 from attnsel.attention.hybrid.state import state_dtypes, state_shapes
+from attnsel.attention.kernels.kv_quant import is_fp8
 from attnsel.attention.rules import MultipleOf
 from attnsel.attention.selector import VllmRaises
 
@@ -77,7 +78,7 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> Optional[int]:
         return DTYPE_BYTES[model_dtype]
     if kv_cache_dtype in DTYPE_BYTES:
         return DTYPE_BYTES[kv_cache_dtype]
-    if kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+    if is_fp8(kv_cache_dtype):
         return 1
     return None
 
