@@ -123,13 +123,13 @@ def register(app: typer.Typer) -> None:
         from attnsel.attention.explain_answers import model_choice
         from attnsel.attention.request import SelectionRequest
         from attnsel.attention.validation import check_hybrid_flags, check_request
-
         from attnsel.cli.explain_history import wants_history
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         history = wants_history(vllm_version)  # --vllm-version all: every release profile, one GPU
-        route = _route(None if history else vllm_version, check_imports, mm_encoder_attn_backend, live=live, compare_live=compare_live,
-                       as_json=as_json)
+        # history asks each release for its own importable map (run_history), not the default profile's
+        route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,
+                       live=live, compare_live=compare_live, as_json=as_json)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
             attention_backend=attention_backend, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
@@ -146,7 +146,8 @@ def register(app: typer.Typer) -> None:
         )
         check_request(req, tensor_parallel_size)
         if history:
-            return _answer_history(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
+            return _answer_history(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route,
+                                   check_imports)
         check_hybrid_flags(req, route.choice.profile)
         _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
 
@@ -193,13 +194,13 @@ def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optio
 
 
 def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
-                    capability: Optional[str], route: _Route) -> None:
+                    capability: Optional[str], route: _Route, check_imports: bool) -> None:
     from attnsel.attention.explain_answers import model_doc, resolve_gpu
     from attnsel.cli.explain_history import run_history
 
     if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
         raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
-    run_history(req, tp, model, resolve_gpu(gpu, capability), route.importable is not None, route.as_json,
+    run_history(req, tp, model, resolve_gpu(gpu, capability), check_imports, route.as_json,
                 model_doc(model, model.config if model is not None else None))
 
 
