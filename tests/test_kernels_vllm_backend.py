@@ -217,3 +217,14 @@ def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():
     # the same bytes read as e4m3 without the conversion are far off: that is what the check caught
     raw = vllm_inputs.kv_cache_tensor(_stack_reading_fp8_as(None), b).select(1, 0).view(torch.float8_e4m3fn).float()
     assert paged.relative_error(raw, b.key_cache.float()) > 0.3
+
+
+def test_the_model_folder_handed_to_vllm_is_not_left_in_the_temp_dir(fake_vllm):
+    # tune's workers end with os._exit (no finalizers): a folder kept for later piled up in /tmp,
+    # one per head layout and worker, run after run
+    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
+
+    VllmBackendAdapter("TRITON_ATTN", device="cpu").prepare(_batch())
+    folder = _calls(fake_vllm, "ModelConfig")[-1]["model"]
+    assert Path(folder).name.startswith("attnsel-model-")
+    assert not Path(folder).exists()

@@ -215,28 +215,22 @@ class VllmStack:
 
 
 class StackBuilder:
-    """Builds VllmStacks in one worker process (one synthesized model folder per head layout)."""
+    """Builds VllmStacks in one worker process, each from a config.json synthesized for its head layout."""
 
     def __init__(self, device: str = "cuda"):
         self.device = device
-        self._folders: dict[tuple, str] = {}
         self._layer_count = 0
-
-    def model_folder(self, spec: StackSpec) -> str:
-        key = (spec.num_q_heads, spec.num_kv_heads, spec.head_size, spec.dtype, spec.max_model_len, spec.mla)
-        if key not in self._folders:
-            folder = tempfile.mkdtemp(prefix="attnsel-model-")
-            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as fh:
-                json.dump(spec.model_config_json(), fh)
-            self._folders[key] = folder
-        return self._folders[key]
 
     def vllm_config(self, spec: StackSpec) -> Any:
         from vllm import config as C  # type: ignore
 
-        folder = self.model_folder(spec)
-        model = construct(C.ModelConfig, model=folder, tokenizer=folder, skip_tokenizer_init=True,
-                          dtype=spec.dtype, max_model_len=spec.max_model_len, seed=0)
+        # vLLM reads config.json while ModelConfig is built and not after: the folder is removed
+        # at once (tune's workers end with os._exit, so a folder kept for later would be left in /tmp)
+        with tempfile.TemporaryDirectory(prefix="attnsel-model-") as folder:
+            with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as fh:
+                json.dump(spec.model_config_json(), fh)
+            model = construct(C.ModelConfig, model=folder, tokenizer=folder, skip_tokenizer_init=True,
+                              dtype=spec.dtype, max_model_len=spec.max_model_len, seed=0)
         cache = construct(C.CacheConfig, block_size=spec.block_size, cache_dtype=spec.kv_cache_dtype)
         scheduler = construct(C.SchedulerConfig, max_num_seqs=spec.max_num_seqs,
                               max_num_batched_tokens=spec.max_num_batched_tokens, max_model_len=spec.max_model_len,
