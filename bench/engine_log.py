@@ -59,6 +59,11 @@ _PATTERNS: list[tuple[str, "re.Pattern[str]", Callable[["re.Match[str]"], Any]]]
      lambda m: _number(m.group(1))),
     ("compilation_s", re.compile(rf"init engine .* took {_NUMBER} s \(compilation: {_NUMBER} s"), lambda m: _number(m.group(2))),
 ]
+# flashinfer/autotuner.py:622 and :641 (flashinfer-python 0.6.12, run by vLLM's kernel warm-up):
+# FlashInfer's own logger stamps its lines; the time between the two is its autotuning
+_FLASHINFER_STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - autotuner\.py:\d+ - flashinfer\.jit: \[Autotuner\]: "
+_AUTOTUNE_START = re.compile(_FLASHINFER_STAMP + r"Autotuning process starts")
+_AUTOTUNE_END = re.compile(_FLASHINFER_STAMP + r"Autotuning process ends")
 _COUNTED = {"compile_cache_hits", "compile_cache_misses"}
 _LISTED = {"cudagraph_captures"}
 
@@ -77,7 +82,29 @@ def parse_engine_log(text: str) -> dict:
             _read_line(line, facts)
     if "compile_cache_hits" in facts or "compile_cache_misses" in facts:
         facts["compile_cache"] = _cache_state(facts.get("compile_cache_hits", 0), facts.get("compile_cache_misses", 0))
+    autotune = flashinfer_autotune_s(text)
+    if autotune is not None:
+        facts["flashinfer_autotune_s"] = autotune
     return facts
+
+
+def flashinfer_autotune_s(text: str) -> Optional[float]:
+    """Seconds FlashInfer's autotuner ran during the engine's start (first start to last end), from
+    its own time stamps; None when it did not log both.
+
+    >>> flashinfer_autotune_s("2026-11-25 03:47:52,339 - INFO - autotuner.py:622 - flashinfer.jit: [Autotuner]: "
+    ...     "Autotuning process starts ...\\n2026-11-25 03:49:49,975 - INFO - autotuner.py:641 - flashinfer.jit: "
+    ...     "[Autotuner]: Autotuning process ends")
+    117.636
+    """
+    from datetime import datetime
+
+    starts, ends = _AUTOTUNE_START.findall(text), _AUTOTUNE_END.findall(text)
+    if not starts or not ends:
+        return None
+    stamp = "%Y-%m-%d %H:%M:%S,%f"
+    seconds = (datetime.strptime(ends[-1], stamp) - datetime.strptime(starts[0], stamp)).total_seconds()
+    return round(seconds, 3) if seconds >= 0 else None
 
 
 def _read_line(line: str, facts: dict) -> None:

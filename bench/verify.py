@@ -212,6 +212,7 @@ def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict
     env = tune_doc.get("environment") or {}
     return {"source": str(req.tune_dir), "scope": scope.get("scope"), "verdict": scope.get("verdict"),
             "margin_pct": scope.get("margin_pct"), "flags": scope.get("flags"), "advice": scope.get("advice"),
+            "advised_flags": scope.get("advised_flags", scope.get("flags") if scope.get("above_noise") else None), "min_gain_pct": scope.get("min_gain_pct"),
             "gpu": (env.get("gpu") or {}).get("name") or (tune_doc.get("plan") or {}).get("gpu"),
             "created": tune_doc.get("created")}
 
@@ -362,7 +363,7 @@ def engine_facts(facts: dict, log: dict) -> dict:
         out["kv_cache_tokens"] = log["kv_cache_tokens"]
     for key in ("torch_compile_s", "compilation_s", "dynamo_s", "compile_cache", "compile_cache_dir",
                 "graph_capture_s", "graph_memory_gib", "init_engine_s", "model_load_s", "model_memory_gib",
-                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version"):
+                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s"):
         if key in log:
             out[key] = log[key]
     if out.get("num_gpu_blocks") and out.get("block_size_used"):

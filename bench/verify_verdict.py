@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from attnsel.bench import engine_compare as EC
+from attnsel.bench import recommend as REC
 from attnsel.bench.verify_plan import ROLE_DEFAULT, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 
@@ -139,43 +140,79 @@ def _subject(document: dict) -> tuple[Optional[dict], bool]:
     return None, False
 
 
-def best_end_to_end(document: dict, comparisons: list[dict]) -> Optional[dict]:
+def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float = 0.0) -> Optional[dict]:
     """The measured pair with the best tokens/s across shapes (geometric mean of its gains over
-    vLLM's default; the default itself is 1.0), counted only when it beat the default beyond noise."""
+    vLLM's default; the default itself is 1.0), counted only when it beat the default beyond noise
+    at one shape, lost at none, and gained at least `min_gain_pct` overall (tune's --min-gain:
+    below it, changing flags is not worth it)."""
     best, best_ratio = None, 1.0
     for row in document["candidates"]:
         mine = [c for c in comparisons if c["candidate"] == row["name"] and c.get("end_to_end")]
         if not mine or any(c["end_to_end"]["result"] == EC.SLOWER for c in mine):
             continue
         ratio = EC.geomean_ratio(1 + (c["end_to_end"]["margin_pct"] or 0) / 100 for c in mine)
-        if ratio and ratio > best_ratio and any(c["end_to_end"]["result"] == EC.FASTER for c in mine):
+        if ratio and ratio > best_ratio and (ratio - 1) * 100 >= min_gain_pct \
+                and any(c["end_to_end"]["result"] == EC.FASTER for c in mine):
             best, best_ratio = row, ratio
     row = best or default_row(document)
     return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
 
 
+def tune_advice(document: dict) -> tuple[Optional[bool], float]:
+    """(whether tune advised passing flags, the gain in % worth changing flags for). Tune advises
+    flags only for verdict "faster" (bench/recommend.py Decision.above_noise); None: no tune result
+    (pairs the user named)."""
+    tune = document.get("tune") or {}
+    min_gain = tune.get("min_gain_pct")
+    min_gain = float(min_gain) if isinstance(min_gain, (int, float)) else REC.DEFAULT_MIN_GAIN * 100
+    if "advised_flags" in tune:
+        return bool(tune["advised_flags"]), min_gain
+    return (tune["verdict"] == "faster" if tune.get("verdict") else None), min_gain
+
+
 def summarize(document: dict) -> dict:
-    """The verdict on tune's recommendation, in words, with the flags to paste."""
+    """The verdict on tune's advice, in words, with the flags to paste. Two questions, by what tune
+    advised: flags (is the pick faster end to end? holds / within noise / reversed), or keeping
+    vLLM's default, which includes a fastest pair within noise or below --min-gain (does any pair
+    beat the default end to end by the gain worth changing flags for? reversed if so, else holds)."""
     subject, pick_is_default = _subject(document)
     comparisons = document["comparisons"]
     if subject is None:
         return _not_measured(document, "there is no second candidate to compare with vLLM's default")
+    advised, min_gain = tune_advice(document)
+    keeps_default = pick_is_default or advised is False
     mine = [c for c in comparisons if c["candidate"] == subject["name"]]
-    shapes = []
-    for c in mine:
-        e2e = EC.recommendation_verdict((c.get("end_to_end") or {}).get("result"), pick_is_default)
-        decode = EC.recommendation_verdict((c.get("decode") or {}).get("result"), pick_is_default)
-        shapes.append({"shape": c["shape"], "end_to_end": e2e, "decode": decode})
+    shapes = [{"shape": c["shape"], "end_to_end": _shape_verdict(c.get("end_to_end"), keeps_default, min_gain),
+               "decode": _shape_verdict(c.get("decode"), keeps_default, min_gain)} for c in mine]
     word = EC.overall_verdict(s["end_to_end"] for s in shapes)
     if word is None:
         why = next((c.get("missing") for c in mine if c.get("missing")), None) or subject.get("error")
         return _not_measured(document, why or "nothing could be compared")
-    best = best_end_to_end(document, comparisons)
-    pick_row = default_row(document) if pick_is_default else subject
-    flags = pick_row["flags"] if word == EC.HOLDS else ("" if word == EC.NOISE else (best or {}).get("flags", ""))
+    best = best_end_to_end(document, comparisons, min_gain)
+    if keeps_default:
+        worth = best if best and best["name"] != default_row(document)["name"] else None
+        word = EC.REVERSED if worth else EC.HOLDS
+        flags = worth["flags"] if worth else ""
+        pick_row = default_row(document)
+    else:
+        pick_row = subject
+        flags = pick_row["flags"] if word == EC.HOLDS else ("" if word == EC.NOISE else (best or {}).get("flags", ""))
+    text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
+            else _verdict_text(word, pick_row, mine, flags))
     return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
-            "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best,
-            "text": _verdict_text(word, pick_row, subject, mine, pick_is_default, flags)}
+            "tune_advised_flags": not keeps_default, "min_gain_pct": min_gain,
+            "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
+
+
+def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[str]:
+    """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
+    noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
+    result = (comparison or {}).get("result")
+    if not keeps_default:
+        return EC.recommendation_verdict(result, pick_is_default=False)
+    if result is None:
+        return None
+    return EC.REVERSED if result == EC.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EC.HOLDS
 
 
 def _not_measured(document: dict, why: str) -> dict:
@@ -192,16 +229,25 @@ def _gain_words(comparisons: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _verdict_text(word: str, pick: dict, subject: dict, comparisons: list[dict], pick_is_default: bool,
-                  flags: str) -> str:
+def _verdict_text(word: str, pick: dict, comparisons: list[dict], flags: str) -> str:
     gains = _gain_words(comparisons)
     paste = f"pass {flags}" if flags else "no flags needed (vLLM's default)"
-    if pick_is_default:
-        if word == EC.HOLDS:
-            return f"holds: vLLM's default, tune's pick, is not beaten end to end by the runner-up {subject['name']} ({gains}): {paste}"
-        return f"reversed: the runner-up {subject['name']} beats vLLM's default, tune's pick, end to end ({gains}): {paste}"
     if word == EC.HOLDS:
         return f"holds end to end: {pick['name']} against vLLM's default: {gains}: {paste}"
     if word == EC.NOISE:
         return f"within noise end to end: {pick['name']} against vLLM's default: {gains}: keep vLLM's default, {paste}"
     return f"reversed end to end: {pick['name']} is slower than vLLM's default ({gains}): {paste}"
+
+
+def _keep_default_text(word: str, subject: dict, comparisons: list[dict], pick_is_default: bool,
+                       best: Optional[dict], min_gain: float, flags: str) -> str:
+    gains = _gain_words(comparisons)
+    advice = ("vLLM's default, tune's pick" if pick_is_default else
+              f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
+              f"{min_gain:.0f}% at kernel level)")
+    if word == EC.HOLDS:
+        return (f"holds: {advice}; end to end {subject['name']} gives {gains}: less than the {min_gain:.0f}% "
+                f"worth changing flags for: no flags needed (vLLM's default)")
+    return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "
+            f"(geometric mean over the shapes, none slower), at least the {min_gain:.0f}% worth changing flags for, "
+            f"against {advice} ({subject['name']}: {gains}): pass {flags}")

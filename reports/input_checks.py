@@ -146,7 +146,7 @@ EXPLAIN_DOCUMENT = obj({
 _FIGURE = opt(obj({"median": opt(NUM), "spread": opt(NUM)}))
 _ENGINE = obj({"vllm_version": opt(STR), "backend_used": opt(STR), "block_size_used": opt(SCALAR),
                "torch_compile_s": opt(NUM), "compile_cache": opt(STR), "graph_capture_s": opt(NUM),
-               "kv_cache_tokens": opt(NUM), "num_gpu_blocks": opt(NUM), "cudagraph_mode": opt(STR)})
+               "flashinfer_autotune_s": opt(NUM), "kv_cache_tokens": opt(NUM), "num_gpu_blocks": opt(NUM), "cudagraph_mode": opt(STR)})
 _SHAPE = obj({"batch": opt(INT), "context": opt(INT), "n1": opt(INT), "n2": opt(INT), "status": opt(STR),
               "error": opt(STR), "label": opt(STR), "requests_fit": opt(NUM), "kernel_ms": opt(NUM),
               "attention_share": opt(NUM),

@@ -56,7 +56,9 @@ def context_lines(doc: dict) -> list[str]:
     tune = doc.get("tune")
     if tune:
         margin = "" if tune.get("margin_pct") is None else f" ({tune['margin_pct']:+.1f}% at kernel level, {tune.get('verdict')})"
-        lines.append(f"checks tune's {tune.get('scope')} recommendation from {tune.get('source')}: {tune.get('flags')}{margin}")
+        advised = tune.get("advised_flags", tune.get("flags") if tune.get("verdict") == "faster" else None)
+        said = advised or f"keep vLLM's default (fastest measured: {tune.get('flags')})"
+        lines.append(f"checks tune's {tune.get('scope')} recommendation from {tune.get('source')}: {said}{margin}")
     return lines
 
 
@@ -73,7 +75,10 @@ def engine_rows(doc: dict) -> list[list[str]]:
             status += f": {c['error']}"
         ran = f"{e['backend_used']}/{e.get('block_size_used')}" if e.get("backend_used") else "–"
         compile_s = _num(e.get("torch_compile_s"), "{:.1f}") + (f" ({e['compile_cache']})" if e.get("compile_cache") else "")
-        rows.append([_who(c), status, ran, _num(c.get("start_s"), "{:.1f}"), compile_s,
+        start = _num(c.get("start_s"), "{:.1f}")
+        if e.get("flashinfer_autotune_s"):  # FlashInfer's autotuner, inside vLLM's kernel warm-up
+            start += f" (autotune {e['flashinfer_autotune_s']:.0f})"
+        rows.append([_who(c), status, ran, start, compile_s,
                      _num(e.get("graph_capture_s"), "{:.0f}"), _num(e.get("kv_cache_tokens"), "{:,}"),
                      _num(e.get("num_gpu_blocks"), "{:,}"), e.get("cudagraph_mode") or "–"])
     return rows

@@ -212,6 +212,19 @@ def test_the_engine_log_gives_backend_kv_cache_compile_and_graph_facts():
     assert (facts["model_load_s"], facts["model_memory_gib"], facts["kv_cache_memory_gib"]) == (3.412001, 14.99, 57.1)
 
 
+def test_flashinfer_s_autotuning_is_read_from_real_engine_logs_and_shown_in_the_start_column():
+    # vLLM 0.24 on an H100: FlashInfer's autotuner is most of what a FLASHINFER engine adds to its start
+    logs = ROOT / "fixtures" / "verify"
+    tuned = engine_log.parse_engine_log((logs / "h100_qwen06" / "verify" / "engine-FLASHINFER-128.log").read_text())
+    plain = engine_log.parse_engine_log((logs / "h100_qwen06" / "verify" / "engine-FLASH_ATTN-128.log").read_text())
+    assert tuned["flashinfer_autotune_s"] > 60 > 1 > plain["flashinfer_autotune_s"]
+    from attnsel.reports import verify_report
+
+    row = {"short": "FLASHINFER/128 runner-up", "status": "ok", "start_s": 139.7,
+           "engine": {"backend_used": "FLASHINFER", "block_size_used": 128, "flashinfer_autotune_s": 73.3}}
+    assert verify_report.engine_rows({"candidates": [row]})[0][3] == "139.7 (autotune 73)"
+
+
 def test_a_named_backend_is_read_from_its_own_log_line_and_errors_from_the_log_tail():
     text = "INFO [cuda.py:419] Using AttentionBackendEnum.FLASHINFER backend.\nValueError: boom\nRuntimeError: Engine core initialization failed"
     assert engine_log.parse_engine_log(text)["backend_selected"] == "FLASHINFER"
@@ -371,3 +384,41 @@ def test_attention_layers_of_hybrid_and_plain_configs():
     assert attention_layer_count({"num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention", "linear_attention"]}) == 1
     assert attention_layer_count(MC.load_model_config("mamba-130m")) == 0
     assert attention_layer_count({"num_hidden_layers": 4, "hybrid_override_pattern": "M-M*-M*"}) == 2
+
+
+def _keep_default_doc(pick_shapes, runner_shapes=None):
+    """tune ranked FLASHINFER/64 first but within noise: its advice was to keep vLLM's default."""
+    doc = _doc(pick_shapes, [shape(18.1, 5.8)], runner_shapes=runner_shapes)
+    doc["tune"] = {"verdict": "noisy", "advised_flags": None, "min_gain_pct": 5.0,
+                   "flags": "--attention-backend FLASHINFER --block-size 64"}
+    return doc
+
+
+def test_a_kept_default_holds_when_the_fastest_pair_gains_less_than_min_gain_end_to_end():
+    # +3% tokens/s is above the 2% noise but below --min-gain 5%: no flags, as tune said
+    v = _verdict(_keep_default_doc([shape(17.3, 5.6)]))
+    assert v["verdict"] == "holds" and v["flags"] == "" and v["tune_advised_flags"] is False
+    assert "keeping vLLM's default, as tune advised" in v["text"] and "no flags needed" in v["text"]
+    assert v["shapes"][0]["end_to_end"] == "holds"
+
+
+def test_a_kept_default_is_reversed_when_a_pair_wins_by_min_gain_and_loses_nowhere():
+    v = _verdict(_keep_default_doc([shape(18.1, 5.8)], runner_shapes=[shape(15.0, 4.6)]))
+    assert v["verdict"] == "reversed" and v["flags"] == "--attention-backend TRITON_ATTN --block-size 64"
+    assert v["best_end_to_end"]["gain_pct"] >= 5.0 and "pass --attention-backend TRITON_ATTN" in v["text"]
+
+
+def test_advised_flags_are_judged_by_noise_alone():
+    # tune advised FLASHINFER/64 (verdict faster): a 3% end-to-end gain beyond noise confirms it
+    doc = _keep_default_doc([shape(17.3, 5.6)])
+    doc["tune"].update(verdict="faster", advised_flags="--attention-backend FLASHINFER --block-size 64")
+    v = _verdict(doc)
+    assert v["verdict"] == "holds" and v["flags"] == "--attention-backend FLASHINFER --block-size 64"
+    assert v["tune_advised_flags"] is True
+
+
+def test_when_tune_picked_the_default_a_runner_up_below_min_gain_does_not_reverse_it():
+    doc = _doc(None, [shape(18.1, 5.8)], runner_shapes=[shape(17.3, 5.6)])
+    doc["candidates"][0]["roles"].append("tune-pick")
+    v = _verdict(doc)
+    assert (v["verdict"], v["flags"]) == ("holds", "")

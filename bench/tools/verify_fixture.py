@@ -4,6 +4,9 @@ DEST gets verify.json as written, the engines' logs (evidence: vLLM's own lines)
 it checked cut down to what the verify comparisons read (plan, recommendation, environment, the
 decode rows at the verified shapes); tests/test_verify_replay.py replays DEST through the report
 and re-derives its numbers and verdict. Put DEST under tests/fixtures/verify/<run name>/.
+
+`--rederive DEST` re-derives a fixture's comparisons and verdict from its recorded engine calls
+with today's verdict rules (after a rule change; the measurements are not touched), and notes it.
 """
 
 from __future__ import annotations
@@ -61,11 +64,38 @@ def copy_run(run: Path, dest: Path) -> list[Path]:
     return written
 
 
+def rederive(folder: Path) -> dict:
+    """verify.json's tune summary, comparisons and verdict again from its recorded figures."""
+    from attnsel.bench import verify as V
+    from attnsel.bench import verify_plan as VP
+    from attnsel.bench.verify_verdict import build_comparisons, summarize
+
+    doc = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
+    tune = json.loads((folder / "tune.json").read_text(encoding="utf-8")) if (folder / "tune.json").is_file() else None
+    if tune and doc.get("tune"):
+        fresh = V._tune_summary(V.VerifyRequest(tune_dir=Path(doc["tune"]["source"])), tune)
+        doc["tune"].update({k: fresh[k] for k in ("advised_flags", "min_gain_pct")})
+        assert VP.tune_scope(tune.get("recommendation")) is not None
+    doc["comparisons"] = build_comparisons(doc, tune)
+    before = (doc.get("verdict") or {}).get("verdict")
+    doc["verdict"] = summarize(doc)
+    doc["_rederived"] = (f"comparisons and verdict re-derived from the recorded calls by bench/tools/verify_fixture.py "
+                         f"--rederive (verdict when recorded: {before})")
+    (folder / "verify.json").write_text(json.dumps(doc, indent=2, default=str), encoding="utf-8")
+    return doc
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="the folder verify wrote (holds verify.json)")
-    parser.add_argument("dest", type=Path, help="the fixture folder, e.g. tests/fixtures/verify/h100_llama8b")
+    parser.add_argument("dest", type=Path, nargs="?", help="the fixture folder, e.g. tests/fixtures/verify/h100_llama8b")
+    parser.add_argument("--rederive", action="store_true", help="re-derive RUN's comparisons and verdict in place")
     args = parser.parse_args(argv)
+    if args.rederive and (args.run / "verify.json").is_file():
+        print(f"{args.run}: {rederive(args.run)['verdict']['text']}")
+        return 0
+    if args.dest is None:
+        parser.error("DEST is required unless --rederive")
     if not (args.run / "verify.json").is_file():
         print(f"error: {args.run}/verify.json does not exist", file=sys.stderr)
         return 2
