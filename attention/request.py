@@ -120,19 +120,30 @@ def build_selection(
     # the heads that will run, flags over the model's: 64 KV heads for 32 query heads is no model
     check_heads(_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
                 _pick(req.num_kv_heads, _kv_heads_per_gpu(facts), None), " (flags and model config together)")
+    inputs = _selector_inputs(profile, req, facts, capability)
+    model_float32 = _model_mamba_cache_float32(req, facts)
+    extra, notes = _context_inputs_read_by(profile, req)
+    ctx = _selection_context(req, facts, extra, use_sparse=inputs.use_sparse, model_float32=model_float32,
+                             capability=capability, gpu_name=gpu_name, importable=importable)
+    if inputs.use_mla and not ctx.model_dims_known:
+        notes.append(unknown_model_dims_note(profile, inputs, ctx))
+    return inputs, ctx, notes
+
+
+def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability: tuple[int, int]) -> SelectorInputs:
+    """vLLM's AttentionSelectorConfig fields: the flag, else the model's, else vLLM's default."""
     if facts is not None:
         dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
     else:
         dtype = normalize_dtype(req.dtype or "auto", capability)
-    use_sparse = bool(_pick(req.use_sparse, getattr(facts, "use_sparse", None), False))
-    inputs = SelectorInputs(
+    return SelectorInputs(
         head_size=_pick(req.head_size, getattr(facts, "head_size", None), None),
         dtype=dtype,
         kv_cache_dtype=_pick(req.kv_cache_dtype, getattr(facts, "kv_cache_dtype_forced", None), "auto"),
         block_size=req.block_size,
         use_mla=bool(_pick(req.use_mla, getattr(facts, "use_mla", None), False)),
         has_sink=bool(_pick(req.has_sink, getattr(facts, "has_sink", None), False)),
-        use_sparse=use_sparse,
+        use_sparse=bool(_pick(req.use_sparse, getattr(facts, "use_sparse", None), False)),
         use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
         attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
         use_per_head_quant_scales=req.per_head_quant_scales,
@@ -147,11 +158,19 @@ def build_selection(
         use_rswa=req.rswa,
         use_adaptive_verification=req.adaptive_verification,
     )
-    model_float32 = None
+
+
+def _model_mamba_cache_float32(req: SelectionRequest, facts: Any) -> Optional[bool]:
+    """Whether the model's (or the flags') Mamba cache dtypes name float32; None when neither says."""
     if facts is not None:
-        model_float32 = "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
-    elif req.mamba_ssm_cache_dtype is not None or req.mamba_cache_dtype is not None:
-        model_float32 = "float32" in (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype)
+        return "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
+    if req.mamba_ssm_cache_dtype is not None or req.mamba_cache_dtype is not None:
+        return "float32" in (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype)
+    return None
+
+
+def _context_inputs_read_by(profile: Any, req: SelectionRequest) -> tuple[dict[str, Any], list[str]]:
+    """The CONTEXT_INPUTS flags as given, those `profile`'s rules do not read set to None, with a note each."""
     notes: list[str] = []
     extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
     for name, flag, what in CONTEXT_INPUTS:
@@ -161,7 +180,16 @@ def build_selection(
                 f"(profile {profile.name}): ignored"
             )
             extra[name] = None
-    ctx = SelectionContext(
+    return extra, notes
+
+
+def _selection_context(
+    req: SelectionRequest, facts: Any, extra: Mapping[str, Any], *, use_sparse: bool,
+    model_float32: Optional[bool], capability: tuple[int, int], gpu_name: Optional[str],
+    importable: Optional[Mapping[str, bool]],
+) -> SelectionContext:
+    """What vLLM's rules read besides the selector config: flag, else model, else default."""
+    return SelectionContext(
         capability=tuple(capability),
         num_heads=_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
         user_backend=req.attention_backend,
@@ -187,9 +215,6 @@ def build_selection(
         num_kv_heads=_pick(extra["num_kv_heads"], _kv_heads_per_gpu(facts), None),
         hybrid=_hybrid_setup(req, facts),
     )
-    if inputs.use_mla and not ctx.model_dims_known:
-        notes.append(unknown_model_dims_note(profile, inputs, ctx))
-    return inputs, ctx, notes
 
 
 def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:

@@ -303,39 +303,10 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
     evaluated = profile.block_size_flow.layer_inputs(inputs)
     backends = backend_verdicts(profile, evaluated, ctx)
     explicit = _explicit_verdict(profile, user_backend, evaluated, ctx) if user_backend else None
-    block_size: Optional[int] = inputs.block_size
-    selected: Optional[str] = None
-    layer_cfg: Optional[SelectorInputs] = None
-    error: Optional[VllmRaises] = None
-    try:
-        _bf16_check(inputs, ctx)
-        _fa_warnings(run, inputs, user_backend)
-        block_size, selected, layer_cfg = profile.block_size_flow.run(run, inputs, user_backend, notes)
-    except VllmRaises as exc:
-        error = exc
-        selected = None
-        block_size = run.block_size
-    kernel_block_size = None
-    kernel_sizes = None
-    layout = None
-    if selected is not None:
-        kernel_sizes = tuple(profile.kernel_block_sizes(selected, ctx, inputs))
-        layout = profile.required_kv_cache_layout(selected, ctx)
-        if block_size is not None:
-            try:
-                kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
-            except VllmRaises as exc:  # the layers chose, then the KV cache cannot be split (select_common_block_size)
-                error = exc
-        if selected == "FLASHINFER" and ctx.capability[0] == 10 and inputs.head_size == 256 and kernel_block_size == 16:
-            notes.append(
-                "vLLM then fails at run time: There is a bug in FlashInfer block_size 16 head size 256 "
-                "support. Please avoid this combination by passing --block-size 32 or --block-size 64."
-            )
-    fa_runtime = profile.code.flash_attn_version(ctx, inputs.head_size, inputs)
-    if selected == "FLASH_ATTN":
-        # FlashAttentionImpl resolves the version again, now with the head size (vllm-rules §3c)
-        for message in fa_runtime.warnings:
-            run.log("warning", message, "fa_utils.get_flash_attn_version", once=True)
+    block_size, selected, layer_cfg, error = _start_up(run, inputs, user_backend, notes)
+    kernel_sizes, kernel_block_size, layout, kv_error = _kv_cache_split(run, inputs, selected, block_size, notes)
+    error = kv_error if kv_error is not None else error
+    fa_version = _runtime_flash_attn_version(run, inputs, selected)
     return Explanation(
         profile=profile.name,
         vllm_version=profile.vllm_version,
@@ -350,7 +321,7 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
         kernel_block_size=kernel_block_size,
         kernel_block_sizes=kernel_sizes,
         kv_cache_layout=layout,
-        flash_attn_version=None if inputs.use_mla else fa_runtime.version,
+        flash_attn_version=None if inputs.use_mla else fa_version,
         logs=tuple(run.logs),
         error=error.message if error else None,
         error_type=error.exc_type if error else None,
@@ -359,6 +330,52 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
         notes=tuple(notes),
         hybrid=run.hybrid,
     )
+
+
+def _start_up(
+    run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]
+) -> tuple[Optional[int], Optional[str], Optional[SelectorInputs], Optional[VllmRaises]]:
+    """(block size, selected, layer config, error): the flow up to the layers' choice; an error
+    stops it with the block size as far as it got and nothing selected."""
+    try:
+        _bf16_check(inputs, run.ctx)
+        _fa_warnings(run, inputs, user_backend)
+        block_size, selected, layer_cfg = run.profile.block_size_flow.run(run, inputs, user_backend, notes)
+    except VllmRaises as exc:
+        return run.block_size, None, None, exc
+    return block_size, selected, layer_cfg, None
+
+
+def _kv_cache_split(
+    run: Run, inputs: SelectorInputs, selected: Optional[str], block_size: Optional[int], notes: list[str]
+) -> tuple[Optional[tuple], Optional[int], Optional[str], Optional[VllmRaises]]:
+    """(kernel block sizes, kernel block size, KV layout, error) of the selected backend."""
+    profile, ctx = run.profile, run.ctx
+    if selected is None:
+        return None, None, None, None
+    kernel_block_size, error = None, None
+    kernel_sizes = tuple(profile.kernel_block_sizes(selected, ctx, inputs))
+    layout = profile.required_kv_cache_layout(selected, ctx)
+    if block_size is not None:
+        try:
+            kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
+        except VllmRaises as exc:  # the layers chose, then the KV cache cannot be split (select_common_block_size)
+            error = exc
+    if selected == "FLASHINFER" and ctx.capability[0] == 10 and inputs.head_size == 256 and kernel_block_size == 16:
+        notes.append(
+            "vLLM then fails at run time: There is a bug in FlashInfer block_size 16 head size 256 "
+            "support. Please avoid this combination by passing --block-size 32 or --block-size 64."
+        )
+    return kernel_sizes, kernel_block_size, layout, error
+
+
+def _runtime_flash_attn_version(run: Run, inputs: SelectorInputs, selected: Optional[str]) -> Optional[int]:
+    fa_runtime = run.profile.code.flash_attn_version(run.ctx, inputs.head_size, inputs)
+    if selected == "FLASH_ATTN":
+        # FlashAttentionImpl resolves the version again, now with the head size (vllm-rules §3c)
+        for message in fa_runtime.warnings:
+            run.log("warning", message, "fa_utils.get_flash_attn_version", once=True)
+    return fa_runtime.version
 
 
 __all__ = [
