@@ -13,13 +13,15 @@ Noise rule (the same gate as tune, bench/recommend.py): a margin between two eng
 when it exceeds max(2%, the mean of the two engines' relative spreads) of that figure over their
 repeated calls. Otherwise the two are "within noise" of each other.
 
-Verdict for tune's pick against vLLM's default, per shape, on tokens/s (end to end):
+Verdict for tune's pick against vLLM's default, per shape, on tokens/s (end to end), where tune
+advised the pick's flags (recommendation_verdict):
   holds         the pick is faster beyond noise;
   within noise  neither is faster beyond noise: keep vLLM's default, no flags needed;
   reversed      vLLM's default is faster beyond noise.
-(When tune's pick IS vLLM's default, the runner-up is compared instead: the verdict holds unless
-the runner-up beats the default beyond noise.) Overall: reversed if any shape is reversed,
-holds if at least one holds, else within noise. The decode step gets the same words, beside it.
+Overall: reversed if any shape is reversed, holds if at least one holds, else within noise. The
+decode step gets the same words, beside it. Where tune advised keeping vLLM's default (its pick
+is the default, or its fastest pair was within noise / below --min-gain), the question is
+whether another pair beats the default by --min-gain end to end: bench/verify_verdict.py.
 """
 
 from __future__ import annotations

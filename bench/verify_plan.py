@@ -270,7 +270,9 @@ def vocab_size(hf_config: dict) -> int:
 
 def compile_cache_root(env=os.environ) -> Path:
     """Where vLLM keeps its torch.compile cache (vllm/envs.py VLLM_CACHE_ROOT): every engine of a
-    run gets the same root, so the first engine's compilation serves the others."""
+    run gets the same root. vLLM 0.24 keys the compiled graphs on the block size and the attention
+    backend too (CacheConfig / AttentionConfig.compute_hash), so another pair compiles again (21-35 s
+    on an H100); what a later engine reuses is the first one's kernel JIT (Triton, FlashInfer)."""
     root = env.get("VLLM_CACHE_ROOT") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm")
     return Path(root).expanduser()
 
@@ -279,7 +281,7 @@ def compile_cache_root(env=os.environ) -> Path:
 # Estimates (shown with the progress; engine starts took 27-187 s on an H100, gpu-facts.md)
 
 COLD_START_S = 180.0  # first engine of a model: torch.compile + CUDA graphs
-WARM_START_S = 60.0  # later engines: the compile cache serves them
+WARM_START_S = 60.0  # later engines: their own torch.compile, the first engine's kernel JIT reused
 FLASHINFER_JIT_S = 100.0  # FlashInfer's JIT when flashinfer-cubin is absent
 
 

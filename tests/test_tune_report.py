@@ -51,6 +51,7 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
     tune_report.render_results(doc, Console(file=buf, width=200, no_color=True))
     text = buf.getvalue()
     assert "vLLM flags: --attention-backend FLASHINFER --block-size 64" in text
+    assert "`attnsel verify` checks it in vLLM's own engine" in text  # flags come from kernels alone
     assert text.count("CUDA out of memory") == 1  # two block sizes, one line
     assert "disqualified FLASHINFER --block-size 32" in text
     assert "skipped (vLLM would refuse): FLASH_ATTN --block-size 8: block_size not supported" in text
