@@ -232,7 +232,7 @@ def bar_summary(rows: list[dict]) -> dict | None:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", default="decode", choices=["decode", "prefill", "mixed"])
     p.add_argument("--batch", type=int, default=64)
@@ -253,29 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: smoke run of the CPU-capable providers (Triton interpreter, FlexAttention)")
     args = p.parse_args(argv)
-    if args.device == "cpu":
-        # Triton fixes interpreter mode at its first import (see attention/kernels/_triton_kernels.py).
-        import os
-
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     if args.quick:  # smaller defaults; options given explicitly still win
         for name, value in (("batch", 8), ("context", 512), ("iters", 10), ("warmup", 2), ("block_sizes", "16,64")):
             if getattr(args, name) == p.get_default(name):
                 setattr(args, name, value)
         args.query_len = min(args.query_len, 64, args.context)
+    return args
 
-    _bootstrap_attnsel()
-    import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        log("kernel_check needs a CUDA GPU (or --device cpu for a smoke run)")
-        return 3
-    from attnsel.attention.kernels.paged import Workload, make_paged_batch, reference_attention
-    from attnsel.attention.kernels.registry import adapters_for
-
-    hq, hkv = (int(x) for x in args.heads.split("/"))
-    w = Workload(args.kind, args.batch, args.context, 1 if args.kind == "decode" else args.query_len,
-                 hq, hkv, args.head_size, args.dtype)
+def start_device(args, w, torch):
+    """(peak TB/s or None, timer); the device is logged and emitted as the run's first JSON line."""
     if args.device == "cuda":
         peak = peak_bandwidth_tb_s()
         props = torch.cuda.get_device_properties(0)
@@ -289,9 +276,15 @@ def main(argv: list[str] | None = None) -> int:
         timer = WallTimer(args.iters, args.warmup)
     emit({"event": "start", "device": gpu, "peak_tb_s": peak, "workload": w.label(), "torch": torch.__version__,
           "timing": timer.mode})
+    return peak, timer
+
+
+def available_adapters(backends: str) -> tuple[list, list[dict]]:
+    """(the adapters that can run here, one "unavailable" row for each that cannot)."""
+    from attnsel.attention.kernels.registry import adapters_for
 
     adapters, unavailable = [], []
-    for backend in [b.strip().upper() for b in args.backends.split(",") if b.strip()]:
+    for backend in [b.strip().upper() for b in backends.split(",") if b.strip()]:
         for adapter in adapters_for(backend):
             t0 = time.perf_counter()
             reason = adapter.availability()
@@ -304,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log(f"{backend}/{adapter.name}: available ({time.perf_counter() - t0:.1f} s to check)")
             adapters.append(adapter)
+    return adapters, unavailable
+
+
+def run_block_sizes(adapters, w, timer, peak, args, torch) -> list[dict]:
+    """Every adapter (and Triton variant) at every block size, each row emitted and logged."""
+    from attnsel.attention.kernels.paged import make_paged_batch, reference_attention
 
     rows: list[dict] = []
     for block_size in [int(x) for x in args.block_sizes.split(",")]:
@@ -318,14 +317,42 @@ def main(argv: list[str] | None = None) -> int:
                 row = run_row(variant_adapter, label, w, block_size, batch, ref, timer, peak, args)
                 rows.append(row)
                 emit(row)
-                if row.get("status") in ("ok", "wrong"):
-                    log(f"  block {block_size:>3} {adapter.name:22} {row['ms']:.4f} ms {row['tb_per_s']:.2f} TB/s "
-                        f"err {row['rel_err']:.1e} [{label}]")
-                else:
-                    log(f"  block {block_size:>3} {adapter.name:22} {row['status']}: {row.get('reason') or row.get('error')}")
+                log_row(row, block_size, adapter.name, label)
         del batch, ref
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    return rows
+
+
+def log_row(row: dict, block_size: int, adapter_name: str, label: str) -> None:
+    if row.get("status") in ("ok", "wrong"):
+        log(f"  block {block_size:>3} {adapter_name:22} {row['ms']:.4f} ms {row['tb_per_s']:.2f} TB/s "
+            f"err {row['rel_err']:.1e} [{label}]")
+    else:
+        log(f"  block {block_size:>3} {adapter_name:22} {row['status']}: {row.get('reason') or row.get('error')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cpu":
+        # Triton fixes interpreter mode at its first import (see attention/kernels/_triton_kernels.py).
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    _bootstrap_attnsel()
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        log("kernel_check needs a CUDA GPU (or --device cpu for a smoke run)")
+        return 3
+    from attnsel.attention.kernels.paged import Workload
+
+    hq, hkv = (int(x) for x in args.heads.split("/"))
+    w = Workload(args.kind, args.batch, args.context, 1 if args.kind == "decode" else args.query_len,
+                 hq, hkv, args.head_size, args.dtype)
+    peak, timer = start_device(args, w, torch)
+    adapters, unavailable = available_adapters(args.backends)
+    rows = run_block_sizes(adapters, w, timer, peak, args, torch)
     print_table(unavailable + rows)
     return 0
 

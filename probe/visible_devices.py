@@ -223,34 +223,44 @@ def resolve_visible_devices(
     >>> resolve_visible_devices(gpus, " 1 , 2 ").physical_indices     # blanks around entries are fine
     [1, 2]
     """
-    order_value = (cuda_device_order or "").strip()
-    device_order = PCI_BUS_ID if order_value == PCI_BUS_ID else FASTEST_FIRST
-    problems: list[str] = []
-    notes: list[str] = []
-    if order_value and order_value not in (PCI_BUS_ID, FASTEST_FIRST):
-        problems.append(f"CUDA_DEVICE_ORDER={order_value!r} is neither FASTEST_FIRST nor PCI_BUS_ID; CUDA uses FASTEST_FIRST")
+    device_order, problems = _read_device_order(cuda_device_order)
     ordered = cuda_enumeration_order(gpus, device_order)
-    cuda_order = tuple(g.index for g in ordered)
-
-    invalid: Optional[str] = None
-    if cuda_visible_devices is None:
-        picked = [(g, None) for g in ordered]
-    else:
-        picked, invalid, duplicate = _read_list(cuda_visible_devices, ordered)
-        if invalid is not None:
-            problems.append(
-                f"CUDA_VISIBLE_DEVICES entry {shown_path(invalid)} matches no device (or is ambiguous or mixes integers "
-                f"and UUIDs): CUDA ignores it and every entry after it"
-            )
-        if duplicate is not None:
-            problems.append(f"CUDA_VISIBLE_DEVICES names device {shown_path(duplicate)} twice: CUDA then sees no device at all")
-            picked = []
-    picked, mig_notes = _apply_mig_rule(picked)
-    notes.extend(mig_notes)
+    picked, invalid, list_problems = _pick_listed(cuda_visible_devices, ordered)
+    picked, notes = _apply_mig_rule(picked)
     devices = tuple(
         VisibleDevice(k, gpu.index, child.uuid if child else gpu.uuid, child) for k, (gpu, child) in enumerate(picked)
     )
-    return VisibleResolution(devices, device_order, cuda_order, invalid, tuple(problems), tuple(notes))
+    cuda_order = tuple(g.index for g in ordered)
+    return VisibleResolution(devices, device_order, cuda_order, invalid, tuple(problems + list_problems), tuple(notes))
+
+
+def _read_device_order(cuda_device_order: Optional[str]) -> tuple[str, list[str]]:
+    """(the order CUDA uses, problems): any value but PCI_BUS_ID means FASTEST_FIRST."""
+    order_value = (cuda_device_order or "").strip()
+    device_order = PCI_BUS_ID if order_value == PCI_BUS_ID else FASTEST_FIRST
+    if order_value and order_value not in (PCI_BUS_ID, FASTEST_FIRST):
+        return device_order, [
+            f"CUDA_DEVICE_ORDER={order_value!r} is neither FASTEST_FIRST nor PCI_BUS_ID; CUDA uses FASTEST_FIRST"
+        ]
+    return device_order, []
+
+
+def _pick_listed(cuda_visible_devices: Optional[str], ordered: Sequence[PhysicalGpu]):
+    """(picked (gpu, mig child) pairs, the invalid entry, problems) for a CUDA_VISIBLE_DEVICES value
+    against the GPUs in CUDA's order; unset picks every GPU."""
+    if cuda_visible_devices is None:
+        return [(g, None) for g in ordered], None, []
+    problems: list[str] = []
+    picked, invalid, duplicate = _read_list(cuda_visible_devices, ordered)
+    if invalid is not None:
+        problems.append(
+            f"CUDA_VISIBLE_DEVICES entry {shown_path(invalid)} matches no device (or is ambiguous or mixes integers "
+            f"and UUIDs): CUDA ignores it and every entry after it"
+        )
+    if duplicate is not None:
+        problems.append(f"CUDA_VISIBLE_DEVICES names device {shown_path(duplicate)} twice: CUDA then sees no device at all")
+        picked = []
+    return picked, invalid, problems
 
 
 def _read_list(value: str, ordered: Sequence[PhysicalGpu]):

@@ -300,46 +300,17 @@ class FlashInferAdapter:
         t0 = time.perf_counter()
         dev = b.query.device
         layout = self.kv_layout or vllm_kv_layout(compute_capability(str(dev)))
-        kv_cache = torch.stack((b.key_cache, b.value_cache), dim=1)  # (nb, 2, page, kvh, d)
-        if layout == "HND":
-            kv_cache = kv_cache.transpose(2, 3).contiguous()  # (nb, 2, kvh, page, d)
-        seq_lens, q_lens = b.host_lists()
-        indptr, indices, last = paged_kv_metadata(seq_lens, b.block_table.tolist(), b.block_size)
-        indptr_cpu = torch.tensor(indptr, dtype=torch.int32)
-        last_cpu = torch.tensor(last, dtype=torch.int32)
-        indices_gpu = torch.tensor(indices, dtype=torch.int32, device=dev)
-        workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        paged = _paged_inputs(b, layout)
         out = torch.empty_like(b.query)
-        nd = b.num_decodes
-        dtype, kv_dtype = b.query.dtype, b.key_cache.dtype
         # fp8 cache: FlashInfer folds k_scale into sm_scale and v_scale into the output (vLLM's
         # FlashInferImpl passes layer._k_scale_float / _v_scale_float the same way)
-        scales = {"k_scale": b.k_scale, "v_scale": b.v_scale} if kv_dtype != dtype else {}
-        heads_and_page = (b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size)
-        calls = []
-        paths = []
-        if nd:
-            decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-                workspace, layout, use_tensor_cores=self.use_tensor_cores
-            )
-            decode.plan(
-                indptr_cpu[: nd + 1], indices_gpu, last_cpu[:nd], *heads_and_page,
-                pos_encoding_mode="NONE", sm_scale=b.scale, q_data_type=dtype, kv_data_type=kv_dtype,
-            )
-            q_dec, out_dec = b.query[:nd], out[:nd]
-            calls.append(lambda: decode.run(q_dec, kv_cache, out=out_dec, **scales))
+        scales = {"k_scale": b.k_scale, "v_scale": b.v_scale} if b.key_cache.dtype != b.query.dtype else {}
+        calls, paths = [], []
+        if b.num_decodes:
+            calls.append(_planned_decode(flashinfer, b, paged, out, scales, self.use_tensor_cores))
             paths.append("decode, tensor cores" if self.use_tensor_cores else "decode, CUDA cores")
-        if nd < b.batch:
-            prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, layout)
-            tok0 = int(b.cu_query_lens[nd])
-            qo_indptr = (b.cu_query_lens[nd:].cpu() - tok0).to(torch.int32)
-            prefill.plan(
-                # vLLM passes the prefill slice of paged_kv_indptr un-rebased with all indices.
-                qo_indptr, indptr_cpu[nd:], indices_gpu, last_cpu[nd:], *heads_and_page,
-                causal=True, sm_scale=b.scale, q_data_type=dtype, kv_data_type=kv_dtype,
-            )
-            q_pre, out_pre = b.query[tok0:], out[tok0:]
-            calls.append(lambda: prefill.run(q_pre, kv_cache, out=out_pre, **scales))
+        if b.num_decodes < b.batch:
+            calls.append(_planned_prefill(flashinfer, b, paged, out, scales))
             paths.append("prefill")
 
         def run():
@@ -358,17 +329,71 @@ class FlashInferAdapter:
             provider=f"flashinfer {version} ({'; '.join(paths)}; {layout}{'; kv ' + b.kv_cache_dtype if scales else ''})",
             kernel_block_size=b.block_size,
             setup_seconds=setup,
-            notes=(
-                ("vLLM's decode path (use_tensor_cores=True)",)
-                if self.use_tensor_cores
-                else ("CUDA-core decode: not what vLLM >= 0.11 runs; for comparison",)
-            )
-            + (
-                (f"cache block {cache_block_size} split into kernel blocks of {b.block_size}, as vLLM does",)
-                if cache_block_size != b.block_size
-                else ()
-            ),
+            notes=self._notes(cache_block_size, b.block_size),
             poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
             details={"kv_layout": layout, "use_tensor_cores": self.use_tensor_cores, **scales},
         )
+
+    def _notes(self, cache_block_size: int, kernel_block_size: int) -> tuple[str, ...]:
+        path = ("vLLM's decode path (use_tensor_cores=True)" if self.use_tensor_cores
+                else "CUDA-core decode: not what vLLM >= 0.11 runs; for comparison")
+        split = f"cache block {cache_block_size} split into kernel blocks of {kernel_block_size}, as vLLM does"
+        return (path,) if cache_block_size == kernel_block_size else (path, split)
+
+
+@dataclass(frozen=True)
+class _PagedInputs:
+    """Both wrappers' inputs: the stacked cache in `layout`, FlashInfer's CSR page metadata, the workspace."""
+
+    layout: str
+    kv_cache: object
+    indptr_cpu: object
+    indices_gpu: object
+    last_cpu: object
+    workspace: object
+
+
+def _paged_inputs(b, layout: str) -> _PagedInputs:
+    import torch
+
+    kv_cache = torch.stack((b.key_cache, b.value_cache), dim=1)  # (nb, 2, page, kvh, d)
+    if layout == "HND":
+        kv_cache = kv_cache.transpose(2, 3).contiguous()  # (nb, 2, kvh, page, d)
+    indptr, indices, last = paged_kv_metadata(b.host_lists()[0], b.block_table.tolist(), b.block_size)
+    indptr_cpu = torch.tensor(indptr, dtype=torch.int32)
+    last_cpu = torch.tensor(last, dtype=torch.int32)
+    indices_gpu = torch.tensor(indices, dtype=torch.int32, device=b.query.device)
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=b.query.device)
+    return _PagedInputs(layout, kv_cache, indptr_cpu, indices_gpu, last_cpu, workspace)
+
+
+def _planned_decode(flashinfer, b, paged: _PagedInputs, out, scales: dict, tensor_cores: bool):
+    """The decode rows (the first num_decodes) through a planned BatchDecodeWithPagedKVCacheWrapper."""
+    nd = b.num_decodes
+    decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(paged.workspace, paged.layout, use_tensor_cores=tensor_cores)
+    decode.plan(
+        paged.indptr_cpu[: nd + 1], paged.indices_gpu, paged.last_cpu[:nd],
+        b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size,
+        pos_encoding_mode="NONE", sm_scale=b.scale, q_data_type=b.query.dtype, kv_data_type=b.key_cache.dtype,
+    )
+    q_dec, out_dec = b.query[:nd], out[:nd]
+    return lambda: decode.run(q_dec, paged.kv_cache, out=out_dec, **scales)
+
+
+def _planned_prefill(flashinfer, b, paged: _PagedInputs, out, scales: dict):
+    """The prefill rows (after the decodes) through a planned, causal BatchPrefillWithPagedKVCacheWrapper."""
+    import torch
+
+    nd = b.num_decodes
+    prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(paged.workspace, paged.layout)
+    tok0 = int(b.cu_query_lens[nd])
+    qo_indptr = (b.cu_query_lens[nd:].cpu() - tok0).to(torch.int32)
+    prefill.plan(
+        # vLLM passes the prefill slice of paged_kv_indptr un-rebased with all indices.
+        qo_indptr, paged.indptr_cpu[nd:], paged.indices_gpu, paged.last_cpu[nd:],
+        b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size,
+        causal=True, sm_scale=b.scale, q_data_type=b.query.dtype, kv_data_type=b.key_cache.dtype,
+    )
+    q_pre, out_pre = b.query[tok0:], out[tok0:]
+    return lambda: prefill.run(q_pre, paged.kv_cache, out=out_pre, **scales)

@@ -82,17 +82,40 @@ def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
     dev = b.query.device
     seq_lens, q_lens = b.host_lists()
     page = b.block_size
-    table = b.block_table.cpu()
     num_tokens = int(b.query.shape[0])
+    pages_of, p2l = _physical_to_logical(b, seq_lens)
+    doc_ids = torch.repeat_interleave(torch.arange(b.batch), torch.tensor(q_lens))
+    kv_num, kv_indices = _kv_blocks_per_query_tile(b, doc_ids, pages_of, num_tokens, q_block_size)
+    mask = BlockMask.from_kv_blocks(
+        kv_num[None, None].to(dev),
+        kv_indices[None, None].to(dev),
+        BLOCK_SIZE=(q_block_size, page),
+        mask_mod=_paged_mask_mod(b, doc_ids.to(dev), p2l.to(dev)),
+        seq_lengths=(num_tokens, b.num_blocks * page),
+        compute_q_blocks=False,
+    )
+    return mask
 
+
+def _physical_to_logical(b, seq_lens: list[int]):
+    """(each request's pages in logical order, the (batch, num_blocks) physical-to-logical block
+    table with -1 where a page is not the request's), on the CPU."""
+    import torch
+
+    table = b.block_table.cpu()
     pages_of = []
     p2l = torch.full((b.batch, b.num_blocks), -1, dtype=torch.int64)
     for r, seq_len in enumerate(seq_lens):
-        n = -(-seq_len // page)
+        n = -(-seq_len // b.block_size)
         pages = table[r, :n].long()
         p2l[r, pages] = torch.arange(n)
         pages_of.append(pages.tolist())
-    doc_ids = torch.repeat_interleave(torch.arange(b.batch), torch.tensor(q_lens))
+    return pages_of, p2l
+
+
+def _kv_blocks_per_query_tile(b, doc_ids, pages_of: list[list[int]], num_tokens: int, q_block_size: int):
+    """(kv_num, kv_indices): for each query tile, the deduplicated pages of the requests it holds."""
+    import torch
 
     groups = -(-num_tokens // q_block_size)
     lists = []
@@ -103,7 +126,7 @@ def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
                 seen.setdefault(p, None)
         lists.append(list(seen))
     width = max(len(x) for x in lists)
-    if dev.type == "cpu":
+    if b.query.device.type == "cpu":
         # Inductor's CPU lowering asserts "KV seqlen must be smaller than the block_mask size in
         # the KV dimension": give the mask one column per physical page there.
         width = b.num_blocks
@@ -112,9 +135,15 @@ def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
     for g, pages in enumerate(lists):
         kv_indices[g, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
         kv_num[g] = len(pages)
+    return kv_num, kv_indices
 
-    doc_ids = doc_ids.to(dev)
-    p2l = p2l.to(dev)
+
+def _paged_mask_mod(b, doc_ids, p2l):
+    """vLLM's mask_mod: a physical kv index is visible when its page belongs to the query's request,
+    lies inside its sequence and is not after the query's position (causal)."""
+    import torch
+
+    dev, page = b.query.device, b.block_size
     seq_t = b.seq_lens.to(device=dev, dtype=torch.int64)
     cu_q = b.cu_query_lens.to(device=dev, dtype=torch.int64)
     offset = (b.seq_lens - b.query_lens).to(device=dev, dtype=torch.int64)
@@ -126,15 +155,7 @@ def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
         q_pos = q_idx - cu_q[req] + offset[req]
         return (logical_block >= 0) & (logical_kv < seq_t[req]) & (logical_kv <= q_pos)
 
-    mask = BlockMask.from_kv_blocks(
-        kv_num[None, None].to(dev),
-        kv_indices[None, None].to(dev),
-        BLOCK_SIZE=(q_block_size, page),
-        mask_mod=mask_mod,
-        seq_lengths=(num_tokens, b.num_blocks * page),
-        compute_q_blocks=False,
-    )
-    return mask
+    return mask_mod
 
 
 class FlexAttentionAdapter:
