@@ -170,22 +170,33 @@ def calibrate(order, plan, options, gpus: list[str], output_dir: Path) -> dict:
 def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich: Callable[[dict], dict],
                 outcomes: dict, infos: dict, facts: dict) -> None:
     """Calibrate, then one lane per GPU in parallel (or the first GPU alone when they disagree);
-    `facts` receives the calibration and the lanes (tune.json "gpus")."""
-    from attnsel.bench.sweep import Lane, gpu_lane, run_groups, stop_all_workers
+    `facts` receives the calibration and the lanes (tune.json "gpus"). Each lane's first workers
+    import while the GPUs are calibrated (on 2 x H200 the lanes' exposed starts, ~16 s each, came
+    after a ~11 s calibration: bench/TUNE_PERF.md); they are dropped if the lanes are not mixed."""
+    from attnsel.bench.sweep import Lane, gpu_lane, prespawn_lane, run_groups, stop_all_workers
 
     gpus = list(options.gpus or [])
-    calibration = calibrate(order, plan, options, gpus, output_dir)
+    lanes = assign_lanes(order, len(gpus))
+    early: dict[str, dict] = {}
+    try:
+        for gpu, lane_order in zip(gpus, lanes):
+            early[gpu] = prespawn_lane(lane_order, plan, options, output_dir, Lane(*gpu_lane(gpu)))
+        calibration = calibrate(order, plan, options, gpus, output_dir)
+    except BaseException:
+        _kill_waiting(early)
+        raise
     facts["calibration"] = calibration
     if not calibration["agree"]:
-        gpus = gpus[:1]
-    lanes = assign_lanes(order, len(gpus))
+        _kill_waiting(early)
+        early, gpus = {}, gpus[:1]
+        lanes = assign_lanes(order, 1)
     facts["lanes"] = {gpu: [backend for backend, _ in lane] for gpu, lane in zip(gpus, lanes)}
     errors: list[BaseException] = []
 
     def lane_run(gpu: str, lane_order) -> None:
         try:
             run_groups(lane_order, plan, options, output_dir, writer, progress, enrich, outcomes, infos,
-                       Lane(*gpu_lane(gpu)))
+                       Lane(*gpu_lane(gpu)), prespawned=early.get(gpu))
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
             errors.append(exc)
 
@@ -202,3 +213,9 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
         raise
     if errors:
         raise errors[0]
+
+
+def _kill_waiting(early: dict[str, dict]) -> None:
+    for workers in early.values():
+        for worker in workers.values():
+            worker.kill()

@@ -266,28 +266,48 @@ def gpu_lane(gpu: str) -> tuple[str, dict]:
     return gpu, {"CUDA_VISIBLE_DEVICES": visible_entry(gpu)}
 
 
+def positions_to_prespawn(order: list[tuple[str, list[dict]]], i: int, options: SweepOptions) -> list[int]:
+    """Positions in `order` whose workers import while position i runs (i = -1: before the lane
+    starts, i.e. during --gpus calibration): the next PRESPAWN_AHEAD, and FLASHINFER's from the
+    start (its JIT pre-build is the longest start of all)."""
+    if not options.prespawn:
+        return []
+    early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS and options.prebuild]
+    return sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early))
+
+
+def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
+                  lane: Lane, *, before: str = "the --gpus calibration") -> dict[int, WorkerProcess]:
+    """The workers a lane would pre-spawn at its start, started now (while `before` runs)."""
+    return {j: _prespawn_at(order, j, plan, options, output_dir, lane, previous=before)
+            for j in positions_to_prespawn(order, -1, options)}
+
+
+def _prespawn_at(order, j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
+                 previous: str) -> WorkerProcess:
+    backend, items = order[j]
+    return prespawn_worker(backend, items, plan.shape.to_dict(), options, Path(output_dir) / lane.log_name(backend),
+                           previous_backend=previous, capability=plan.capability, env=lane.env)
+
+
 def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
                writer: "R.ResultsWriter", progress: SweepProgress, enrich: Callable[[dict], dict],
-               outcomes: dict, infos: dict, lane: Lane) -> None:
+               outcomes: dict, infos: dict, lane: Lane,
+               prespawned: Optional[dict[int, WorkerProcess]] = None) -> None:
     """The backend groups of one lane, in order, each with its own worker; the next groups' workers
-    are pre-spawned (and FLASHINFER's from the start, for its JIT pre-build)."""
+    are pre-spawned (and FLASHINFER's from the start, for its JIT pre-build). `prespawned`: workers
+    already started for positions of `order` (prespawn_lane); this lane owns them from now on."""
     shape = plan.shape.to_dict()
     log_for = {backend: Path(output_dir) / lane.log_name(backend) for backend, _ in order}
-    waiting: dict[int, WorkerProcess] = {}  # pre-spawned workers by position in `order`
+    waiting: dict[int, WorkerProcess] = dict(prespawned or {})  # pre-spawned workers by position in `order`
     try:
         for i, (backend, items) in enumerate(order):
             progress.on_backend(backend, len(items))
             worker = waiting.pop(i, None)
-            if options.prespawn:
-                early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS
-                         and options.prebuild]
-                for j in sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early)):
-                    if j not in waiting:
-                        following, following_items = order[j]
-                        waiting[j] = prespawn_worker(
-                            following, following_items, shape, options, log_for[following],
-                            previous_backend=" and ".join(b for b, _ in order[i:j]), capability=plan.capability,
-                            env=lane.env)
+            for j in positions_to_prespawn(order, i, options):
+                if j not in waiting:
+                    waiting[j] = _prespawn_at(order, j, plan, options, output_dir, lane,
+                                              previous=" and ".join(b for b, _ in order[i:j]))
 
             def on_row(row: dict) -> None:
                 if lane.label is not None:

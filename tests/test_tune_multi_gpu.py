@@ -69,6 +69,35 @@ def test_gpus_that_time_the_same_row_differently_are_not_mixed(tmp_path, monkeyp
     assert {r["gpu"] for r in rows} == {"0"} and {r["status"] for r in rows} == {R.STATUS_OK}
 
 
+def _sweep_outcomes(tmp_path, monkeypatch, scenario, gpus):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    options = SweepOptions(toolkit=FAKE, item_timeout_s=20, startup_timeout_s=30, gpus=gpus)
+    facts, outcomes = {}, {}
+    rows, _ = run_sweep(_plan(), options, tmp_path, facts=facts, outcomes=outcomes)
+    return rows, facts, outcomes
+
+
+def test_each_lane_s_first_worker_imports_while_the_gpus_are_calibrated(tmp_path, monkeypatch):
+    # on 2 x H200 each lane's first worker start (~16 s) came after the calibration (bench/TUNE_PERF.md)
+    rows, facts, outcomes = _sweep_outcomes(tmp_path, monkeypatch, SCENARIO, ["0", "1"])
+    assert facts["calibration"]["agree"] and {r["gpu"] for r in rows if r["status"] == R.STATUS_OK} == {"0", "1"}
+    for gpu, backends in facts["lanes"].items():
+        first = outcomes[backends[0]].workers[0]
+        assert first["prespawned"] and first["spawned_at"] < first["go_at"], (gpu, first)
+
+
+def test_gpus_that_disagree_run_on_the_first_gpu_with_no_worker_left_behind(tmp_path, monkeypatch):
+    from attnsel.bench import worker_process
+
+    scenario = dict(SCENARIO, gpu_scale={"1": 1.5})
+    rows, facts, outcomes = _sweep_outcomes(tmp_path, monkeypatch, scenario, ["0", "1"])
+    assert not facts["calibration"]["agree"] and list(facts["lanes"]) == ["0"]
+    assert {r["gpu"] for r in rows if r["status"] == R.STATUS_OK} == {"0"}
+    alive = [w for w in list(worker_process._LIVE_WORKERS) if w.proc.poll() is None]
+    assert not alive, alive
+
+
 def test_gpus_flag_parsing_and_one_model_rule():
     assert M.parse_gpus("0,1", 4) == ["0", "1"]
     for bad in ("0,0", "x", "5", ""):
