@@ -2,7 +2,7 @@
 # issue 12's evidence on a machine with 2+ GPUs: the default sweep (Llama-3.1-8B, vLLM's kernels) on one GPU
 # and with `--gpus all`, cold (no FlashInfer / Triton / inductor / vLLM caches) and warm, in one session.
 # Needs vLLM 0.24.0 as for gpu_session.sh (pack / receive / unpack, then `eval "$(... env vllm)"`).
-#   bash bench/tools/multi_gpu_evidence.sh OUT      (~6 min on 2 x H100/H200); a tarball of OUT after each step
+#   bash bench/tools/multi_gpu_evidence.sh OUT [--two-only]   (~6 min / ~4 min on 2 x H100/H200); a tarball of OUT after each step
 set -uo pipefail
 out=${1:?OUT folder}; mkdir -p "$out"
 save() { [ -n "${OUT:-}" ] && tar czf "$OUT/multi_gpu.tgz" -C "$(dirname "$out")" "$(basename "$out")"; }
@@ -19,9 +19,15 @@ sweep() {  # sweep NAME LIMIT_S [tune options...]
 }
 nvidia-smi --query-gpu=index,name,driver_version,memory.used --format=csv,noheader > "$out/gpus.txt"; cat "$out/gpus.txt"
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
-clear_caches; sweep cold_1gpu 220
-sweep warm_1gpu 100
-sweep warm_2gpu 100 --gpus all
-clear_caches; sweep cold_2gpu 160 --gpus all
+if [ "${2:-}" = "--two-only" ]; then  # a shorter re-measure: the 2-GPU runs and one warm baseline
+  clear_caches; sweep cold_2gpu 180 --gpus all
+  sweep warm_1gpu 100
+  sweep warm_2gpu 100 --gpus all
+else
+  clear_caches; sweep cold_1gpu 220
+  sweep warm_1gpu 100
+  sweep warm_2gpu 100 --gpus all
+  clear_caches; sweep cold_2gpu 160 --gpus all
+fi
 python3 -m attnsel.bench.tools.compare_runs "$out/warm_1gpu" "$out/warm_2gpu" > "$out/compare_warm.txt" 2>&1; tail -4 "$out/compare_warm.txt"
 save
