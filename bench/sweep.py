@@ -267,9 +267,8 @@ def gpu_lane(gpu: str) -> tuple[str, dict]:
 
 
 def positions_to_prespawn(order: list[tuple[str, list[dict]]], i: int, options: SweepOptions) -> list[int]:
-    """Positions in `order` whose workers import while position i runs (i = -1: before the lane
-    starts, i.e. during --gpus calibration): the next PRESPAWN_AHEAD, and FLASHINFER's from the
-    start (its JIT pre-build is the longest start of all)."""
+    """Positions in `order` whose workers import while position i runs: the next PRESPAWN_AHEAD,
+    and FLASHINFER's from the start (its JIT pre-build is the longest start of all)."""
     if not options.prespawn:
         return []
     early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS and options.prebuild]
@@ -278,9 +277,12 @@ def positions_to_prespawn(order: list[tuple[str, list[dict]]], i: int, options: 
 
 def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
                   lane: Lane, *, before: str = "the --gpus calibration") -> dict[int, WorkerProcess]:
-    """The workers a lane would pre-spawn at its start, started now (while `before` runs)."""
-    return {j: _prespawn_at(order, j, plan, options, output_dir, lane, previous=before)
-            for j in positions_to_prespawn(order, -1, options)}
+    """The lane's first worker, started now (while `before` runs): its import is then hidden. Only
+    the first: on 2 x H200 also starting the next one and FlashInfer's JIT pre-build during the
+    calibration starved that nvcc build of CPU (136 s instead of ~94 s, cold; bench/TUNE_PERF.md)."""
+    if not options.prespawn or not order:
+        return {}
+    return {0: _prespawn_at(order, 0, plan, options, output_dir, lane, previous=before)}
 
 
 def _prespawn_at(order, j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
