@@ -164,11 +164,16 @@ def _groups(vllm_config: Any, mamba: Any, layout: Any) -> dict:
 
 def _indexer_backends(layout: Any) -> list[Any]:
     """GLM-5-Next's DSA indexer K cache and kpool tail cache: non-SSM layers built ahead of each MLA
-    layer (0.33 models/glm5next/common/attention.py), so `_find_non_ssm_backends` lists them first."""
+    layer, so `_find_non_ssm_backend(s)` lists them first. Each cache layer's own `get_attn_backend`
+    names its backend (0.33 glm5next/common/attention.py: Glm5NextIndexerBackend; 0.30
+    glm5next/nvidia/attention.py: DeepseekV32IndexerCache's DeepseekV32IndexerBackend)."""
     if not layout.indexer_kpool:
         return []
-    indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
-    return [indexer.Glm5NextIndexerBackend, indexer.KpoolTailBackend]
+    for module in ("vllm.models.glm5next.common.attention", "vllm.models.glm5next.nvidia.attention"):
+        caches = _optional(module, "Glm5NextIndexerCache"), _optional(module, "Glm5NextTailCache")
+        if all(caches):
+            return [cache.get_attn_backend(None) for cache in caches]
+    raise ImportError("no Glm5NextIndexerCache / Glm5NextTailCache in this vLLM")
 
 
 def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: dict) -> dict:
