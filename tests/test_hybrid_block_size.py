@@ -179,3 +179,19 @@ def test_018_019_keep_nemotron_h_ssm_state_in_float16_so_its_block_is_half_of_02
     old, new = explain("nemotron-h-8b", version), explain("nemotron-h-8b", "0.24")
     assert old.hybrid.state_dtypes == ("bfloat16", "float16") and old.block_size == 528
     assert new.hybrid.state_dtypes == ("bfloat16", "float32") and new.block_size == 1040
+
+
+@pytest.mark.parametrize("version, mode, block", [("0.27", "all", 2048), ("0.26", "all", 2048), ("0.29", "align", 80)])
+def test_prefix_caching_puts_jamba_in_all_mode_until_028(version, mode, block):
+    # 0.26.0 / 0.27.0 models/config.py MambaModelConfig: 'all' if supports_mamba_prefix_caching, so the
+    # block aligns to Jamba's 256-token Mamba chunk x the kernel (2048); 0.28+ always takes 'align'
+    expl = explain("jamba-v0.1", version, prefix_caching=True)
+    assert expl.hybrid.mamba_cache_mode == mode and expl.block_size == block
+
+
+def test_mamba_cache_mode_all_is_parsed_until_031_and_rejected_from_032():
+    # config/cache.py MambaCacheMode: 0.31.0 Literal["all", "align", "none"], 0.32.0 ["align", "none"]
+    assert explain("jamba-v0.1", "0.31", prefix_caching=True, mamba_cache_mode="all").hybrid.mamba_cache_mode == "all"
+    result = CliRunner().invoke(app, ["explain", "--model", "jamba-v0.1", "--gpu", "H100", "--vllm-version", "0.32",
+                                      "--enable-prefix-caching", "--mamba-cache-mode", "all"])
+    assert result.exit_code == 2 and "no --mamba-cache-mode 'all'" in result.output

@@ -113,7 +113,7 @@ def resolve_cache_mode(rules: dict, setup: HybridSetup, layout: HybridLayout, lo
             logs.append(("warning", "Mamba cache mode is set to 'none' when prefix caching is disabled"))
         return False, "none"
     all_mode = layout.model_type in rules.get("all_mode_model_types", ())
-    if mode == "none":  # 0.18-0.24 picked 'all' where the model supports it; 0.28+ always 'align'
+    if mode == "none":  # 0.18-0.27 picked 'all' where the model supports it; 0.28+ always 'align'
         mode = "all" if all_mode and rules.get("all_mode_is_default") else "align"
         logs.append(("info", f"Mamba cache mode is set to '{mode}' for {layout.architecture} by default when "
                      "prefix caching is enabled"))
