@@ -6,7 +6,9 @@ Candidates (choose_candidates):
   * vLLM's default: started with neither --attention-backend nor --block-size, as a deployment
     without flags; what it picked is read back from the engine and compared with `explain`'s answer;
   * tune's pick: the first config of tune's overall ranking (decode's when no overall), the one
-    whose flags tune prints, whatever its confidence -- checking it is the point;
+    whose flags tune prints -- checking it is the point; where tune advised keeping vLLM's default
+    (that first config was within noise or below --min-gain) it runs as "tune's fastest, not
+    advised": the pair a user would be tempted by;
   * the runner-up: the best-ranked config of ANOTHER backend than the pick (block sizes of one
     backend are usually ties, e.g. FlashInfer's), that is not vLLM's default either;
 or the pairs the user names (`--candidates FLASH_ATTN:16,TRITON_ATTN:64`), always with vLLM's default.
@@ -34,9 +36,12 @@ PREFERRED_SHAPES: tuple[tuple[int, int], ...] = ((1, 16384), (64, 4096))
 MAX_DEFAULT_KV_TOKENS = 2 ** 18  # a default shape prefills at most this many tokens per call
 
 ROLE_DEFAULT, ROLE_PICK, ROLE_RUNNER_UP, ROLE_NAMED = "vllm-default", "tune-pick", "runner-up", "named"
+# tune ranked it first but advised keeping vLLM's default (within noise or below --min-gain)
+ROLE_FASTEST = "tune-fastest"
 ROLE_TITLES = {ROLE_DEFAULT: "vLLM's default", ROLE_PICK: "tune's pick", ROLE_RUNNER_UP: "runner-up",
-               ROLE_NAMED: "named"}
-ROLE_SHORT = {ROLE_DEFAULT: "default", ROLE_PICK: "pick", ROLE_RUNNER_UP: "runner-up", ROLE_NAMED: "named"}
+               ROLE_NAMED: "named", ROLE_FASTEST: "tune's fastest, not advised"}
+ROLE_SHORT = {ROLE_DEFAULT: "default", ROLE_PICK: "pick", ROLE_RUNNER_UP: "runner-up", ROLE_NAMED: "named",
+              ROLE_FASTEST: "fastest"}
 
 
 @dataclass
@@ -176,7 +181,9 @@ def choose_candidates(recommendation: Optional[dict], vllm_default: Optional[tup
     if not ranking:
         return out
     pick = ranking[0]
-    add(ROLE_PICK, pick)
+    advised = (scope or {}).get("verdict") == "faster"  # bench/recommend.py: the only verdict with flags
+    is_default = bool(vllm_default) and tuple(pick) == tuple(vllm_default)
+    add(ROLE_PICK if advised or is_default else ROLE_FASTEST, pick)
     others = [c for c in ranking[1:] if c != pick and c != (tuple(vllm_default) if vllm_default else None)]
     runner_up = next((c for c in others if c[0] != pick[0]), others[0] if others else None)
     if runner_up:

@@ -11,7 +11,7 @@ from typing import Optional
 
 from attnsel.bench import engine_compare as EC
 from attnsel.bench import recommend as REC
-from attnsel.bench.verify_plan import ROLE_DEFAULT, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
+from attnsel.bench.verify_plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 
 def _label(batch: int, context: int) -> str:
@@ -133,7 +133,7 @@ def _subject(document: dict) -> tuple[Optional[dict], bool]:
     base = default_row(document)
     if base and ROLE_PICK in base["roles"]:
         return next((r for r in rows if ROLE_RUNNER_UP in r["roles"]), None), True
-    for role in (ROLE_PICK, ROLE_NAMED):
+    for role in (ROLE_PICK, ROLE_FASTEST, ROLE_NAMED):
         found = next((r for r in rows if role in r["roles"] and r is not base), None)
         if found:
             return found, False

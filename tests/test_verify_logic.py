@@ -44,6 +44,18 @@ def test_candidates_from_a_real_tune_result_are_default_pick_and_a_runner_up_of_
     assert runner_up.config == ("FLASH_ATTN", 128)
 
 
+def test_a_fastest_pair_tune_did_not_advise_runs_under_its_own_name_and_is_judged_as_a_kept_default():
+    # H100 Qwen3-0.6B: FLASH_ATTN/128 ranked first at +0.6%, within noise: tune advised no flags
+    tune = json.loads((ROOT / "fixtures" / "verify" / "h100_qwen06" / "tune.json").read_text())
+    cands = VP.choose_candidates(tune["recommendation"], ("FLASH_ATTN", 16))
+    assert [c.roles for c in cands] == [["vllm-default"], ["tune-fastest"], ["runner-up"]]
+    assert cands[1].name == "FLASH_ATTN --block-size 128 (tune's fastest, not advised)"
+    doc = _keep_default_doc([shape(17.3, 5.6)])
+    doc["candidates"][1]["roles"] = ["tune-fastest"]
+    v = _verdict(doc)
+    assert v["verdict"] == "holds" and v["flags"] == "" and v["compared"] == "FLASHINFER/64 pick"
+
+
 def test_a_pick_equal_to_the_default_is_one_engine_and_the_runner_up_is_compared():
     rec = {"overall": {"ranking": [{"backend": "FLASH_ATTN", "block_size": 16}, {"backend": "FLASH_ATTN", "block_size": 32},
                                    {"backend": "TRITON_ATTN", "block_size": 64}]}}
