@@ -246,8 +246,8 @@ def _keep_default_text(word: str, subject: dict, comparisons: list[dict], pick_i
               f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
               f"{min_gain:.0f}% at kernel level)")
     if word == EC.HOLDS:
-        return (f"holds: {advice}; end to end {subject['name']} gives {gains}: less than the {min_gain:.0f}% "
-                f"worth changing flags for: no flags needed (vLLM's default)")
+        return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
+                f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
     return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "
             f"(geometric mean over the shapes, none slower), at least the {min_gain:.0f}% worth changing flags for, "
             f"against {advice} ({subject['name']}: {gains}): pass {flags}")

@@ -77,10 +77,11 @@ def rederive(folder: Path) -> dict:
         doc["tune"].update({k: fresh[k] for k in ("advised_flags", "min_gain_pct")})
         assert VP.tune_scope(tune.get("recommendation")) is not None
     doc["comparisons"] = build_comparisons(doc, tune)
-    before = (doc.get("verdict") or {}).get("verdict")
+    # the verdict the run itself printed, kept through later re-derivations
+    recorded = doc.setdefault("_recorded_verdict", (doc.get("verdict") or {}).get("verdict"))
     doc["verdict"] = summarize(doc)
     doc["_rederived"] = (f"comparisons and verdict re-derived from the recorded calls by bench/tools/verify_fixture.py "
-                         f"--rederive (verdict when recorded: {before})")
+                         f"--rederive (verdict when recorded: {recorded})")
     (folder / "verify.json").write_text(json.dumps(doc, indent=2, default=str), encoding="utf-8")
     return doc
 
