@@ -4,8 +4,20 @@ recommendation is made here, by bench, from the rows -- reports/ only render (RE
 
 from __future__ import annotations
 
+from typing import Optional
+
 from attnsel.bench import results as R
 from attnsel.bench.recommend import recommend
+
+
+def advised_flags(decision: dict) -> Optional[str]:
+    """The flags a saved recommendation told the user to pass (a tune.json decision, or verify's
+    summary of one); None: keep vLLM's default. Documents from before `advised_flags` was written
+    advised their flags only for verdict "faster" (recommend.Decision.above_noise)."""
+    if "advised_flags" in decision:
+        return decision["advised_flags"]
+    faster = decision["above_noise"] if "above_noise" in decision else decision.get("verdict") == "faster"
+    return decision.get("flags") if faster else None
 
 
 def with_recommendation(document: dict) -> dict:

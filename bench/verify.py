@@ -25,6 +25,7 @@ from attnsel.attention import rules
 from attnsel.bench import engine_log
 from attnsel.bench import engine_worker as EW
 from attnsel.bench.plan_rules import vllm_default_choice
+from attnsel.bench.saved import advised_flags
 from attnsel.bench.tune_shape import shape_from_model
 from attnsel.bench import verify_plan as VP
 from attnsel.bench.engine_compare import shape_figures
@@ -212,7 +213,7 @@ def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict
     env = tune_doc.get("environment") or {}
     return {"source": str(req.tune_dir), "scope": scope.get("scope"), "verdict": scope.get("verdict"),
             "margin_pct": scope.get("margin_pct"), "flags": scope.get("flags"), "advice": scope.get("advice"),
-            "advised_flags": scope.get("advised_flags", scope.get("flags") if scope.get("above_noise") else None), "min_gain_pct": scope.get("min_gain_pct"),
+            "advised_flags": advised_flags(scope), "min_gain_pct": scope.get("min_gain_pct"),
             "gpu": (env.get("gpu") or {}).get("name") or (tune_doc.get("plan") or {}).get("gpu"),
             "created": tune_doc.get("created")}
 

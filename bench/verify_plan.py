@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 from attnsel.bench import plan as P
 from attnsel.bench import recommend as REC
 from attnsel.bench.plan_rules import vllm_verdict
+from attnsel.bench.saved import advised_flags
 from attnsel.bench.tune_shape import TuneShape
 from attnsel.errors import UserInputError
 
@@ -181,7 +182,7 @@ def choose_candidates(recommendation: Optional[dict], vllm_default: Optional[tup
     if not ranking:
         return out
     pick = ranking[0]
-    advised = (scope or {}).get("verdict") == "faster"  # bench/recommend.py: the only verdict with flags
+    advised = advised_flags(scope or {}) is not None
     is_default = bool(vllm_default) and tuple(pick) == tuple(vllm_default)
     add(ROLE_PICK if advised or is_default else ROLE_FASTEST, pick)
     others = [c for c in ranking[1:] if c != pick and c != (tuple(vllm_default) if vllm_default else None)]

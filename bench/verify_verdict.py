@@ -11,6 +11,7 @@ from typing import Optional
 
 from attnsel.bench import engine_compare as EC
 from attnsel.bench import recommend as REC
+from attnsel.bench.saved import advised_flags
 from attnsel.bench.verify_plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 
@@ -159,15 +160,14 @@ def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float
 
 
 def tune_advice(document: dict) -> tuple[Optional[bool], float]:
-    """(whether tune advised passing flags, the gain in % worth changing flags for). Tune advises
-    flags only for verdict "faster" (bench/recommend.py Decision.above_noise); None: no tune result
-    (pairs the user named)."""
+    """(whether tune advised passing flags, the gain in % worth changing flags for); None: no tune
+    result (pairs the user named)."""
     tune = document.get("tune") or {}
     min_gain = tune.get("min_gain_pct")
     min_gain = float(min_gain) if isinstance(min_gain, (int, float)) else REC.DEFAULT_MIN_GAIN * 100
-    if "advised_flags" in tune:
-        return bool(tune["advised_flags"]), min_gain
-    return (tune["verdict"] == "faster" if tune.get("verdict") else None), min_gain
+    if "advised_flags" not in tune and not tune.get("verdict"):
+        return None, min_gain
+    return advised_flags(tune) is not None, min_gain
 
 
 def summarize(document: dict) -> dict:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnsel.bench import results as R
+from attnsel.bench.saved import advised_flags
 
 STATUS_STYLE = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",
@@ -237,7 +238,7 @@ def render_recommendation(rec: dict, console: Console) -> None:
         weights = ", ".join(f"{k}={v:.2f}" for k, v in (overall.get("weights") or {}).items())
         console.print(f"  overall  ({weights}) {overall['advice']}")
         if overall.get("best"):
-            advised = overall.get("advised_flags", overall["flags"] if overall["above_noise"] else None)
+            advised = advised_flags(overall)
             if advised:
                 console.print(f"  vLLM flags: [bold]{advised}[/bold]")
                 # a kernel margin shrinks by attention's share of a step (H100, fp8 Llama-3.1-8B:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html as _html
 from typing import Any, Optional, Sequence
 
+from attnsel.bench.saved import advised_flags
+
 SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 VERDICT_STYLES = {"holds": "bold green", "within noise": "bold yellow", "reversed": "bold red", "not measured": "bold red"}
 
@@ -56,8 +58,7 @@ def context_lines(doc: dict) -> list[str]:
     tune = doc.get("tune")
     if tune:
         margin = "" if tune.get("margin_pct") is None else f" ({tune['margin_pct']:+.1f}% at kernel level, {tune.get('verdict')})"
-        advised = tune.get("advised_flags", tune.get("flags") if tune.get("verdict") == "faster" else None)
-        said = advised or f"keep vLLM's default (fastest measured: {tune.get('flags')})"
+        said = advised_flags(tune) or f"keep vLLM's default (fastest measured: {tune.get('flags')})"
         lines.append(f"checks tune's {tune.get('scope')} recommendation from {tune.get('source')}: {said}{margin}")
     return lines
 

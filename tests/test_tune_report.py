@@ -83,3 +83,19 @@ def test_the_timing_line_says_how_the_rows_were_kept_cold():
     assert "--cuda-graph" in timing_method({"launch": "graph"}, rows)
     # results written before launch modes existed ("mode": "events" / "graph") still read right
     assert "--eager" in timing_method({"mode": "events"}, [])
+
+
+def test_older_tune_results_without_advised_flags_still_say_what_they_advised():
+    # tune.json files recorded before `advised_flags` was written (H100, 2026-11-25): flags were
+    # advised for verdict "faster" only; report and verify read them through one function
+    from pathlib import Path
+
+    from attnsel.bench.saved import advised_flags
+
+    fixtures = Path(__file__).parent / "fixtures" / "tune"
+    fp8 = json.loads((fixtures / "h100_fp8" / "tune.json").read_text())["recommendation"]["overall"]
+    kept = json.loads((fixtures / "h100_vllm024" / "warm" / "tune.json").read_text())["recommendation"]["overall"]
+    assert "advised_flags" not in fp8 and fp8["verdict"] == "faster"
+    assert advised_flags(fp8) == "--attention-backend FLASH_ATTN --block-size 128"
+    assert kept["verdict"] == "small" and advised_flags(kept) is None
+    assert advised_flags({"verdict": "faster", "flags": "--block-size 64"}) == "--block-size 64"  # verify's summary

@@ -66,16 +66,15 @@ def copy_run(run: Path, dest: Path) -> list[Path]:
 
 def rederive(folder: Path) -> dict:
     """verify.json's tune summary, comparisons and verdict again from its recorded figures."""
-    from attnsel.bench import verify as V
     from attnsel.bench import verify_plan as VP
+    from attnsel.bench.saved import advised_flags
     from attnsel.bench.verify_verdict import build_comparisons, summarize
 
     doc = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
     tune = json.loads((folder / "tune.json").read_text(encoding="utf-8")) if (folder / "tune.json").is_file() else None
-    if tune and doc.get("tune"):
-        fresh = V._tune_summary(V.VerifyRequest(tune_dir=Path(doc["tune"]["source"])), tune)
-        doc["tune"].update({k: fresh[k] for k in ("advised_flags", "min_gain_pct")})
-        assert VP.tune_scope(tune.get("recommendation")) is not None
+    if tune and doc.get("tune"):  # the two fields verify's tune summary gained for the verdict rules
+        scope = VP.tune_scope(tune.get("recommendation")) or {}
+        doc["tune"].update(advised_flags=advised_flags(scope), min_gain_pct=scope.get("min_gain_pct"))
     doc["comparisons"] = build_comparisons(doc, tune)
     # the verdict the run itself printed, kept through later re-derivations
     recorded = doc.setdefault("_recorded_verdict", (doc.get("verdict") or {}).get("verdict"))
