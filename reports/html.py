@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from attnsel.reports import frames as F
+from attnsel.reports.cells import formatted
 from attnsel.reports.html_charts import LOG_SCALE_RATIO, PALETTE, bandwidth_svg, latency_svg  # noqa: F401  (re-exported)
 from attnsel.reports.loaders import ReportData, TuneData
 
@@ -133,10 +134,6 @@ def render(data: ReportData) -> str:
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def _pct(value: Optional[float], fmt: str) -> str:
-    return "–" if value is None else fmt.format(value)
-
-
 def _decision_html(d: Optional[dict]) -> str:
     if not d:
         return "<p>No recommendation: nothing could be compared.</p>"
@@ -210,8 +207,8 @@ def _environment_rows(s: dict, peak: str) -> list[tuple[str, str]]:
 def _per_kind_table(per_kind: list[dict]) -> str:
     rows = "".join(
         f"<tr><td>{_e(d['scope'])}</td><td><code>{_e(d['best'] or '–')}</code></td>"
-        f"<td class='num'>{_pct(d['margin_pct'], '{:+.1f}%')}</td>"
-        f"<td class='num'>{_pct(d['noise_threshold_pct'], '{:.1f}%')}</td>"
+        f"<td class='num'>{formatted(d['margin_pct'], '{:+.1f}%')}</td>"
+        f"<td class='num'>{formatted(d['noise_threshold_pct'], '{:.1f}%')}</td>"
         f"<td>{_e(d['confidence'])}</td><td><code>{_e(d['flags'] or '')}</code></td></tr>" for d in per_kind)
     return ("<h3>Per workload kind</h3><table><tr><th>kind</th><th>fastest</th><th>vs default</th><th>noise bar</th>"
             f"<th>confidence</th><th>flags</th></tr>{rows}</table>")

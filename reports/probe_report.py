@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnsel.files import shown_path
+from attnsel.reports.cells import dash
 from attnsel.probe.capability import capability_facts
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 
@@ -51,10 +52,6 @@ def _tbps(gpu: GpuInfo) -> str:
     return f"{peak / 1e12:.2f}{mark}"
 
 
-def _dash(value: Optional[object]) -> str:
-    return "-" if value is None else str(value)
-
-
 def _header(report: ProbeReport) -> Text:
     source = {"nvml": "NVML", "torch": "torch.cuda (NVML unavailable)", "none": "no GPU source"}[report.source]
     parts = [source]
@@ -89,16 +86,16 @@ def gpu_table(report: ProbeReport) -> Table:
             name += f" [error: {gpu.error}]"
         cells = (
             str(gpu.index),
-            _dash(gpu.physical_index),
+            dash(gpu.physical_index),
             name,
-            _dash(gpu.capability_str),
+            dash(gpu.capability_str),
             _gib(gpu.memory_total_bytes),
             _gib(gpu.memory_free_bytes),
             _tbps(gpu),
             dtypes,
             fp8,
-            _dash(gpu.pci_bus_id),
-            _dash(gpu.uuid),
+            dash(gpu.pci_bus_id),
+            dash(gpu.uuid),
         )
         table.add_row(*_plain_cells(cells))
     return table
@@ -145,7 +142,7 @@ def pair_table(pairs: Sequence[P2PPair]) -> Table:
         measured = f"{p.measured_gbps:.1f}" if p.measured_gbps is not None else (p.measure_note or "-")
         table.add_row(*_plain_cells([
             f"{p.a}-{p.b}",
-            f"{_dash(p.physical_a)}-{_dash(p.physical_b)}",
+            f"{dash(p.physical_a)}-{dash(p.physical_b)}",
             p.topology or "?",
             p.nvlink_status or _ok(p.nvlink),
             p.read_status or _ok(p.pcie_read),

@@ -3,13 +3,14 @@ rich table with one line per change, or a JSON dict."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from attnsel.attention.release_history import ReleaseChange, ReleaseHistory, ReleaseVerdict
+from attnsel.reports.cells import dash
 from attnsel.reports.explain_report import JSON_SCHEMA_VERSION, _capability_str, _inputs_line, _short
 
 
@@ -29,15 +30,11 @@ def change_lines(change: ReleaseChange) -> list[str]:
         lines.append(f"vLLM picks {new}" + (f" (was {old})" if old else "") if new else f"no backend picked (was {old})")
     if change.block_size:
         old, new = change.block_size
-        lines.append(f"block size {_or_dash(old)} -> {_or_dash(new)}")
+        lines.append(f"block size {dash(old)} -> {dash(new)}")
     if change.error:
         old, new = change.error
         lines.append(f"vLLM raises: {_short(new, 120)}" if new else "vLLM no longer raises")
     return lines
-
-
-def _or_dash(value: Any) -> str:
-    return "-" if value is None else str(value)
 
 
 def _verdict_dict(verdict: ReleaseVerdict) -> dict:
@@ -106,7 +103,7 @@ def render_history(history: ReleaseHistory, console: Console, model: Optional[di
         table.add_row(
             verdict.vllm_version, verdict.profile,
             verdict.selected or Text("raises" if verdict.vllm_error else "-", style="red"),
-            _or_dash(verdict.block_size),
+            dash(verdict.block_size),
             f"{len(verdict.valid_backends)}/{len(e.backends)}" if e is not None else "-",
         )
     console.print(table)

@@ -10,13 +10,10 @@ import html as _html
 from typing import Any, Optional, Sequence
 
 from attnsel.bench.saved import advised_flags
+from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
 VERDICT_STYLES = {"holds": "bold green", "within noise": "bold yellow", "reversed": "bold red", "not measured": "bold red"}
-
-
-def _num(value: Any, fmt: str) -> str:
-    return "–" if value is None else fmt.format(value)
 
 
 def _figure(fig: Optional[dict], fmt: str) -> str:
@@ -75,13 +72,13 @@ def engine_rows(doc: dict) -> list[list[str]]:
         if c.get("error"):
             status += f": {c['error']}"
         ran = f"{e['backend_used']}/{e.get('block_size_used')}" if e.get("backend_used") else "–"
-        compile_s = _num(e.get("torch_compile_s"), "{:.1f}") + (f" ({e['compile_cache']})" if e.get("compile_cache") else "")
-        start = _num(c.get("start_s"), "{:.1f}")
+        compile_s = formatted(e.get("torch_compile_s"), "{:.1f}") + (f" ({e['compile_cache']})" if e.get("compile_cache") else "")
+        start = formatted(c.get("start_s"), "{:.1f}")
         if e.get("flashinfer_autotune_s"):  # FlashInfer's autotuner, inside vLLM's kernel warm-up
             start += f" (autotune {e['flashinfer_autotune_s']:.0f})"
         rows.append([_who(c), status, ran, start, compile_s,
-                     _num(e.get("graph_capture_s"), "{:.0f}"), _num(e.get("kv_cache_tokens"), "{:,}"),
-                     _num(e.get("num_gpu_blocks"), "{:,}"), e.get("cudagraph_mode") or "–"])
+                     formatted(e.get("graph_capture_s"), "{:.0f}"), formatted(e.get("kv_cache_tokens"), "{:,}"),
+                     formatted(e.get("num_gpu_blocks"), "{:,}"), e.get("cudagraph_mode") or "–"])
     return rows
 
 
@@ -101,8 +98,8 @@ def shape_rows(doc: dict) -> list[list[str]]:
             steps = f"{s['n1']}/{s['n2']}" if s.get("n1") else "–"
             rows.append([_who(c), label, steps, status, _figure(f.get("decode_step_ms"), "{:.2f}"),
                          _figure(f.get("output_tokens_per_s"), "{:,.0f}"), _figure(f.get("prefill_tokens_per_s"), "{:,.0f}"),
-                         _num(s.get("requests_fit"), "{:,}"), _num(s.get("kernel_ms") and s["kernel_ms"] * 1e3, "{:.1f}"),
-                         _num(s.get("attention_share") and s["attention_share"] * 100, "{:.0f}%")])
+                         formatted(s.get("requests_fit"), "{:,}"), formatted(s.get("kernel_ms") and s["kernel_ms"] * 1e3, "{:.1f}"),
+                         formatted(s.get("attention_share") and s["attention_share"] * 100, "{:.0f}%")])
     return rows
 
 
@@ -119,7 +116,7 @@ def _judged(entry: Optional[dict]) -> str:
 def comparison_rows(doc: dict) -> list[list[str]]:
     rows = []
     for c in doc.get("comparisons") or []:
-        kernel = _num(c.get("predicted_kernel_margin_pct"), "{:+.1f}%")
+        kernel = formatted(c.get("predicted_kernel_margin_pct"), "{:+.1f}%")
         if c.get("predicted_source") and c.get("predicted_kernel_margin_pct") is not None:
             kernel += f" ({c['predicted_source']})"
         shape = f"b={c['batch']} ctx={c['context']}"
@@ -127,8 +124,8 @@ def comparison_rows(doc: dict) -> list[list[str]]:
             rows.append([_who(c), shape, kernel, "–", f"not compared: {c['missing']}", "–", "–", "–"])
             continue
         e2e = c.get("end_to_end") or {}
-        rows.append([_who(c), shape, kernel, _num(c.get("expected_step_margin_pct"), "{:+.1f}%"),
-                     _judged(c.get("decode")), _judged(e2e), _judged(c.get("prefill")), _num(e2e.get("noise_pct"), "{:.1f}%")])
+        rows.append([_who(c), shape, kernel, formatted(c.get("expected_step_margin_pct"), "{:+.1f}%"),
+                     _judged(c.get("decode")), _judged(e2e), _judged(c.get("prefill")), formatted(e2e.get("noise_pct"), "{:.1f}%")])
     return rows
 
 
