@@ -1,5 +1,5 @@
 """`attnsel explain --vllm-version all`: routes one GPU's request through every release profile
-(attention/release_history.py) and renders the history (reports/release_history_report.py)."""
+(attention/explain/history.py) and renders the history (reports/explain/history.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def wants_history(vllm_version: Optional[str]) -> bool:
 def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optional[tuple], check_imports: bool,
                 as_json: bool, model_doc: Optional[dict]) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
-    from attnsel.attention.release_history import explain_for_release, release_history
+    from attnsel.attention.explain.history import explain_for_release, release_history
     from attnsel.attention.rules import importable_map
-    from attnsel.reports.release_history_report import history_to_dict, render_history
+    from attnsel.reports.explain.history import history_to_dict, render_history
 
     if resolved is None:
         raise UserInputError("--vllm-version all answers for one GPU: pass --gpu NAME or --capability X.Y")

@@ -1,5 +1,5 @@
-"""`--ray [ADDRESS]` for `probe` and `preflight`: routing to probe/fleet.py and
-attention/fleet_preflight.py, and the option's optional value.
+"""`--ray [ADDRESS]` for `probe` and `preflight`: routing to probe/fleet/collect.py and
+attention/preflight/fleet.py, and the option's optional value.
 
 Exit codes as for one node, plus 3 when Ray is not installed or no cluster answers. Import-light:
 Ray is imported only when --ray is given.
@@ -51,7 +51,7 @@ def with_default_address(args: list[str]) -> list[str]:
 
 
 def _timeout(timeout: Optional[float]) -> float:
-    from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
+    from attnsel.probe.fleet.collect import DEFAULT_TIMEOUT_S
 
     if timeout is None:
         return DEFAULT_TIMEOUT_S
@@ -61,7 +61,7 @@ def _timeout(timeout: Optional[float]) -> float:
 
 
 def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float]) -> None:
-    from attnsel.attention.validation import check_names
+    from attnsel.attention.model.validation import check_names
 
     if address is None and timeout is not None:
         raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
@@ -89,8 +89,8 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
 def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
               gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
     from attnsel.cli.common import print_json, stdout_console
-    from attnsel.probe.fleet import probe_fleet
-    from attnsel.probe.fleet_verdict import fleet_verdict
+    from attnsel.probe.fleet.collect import probe_fleet
+    from attnsel.probe.fleet.verdict import fleet_verdict
     from attnsel.reports.fleet_report import fleet_probe_json, print_fleet
 
     if measure_p2p:
@@ -151,10 +151,10 @@ def _requirement_names(gpus, capability, nvlink, same_model) -> list[str]:
 
 def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
-    from attnsel.attention.fleet_preflight import run_fleet_preflight
+    from attnsel.attention.preflight.fleet import run_fleet_preflight
     from attnsel.cli import settings
     from attnsel.cli.preflight_cmd import emit
-    from attnsel.probe.fleet import probe_fleet
+    from attnsel.probe.fleet.collect import probe_fleet
     from attnsel.reports import fleet_report as view
 
     fleet = probe_fleet(address, _timeout(timeout))

@@ -20,7 +20,7 @@ from attnsel.errors import CheckFailed, UserInputError
 
 
 def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
-    from attnsel.attention.deployment import target_report
+    from attnsel.attention.preflight.deployment import target_report
 
     if gpu is not None:
         return target_report(gpu, num_gpus if num_gpus is not None else tp)
@@ -85,13 +85,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
-        from attnsel.attention.deployment import Deployment, run_preflight
-        from attnsel.attention.model_config import load_model_config
+        from attnsel.attention.preflight.deployment import Deployment, run_preflight
+        from attnsel.attention.model.config import load_model_config
         from attnsel.attention.rules import select_profile
         from attnsel.cli import settings
         from attnsel.reports import preflight_report as view
 
-        from attnsel.attention.validation import check_names, check_parallel, check_request
+        from attnsel.attention.model.validation import check_names, check_parallel, check_request
 
         fmt = _normalize_format(output_format, as_json)
         check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))

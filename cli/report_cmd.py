@@ -40,10 +40,10 @@ def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path])
 
 
 def load_report(paths):
-    """What `report` renders: the inputs as read (reports/loaders.py), a tune result completed by
+    """What `report` renders: the inputs as read (reports/tune/loaders.py), a tune result completed by
     bench with the recommendation a sweep cut short never wrote (reports never recompute one)."""
-    from attnsel.bench.saved import with_recommendation
-    from attnsel.reports.loaders import load_inputs
+    from attnsel.bench.tune.saved import with_recommendation
+    from attnsel.reports.tune.loaders import load_inputs
 
     data = load_inputs(paths)
     if data.tune is not None:
@@ -53,20 +53,20 @@ def load_report(paths):
 
 def render(data, fmt: str) -> str:
     if fmt == "md":
-        from attnsel.reports import markdown
+        from attnsel.reports.tune import markdown
 
         return markdown.render(data)
     if fmt == "html":
-        from attnsel.reports import html
+        from attnsel.reports.tune import html
 
         return html.render(data)
     if fmt == "csv":
-        from attnsel.reports import csv_out
+        from attnsel.reports.tune import csv_out
 
         return csv_out.render(data)
     import json
 
-    from attnsel.reports.frames import report_dict
+    from attnsel.reports.tune.frames import report_dict
 
     return json.dumps(report_dict(data), indent=2, default=str) + "\n"
 

@@ -17,7 +17,7 @@ def _progress(console):
     """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnsel.bench.sweep import SweepProgress
+    from attnsel.bench.sweep.run import SweepProgress
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=False)
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench.tune_flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
+        from attnsel.bench.tune.flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
 
         flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
@@ -110,8 +110,8 @@ def register(app: typer.Typer) -> None:
 
 def _dry_run(req, as_json: bool) -> None:
     """--dry-run: the plan after vLLM's rules, with skip reasons; needs no GPU."""
-    from attnsel.bench import tune_request
-    from attnsel.reports import tune_report
+    from attnsel.bench.tune import request as tune_request
+    from attnsel.reports.tune import text as tune_report
 
     cc, gpu_name = tune_request.capability_without_gpu(req)
     plan = tune_request.make_plan(req, cc, gpu_name)
@@ -126,7 +126,7 @@ def _dry_run(req, as_json: bool) -> None:
 
 def _sweep(req, output: Optional[str], *, resume: bool, retry_failed: bool):
     """The sweep with a progress bar on stderr; Ctrl-C leaves whole rows and says how to resume."""
-    from attnsel.bench import tune as TUNE
+    from attnsel.bench.tune import run as TUNE
 
     err = stderr_console()
     out_dir = Path(output) if output is not None else TUNE.default_output_dir()
@@ -158,8 +158,8 @@ def _announce_plan(err, bar, out_dir: Path):
 
 def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
     """summary.txt, the results on stdout, exit 1 when nothing was timed, then --verify."""
-    from attnsel.bench.tune_document import DOCUMENT_FILE
-    from attnsel.reports import tune_report
+    from attnsel.bench.tune.document import DOCUMENT_FILE
+    from attnsel.reports.tune import text as tune_report
 
     _write_summary(outcome, tune_report)
     if as_json and (not verify or outcome.timed_rows == 0):
@@ -180,7 +180,7 @@ def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> N
 def _write_summary(outcome, tune_report) -> None:
     from rich.console import Console
 
-    from attnsel.bench.tune import SUMMARY_FILE
+    from attnsel.bench.tune.run import SUMMARY_FILE
 
     with open(outcome.output_dir / SUMMARY_FILE, "w", encoding="utf-8") as fh:
         console = Console(file=fh, width=160, no_color=True, highlight=False)

@@ -1,5 +1,5 @@
-"""Rendering of a fleet probe (probe/fleet.py + probe/fleet_verdict.py) and of a fleet preflight
-(attention/fleet_preflight.py): text for people, JSON for CI, GitHub annotations. Never calls Ray.
+"""Rendering of a fleet probe (probe/fleet/collect.py + probe/fleet/verdict.py) and of a fleet preflight
+(attention/preflight/fleet.py): text for people, JSON for CI, GitHub annotations. Never calls Ray.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.deployment import FAIL, PASS, WARN, Check
-from attnsel.attention.fleet_preflight import FleetPreflightResult, ScopedCheck
-from attnsel.probe.fleet_facts import FleetProbe, NodeProbe
-from attnsel.probe.fleet_verdict import MAX_LISTED, Difference, FleetVerdict, NodeSummary
+from attnsel.attention.preflight.deployment import FAIL, PASS, WARN, Check
+from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck
+from attnsel.probe.fleet.facts import FleetProbe, NodeProbe
+from attnsel.probe.fleet.verdict import MAX_LISTED, Difference, FleetVerdict, NodeSummary
 from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
 from attnsel.reports.probe_report import RequirementResult, probe_json
 
@@ -134,7 +134,7 @@ def print_fleet(fleet: FleetProbe, verdict: FleetVerdict, console: Console,
 
 
 def fleet_preflight_json(result: FleetPreflightResult) -> dict:
-    from attnsel.reports.explain_report import explanation_to_dict
+    from attnsel.reports.explain.table import explanation_to_dict
 
     head = result_fields(result)
     pp = result.pipeline_parallel_size

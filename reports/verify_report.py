@@ -1,4 +1,4 @@
-"""Render a verify.json (bench/verify.py): the verdict on tune's recommendation with the flags to
+"""Render a verify.json (bench/verify/run.py): the verdict on tune's recommendation with the flags to
 paste, the engines vLLM really started, each shape's figures, and predicted (kernel) vs observed
 (engine) margins. Terminal (rich), Markdown and an HTML section share the same table data.
 Renders only: every number and word comes from the document; nothing is recomputed here.
@@ -9,10 +9,10 @@ from __future__ import annotations
 import html as _html
 from typing import Any, Optional, Sequence
 
-from attnsel.bench.saved import advised_flags
+from attnsel.bench.tune.saved import advised_flags
 from attnsel.reports.cells import formatted
 
-SCHEMA = "attnsel-verify/1"  # bench/verify.py SCHEMA
+SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
 VERDICT_STYLES = {"holds": "bold green", "within noise": "bold yellow", "reversed": "bold red", "not measured": "bold red"}
 
 
@@ -163,7 +163,7 @@ def render_terminal(doc: dict, console) -> None:
 
 
 def markdown(doc: dict, level: int = 1) -> str:
-    from attnsel.reports.markdown import table
+    from attnsel.reports.tune.markdown import table
 
     word, text, flags = headline(doc)
     h = "#" * level

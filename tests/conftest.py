@@ -64,7 +64,7 @@ def fake_engine(tmp_path, monkeypatch):
     on a recorded H200's NVML; returns the environment it set."""
     import json
 
-    from attnsel.bench import verify
+    from attnsel.bench.verify import run as verify
 
     monkeypatch.setattr(verify, "MEMORY_RELEASE_WAIT_S", 0.0)
 

@@ -4,7 +4,10 @@ import doctest
 
 import pytest
 
-from attnsel.bench import env_info, launch_mode, recommend, timing
+from attnsel.bench.tune import env_info
+from attnsel.bench.timing import launch_mode
+from attnsel.bench.tune import recommend
+from attnsel.bench.timing import stats as timing
 
 
 @pytest.mark.parametrize("module", [timing, recommend, env_info, launch_mode])

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import env_info as E
-from attnsel.probe.nvml import NvmlSession, ReplayFacade
+from attnsel.bench.tune import env_info as E
+from attnsel.probe.nvml.session import NvmlSession, ReplayFacade
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 

@@ -1,10 +1,10 @@
-"""The GPU timers (bench/gpu_timing.py): CUPTI attribution on CPU from synthetic activity records,
+"""The GPU timers (bench/timing/gpu.py): CUPTI attribution on CPU from synthetic activity records,
 and on a GPU (skipped without CUDA) the launch modes and timers against each other."""
 
 import pytest
 
-from attnsel.bench import gpu_timing as G
-from attnsel.bench import timing as T
+from attnsel.bench.timing import gpu as G
+from attnsel.bench.timing import stats as T
 
 
 def test_each_call_gets_only_the_kernels_it_launched():

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import plan as P
-from attnsel.bench.plan_rules import vllm_default_choice, vllm_verdict
-from attnsel.bench.tune_shape import make_shape
-from attnsel.bench.workloads import WorkloadSpec, parse_workloads, workload_grid
-from attnsel.bench.sweep import SweepOptions, items_for, skipped_rows
+from attnsel.bench.plan import build as P
+from attnsel.bench.plan.rules import vllm_default_choice, vllm_verdict
+from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.plan.workloads import WorkloadSpec, parse_workloads, workload_grid
+from attnsel.bench.sweep.run import SweepOptions, items_for, skipped_rows
 from attnsel.errors import UserInputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

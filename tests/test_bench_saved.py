@@ -1,10 +1,10 @@
-"""A saved sweep read back for `attnsel report` (bench/saved.py): tune.json's recommendation is
+"""A saved sweep read back for `attnsel report` (bench/tune/saved.py): tune.json's recommendation is
 rendered as tune made it; a sweep cut short (rows only) gets one made by bench from its rows."""
 
 import json
 from pathlib import Path
 
-from attnsel.bench.saved import with_recommendation
+from attnsel.bench.tune.saved import with_recommendation
 
 SAVED = Path(__file__).parent / "fixtures" / "report" / "h200_llama8b_synthetic" / "tune.json"
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import env_info
-from attnsel.bench import plan as P
-from attnsel.bench import results as R
-from attnsel.bench.sweep import SweepOptions, run_backend_group, run_sweep
-from attnsel.bench.tune import device_for_plan
-from attnsel.bench.tune_phases import phase_breakdown
-from attnsel.bench.tune_shape import make_shape
-from attnsel.bench.workloads import WorkloadSpec
+from attnsel.bench.tune import env_info
+from attnsel.bench.plan import build as P
+from attnsel.bench.tune import results as R
+from attnsel.bench.sweep.run import SweepOptions, run_backend_group, run_sweep
+from attnsel.bench.tune.run import device_for_plan
+from attnsel.bench.tune.phases import phase_breakdown
+from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.plan.workloads import WorkloadSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
@@ -231,7 +231,7 @@ def test_fa4_compile_cache_is_turned_on_unless_the_user_chose_otherwise():
 
 
 def test_preloading_runs_each_adapters_before_import_hook_before_importing_its_module():
-    from attnsel.bench.prebuild import import_backend_libraries
+    from attnsel.bench.worker.prebuild import import_backend_libraries
 
     seen = []
 
@@ -252,7 +252,7 @@ def test_preloading_runs_each_adapters_before_import_hook_before_importing_its_m
 
 
 def test_a_library_import_that_creates_a_cuda_context_during_another_backends_timing_is_reported(tmp_path, monkeypatch):
-    from attnsel.bench.tune_document import prespawn_warnings
+    from attnsel.bench.tune.document import prespawn_warnings
 
     scenario = {"FLASH_ATTN": {"sleep": 0.1}, "FLASHINFER": {"import": "init_cuda"}}
     monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))

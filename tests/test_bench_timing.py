@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from attnsel.bench import timing as T
+from attnsel.bench.timing import stats as T
 
 
 def test_median_and_percentiles_match_numpys_linear_method():

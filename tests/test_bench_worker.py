@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import results as R
-from attnsel.bench.workloads import WorkloadSpec
-from attnsel.bench.sweep import SweepOptions, probe_device, run_backend_group
+from attnsel.bench.tune import results as R
+from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.sweep.run import SweepOptions, probe_device, run_backend_group
 from attnsel.errors import EnvironmentProblem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

@@ -204,7 +204,7 @@ def test_explain_imports_no_torch():
 
 def test_model_hook_feeds_the_selector():
     # gpt-oss has sinks: on A100 FA2 and FlashInfer cannot take them (vllm-rules §3a) -> TRITON_ATTN
-    model_config = pytest.importorskip("attnsel.attention.model_config")
+    model_config = pytest.importorskip("attnsel.attention.model.config")
     if "gpt-oss-20b" not in model_config.list_catalog():
         pytest.skip("catalog has no gpt-oss-20b")
     result, doc = run_json("--model", "gpt-oss-20b", "--gpu", "A100")

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention.release_history import compare_releases, explain_for_release, release_history
-from attnsel.attention.request import SelectionRequest
+from attnsel.attention.explain.history import compare_releases, explain_for_release, release_history
+from attnsel.attention.selector.request import SelectionRequest
 from attnsel.attention.versions.choice import release_profiles
 from attnsel.cli.app import app
 
@@ -109,6 +109,6 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
 
 
 def test_no_gpu_named_or_found_asks_for_one(monkeypatch):
-    monkeypatch.setattr("attnsel.attention.explain_answers.detect_gpu", lambda: None)
+    monkeypatch.setattr("attnsel.attention.explain.answers.detect_gpu", lambda: None)
     result = RUNNER.invoke(app, ["explain", "--vllm-version", "all", "--head-size", "128"])
     assert result.exit_code == 2 and "--gpu NAME or --capability" in result.stderr

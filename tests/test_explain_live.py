@@ -1,4 +1,4 @@
-"""`explain --live` / `--compare-live` through attnsel's real adapter (attention/live.py), against a
+"""`explain --live` / `--compare-live` through attnsel's real adapter (attention/explain/live.py), against a
 FAKE vLLM package tree put on sys.path (tests/fixtures/fake_vllm, canned answers; never real vLLM).
 
 The canned answers are what vllm-rules §9 says vLLM 0.33 answers (or deliberately not, to test

@@ -12,8 +12,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention.model_config import DEFAULT_MODEL, load_model_config
-from attnsel.attention.request import SelectionRequest, build_selection
+from attnsel.attention.model.config import DEFAULT_MODEL, load_model_config
+from attnsel.attention.selector.request import SelectionRequest, build_selection
 from attnsel.attention.rules import get_profile
 from attnsel.cli.app import app
 from attnsel.probe.gpu_table import families
@@ -215,12 +215,12 @@ def test_new_flags_are_documented_in_help(flag):
     assert flag in result.stdout
 
 
-# --- the shared builder (attention/request.py) --------------------------------------------------
+# --- the shared builder (attention/selector/request.py) --------------------------------------------------
 
 
 def test_preflight_and_explain_build_the_same_selection():
-    from attnsel.attention.deployment import Deployment, explain_deployment
-    from attnsel.attention.model_config import derive_model_facts
+    from attnsel.attention.preflight.deployment import Deployment, explain_deployment
+    from attnsel.attention.model.config import derive_model_facts
 
     profile = get_profile("0.33")
     facts = derive_model_facts(load_model_config("gemma-2-9b"), capability=(9, 0), dtype="auto",

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from attnsel.cli.app import app
 from attnsel.cli.fleet_cmd import fleet_requirements
-from attnsel.probe.fleet_verdict import fleet_verdict
+from attnsel.probe.fleet.verdict import fleet_verdict
 from test_fleet_verdict import fleet, node
 
 # Import Ray (if installed) while collecting: before the tests run, pytest imports the repository
@@ -79,7 +79,7 @@ def test_require_options_hold_on_every_gpu_node_and_a_silent_node_fails_them():
 
 def test_ray_failures_become_one_line_per_node():
     exceptions = pytest.importorskip("ray.exceptions")
-    from attnsel.probe.fleet import task_failure
+    from attnsel.probe.fleet.collect import task_failure
 
     assert task_failure(exceptions.WorkerCrashedError()).startswith("the Ray worker running the probe died")
     assert task_failure(exceptions.NodeDiedError("x")).startswith("the node died or left the cluster")
@@ -87,9 +87,9 @@ def test_ray_failures_become_one_line_per_node():
     assert task_failure(missing).startswith("attnsel is not installed in the Python that runs Ray workers")
 
 
-@pytest.mark.parametrize("module", ["attnsel.probe.fleet", "attnsel.probe.fleet_facts", "attnsel.cli.fleet_cmd"])
+@pytest.mark.parametrize("module", ["attnsel.probe.fleet.collect", "attnsel.probe.fleet.facts", "attnsel.cli.fleet_cmd"])
 def test_doctests_of_the_fleet_modules_pass(module):
-    if module == "attnsel.probe.fleet":
+    if module == "attnsel.probe.fleet.collect":
         pytest.importorskip("ray")  # task_options builds Ray's scheduling strategy
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted >= 1 and result.failed == 0

@@ -1,6 +1,6 @@
 """Slow `--ray` cases on real local Ray clusters (run with --run-slow): a node whose NVML hangs
 (the deadline, the cancel, the reason), a node that died, and 16 simulated nodes at once.
-Timings are measured by bench/fleet_scale.py, not asserted here."""
+Timings are measured by bench/tools/fleet_scale.py, not asserted here."""
 
 import json
 import time

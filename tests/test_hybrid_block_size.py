@@ -10,8 +10,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention import model_config
-from attnsel.attention.request import SelectionRequest, build_selection, explain_selection
+from attnsel.attention.model import config as model_config
+from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.versions.choice import get_profile
 from attnsel.cli.app import app
 

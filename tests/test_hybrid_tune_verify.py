@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnsel.bench import verify_plan as VP
-from attnsel.bench.plan import build_plan
-from attnsel.bench.plan_rules import hybrid_block_size, vllm_default_choice, vllm_verdict
-from attnsel.bench.tune_request import TuneRequest, make_plan
-from attnsel.bench.tune_shape import shape_from_model
+from attnsel.bench.verify import plan as VP
+from attnsel.bench.plan.build import build_plan
+from attnsel.bench.plan.rules import hybrid_block_size, vllm_default_choice, vllm_verdict
+from attnsel.bench.tune.request import TuneRequest, make_plan
+from attnsel.bench.tune.shape import shape_from_model
 
 H100 = (9, 0)
 

@@ -79,7 +79,7 @@ def test_without_huggingface_hub_an_id_says_which_extra_to_install(monkeypatch):
 ])
 def test_hub_failures_are_one_line_each(failure, fragment):
     """Each way the Hub answers (the classes huggingface_hub raises, found by name in their MRO)."""
-    from attnsel.attention.model_source import _hub_error
+    from attnsel.attention.model.source import _hub_error
 
     hub_errors = pytest.importorskip("huggingface_hub.errors")
     cls = getattr(hub_errors, failure, None) or ConnectionError

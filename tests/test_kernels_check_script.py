@@ -1,4 +1,4 @@
-"""bench/kernel_check.py as the lead runs it, here as a CPU smoke run (Triton interpreter): one JSON
+"""bench/tools/kernel_check.py as the lead runs it, here as a CPU smoke run (Triton interpreter): one JSON
 line per row, a failing or missing provider reported as a row instead of stopping the run."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Replays what bench/kernel_check.py measured on an H200 (2026-11-21, flashinfer 0.7.2.post1,
+"""Replays what bench/tools/kernel_check.py measured on an H200 (2026-11-21, flashinfer 0.7.2.post1,
 FA4 4.0.0b36, Triton 3.6, torch 2.11): the issue's bars must hold in that evidence, computed
 with the same summary the script prints."""
 
 import json
 from pathlib import Path
 
-from attnsel.bench.kernel_check import bar_summary
+from attnsel.bench.tools.kernel_check import bar_summary
 
 RECORDED = Path(__file__).parent / "fixtures" / "kernels" / "h200_kernel_check.jsonl"
 

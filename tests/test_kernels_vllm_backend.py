@@ -1,4 +1,4 @@
-"""tune drives vLLM's own backend classes when vLLM is installed (attention/kernels/vllm_backend.py).
+"""tune drives vLLM's own backend classes when vLLM is installed (attention/kernels/vllm/backend.py).
 
 A fake vLLM 0.24 tree (tests/fixtures/fake_vllm/kernels, answering what the real 0.24.0 classes
 answered, recorded by bench/tools/vllm_cpu_check.py) stands at our boundary: the tests check what
@@ -62,7 +62,7 @@ def test_without_vllm_the_stand_ins_are_used_and_say_why(monkeypatch):
 ])
 def test_the_adapter_hands_vllms_classes_the_batch_and_gets_the_right_answer(fake_vllm, backend, block_size,
                                                                                 kernel_block_size):
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
 
     b = _batch(block_size=block_size)
     prepared = VllmBackendAdapter(backend, device="cpu").prepare(b)
@@ -88,7 +88,7 @@ def test_the_adapter_hands_vllms_classes_the_batch_and_gets_the_right_answer(fak
 
 
 def test_the_kv_cache_has_vllms_own_shape_for_each_backend(fake_vllm):
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
 
     b = _batch()
     for backend in ("FLASH_ATTN", "TRITON_ATTN"):
@@ -98,7 +98,7 @@ def test_the_kv_cache_has_vllms_own_shape_for_each_backend(fake_vllm):
 
 
 def test_launch_mode_comes_from_vllms_own_dispatcher(fake_vllm):
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
 
     adapter = VllmBackendAdapter("TRITON_ATTN", device="cpu")
     decode = adapter.prepare(_batch()).details
@@ -115,14 +115,14 @@ def _runner(backend, extra_notes=()):
         from cpu_toolkit import CpuKernelToolkit
     finally:
         sys.path.pop(0)
-    from attnsel.bench.item_runner import ItemRunner
+    from attnsel.bench.worker.items import ItemRunner
 
     shape = {"head_size": 64, "num_q_heads": 8, "num_kv_heads": 2, "dtype": "float16", "kv_cache_dtype": "auto"}
     return ItemRunner(CpuKernelToolkit(), backend, shape, {"launch": "vllm"})
 
 
 def _item(kind="decode", batch=3, context=200, query_len=1):
-    from attnsel.bench.workloads import WorkloadSpec
+    from attnsel.bench.plan.workloads import WorkloadSpec
 
     return {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True, "launch": "eager",
             "launch_reason": "recorded rule", "workload": WorkloadSpec(kind, batch, context, query_len).to_dict()}
@@ -152,8 +152,8 @@ def broken(name):
     return cls
 recorded.backend_class = broken
 from cpu_toolkit import CpuKernelToolkit
-from attnsel.bench.workloads import WorkloadSpec
-from attnsel.bench.item_runner import ItemRunner
+from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.worker.items import ItemRunner
 shape = {"head_size": 64, "num_q_heads": 8, "num_kv_heads": 2, "dtype": "float16", "kv_cache_dtype": "auto"}
 item = {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True,
         "workload": WorkloadSpec("decode", 2, 64, 1).to_dict()}
@@ -179,8 +179,8 @@ def test_when_vllms_classes_cannot_be_driven_the_row_falls_back_and_says_so():
 
 def test_a_prespawned_worker_imports_vllms_modules_before_go(fake_vllm):
     # `import vllm` took 18.5 s on an H100: the worker pays it while the previous backend times
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
-    from attnsel.bench.prebuild import import_backend_libraries
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.bench.worker.prebuild import import_backend_libraries
 
     adapter = VllmBackendAdapter("FLASHINFER", device="cpu")
     assert "vllm.v1.attention.backends.recorded" in adapter.preload_modules()
@@ -206,7 +206,7 @@ def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():
     # vLLM 0.24's TritonAttentionImpl writes and reads any fp8 cache as the platform's e4m3: filled
     # with e5m2 bytes, its answer was off by 0.88 (relative) on an H100; filled as vLLM fills it, it
     # holds the batch's values.
-    from attnsel.attention.kernels import vllm_inputs
+    from attnsel.attention.kernels.vllm import inputs as vllm_inputs
 
     w = paged.Workload("decode", 2, 100, 1, 8, 2, 64, "bfloat16", "fp8_e5m2")
     b = paged.make_paged_batch(w, 16, device="cpu", seed=5)
@@ -222,7 +222,7 @@ def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():
 def test_the_model_folder_handed_to_vllm_is_not_left_in_the_temp_dir(fake_vllm):
     # tune's workers end with os._exit (no finalizers): a folder kept for later piled up in /tmp,
     # one per head layout and worker, run after run
-    from attnsel.attention.kernels.vllm_backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
 
     VllmBackendAdapter("TRITON_ATTN", device="cpu").prepare(_batch())
     folder = _calls(fake_vllm, "ModelConfig")[-1]["model"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.attention.model_config import (
+from attnsel.attention.model.config import (
     DEFAULT_MODEL,
     catalog_path,
     catalog_source,

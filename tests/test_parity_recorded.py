@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
+from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
 from attnsel.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
@@ -151,7 +151,7 @@ def test_explain_json_gives_vllms_recorded_answer(record, case, args):
 def test_vit_backend_is_vllms_recorded_choice(record):
     # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (vllm-rules §8,
     # §9 ViT), recorded for every capability x dtype x head size
-    from attnsel.attention.vit import vit_backend
+    from attnsel.attention.selector.vit import vit_backend
 
     profile = get_profile(PROFILES[record])
     vit = RECORDS[record]["vit"]

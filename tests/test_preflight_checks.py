@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from attnsel.attention.deployment import (
+from attnsel.attention.preflight.deployment import (
     FAIL,
     PASS,
     WARN,
@@ -20,7 +20,7 @@ from attnsel.attention.deployment import (
     target_report,
 )
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
-from attnsel.probe.p2p import nvlink_verdict
+from attnsel.probe.links.p2p import nvlink_verdict
 from attnsel.reports.preflight_report import github_line, render_text
 
 

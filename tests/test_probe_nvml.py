@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.record_nvml import RecordingFacade
+from attnsel.bench.tools.record_nvml import RecordingFacade
 from attnsel.errors import UserInputError
 from attnsel.probe.collect import collect_from_scenario, collect_probe
-from attnsel.probe.nvml import (
+from attnsel.probe.nvml.session import (
     NvmlCallError,
     NvmlInitError,
     NvmlSession,
@@ -19,7 +19,7 @@ from attnsel.probe.nvml import (
     ReplayTorch,
     load_scenario,
 )
-from attnsel.probe.pynvml_facade import _plain
+from attnsel.probe.nvml.pynvml_facade import _plain
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 

@@ -1,4 +1,4 @@
-"""Replays of real recordings (`python -m attnsel.bench.record_nvml`, saved as
+"""Replays of real recordings (`python -m attnsel.bench.tools.record_nvml`, saved as
 tests/fixtures/probe/recorded_*.json): the report must be self-consistent, and the H200 recordings
 must show what gpu-facts.md measured on those machines."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.probe.collect import collect_from_scenario
-from attnsel.probe.nvml import load_scenario
+from attnsel.probe.nvml.session import load_scenario
 
 RECORDED = sorted((Path(__file__).parent / "fixtures" / "probe").glob("recorded_*.json"))
 

@@ -10,11 +10,13 @@ import json
 import re
 from pathlib import Path
 
-from attnsel.bench import results as R
-from attnsel.reports import csv_out, html, markdown
-from attnsel.reports.frames import report_dict
+from attnsel.bench.tune import results as R
+from attnsel.reports.tune import csv_out
+from attnsel.reports.tune import html
+from attnsel.reports.tune import markdown
+from attnsel.reports.tune.frames import report_dict
 from attnsel.cli.report_cmd import load_report
-from attnsel.reports.loaders import load_inputs
+from attnsel.reports.tune.loaders import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 TUNE_DIR = FIXTURES / "h200_llama8b_synthetic"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import results as R
+from attnsel.bench.tune import results as R
 from attnsel.cli.report_cmd import load_report
 from attnsel.errors import UserInputError
-from attnsel.reports.loaders import load_inputs
+from attnsel.reports.tune.loaders import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 TUNE_DIR = FIXTURES / "h200_llama8b_synthetic"
@@ -41,7 +41,7 @@ def test_an_explain_answer_is_found_by_content_not_by_name(tmp_path):
 
 
 def test_a_cut_short_sweep_without_tune_json_still_gets_advice(tmp_path):
-    """tune writes results.jsonl row by row and tune.json only at the end (bench/results.py): a
+    """tune writes results.jsonl row by row and tune.json only at the end (bench/tune/results.py): a
     killed sweep leaves rows only, and bench makes the advice from them for the report."""
     shutil.copy(TUNE_DIR / R.RESULTS_FILE, tmp_path / R.RESULTS_FILE)
     with open(tmp_path / R.RESULTS_FILE, "a", encoding="utf-8") as fh:
@@ -50,7 +50,7 @@ def test_a_cut_short_sweep_without_tune_json_still_gets_advice(tmp_path):
     assert read.tune is not None and not read.tune.complete
     assert read.tune.recommendation is None  # reports/ read and render; bench/ recommends
     data = load_report([tmp_path])  # what `attnsel report` renders
-    # bench/recommend.py's rule: a config's decode score is the geometric mean of its per-shape medians
+    # bench/tune/recommend.py's rule: a config's decode score is the geometric mean of its per-shape medians
     timed = [r for r in R.read_rows(TUNE_DIR / R.RESULTS_FILE) if r["status"] == R.STATUS_OK and r["kind"] == "decode"]
     shapes = {r["workload_label"] for r in timed}
     by_config: dict = {}

@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
+from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
 
 PROFILE = get_profile()
 

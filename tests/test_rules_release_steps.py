@@ -4,9 +4,9 @@ checked against the real releases (tests/fixtures/parity/parity_0XX.json)."""
 
 import pytest
 
-from attnsel.attention import cudagraph
+from attnsel.attention.selector import cudagraph
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
+from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
 
 H100, B200 = (9, 0), (10, 0)
 

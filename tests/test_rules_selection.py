@@ -6,7 +6,7 @@ Expectations derived by hand from shared/reference/vllm-rules.md §4, §5, §8 a
 import pytest
 
 from attnsel.attention.rules import MultipleOf, get_profile
-from attnsel.attention.selector import (
+from attnsel.attention.selector.engine import (
     SelectionContext,
     SelectorInputs,
     VllmRaises,
@@ -14,7 +14,7 @@ from attnsel.attention.selector import (
     kernel_block_size_for,
     select_attention_backend,
 )
-from attnsel.attention.vit import vit_backend
+from attnsel.attention.selector.vit import vit_backend
 from attnsel.errors import UserInputError
 
 PROFILE = get_profile()

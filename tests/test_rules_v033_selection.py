@@ -4,11 +4,11 @@ profile. Expectations from shared/reference/vllm-rules.md §9 (cited per test), 
 
 import pytest
 
-from attnsel.attention.model_config import derive_model_facts
-from attnsel.attention.block_size_flows import aligned_block_size_error, common_block_size
+from attnsel.attention.model.config import derive_model_facts
+from attnsel.attention.selector.block_size import aligned_block_size_error, common_block_size
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import SelectionContext, SelectorInputs, explain
-from attnsel.attention.vit import vit_backend
+from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
+from attnsel.attention.selector.vit import vit_backend
 
 V033 = get_profile("0.33")
 SEED = get_profile("seed")
@@ -140,7 +140,7 @@ def test_vit_below_cc80_reaches_sdpa_before_triton():
     assert vit_backend(V033, 20, "bfloat16", H100).backend == "TORCH_SDPA"  # FA %8 fails, TRITON >=32 fails
 
 
-# --- §9 model lists (attention/model_rules.py "0.33") ------------------------------------------------
+# --- §9 model lists (attention/model/rules.py "0.33") ------------------------------------------------
 def _derive(config, profile):
     return derive_model_facts(config, capability=H100, dtype="auto", profile=profile, env={})
 

@@ -8,7 +8,7 @@ kv auto, no block size.
 import pytest
 
 from attnsel.attention.rules import get_profile
-from attnsel.attention.selector import SelectionContext, SelectorInputs
+from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
 
 PROFILE = get_profile("0.33")
 

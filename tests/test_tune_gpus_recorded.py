@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import timing as T
-from attnsel.bench.multi_gpu import calibration_verdict
+from attnsel.bench.timing import stats as T
+from attnsel.bench.sweep.multi_gpu import calibration_verdict
 from attnsel.bench.tools import fidelity
 
 ROOT = Path(__file__).parent

@@ -5,10 +5,10 @@ Without vLLM installed the choice comes from the rule profile's recorded Attenti
 
 import pytest
 
-from attnsel.attention import cudagraph
+from attnsel.attention.selector import cudagraph
 from attnsel.attention import rules
-from attnsel.bench import plan as P
-from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.plan import build as P
+from attnsel.bench.tune.shape import make_shape
 
 
 def _launch(version, backend, kind="decode", batch=64, cc=(9, 0)):

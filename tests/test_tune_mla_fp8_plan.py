@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.bench import plan as P
-from attnsel.bench import plan_mla
+from attnsel.bench.plan import build as P
+from attnsel.bench.plan import mla as plan_mla
 from attnsel.cli.app import app
 
 DEEPSEEK_TP8 = ["--model", "deepseek-v3", "-tp", "8", "--gpu", "H100", "--dry-run", "--json"]

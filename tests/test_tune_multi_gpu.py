@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import multi_gpu as M
-from attnsel.bench import plan as P
-from attnsel.bench import recommend as REC
-from attnsel.bench import results as R
-from attnsel.bench.sweep import SweepOptions, run_sweep
-from attnsel.bench.tune_shape import make_shape
+from attnsel.bench.sweep import multi_gpu as M
+from attnsel.bench.plan import build as P
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune import results as R
+from attnsel.bench.sweep.run import SweepOptions, run_sweep
+from attnsel.bench.tune.shape import make_shape
 from attnsel.errors import UserInputError
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"
@@ -88,7 +88,7 @@ def test_each_lane_s_first_worker_imports_while_the_gpus_are_calibrated(tmp_path
 
 
 def test_gpus_that_disagree_run_on_the_first_gpu_with_no_worker_left_behind(tmp_path, monkeypatch):
-    from attnsel.bench import worker_process
+    from attnsel.bench.sweep import worker_process
 
     scenario = dict(SCENARIO, gpu_scale={"1": 1.5})
     rows, facts, outcomes = _sweep_outcomes(tmp_path, monkeypatch, scenario, ["0", "1"])

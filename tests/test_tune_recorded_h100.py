@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import recommend as REC
-from attnsel.bench import results as R
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune import results as R
 from attnsel.bench.tools import fidelity
 
 RUN = Path(__file__).parent / "fixtures" / "tune" / "h100_vllm024"
@@ -115,7 +115,7 @@ def test_a_margin_below_min_gain_prints_no_flags_to_paste():
 
     from rich.console import Console
 
-    from attnsel.reports import tune_report
+    from attnsel.reports.tune import text as tune_report
 
     doc = _doc()
     assert doc["recommendation"]["overall"]["verdict"] == "small"

@@ -6,7 +6,7 @@ after a checked sibling, bandwidth below peak)."""
 import json
 from pathlib import Path
 
-from attnsel.bench import recommend as REC
+from attnsel.bench.tune import recommend as REC
 
 RUN = Path(__file__).parent / "fixtures" / "tune" / "h200_llama8b_default" / "tune.json"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from attnsel.attention.kernels import kv_quant
-from attnsel.bench import recommend as REC
-from attnsel.bench import results as R
-from attnsel.bench.plan_mla import MLA_BACKENDS
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune import results as R
+from attnsel.bench.plan.mla import MLA_BACKENDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 RUNS = sorted(p for pattern in ("h100_mla*/**/tune.json", "h100_fp8*/**/tune.json") for p in FIXTURES.glob(pattern))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from attnsel.bench import plan as P
-from attnsel.bench import recommend as REC
-from attnsel.bench.sweep import SweepOptions, skipped_rows
-from attnsel.bench.tune_document import build_document
-from attnsel.bench.tune_shape import make_shape
-from attnsel.bench.workloads import WorkloadSpec
-from attnsel.reports import tune_report
+from attnsel.bench.plan import build as P
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.sweep.run import SweepOptions, skipped_rows
+from attnsel.bench.tune.document import build_document
+from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.reports.tune import text as tune_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 _spec = importlib.util.spec_from_file_location("tune_fake_rules_report", FIXTURES / "fake_rules.py")
@@ -59,7 +59,7 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
 
 
 def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel():
-    from attnsel.bench.tune_document import stand_in_warnings
+    from attnsel.bench.tune.document import stand_in_warnings
 
     rows = [{"backend": "FLASH_ATTN", "adapter": "fa4-cute", "status": "ok"},
             {"backend": "TRITON_ATTN", "adapter": "attnsel-triton", "status": "ok"}]
@@ -71,7 +71,7 @@ def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel()
 
 
 def test_the_timing_line_says_how_the_rows_were_kept_cold():
-    from attnsel.reports.tune_report import timing_method
+    from attnsel.reports.tune.text import timing_method
 
     rows = [{"backend": "FLASH_ATTN", "status": "ok", "launch": "graph", "timing": {"timer": "cupti"}},
             {"backend": "FLASH_ATTN", "status": "ok", "launch": "eager", "timing": {"timer": "cupti"}},
@@ -90,7 +90,7 @@ def test_older_tune_results_without_advised_flags_still_say_what_they_advised():
     # advised for verdict "faster" only; report and verify read them through one function
     from pathlib import Path
 
-    from attnsel.bench.saved import advised_flags
+    from attnsel.bench.tune.saved import advised_flags
 
     fixtures = Path(__file__).parent / "fixtures" / "tune"
     fp8 = json.loads((fixtures / "h100_fp8" / "tune.json").read_text())["recommendation"]["overall"]

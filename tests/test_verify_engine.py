@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench import verify as V
+from attnsel.bench.verify import run as V
 from attnsel.errors import UserInputError
 
 # FLASH_ATTN/16 is vLLM's default in the tune result, FLASHINFER/64 tune's pick, FLASH_ATTN/128 the runner-up

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.attention import model_config as MC
-from attnsel.attention import model_kind
-from attnsel.attention.model_kind import attention_layer_count
-from attnsel.bench import engine_compare as EC
-from attnsel.bench import engine_log, engine_worker, verify_plan as VP, verify_verdict as VV
+from attnsel.attention.model import config as MC
+from attnsel.attention.model import kind as model_kind
+from attnsel.attention.model.kind import attention_layer_count
+from attnsel.bench.verify import compare as EC
+from attnsel.bench.verify import engine_log
+from attnsel.bench.verify import engine_worker
+from attnsel.bench.verify import plan as VP
+from attnsel.bench.verify import verdict as VV
 from attnsel.errors import UserInputError
 
 ROOT = Path(__file__).parent
@@ -194,7 +197,7 @@ def test_out_of_memory_is_told_apart_from_other_errors(exc, oom):
 
 # --- vLLM's log lines ------------------------------------------------------------------------
 
-# One engine start, in the formats of vLLM 0.24.0's log calls (file:line in bench/engine_log.py)
+# One engine start, in the formats of vLLM 0.24.0's log calls (file:line in bench/verify/engine_log.py)
 LOG = """\
 (EngineCore_DP0 pid=2211) INFO 11-24 10:00:01 [cuda.py:481] Using TRITON_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].
 (EngineCore_DP0 pid=2211) INFO 11-24 10:00:02 [gpu_model_runner.py:5256] Model loading took 14.99 GiB memory and 3.412001 seconds

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.bench import engine_compare as EC
-from attnsel.bench import verify as V
-from attnsel.bench import verify_verdict as VV
+from attnsel.bench.verify import compare as EC
+from attnsel.bench.verify import run as V
+from attnsel.bench.verify import verdict as VV
 from attnsel.bench.tools import verify_fixture
 from attnsel.cli.app import app
 

@@ -24,7 +24,7 @@ from attnsel.attention.hybrid.layout import HybridLayout
 from attnsel.attention.hybrid.state import state_dtypes, state_shapes
 from attnsel.attention.kernels.kv_quant import is_fp8
 from attnsel.attention.rules import MultipleOf
-from attnsel.attention.selector import VllmRaises
+from attnsel.attention.selector.engine import VllmRaises
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SOURCE = "interface.py Platform._align_hybrid_block_size"

@@ -12,7 +12,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .paged import PagedBatch, Workload
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
 
 BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
 # vLLM's dense MLA backends (vllm-rules §3b), timed at decode over a latent cache (kernels/mla.py)
@@ -61,7 +61,7 @@ class KernelAdapter(Protocol):
 class PrebuildingAdapter(Protocol):
     """An OPTIONAL hook an adapter may add (not part of KernelAdapter: most adapters lack it).
 
-    A pre-spawned tune worker (bench/worker.py, Prebuild) calls it in a background thread after
+    A pre-spawned tune worker (bench/worker/main.py, Prebuild) calls it in a background thread after
     importing the library and BEFORE it may touch CUDA, while the previous backend is timing on
     the GPU: compile what `prepare()` would JIT-compile for these workloads into the library's
     on-disk cache (nvcc / ninja: CPU work). It must not create a CUDA context, allocate on the GPU
@@ -127,7 +127,7 @@ def shape_kind_reason(w: "Workload", *, mla: bool = False, fp8: bool = False) ->
     """Why a provider cannot run `w` because of what it is, not its size: an MLA workload for a
     non-MLA kernel (or the reverse), or an fp8 KV cache for a provider without an fp8 path
     (`fp8`: the provider has one)."""
-    from .kv_quant import is_fp8
+    from attnsel.attention.kernels.kv_quant import is_fp8
 
     is_mla = getattr(w, "kv_lora_rank", None) is not None
     if is_mla != mla:

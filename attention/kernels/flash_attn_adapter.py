@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from .base import (
+from attnsel.attention.kernels.base import (
     PreparedKernel,
     compute_capability,
     cuda_device_reason,
@@ -100,7 +100,7 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
     def availability(self) -> str | None:
         import os
 
-        from .vllm_backend import STANDINS_ENV
+        from attnsel.attention.kernels.vllm.backend import STANDINS_ENV
 
         if os.environ.get(STANDINS_ENV) == "1":
             return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins"

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
+from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
                    module_importable, shape_kind_reason)
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
@@ -115,7 +115,7 @@ def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int
     """The JIT modules plan() will ask for, for workloads of these kinds (decode / prefill / mixed:
     mixed = decodes + a prefill chunk, like vLLM's split_decodes_and_prefills). An fp8 cache with
     a 16-bit query: tensor-core decode and prefill both plan "fa2" (one module)."""
-    from .kv_quant import fp8_format, is_fp8
+    from attnsel.attention.kernels.kv_quant import fp8_format, is_fp8
 
     if dtype not in ("bfloat16", "float16") or head_size not in SUPPORTED_HEAD_SIZES:
         return []  # unsupported_reason() refuses these rows: nothing will be planned
@@ -293,7 +293,7 @@ class FlashInferAdapter:
         import flashinfer
         import torch
 
-        from .paged import split_into_kernel_blocks
+        from attnsel.attention.kernels.paged import split_into_kernel_blocks
 
         cache_block_size = b.block_size
         b = split_into_kernel_blocks(b, kernel_block_size_for(b.block_size, SUPPORTED_BLOCK_SIZES) or b.block_size)

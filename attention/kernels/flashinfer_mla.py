@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from .base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
+from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
                    module_importable, shape_kind_reason)
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # vLLM's FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE
@@ -57,8 +57,8 @@ class FlashInferMlaAdapter:
         import flashinfer
         import torch
 
-        from .flashinfer_adapter import paged_kv_metadata
-        from .mla import split_into_kernel_blocks
+        from attnsel.attention.kernels.flashinfer_adapter import paged_kv_metadata
+        from attnsel.attention.kernels.mla import split_into_kernel_blocks
 
         cache_block_size = b.block_size
         b = split_into_kernel_blocks(b, kernel_block_size_for(b.block_size, KERNEL_BLOCK_SIZES) or b.block_size)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from .base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
 CPU_MAX_KV_TILE = 32
@@ -210,7 +210,7 @@ class FlexAttentionAdapter:
 
 def _walkable_on_this_device(b, compiled: bool):
     """(the batch, notes): on CPU, compiled, large pages are walked as smaller kernel blocks."""
-    from .paged import split_into_kernel_blocks
+    from attnsel.attention.kernels.paged import split_into_kernel_blocks
 
     if b.query.device.type == "cpu" and compiled and b.block_size > CPU_MAX_KV_TILE:
         # torch 2.13's CPU flex template emits C++ that does not compile for kv tiles >= 64

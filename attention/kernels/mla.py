@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass, replace
 import torch
 
-from . import kv_quant
-from .paged import Workload, _ragged_lengths, shuffled_block_table, torch_dtype
+from attnsel.attention.kernels import kv_quant
+from attnsel.attention.kernels.paged import Workload, _ragged_lengths, shuffled_block_table, torch_dtype
 
 DEEPSEEK_QK_NOPE_HEAD_DIM = 128  # DeepSeek-V2/V3/R1, Kimi-K2: the default when a workload names none
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import kv_quant
-from .base import kernel_block_size_for  # noqa: F401  (re-exported)
+from attnsel.attention.kernels import kv_quant
+from attnsel.attention.kernels.base import kernel_block_size_for  # noqa: F401  (re-exported)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KINDS = ("decode", "prefill", "mixed")
@@ -307,7 +307,7 @@ def reference_attention(b) -> torch.Tensor:
     with KV length L and Q new tokens sits at position L-Q+i and sees keys at positions <= L-Q+i.
     An MLA batch (mla.MlaBatch) gets its own reference (absorbed MLA, mla.reference_mla)."""
     if getattr(b, "kv_lora_rank", None) is not None:
-        from .mla import reference_mla
+        from attnsel.attention.kernels.mla import reference_mla
 
         return reference_mla(b)
     seq_lens, q_lens = b.host_lists()

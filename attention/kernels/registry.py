@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import BACKENDS, MLA_BACKENDS, KernelAdapter
+from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, KernelAdapter
 
 
 def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
@@ -21,16 +21,16 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
       FlashInfer's BatchMLAPagedAttentionWrapper (a named stand-in). The other MLA kernels ship
       only inside vLLM (vllm._flashmla_C, vllm.vllm_flash_attn, its Triton decode, CUTLASS MLA).
     """
-    from . import flash_attn_adapter as fa
-    from .flashinfer_adapter import FlashInferAdapter
-    from .flex_adapter import FlexAttentionAdapter
-    from .triton_paged import AttnselTritonAdapter
-    from .vllm_backend import VllmBackendAdapter
+    from attnsel.attention.kernels import flash_attn_adapter as fa
+    from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter
+    from attnsel.attention.kernels.flex_adapter import FlexAttentionAdapter
+    from attnsel.attention.kernels.triton_paged import AttnselTritonAdapter
+    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
 
     key = backend.upper()
     if key in MLA_BACKENDS:
-        from .flashinfer_mla import FlashInferMlaAdapter
-        from .vllm_mla import VllmMlaAdapter
+        from attnsel.attention.kernels.flashinfer_mla import FlashInferMlaAdapter
+        from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
 
         return [VllmMlaAdapter(key, device=device)] + ([FlashInferMlaAdapter()] if key == "FLASHINFER_MLA" else [])
     if key == "FLASHINFER":

@@ -3,7 +3,7 @@
 Our kernels (source in `_triton_kernels.py`) take vLLM's NHD per-block layout directly and walk
 the block table; they run on GPU (Triton 3.6+) and on CPU under TRITON_INTERPRET=1.
 
-Tuning knobs (all sweepable from bench/kernel_check.py --triton-configs all):
+Tuning knobs (all sweepable from bench/tools/kernel_check.py --triton-configs all):
 - DecodeConfig: block_n (KV tokens per tile), num_splits (flash-decoding splits, 0 = heuristic),
   num_warps, num_stages.
 - PrefillConfig: block_q (query tokens per tile; rows = block_q x padded group), block_n,
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
 DEFAULT_SM_COUNT = 132
@@ -107,7 +107,7 @@ KV_CAST = {"float16": 1, "bfloat16": 2, "float32": 3}
 
 def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int, dtype: str,
                     kv_cache_dtype: str = "auto") -> str | None:
-    from .kv_quant import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES
+    from attnsel.attention.kernels.kv_quant import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES
 
     if kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES:
         return f"kv cache dtype {kv_cache_dtype} not supported"
@@ -137,9 +137,9 @@ class PagedAttentionLauncher:
     def __init__(self, b, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
         import torch
 
-        from . import _triton_kernels
-        from .kv_quant import is_fp8
-        from .paged import dtype_name
+        from attnsel.attention.kernels import _triton_kernels
+        from attnsel.attention.kernels.kv_quant import is_fp8
+        from attnsel.attention.kernels.paged import dtype_name
 
         self.kernels = _triton_kernels.jitted()
         # Triton 3.9's interpreter gets bf16 tl.dot wrong; see _triton_kernels' docstring.
@@ -260,7 +260,7 @@ def _sync(device) -> None:
 
 
 def _triton_provider() -> str:
-    from . import _triton_kernels
+    from attnsel.attention.kernels import _triton_kernels
 
     mode = " interpreter" if _triton_kernels.interpreting() else ""
     return f"attnsel triton (triton {installed_version('triton') or '?'}{mode})"
@@ -288,14 +288,14 @@ class AttnselTritonAdapter:
                                  getattr(w, "kv_cache_dtype", "auto"))
         if reason:
             return reason
-        from . import _triton_kernels
+        from attnsel.attention.kernels import _triton_kernels
 
         if not str(device).startswith("cuda") and not _triton_kernels.interpreting():
             return "on CPU Triton runs only under TRITON_INTERPRET=1"
         return None
 
     def prepare(self, b) -> PreparedKernel:
-        from .paged import dtype_name
+        from attnsel.attention.kernels.paged import dtype_name
 
         reason = check_supported(b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size, dtype_name(b.query),
                                  b.kv_cache_dtype)

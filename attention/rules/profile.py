@@ -22,7 +22,7 @@ from attnsel.attention.rules.spec import (
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
-    from attnsel.attention.selector import SelectionContext, SelectorInputs
+    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
 
 
 _OPTIONAL_SPEC_FIELDS = (
@@ -82,20 +82,20 @@ class RuleProfile:
 
     @cached_property
     def block_size_flow(self) -> Any:
-        """The start-up path that settles the KV block size (attention/block_size_flows.py)."""
+        """The start-up path that settles the KV block size (attention/selector/block_size.py)."""
         return self.code.block_size_flow()
 
     @cached_property
     def model_rules(self) -> Any:
-        """What vLLM derives from a model config in this version (attention/model_rules.py)."""
-        from attnsel.attention.model_rules import model_rules_from_data
+        """What vLLM derives from a model config in this version (attention/model/rules.py)."""
+        from attnsel.attention.model.rules import model_rules_from_data
 
         return model_rules_from_data(self.name, self.data["models"])
 
     @property
     def cudagraph(self) -> Optional[dict]:
         """How this release launches a step's attention (CUDA-graph mode, capture sizes, each
-        builder's AttentionCGSupport): attention/cudagraph.py reads it for tune's launch modes."""
+        builder's AttentionCGSupport): attention/selector/cudagraph.py reads it for tune's launch modes."""
         return self.data.get("cudagraph")
 
     @property

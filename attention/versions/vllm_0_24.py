@@ -20,7 +20,7 @@ from attnsel.attention.rules.spec import (
 from attnsel.attention.versions import seed_0_17
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector import SelectionContext, SelectorInputs
+    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
 
 
 class Rules(seed_0_17.Rules):

@@ -1,4 +1,4 @@
-"""A release's CUDA-graph facts (attention/versions/*.json `cudagraph`, read by attention/cudagraph.py),
+"""A release's CUDA-graph facts (attention/versions/*.json `cudagraph`, read by attention/selector/cudagraph.py),
 from the installed wheel's source: each modelled backend's metadata builder `_cudagraph_support` /
 `get_cudagraph_support`, and where VllmConfig settles the default mode and the largest capture size.
 
@@ -32,7 +32,7 @@ def _matching_lines(source: str, pattern: re.Pattern, context: int = 1) -> list[
 
 
 def builder_lines(backend: str) -> dict[str, Any]:
-    from attnsel.attention.live import vllm_runtime
+    from attnsel.attention.explain.live import vllm_runtime
 
     enum = vllm_runtime(offline=True).registry.AttentionBackendEnum
     try:

@@ -2,7 +2,7 @@
 
     python -m attnsel.bench.tools.hybrid_live [--vllm-version 0.33] [--record tests/fixtures/hybrid/hybrid_033.json]
 
-For each bundled hybrid config, GPU and flag set, on a stand-in VllmConfig (attention/live_runtime.py,
+For each bundled hybrid config, GPU and flag set, on a stand-in VllmConfig (attention/explain/live_runtime.py,
 offline) with the backend attnsel selected as every attention layer's (`_find_non_ssm_backend(s)` reads
 a built model: vllm-rules §10; GLM-5-Next's indexer cache backends ahead of it) and the model's real class from vLLM's registry, vLLM decides:
 - prefix caching (`ModelConfig.is_prefix_caching_supported` unless the flag is given), the Mamba cache
@@ -40,8 +40,8 @@ CAPABILITIES = ((9, 0), (8, 0), (10, 0))
 
 
 def _attnsel(model: str, version: Optional[str], cc: tuple[int, int], flags: dict) -> Any:
-    from attnsel.attention import model_config
-    from attnsel.attention.request import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.model import config as model_config
+    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
     from attnsel.attention.versions.choice import get_profile
 
     profile = get_profile(version)
@@ -253,7 +253,7 @@ def _case(runtime: Any, model: str, version: Optional[str], cc: tuple[int, int],
 
 def _known_models(version: Optional[str], models: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The models the profile knows (GLM-5-Next's model type came with 0.33), and the others."""
-    from attnsel.attention import model_config
+    from attnsel.attention.model import config as model_config
     from attnsel.attention.versions.choice import get_profile
     from attnsel.errors import UserInputError
 
@@ -284,7 +284,7 @@ def _unparsed_mode(version: Optional[str], flags: dict) -> Optional[dict]:
 
 
 def run(version: Optional[str], models: tuple[str, ...] = MODELS) -> dict:
-    from attnsel.attention.live_runtime import vllm_runtime
+    from attnsel.attention.explain.live_runtime import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     _without_cutlass_probe()

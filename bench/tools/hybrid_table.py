@@ -18,9 +18,9 @@ HEADER = ("| model | vLLM | state | state page | attn B/token | backend | block 
 
 
 def row(model: str, version: str, gpu: str) -> str:
-    from attnsel.attention.explain_answers import model_facts, resolve_gpu
-    from attnsel.attention.model_config import load_model_config
-    from attnsel.attention.request import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.explain.answers import model_facts, resolve_gpu
+    from attnsel.attention.model.config import load_model_config
+    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
     from attnsel.attention.versions.choice import get_profile
     from attnsel.errors import UserInputError
 

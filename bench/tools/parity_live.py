@@ -7,7 +7,7 @@ Run it with the Python of an environment where vLLM is installed (any machine: n
 release other than the installed one, `python -m attnsel.bench.tools.release_env run 0.24.0 --
 -m attnsel.bench.tools.parity_live ...` builds and uses that release's environment.
 
-What it drives is vLLM's own code, not a copy (attention/live.py `ask_vllm`): the release's
+What it drives is vLLM's own code, not a copy (attention/explain/live.py `ask_vllm`): the release's
 start-up on a stand-in VllmConfig -- `check_and_update_config` where the block size is settled at
 config time (0.17 and older), `get_attn_backend_cls` for the layers' choice, `get_valid_backends`
 (vLLM's priority list for the target capability, then each backend's real `validate_configuration`)
@@ -15,7 +15,7 @@ with the selector config the layers really pass, `validate_configuration` of an 
 `--attention-backend`, and `Platform.update_block_size_for_backend` (0.18 on) with the selected
 backend as every layer's (`_find_non_ssm_backend(s)` reads the built model, which a harness without a
 model lacks: vllm-rules §10; a hybrid model's Mamba alignment is left out, phase 1 only).
-attention/live_runtime.py (`offline=True`) sets up what a real start-up on the target GPU would give
+attention/explain/live_runtime.py (`offline=True`) sets up what a real start-up on the target GPU would give
 those functions, and nothing else:
 - `current_platform` is a `CudaPlatformBase` subclass reporting the target capability;
 - the current VllmConfig is a stand-in built from the case (attention_config with the backend,
@@ -126,10 +126,10 @@ VIT_HEADS = [8, 16, 24, 32, 40, 48, 64, 72, 80, 88, 96, 104, 112, 120, 128, 160,
 
 def vit_parity(runtime: Any, profile: Any) -> dict:
     """`CudaPlatformBase.get_vit_attn_backend(head_size, dtype)` (no override) on every capability,
-    head size and dtype, against attention/vit.py."""
+    head size and dtype, against attention/selector/vit.py."""
     import types
 
-    from attnsel.attention.vit import vit_backend
+    from attnsel.attention.selector.vit import vit_backend
 
     answers: dict[str, list[str]] = {}
     mismatches = []
@@ -154,7 +154,7 @@ def vit_parity(runtime: Any, profile: Any) -> dict:
 
 
 def _vit_context(cc: tuple[int, int]) -> Any:
-    from attnsel.attention.selector import SelectionContext
+    from attnsel.attention.selector.engine import SelectionContext
 
     return SelectionContext(capability=cc)
 
@@ -166,8 +166,8 @@ def _torch_dtype(name: str) -> Any:
 
 
 def _compare_case(profile: Any, inputs: Any, ctx: Any) -> tuple[Any, Any, list]:
-    from attnsel.attention.live import Mismatch, ask_vllm, compare
-    from attnsel.attention.selector import explain
+    from attnsel.attention.explain.live import Mismatch, ask_vllm, compare
+    from attnsel.attention.selector.engine import explain
 
     ours = explain(profile, inputs, ctx)
     live = ask_vllm(inputs, ctx, offline=True)
@@ -181,9 +181,9 @@ def _compare_case(profile: Any, inputs: Any, ctx: Any) -> tuple[Any, Any, list]:
 
 def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
         focus: str = "all") -> tuple[dict, list[dict]]:
-    from attnsel.attention.live import require_vllm, vllm_runtime
+    from attnsel.attention.explain.live import require_vllm, vllm_runtime
     from attnsel.attention.rules import select_profile
-    from attnsel.attention.selector import SelectionContext, SelectorInputs, strip_unknown_inputs
+    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, strip_unknown_inputs
     from attnsel.errors import AttnselError
 
     installed = require_vllm()

@@ -10,7 +10,7 @@ dtype, the layer's fp8 scales and query quantization (QuantFP8, run natively), a
 TRITON_MLA) vLLM's own Triton kernels run by the Triton interpreter on CPU tensors, compared with
 attnsel's fp32 reference. Every backend is checked with a 16-bit and an fp8 KV cache where vLLM's
 class accepts fp8 (otherwise the row says vLLM's reason).
-What is not: the platform is a CUDA platform stand-in reporting an H100 (attention/live.py, as the
+What is not: the platform is a CUDA platform stand-in reporting an H100 (attention/explain/live.py, as the
 parity harness does); extensions that need a driver are empty modules and `torch.ops._C` answers
 False to capability probes; the CUDA-only kernel calls (FA3, FlashInfer's wrappers, FlashMLA, FA3
 MLA, FlashInfer's TRT-LLM MLA) are replaced by recorders (cpu_recorders.py) that compute the
@@ -60,7 +60,7 @@ class _FakeOpNamespace:
 def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 80GB HBM3") -> Any:
     import torch
 
-    from attnsel.attention.live_runtime import vllm_runtime
+    from attnsel.attention.explain.live_runtime import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     runtime.platform_cls.target = runtime.capability(capability)
@@ -132,7 +132,7 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
 def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
     """The recorded layer: Llama-3.1-8B's (32/8 heads, d128) or, for an MLA backend, DeepSeek-V3's
     at TP 8 (16 heads, latent 512 + 64), bf16, on an H100 with vllm serve's limits."""
-    from attnsel.attention.kernels.vllm_stack import MlaDims, StackSpec
+    from attnsel.attention.kernels.vllm.stack import MlaDims, StackSpec
 
     if backend in MLA_BACKENDS:
         return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
@@ -141,7 +141,7 @@ def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
 
 
 def _record_backend(builder: Any, backend: str) -> dict:
-    from attnsel.attention.kernels.vllm_stack import backend_class, call_accepting
+    from attnsel.attention.kernels.vllm.stack import backend_class, call_accepting
 
     cls = backend_class(backend)
     entry: dict = {"block_sizes": {}, "is_mla": bool(cls.is_mla()),
@@ -178,7 +178,7 @@ def record_stacks(backends: list[str]) -> dict:
     facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and resolved mode, kernel
     block size, KV-cache shape and stride order, dispatcher answers, the fp8 KV-cache storage dtype
     and whether the impl takes an fp8 query)."""
-    from attnsel.attention.kernels.vllm_stack import StackBuilder
+    from attnsel.attention.kernels.vllm.stack import StackBuilder
 
     import vllm  # type: ignore
 

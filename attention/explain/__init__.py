@@ -1,0 +1,1 @@
+"""What `attnsel explain` answers: per GPU, across releases, and live against the installed vLLM."""

@@ -1,0 +1,236 @@
+"""What `attnsel explain` answers, before anything is printed: the GPU it answers for, the model
+config it reads, vLLM's explanation for one GPU or for every GPU family of the built-in table,
+and the model section (vLLM's dtype lines, the ViT backend). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Optional
+
+from attnsel.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from attnsel.attention.selector.request import SelectionRequest
+    from attnsel.attention.selector.engine import Explanation
+
+DEFAULT_SOURCE = "bundled default"
+
+
+# --- the GPU ---------------------------------------------------------------------------------------
+def parse_capability(text: str) -> tuple[int, int]:
+    """"9.0" / "9" / "sm90" / "90" -> (9, 0) (probe/capability.py, the one parser)."""
+    from attnsel.probe.capability import parse_capability as parse
+
+    return parse(text, "--capability")
+
+
+def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
+    """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
+    try:
+        from attnsel.probe.collect import collect_probe
+    except ImportError:
+        collect_probe = None
+    report = None
+    if collect_probe is not None:
+
+        class _NoTorch:  # keep `explain` torch-free: no torch.cuda fallback
+            def inventory(self):
+                return None
+
+            def measure_copy_gbps(self, pairs):
+                return {}
+
+        try:
+            report = collect_probe(torch=_NoTorch())
+        except Exception:  # noqa: BLE001 -- detection is best effort; the caller says what to do
+            report = None
+    gpus = [g for g in (report.gpus if report else ()) if g.compute_capability is not None]
+    if not gpus:
+        return None
+    return gpus[0].name, tuple(gpus[0].compute_capability)
+
+
+def resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> Optional[tuple[Optional[str], tuple[int, int]]]:
+    """--capability, --gpu NAME, else the GPU of this machine; None when there is none."""
+    if capability is not None:
+        cc = parse_capability(capability)
+        name = None
+        if gpu is not None:
+            from attnsel.probe.gpu_table import find_gpu
+
+            name = find_gpu(gpu).name
+        return name, cc
+    if gpu is not None:
+        from attnsel.probe.gpu_table import find_gpu
+
+        spec = find_gpu(gpu)
+        return spec.name, spec.compute_capability
+    return detect_gpu()
+
+
+# --- the model ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ModelChoice:
+    """Which model config explain reads: --model, or the bundled default when no head size is given.
+    The config is read once, here (standard input can only be read once)."""
+
+    name: str
+    source: str  # "bundled default" | "catalog" | "path" | "folder" | "stdin" | "pipe" | "Hugging Face ..."
+    config: dict = dataclasses.field(default_factory=dict, compare=False)
+
+
+def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[ModelChoice]:
+    from attnsel.attention.model import config as model_config
+
+    if model is not None:
+        source, config = model_config.load_model_source(model)
+        return ModelChoice(model, source.source, config)
+    if head_size is None:
+        return ModelChoice(model_config.DEFAULT_MODEL, DEFAULT_SOURCE,
+                           model_config.load_model_config(model_config.DEFAULT_MODEL))
+    return None
+
+
+def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules,
+                mamba_dtypes: tuple[Optional[str], Optional[str]] = (None, None)):
+    """`mamba_dtypes`: (--mamba-ssm-cache-dtype, --mamba-cache-dtype), None for "auto"."""
+    from attnsel.attention.model import config as model_config
+
+    ssm, conv = mamba_dtypes
+    return model_config.derive_model_facts(
+        hf_config, capability=capability, dtype=dtype or "auto", tensor_parallel_size=tp,
+        gpu_name=gpu_name, profile=model_rules, mamba_ssm_cache_dtype=ssm or "auto", mamba_cache_dtype=conv or "auto",
+    )
+
+
+def model_doc(model: Optional[ModelChoice], hf_config: Optional[dict]) -> Optional[dict]:
+    if model is None:
+        return None
+    model_type = hf_config.get("model_type") if hf_config else None
+    return {"name": model.name, "source": model.source, "model_type": model_type}
+
+
+def model_section(
+    choice: Optional[ModelChoice], facts: Any, profile, capability, vit_override: Optional[str], importable
+) -> Optional[dict]:
+    """The model's part of the answer: vLLM's lines about it, its dtype error, its ViT backend."""
+    if facts is None:
+        return None
+    section: dict[str, Any] = {
+        "name": choice.name if choice else None,
+        "source": choice.source if choice else None,
+        "model_type": getattr(facts, "model_type", None),
+        "warnings": list(getattr(facts, "warnings", ()) or ()),
+        "infos": list(getattr(facts, "infos", ()) or ()),
+        "notes": list(getattr(facts, "notes", ()) or ()),
+        "dtype_error": getattr(facts, "dtype_error", None),
+        "vit": None,
+    }
+    vision = getattr(facts, "vision", None)
+    if vision is not None:
+        from attnsel.attention.selector.engine import VllmRaises
+        from attnsel.attention.selector.vit import vit_backend
+
+        try:
+            vit = vit_backend(profile, vision.head_size, vision.dtype, capability, vit_override, importable)
+            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, **vit.to_dict(), "error": None}
+        except VllmRaises as exc:
+            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, "backend": None,
+                              "log": None, "error": exc.message}
+    return section
+
+
+def ignored_flags(req: SelectionRequest) -> list[str]:
+    """Flags an attention-free model gives nothing to apply to."""
+    return [f for f, v in (("--attention-backend", req.attention_backend), ("--block-size", req.block_size)) if v]
+
+
+# --- the explanation -------------------------------------------------------------------------------
+def explain_one(profile, inputs, ctx, choice, notes=()):
+    """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and why."""
+    from attnsel.attention.selector.request import explain_selection
+
+    expl = explain_selection(profile, inputs, ctx, list(notes))
+    explicit = ()
+    if expl.hybrid is not None and expl.error is None:
+        from attnsel.attention.hybrid.explicit import explicit_block_sizes
+
+        explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
+    return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
+                               explicit_block_sizes=explicit)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixRow:
+    """One GPU family of `explain --gpu all`. `explanation` is None when vLLM already refuses the
+    model config on this GPU (`model_error`, e.g. a model type without float16 support)."""
+
+    family: str
+    gpu: str
+    explanation: Optional[Explanation]
+    capability: Optional[tuple[int, int]] = None
+    model_error: Optional[str] = None
+    model_warnings: tuple[str, ...] = ()  # vLLM's dtype lines for this GPU (e.g. the bf16 fallback)
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.model_error if self.explanation is None else self.explanation.error
+
+    def to_dict(self) -> dict:
+        e = self.explanation
+        capability = e.capability if e is not None else self.capability
+        return {
+            "family": self.family,
+            "gpu": self.gpu,
+            "capability": f"{capability[0]}.{capability[1]}" if capability else None,
+            "dtype": e.inputs.dtype if e else None,
+            "selected": e.selected if e else None,
+            "block_size": e.block_size if e else None,
+            "kernel_block_size": e.kernel_block_size if e else None,
+            "valid_backends": e.valid_backends if e else [],
+            "valid_count": len(e.valid_backends) if e else 0,
+            "total_count": len(e.backends) if e else 0,
+            "error": self.error,
+            "model_warnings": list(self.model_warnings),
+            "exit_code": e.exit_code if e else 1,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    """`explain --gpu all`: one row per GPU family, the model it was asked about, and whether that
+    model has no attention layers (as derived for the last family of the table)."""
+
+    rows: list[MatrixRow]
+    model: Optional[dict]
+    attention_free: bool
+
+
+def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable) -> Matrix:
+    """One row per GPU family of the built-in table; with a model, its facts are derived again for
+    each GPU (--dtype auto resolves per capability, vllm-rules §6)."""
+    from attnsel.attention.selector.request import build_selection
+    from attnsel.probe.gpu_table import families
+
+    profile = choice.profile
+    hf_config = model.config if model is not None else None
+    rows = []
+    facts = None
+    for family, spec in families():
+        cc = spec.compute_capability
+        facts = None
+        if hf_config is not None:
+            try:
+                facts = model_facts(hf_config, req.dtype, tp, cc, spec.name, profile.model_rules,
+                                    (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
+            except CheckFailed as exc:  # vLLM refuses the model config on this GPU (e.g. no float16)
+                rows.append(MatrixRow(family, spec.key, None, capability=cc, model_error=exc.message))
+                continue
+        inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc,
+                                             gpu_name=spec.name, importable=importable)
+        expl = explain_one(profile, inputs, ctx, choice, notes)
+        warnings = tuple(facts.warnings) if facts is not None else ()
+        rows.append(MatrixRow(family, spec.key, expl, capability=cc, model_warnings=warnings))
+    attention_free = facts is not None and facts.is_attention_free
+    return Matrix(rows, model_doc(model, hf_config), attention_free)

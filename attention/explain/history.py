@@ -1,0 +1,139 @@
+"""How one deployment's verdict changed across vLLM releases (`attnsel explain --vllm-version all`).
+
+The same request (flags, a model config, one GPU) goes through every release profile in
+attention/versions/, oldest first, exactly as `attnsel explain --vllm-version X` would answer it
+(model facts derived again with each release's model rules); consecutive answers are then compared:
+which backends became valid or stopped being valid, whether the pick or the KV block size changed,
+whether vLLM started or stopped raising. Pure, no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from attnsel.errors import AttnselError, UserInputError
+
+
+@dataclass(frozen=True)
+class ReleaseVerdict:
+    """One release's answer. `explanation` is None when this release refuses the request before any
+    backend is asked (a model config it cannot load, a flag value it rejects): `error` says why."""
+
+    profile: str
+    vllm_version: str
+    explanation: Any = None
+    error: Optional[str] = None
+    profile_note: Optional[str] = None
+
+    @property
+    def valid_backends(self) -> list[str]:
+        return self.explanation.valid_backends if self.explanation is not None else []
+
+    @property
+    def selected(self) -> Optional[str]:
+        return self.explanation.selected if self.explanation is not None else None
+
+    @property
+    def block_size(self) -> Optional[int]:
+        e = self.explanation
+        return e.block_size if e is not None and e.selected is not None else None
+
+    @property
+    def vllm_error(self) -> Optional[str]:
+        """What stops this release: its refusal of the request, else vLLM's own error."""
+        return self.error if self.explanation is None else self.explanation.error
+
+
+@dataclass(frozen=True)
+class ReleaseChange:
+    """What differs between two consecutive releases' answers (empty lists / None: unchanged)."""
+
+    before: str  # vLLM version
+    after: str
+    became_valid: list[str] = field(default_factory=list)
+    became_invalid: list[str] = field(default_factory=list)
+    selected: Optional[tuple[Optional[str], Optional[str]]] = None
+    block_size: Optional[tuple[Optional[int], Optional[int]]] = None
+    error: Optional[tuple[Optional[str], Optional[str]]] = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.became_valid or self.became_invalid or self.selected or self.block_size or self.error)
+
+
+@dataclass(frozen=True)
+class ReleaseHistory:
+    releases: list[ReleaseVerdict]
+    changes: list[ReleaseChange]
+    capability: tuple[int, int]
+    gpu_name: Optional[str] = None
+
+
+def compare_releases(before: ReleaseVerdict, after: ReleaseVerdict) -> ReleaseChange:
+    old_valid, new_valid = before.valid_backends, after.valid_backends
+
+    def pair(old: Any, new: Any) -> Optional[tuple]:
+        return None if old == new else (old, new)
+
+    return ReleaseChange(
+        before=before.vllm_version,
+        after=after.vllm_version,
+        became_valid=[name for name in new_valid if name not in old_valid],
+        became_invalid=[name for name in old_valid if name not in new_valid],
+        selected=pair(before.selected, after.selected),
+        block_size=pair(before.block_size, after.block_size),
+        error=pair(before.vllm_error, after.vllm_error),
+    )
+
+
+# explain_release(profile) -> Explanation; raises AttnselError when the release refuses the request
+ExplainRelease = Callable[[Any], Any]
+
+
+def release_history(explain_release: ExplainRelease, capability: tuple[int, int], gpu_name: Optional[str] = None,
+                    profile_names: Optional[list[str]] = None) -> ReleaseHistory:
+    """Every release profile's answer (oldest first) and what changed from one release to the next.
+    `explain_release` builds and explains the request for one profile (the CLI's explain path)."""
+    from attnsel.attention.versions.choice import load_profile, release_profiles
+
+    verdicts = []
+    refusals: list[AttnselError] = []
+    for name in profile_names or release_profiles():
+        profile = load_profile(name)
+        try:
+            verdicts.append(ReleaseVerdict(name, profile.vllm_version, explanation=explain_release(profile)))
+        except AttnselError as exc:  # this release rejects the request (a backend it lacks, the model config)
+            refusals.append(exc)
+            verdicts.append(ReleaseVerdict(name, profile.vllm_version, error=exc.message))
+    bad_input = [exc for exc in refusals if isinstance(exc, UserInputError)]
+    if verdicts and len(bad_input) == len(verdicts):  # wrong for every release: the request itself is bad
+        raise bad_input[-1]
+    changes = [compare_releases(a, b) for a, b in zip(verdicts, verdicts[1:])]
+    return ReleaseHistory(verdicts, changes, tuple(capability), gpu_name)
+
+
+def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: Optional[str] = None,
+                        hf_config: Optional[Mapping] = None, tensor_parallel_size: int = 1,
+                        importable_for: Optional[Callable[[Any], Mapping[str, bool]]] = None) -> ExplainRelease:
+    """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
+    profile: model facts derived with that release's model rules, then build_selection and
+    explain_selection."""
+    from attnsel.attention.explain.answers import model_facts
+    from attnsel.attention.selector.request import build_selection, explain_selection
+
+    def explain_release(profile: Any) -> Any:
+        facts = None
+        if hf_config is not None:  # as `explain --vllm-version X` derives them, hybrid state dtypes included
+            facts = model_facts(dict(hf_config), request.dtype, tensor_parallel_size, capability, gpu_name,
+                                profile.model_rules, (request.mamba_ssm_cache_dtype, request.mamba_cache_dtype))
+        importable = importable_for(profile) if importable_for is not None else None
+        inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability,
+                                             gpu_name=gpu_name, importable=importable)
+        return explain_selection(profile, inputs, ctx, notes)
+
+    return explain_release
+
+
+__all__ = ["ReleaseChange", "ReleaseHistory", "ReleaseVerdict", "compare_releases", "explain_for_release",
+           "release_history"]

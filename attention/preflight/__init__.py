@@ -1,0 +1,1 @@
+"""`attnsel preflight`: the checks of one deployment, on one host or over a Ray cluster."""

@@ -1,0 +1,273 @@
+"""How a vLLM version settles the KV-cache block size around the layers' backend choice: a strategy
+object per start-up path, named by the version's data (`"block_size_flow": {"kind": ...}`).
+
+- `config_time` (vllm-rules §5f, Feb 2026 main): cuda.py `check_and_update_config` ->
+  `_update_block_size_for_backend` picks the block size first, then the layers select with it.
+- `layer_backends` (vllm-rules §9): the layers select first (with the user's --block-size only),
+  then `Platform.update_block_size_for_backend` picks one size their backends accept.
+
+A release with a new path adds a flow class here (or in its own module) and names it in its data.
+Hybrid attention + Mamba models plug in through `hybrid_block_size`, which sees the selected
+backends and the attention block size and returns the size vLLM ends with.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Optional
+
+from attnsel.attention.rules import MultipleOf, RuleProfile, kernel_sizes_repr
+from attnsel.attention.selector.engine import (
+    Run,
+    SelectionContext,
+    SelectorInputs,
+    VllmRaises,
+    get_attn_backend_cls,
+    get_valid_backends,
+    reasons_str,
+    select_attention_backend,
+)
+
+FlowResult = tuple[Optional[int], Optional[str], Optional[SelectorInputs]]  # block size, backend, layer config
+
+
+class BlockSizeFlow:
+    """One start-up path. `run` returns (block size, selected backend, the layers' selector config)."""
+
+    kind = ""
+    hybrid_note = "hybrid (attention + Mamba) model: attnsel does not compute vLLM's block size without its config"
+
+    def __init__(self, **params: Any):
+        self.params = params
+
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+        raise NotImplementedError
+
+    def layer_inputs(self, inputs: SelectorInputs) -> SelectorInputs:
+        """The selector inputs vLLM validates the priority list with (what `explain` shows)."""
+        return inputs
+
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+        """Log lines `get_attn_backend_cls` adds once a layer picked `chosen` (none by default)."""
+
+    def hybrid_block_size(
+        self, run: Run, inputs: SelectorInputs, backends: list[str], block_size: Optional[int], notes: list[str]
+    ) -> Optional[int]:
+        """The block size of an attention + Mamba model: the attention page made at least one Mamba
+        state page (attention/hybrid/pages.py, the version data's `hybrid` rules). Without a state
+        layout (flags only, or a model type attnsel has no shape formula for) the size stays, with a note."""
+        if run.ctx.hybrid is None or "hybrid" not in run.profile.data:
+            notes.append(self.hybrid_note)
+            return block_size
+        from attnsel.attention.hybrid.pages import SOURCE, align_hybrid_block_size
+
+        lines: list[tuple[str, str]] = []
+        try:
+            answer = align_hybrid_block_size(run.profile, run.ctx, inputs, backends, block_size, lines)
+        finally:
+            for level, message in lines:
+                run.log(level, message, SOURCE if "size" in message else "models/config.py MambaModelConfig")
+        run.hybrid = answer
+        run.block_size = answer.block_size
+        if run.profile.data["hybrid"].get("check_aligned_block_size") and answer.block_size != block_size and backends:
+            error = aligned_block_size_error(run.profile, backends, answer.block_size, run.ctx)
+            if error is not None:
+                raise VllmRaises(error)  # 0.33 Platform._check_aligned_block_size
+        return answer.block_size
+
+    @staticmethod
+    def attention_free(run: Run, inputs: SelectorInputs, block_size: Optional[int], notes: list[str]) -> FlowResult:
+        notes.append("attention-free model: no attention layer asks for a backend")
+        return block_size, None, None
+
+
+class ConfigTimeFlow(BlockSizeFlow):
+    """vllm-rules §5f then §5d: the block size is settled at config time, then the layers select.
+    Hybrid models are skipped there (HybridAttentionMambaModelConfig sets their block size)."""
+
+    kind = "config_time"
+    hybrid_note = (
+        "hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state "
+        "(HybridAttentionMambaModelConfig); attnsel does not compute that size without the model's config"
+    )
+
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+        if run.ctx.is_hybrid:
+            block_size = self.hybrid_block_size(run, inputs, [], inputs.block_size, notes)
+        else:
+            block_size = update_block_size_for_backend_at_config_time(run, inputs, user_backend)
+        run.block_size = block_size
+        if run.ctx.is_attention_free:
+            return self.attention_free(run, inputs, block_size, notes)
+        layer_cfg = inputs.replace(block_size=block_size)
+        return block_size, get_attn_backend_cls(run, layer_cfg, user_backend), layer_cfg
+
+
+class LayerBackendsFlow(BlockSizeFlow):
+    """vllm-rules §9: each layer calls get_attn_backend_cls with block_size set only when the user
+    gave --block-size; then update_block_size_for_backend picks one size. Params:
+    `log_precluded_by_block_size` (the warning about higher-priority backends --block-size excluded),
+    `log_format` (the "Setting kv cache block size" line, with {size} and {backends})."""
+
+    kind = "layer_backends"
+    hybrid_note = (
+        "hybrid (attention + Mamba) model: vLLM then aligns the block size with the Mamba state "
+        "(update_block_size_for_backend); without the model's config attnsel shows the attention backend's size only"
+    )
+
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+        if run.ctx.is_attention_free:
+            return self.attention_free(run, inputs, inputs.block_size, notes)
+        selected = get_attn_backend_cls(run, inputs, user_backend)
+        if run.ctx.is_hybrid and run.profile.data.get("hybrid", {}).get("align") == "config_time":
+            # 0.18-0.19: HybridAttentionMambaModelConfig sized the block at config time from --block-size
+            # or the default; update_block_size_for_backend leaves a hybrid model's backends out
+            # (interface.py), and the KV-cache groups run with the aligned size (engine/core.py)
+            block_size = inputs.block_size or run.profile.params["default_block_size"]
+            return self.hybrid_block_size(run, inputs, [selected], block_size, notes), selected, inputs
+        log_format = self.params.get("log_format", "Setting kv cache block size to {size} for {backends} backend(s).")
+        block_size = update_block_size_after_layers(run, inputs, [selected], log_format)
+        if run.ctx.is_hybrid:
+            block_size = self.hybrid_block_size(run, inputs, [selected], block_size, notes)
+        return block_size, selected, inputs
+
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+        if self.params.get("log_precluded_by_block_size") and cfg.block_size is not None:
+            log_precluded_by_block_size(run, cfg, chosen, valid, invalid)
+
+
+FLOWS: dict[str, type[BlockSizeFlow]] = {flow.kind: flow for flow in (ConfigTimeFlow, LayerBackendsFlow)}
+
+
+def flow_from_data(data: dict) -> BlockSizeFlow:
+    """The flow a version's data names: {"kind": ..., other keys are the flow's parameters}."""
+    params = {k: v for k, v in data.items() if k != "kind" and not k.startswith("_")}
+    return FLOWS[data["kind"]](**params)
+
+
+def update_block_size_for_backend_at_config_time(
+    run: Run, inputs: SelectorInputs, user_backend: Optional[str]
+) -> int:
+    """cuda.py `_update_block_size_for_backend` (vllm-rules §5f). Returns the block size it leaves."""
+    profile, ctx = run.profile, run.ctx
+    default = profile.params["default_block_size"]
+    user_block_size = inputs.block_size
+    block_size = user_block_size if user_block_size is not None else default
+    # it builds its own AttentionSelectorConfig: no sinks, decoder, no per-head scales
+    cfg = inputs.replace(has_sink=False, attn_type="decoder", use_per_head_quant_scales=False)
+    chosen = select_attention_backend(profile, user_backend, cfg, ctx, raise_on_invalid=False)
+    if chosen is not None and user_block_size is not None and user_backend is None:
+        optimal = select_attention_backend(profile, None, cfg.replace(block_size=None), ctx, raise_on_invalid=False)
+        if optimal is not None and optimal != chosen:
+            run.log(
+                "warning",
+                f"--block-size {block_size} is not supported by the preferred {optimal} backend. "
+                f"Using {chosen} instead, which may result in reduced performance. Consider removing "
+                "--block-size to auto-select the optimal block size.",
+                "cuda.py _update_block_size_for_backend",
+            )
+    if chosen is not None:
+        if user_block_size is not None or not profile.is_importable(chosen, ctx):
+            return block_size
+        preferred = profile.preferred_block_size(chosen, ctx, block_size)
+        if preferred != block_size:
+            run.log(
+                "info",
+                f"Setting kv cache block size to {preferred} for {chosen} backend.",
+                "cuda.py _update_block_size_for_backend",
+            )
+        return preferred
+    if user_block_size is None:
+        return block_size  # deferred: get_attn_backend_cls raises with the full config
+    if user_backend is not None:
+        supported = (
+            kernel_sizes_repr(profile.kernel_block_sizes(user_backend, ctx))
+            if user_backend in profile.backend_names and profile.is_importable(user_backend, ctx)
+            else "None"
+        )
+        raise VllmRaises(
+            f"User-specified --block-size {block_size} is incompatible with the specified "
+            f"--attention-backend {user_backend} (supported kernel block sizes: {supported}). "
+            "Either remove --block-size to auto-select, or choose a compatible value."
+        )
+    _valid, invalid = get_valid_backends(profile, cfg, ctx)
+    raise VllmRaises(
+        f"No valid attention backend found for --block-size {block_size}. "
+        f"Reasons: {{{reasons_str(invalid)}}}. Either remove --block-size to auto-select, "
+        "or choose a compatible value."
+    )
+
+
+def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    """`get_attn_backend_cls` (vllm-rules §9): higher-priority backends whose ONLY reason was the block size."""
+    priorities = run.profile.priority_list(cfg, run.ctx)
+    chosen_priority = dict(valid)[chosen]
+    excluded = [
+        name for name, reasons in invalid.items()
+        if priorities.index(name) < chosen_priority and reasons == ["block_size not supported"]
+    ]
+    if excluded:
+        run.log(
+            "warning",
+            f"--block-size {cfg.block_size} precluded higher-priority backend(s) {', '.join(excluded)}. "
+            f"Using {chosen} instead, which may result in reduced performance. Consider removing "
+            "--block-size to auto-select the optimal block size.",
+            "cuda.py get_attn_backend_cls",
+        )
+
+
+def common_block_size(
+    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None,
+    inputs: Optional[SelectorInputs] = None,
+) -> int:
+    """`Platform.update_block_size_for_backend` (vllm-rules §9): one block size every layer's backend accepts.
+
+    One backend: its `get_preferred_block_size(16)`. Several: the smallest LCM of their kernel
+    sizes that every backend accepts (starting from the LCM of their preferred sizes); none ->
+    vLLM's "share no supported KV cache block size" ValueError.
+    """
+    default = profile.params["default_block_size"] if default is None else default
+    names = list(dict.fromkeys(backends))
+    if len(names) == 1:
+        return profile.preferred_block_size(names[0], ctx, default, inputs)
+
+    def accepted(size: int) -> bool:
+        return all(profile.supports_block_size(name, size, ctx, inputs) for name in names)
+
+    preferred_lcm = math.lcm(*(profile.preferred_block_size(name, ctx, default, inputs) for name in names))
+    if accepted(preferred_lcm):
+        return preferred_lcm
+    choices = [
+        [s.base if isinstance(s, MultipleOf) else s for s in profile.kernel_block_sizes(name, ctx, inputs)] or [default]
+        for name in names
+    ]
+    candidates = sorted({math.lcm(*combo) for combo in itertools.product(*choices)})
+    for size in candidates:
+        if size >= default and accepted(size):
+            return size
+    listed = "; ".join(f"{name}: {kernel_sizes_repr(profile.kernel_block_sizes(name, ctx))}" for name in names)
+    raise VllmRaises(f"The attention backends share no supported KV cache block size ({listed}).")
+
+
+def aligned_block_size_error(
+    profile: RuleProfile, backends: list[str], block_size: int, ctx: SelectionContext
+) -> Optional[str]:
+    """After aligning hybrid / heterogeneous-KV sizes, every backend must accept the size."""
+    rejecting = [name for name in dict.fromkeys(backends) if not profile.supports_block_size(name, block_size, ctx)]
+    if not rejecting:
+        return None
+    return f"Aligned KV cache block size {block_size} is not supported by attention backend(s): {', '.join(rejecting)}."
+
+
+def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: list[str], log_format: str) -> int:
+    """The user's --block-size is kept; otherwise one size for every layer backend (vllm-rules §9).
+    vLLM logs the size only when it is not the default 16."""
+    if inputs.block_size is not None:
+        return inputs.block_size  # cache_config.user_specified_block_size
+    size = common_block_size(run.profile, backends, run.ctx, inputs=inputs)
+    if size != run.profile.params["default_block_size"]:
+        names = "/".join(dict.fromkeys(backends))
+        run.log("info", log_format.format(size=size, backends=names),
+                "interface.py Platform.update_block_size_for_backend")
+    return size

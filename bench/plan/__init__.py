@@ -1,0 +1,1 @@
+"""The tune plan: which (backend, block size, workload) rows to time, asked of the explain rules."""

@@ -1,0 +1,134 @@
+"""What the tune plan does for MLA models and fp8 KV caches (torch-free; bench/plan/build.py calls it).
+
+MLA (DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.x-MoE-Lite...): vLLM chooses among its MLA backends
+(vllm-rules §3b, §5a: FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA), so those
+are the grid; the rule profile filters them per GPU and block size exactly as for dense models
+(FLASHMLA: kernel pages of 64, so --block-size 64/128/256; FLASHINFER_MLA and CUTLASS_MLA: CC 10.x).
+One layer per GPU holds `num_heads // TP` query heads over ONE latent cache of
+kv_lora_rank + qk_rope_head_dim values per token; tune times the decode kernel vLLM runs for it
+(attention/kernels/mla.py, vllm_mla.py). Prefill is not timed for MLA, and the plan says why.
+
+fp8 KV caches: every backend the profile accepts with that --kv-cache-dtype is timed with an fp8
+cache (attention/kernels/kv_quant.py); the others stay skipped with vLLM's reason
+(`kv_cache_dtype not supported`, FA's combination messages) like any refused config.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from attnsel.errors import UserInputError
+
+MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
+# DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
+# (it sets the softmax scale and FLASHINFER_MLA's validity, vllm-rules §3b/§9)
+DEFAULT_QK_NOPE_HEAD_DIM = 128
+
+PREFILL_NOTE = ("MLA: decode is timed; prefill and mixed batches are not. vLLM runs MLA prefill non-absorbed "
+                "(forward_mha: latent cache and new tokens up-projected with the model's kv_b_proj, then its MLA "
+                "prefill backend), and that prefill backend is chosen apart from --attention-backend "
+                "(--attention-config.mla_prefill_backend), so --attention-backend and --block-size change the "
+                "decode kernels timed here (attention/kernels/mla.py)")
+TIMED_NOTE = ("MLA decode is timed as vLLM's MLA impl runs it: forward_mqa (absorbed multi-query attention over "
+              "the latent cache) with the metadata of vLLM's MLA builder; the W_UK_T / W_UV projections around it "
+              "(model GEMMs, the same for every backend) are not part of the timed call")
+SPARSE_NOTE = ("sparse MLA (an index_topk model, e.g. DeepSeek-V3.2) is not timed: its kernels read the indexer's "
+               "top-k per token; vLLM's reasons for the dense MLA backends are shown")
+
+
+def default_backends(use_mla: bool, dense: Sequence[str]) -> list[str]:
+    """The grid's backends when --backends is not given: vLLM's MLA backends for an MLA model."""
+    return list(MLA_BACKENDS if use_mla else dense)
+
+
+def mla_fields(kv_lora_rank: int, qk_rope_head_dim: int, qk_nope_head_dim: Optional[int]) -> dict:
+    """TuneShape fields of an MLA layer: head_size = kv_lora_rank + qk_rope_head_dim, one KV head."""
+    if kv_lora_rank <= 0 or qk_rope_head_dim < 0:
+        raise UserInputError("--kv-lora-rank must be positive and --qk-rope-head-dim not negative")
+    return dict(head_size=kv_lora_rank + qk_rope_head_dim, num_kv_heads=1, use_mla=True, kv_lora_rank=kv_lora_rank,
+                qk_rope_head_dim=qk_rope_head_dim,
+                qk_nope_head_dim=DEFAULT_QK_NOPE_HEAD_DIM if qk_nope_head_dim is None else qk_nope_head_dim)
+
+
+def make_mla_shape(
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+    num_heads: int,
+    dtype: str,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    qk_nope_head_dim: Optional[int] = None,
+):
+    """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
+    query heads per GPU = total // TP over one latent cache (vllm-rules §6)."""
+    from attnsel.bench.tune.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
+
+    if num_heads <= 0 or tensor_parallel_size <= 0:
+        raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
+    if num_heads % tensor_parallel_size:
+        raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tensor_parallel_size}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
+    return TuneShape(num_q_heads=num_heads // tensor_parallel_size, dtype=normalize_dtype(dtype),
+                     kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                     assumed=mla_assumption(qk_nope_head_dim),
+                     **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
+
+
+def mla_fields_from_facts(facts) -> dict:
+    """The MLA sizes `explain --model` derived (attention/model/config.py: head_size is
+    kv_lora_rank + qk_rope_head_dim for an MLA model)."""
+    if not facts.use_mla:
+        return {}
+    rope = int(facts.qk_rope_head_dim or 0)
+    return dict(kv_lora_rank=int(facts.head_size) - rope, qk_rope_head_dim=rope,
+                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim)
+
+
+def mla_assumption(qk_nope_head_dim: Optional[int]) -> Optional[str]:
+    if qk_nope_head_dim is not None:
+        return None
+    return (f"no --qk-nope-head-dim given: assumed {DEFAULT_QK_NOPE_HEAD_DIM} (DeepSeek-V3/R1, Kimi-K2); it sets "
+            f"the softmax scale and whether vLLM accepts FLASHINFER_MLA")
+
+
+def workload_kinds(use_mla: bool, kinds: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(kinds to time, notes): an MLA plan times decode only and says why."""
+    if not use_mla:
+        return list(kinds), []
+    if "decode" not in kinds:
+        raise UserInputError(f"{PREFILL_NOTE}; pass --workload decode")
+    notes = [TIMED_NOTE] + ([PREFILL_NOTE] if set(kinds) - {"decode"} else [])
+    return ["decode"], notes
+
+
+def shape_notes(shape) -> list[str]:
+    notes = []
+    if shape.use_sparse:
+        notes.append(SPARSE_NOTE)
+    if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
+        from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, is_fp8
+
+        if is_fp8(shape.kv_cache_dtype):
+            notes.append(f"--kv-cache-dtype {shape.kv_cache_dtype}: each backend vLLM accepts it for is timed with an "
+                         f"fp8 cache (per-tensor scales as vLLM's calc_kv_scales sets them) and checked against an fp32 "
+                         f"reference from the dequantized cache with tolerance {FP8_TOLERANCE:g}; the backends vLLM "
+                         f"refuses it for are listed with vLLM's reason")
+        else:
+            notes.append(f"--kv-cache-dtype {shape.kv_cache_dtype} is not timed (tune builds 16-bit and fp8 caches): "
+                         f"the rows that vLLM accepts report it as unsupported")
+    return notes
+
+
+def selection_context_fields(shape) -> dict:
+    """The MLA sizes vLLM's rules read (FLASHINFER_MLA: qk_nope_head_dim; 0.33: kv_lora_rank, rope)."""
+    if not shape.use_mla:
+        return {}
+    return dict(qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
+                kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, num_kv_heads=1)
+
+
+def describe(shape) -> str:
+    """"MLA, 16 query heads per GPU over one latent cache (kv_lora_rank 512 + rope 64 = 576)"."""
+    return (f"MLA, {shape.num_q_heads} query heads per GPU over one latent cache (kv_lora_rank {shape.kv_lora_rank} "
+            f"+ rope {shape.qk_rope_head_dim} = {shape.head_size})")

@@ -1,0 +1,131 @@
+"""`attnsel tune`'s flags as typed (cli/tune_cmd.py parses them), checked and turned into a
+TuneRequest before any plan, worker or output folder exists. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from attnsel.attention.model.validation import check_names, check_size, check_tune_flags
+from attnsel.bench.plan import build as P
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.sweep.multi_gpu import gpu_ordinals
+from attnsel.bench.sweep.run import CHECK_POLICIES, SweepOptions
+from attnsel.bench.tune.request import TuneRequest, check_shape_flags
+from attnsel.bench.plan.workloads import parse_workloads
+from attnsel.errors import UserInputError
+
+TIMERS = ("auto", "cupti", "events")
+
+
+@dataclass(frozen=True)
+class TuneFlags:
+    """The flags that describe the sweep, as given (their defaults and help: cli/tune_cmd.py)."""
+
+    model: Optional[str]
+    head_size: Optional[int]
+    num_heads: Optional[int]
+    num_kv_heads: Optional[int]
+    dtype: str
+    kv_cache_dtype: str
+    use_mla: bool
+    kv_lora_rank: Optional[int]
+    qk_rope_head_dim: Optional[int]
+    qk_nope_head_dim: Optional[int]
+    tensor_parallel_size: int
+    backends: Optional[str]
+    block_sizes: Optional[str]
+    workload: str
+    weights: Optional[str]
+    min_gain: float  # percent
+    quick: bool
+    full: bool
+    cuda_graph: bool
+    eager: bool
+    timer: str
+    hot_l2: bool
+    check: str
+    tolerance: Optional[float]
+    timeout: float
+    gpus: Optional[str]
+    output: Optional[str]
+    resume: bool
+    retry_failed: bool
+    gpu: Optional[str]
+    capability: Optional[str]
+    vllm_version: Optional[str]
+    prefix_caching: Optional[bool] = None  # hybrid models: --enable-prefix-caching / --no-enable-prefix-caching
+    mamba_ssm_cache_dtype: Optional[str] = None
+
+
+def check_flags(flags: TuneFlags) -> None:
+    """Bad or contradicting flags: one line, exit 2, before anything starts."""
+    _check_choices(flags)
+    _check_values(flags)
+    if flags.retry_failed and not flags.resume:
+        raise UserInputError("--retry-failed only makes sense with --resume")
+    if flags.resume and flags.output is None:
+        raise UserInputError("--resume needs --output DIR (the folder of the sweep to continue)")
+
+
+def _check_choices(flags: TuneFlags) -> None:
+    if flags.quick and flags.full:
+        raise UserInputError("--quick and --full exclude each other")
+    if flags.cuda_graph and flags.eager:
+        raise UserInputError("--cuda-graph and --eager exclude each other")
+    if not (0 <= flags.min_gain < 1000):  # also refuses nan
+        raise UserInputError(f"--min-gain must be a percentage >= 0, got {flags.min_gain}")
+    if flags.timer not in TIMERS:
+        raise UserInputError(f"--timer must be auto, cupti or events, got {flags.timer!r}")
+    if flags.check not in CHECK_POLICIES:
+        raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
+
+
+def _check_values(flags: TuneFlags) -> None:
+    check_tune_flags(tolerance=flags.tolerance, timeout=flags.timeout, head_size=flags.head_size,
+                     num_heads=flags.num_heads, num_kv_heads=flags.num_kv_heads,
+                     tensor_parallel_size=flags.tensor_parallel_size,
+                     names=(("--model", flags.model), ("--dtype", flags.dtype),
+                            ("--kv-cache-dtype", flags.kv_cache_dtype), ("--backends", flags.backends),
+                            ("--block-sizes", flags.block_sizes), ("--workload", flags.workload),
+                            ("--weights", flags.weights), ("--gpu", flags.gpu), ("--capability", flags.capability),
+                            ("--vllm-version", flags.vllm_version), ("--output", flags.output)))
+    check_size("--kv-lora-rank", flags.kv_lora_rank)
+    check_size("--qk-rope-head-dim", flags.qk_rope_head_dim)
+    check_size("--qk-nope-head-dim", flags.qk_nope_head_dim, minimum=0)
+    check_names((("--gpus", flags.gpus),))
+    gpu_ordinals(flags.gpus)  # its form now, whether the GPUs exist when the sweep asks them
+
+
+def request_from_flags(flags: TuneFlags) -> TuneRequest:
+    """The request the plan and the sweep read; the list flags are parsed here (bad ones: exit 2)."""
+    return TuneRequest(
+        model=flags.model, head_size=flags.head_size, num_heads=flags.num_heads, num_kv_heads=flags.num_kv_heads,
+        dtype=flags.dtype, kv_cache_dtype=flags.kv_cache_dtype, tensor_parallel_size=flags.tensor_parallel_size,
+        backends=P.parse_backends(flags.backends), block_sizes=P.parse_block_sizes(flags.block_sizes),
+        block_sizes_given=flags.block_sizes is not None, kinds=parse_workloads(flags.workload), grid=_grid(flags),
+        weights=REC.parse_weights(flags.weights), min_gain=flags.min_gain / 100.0, gpu_name=flags.gpu,
+        capability=P.parse_capability(flags.capability) if flags.capability else None,
+        vllm_version=flags.vllm_version, gpus=flags.gpus, use_mla=flags.use_mla, kv_lora_rank=flags.kv_lora_rank,
+        qk_rope_head_dim=flags.qk_rope_head_dim, qk_nope_head_dim=flags.qk_nope_head_dim,
+        prefix_caching=flags.prefix_caching, mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
+        options=_sweep_options(flags),
+    )
+
+
+def _grid(flags: TuneFlags) -> str:
+    return "quick" if flags.quick else "full" if flags.full else "default"
+
+
+def _sweep_options(flags: TuneFlags) -> SweepOptions:
+    launch = "graph" if flags.cuda_graph else "eager" if flags.eager else "vllm"
+    return SweepOptions(launch=launch, timer=flags.timer, cold_l2=not flags.hot_l2, check=flags.check,
+                        tolerance=flags.tolerance, item_timeout_s=flags.timeout)
+
+
+def check_real_sweep_flags(flags: TuneFlags, req: TuneRequest) -> None:
+    """A real sweep (not --dry-run) measures this GPU; its shape flags must make a layer."""
+    if flags.gpu or flags.capability:
+        raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
+    check_shape_flags(req)

@@ -1,0 +1,416 @@
+"""Turn result rows into a recommendation: per workload and overall, the fastest valid
+`--attention-backend` / `--block-size`, its margin over vLLM's own default, and whether that
+margin is above noise. Pure functions over row dicts (CI runs them on recorded results).
+
+Rules (README, "How tune recommends"):
+  * A config is (backend, block size). It is **disqualified** if any of its rows failed the
+    correctness check (status "wrong"): it is reported, never recommended.
+  * Within a workload kind, a config is a candidate only if every shape of that kind was timed
+    ("ok"); one that crashed, hung or ran out of memory on some shape is listed as incomplete.
+  * Workload score = geometric mean of the per-shape median times (shapes weigh equally).
+  * Overall score = weighted geometric mean of the per-workload scores, weights from
+    `--weights` (default decode=0.7, prefill=0.2, mixed=0.1: serving is decode-dominated),
+    renormalised over the workload kinds that were run. Lower is better; the margin over vLLM's
+    default is exp(sum_k w_k * ln(T_k(default) / T_k(best))) - 1.
+  * Noise gate: the margin counts as real only if every compared shape has >= 10 samples and the
+    margin exceeds both 2% and the typical combined spread -- the median over shapes of
+    ((p80-p20)/median of the winner + the same for the default) / 2. Otherwise: "noisy", and
+    vLLM's default is as good as anything measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from attnsel.bench.tune import results as R
+from attnsel.bench.timing import stats as T
+from attnsel.errors import UserInputError
+
+DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+# A margin above noise but below this is not worth a flag change: attention is only part of a
+# decode step (a 30% kernel margin was 1% of an engine step on an H100, issue "tune --verify"), and
+# a larger --block-size costs KV-cache granularity. `--min-gain` lowers or raises it.
+DEFAULT_MIN_GAIN = 0.05
+
+Config = tuple[str, int]  # (backend, block size)
+
+
+def parse_weights(text: Optional[str]) -> dict[str, float]:
+    """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
+
+    >>> parse_weights("decode=3,prefill=1")
+    {'decode': 3.0, 'prefill': 1.0, 'mixed': 0.0}
+    """
+    if not text:
+        return dict(DEFAULT_WEIGHTS)
+    weights = {k: 0.0 for k in DEFAULT_WEIGHTS}
+    seen: set[str] = set()
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if sep and name in seen:
+            raise UserInputError(f"--weights gives {name} twice: {text!r}")
+        seen.add(name)
+        if not sep or name not in weights:
+            raise UserInputError(f"--weights must look like decode=0.7,prefill=0.2,mixed=0.1, got {text!r}")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise UserInputError(f"--weights: {value!r} is not a number") from None
+        if weights[name] < 0 or not math.isfinite(weights[name]):
+            raise UserInputError(f"--weights must be finite numbers >= 0, got {name}={value.strip()}")
+    if sum(weights.values()) <= 0:
+        raise UserInputError("--weights must give at least one workload a positive weight")
+    return weights
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError("geometric mean needs positive values")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def flags_for(backend: str, block_size: int) -> str:
+    return f"--attention-backend {backend} --block-size {block_size}"
+
+
+LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
+                "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
+
+
+def launch_of(rows: Iterable[dict]) -> Optional[str]:
+    """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
+    modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
+    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
+    if not modes or not modes <= {"graph", "eager"}:
+        return None
+    return "graph+eager" if len(modes) == 2 else modes.pop()
+
+
+@dataclass
+class ConfigScore:
+    backend: str
+    block_size: int
+    kernel_block_size: Optional[int]
+    geomean_ms: float
+    shapes: int
+    # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
+    vs_best: Optional[str] = None
+    # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
+    launch: Optional[str] = None
+
+    @property
+    def config(self) -> Config:
+        return (self.backend, self.block_size)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
+                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best, "launch": self.launch}
+
+
+@dataclass
+class Decision:
+    """The fastest config of one workload kind (or overall) against vLLM's default."""
+
+    scope: str  # "decode" | "prefill" | "mixed" | "overall"
+    best: Optional[ConfigScore]
+    default: Optional[ConfigScore]
+    speedup_vs_default: Optional[float]  # > 1: best is faster than the default
+    noise_threshold: Optional[float]  # relative margin the speedup had to exceed
+    verdict: str  # "faster", "noisy", "small", "stand-in", "default is fastest", "default not measured", "no valid config"
+    ranking: list[ConfigScore] = field(default_factory=list)
+    incomplete: list[dict] = field(default_factory=list)
+    weights: Optional[dict] = None
+    stand_in: Optional[str] = None  # the stand-in provider behind verdict "stand-in"
+    min_gain: float = DEFAULT_MIN_GAIN
+
+    @property
+    def above_noise(self) -> bool:
+        return self.verdict == "faster"
+
+    @property
+    def flags(self) -> Optional[str]:
+        return flags_for(self.best.backend, self.best.block_size) if self.best else None
+
+    def advice(self) -> str:
+        text = self._advice()
+        if self.best is not None and self.best.launch in LAUNCH_WORDS:
+            text += f"; timed with {LAUNCH_WORDS[self.best.launch]}"
+        return text
+
+    def _advice(self) -> str:
+        if self.best is None:
+            return "no valid configuration was measured"
+        best = f"{self.best.backend} with --block-size {self.best.block_size}"
+        if self.verdict == "default is fastest":
+            return f"vLLM's default ({best}) is the fastest measured: no flags needed"
+        if self.verdict == "default not measured":
+            return f"fastest measured: {best}; vLLM's default could not be measured, so no margin"
+        margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
+        if self.verdict == "faster":
+            return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
+        if self.verdict == "small":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default: above noise, but below the "
+                    f"{self.min_gain * 100:.0f}% worth changing flags for (--min-gain): keeping the default is as good")
+        if self.verdict == "stand-in":
+            return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
+                    f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
+        return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
+                f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
+
+    @property
+    def equally_good(self) -> list[ConfigScore]:
+        """Configs within noise of the best (`tie`): any of them is as good a choice, and which
+        one ranks first can change between runs (FlashInfer's page sizes, gpu-facts.md)."""
+        return [c for c in self.ranking if c.vs_best == "tie"]
+
+    def _ties_text(self) -> str:
+        ties = self.equally_good
+        if not ties:
+            return ""
+        names = ", ".join(f"{c.backend} --block-size {c.block_size}" for c in ties[:4])
+        more = f" and {len(ties) - 4} more" if len(ties) > 4 else ""
+        return f" (within noise of it: {names}{more})"
+
+    def to_dict(self) -> dict:
+        return {
+            "scope": self.scope,
+            "best": self.best.to_dict() if self.best else None,
+            "vllm_default": self.default.to_dict() if self.default else None,
+            "speedup_vs_default": self.speedup_vs_default,
+            "margin_pct": (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else None,
+            "noise_threshold_pct": self.noise_threshold * 100 if self.noise_threshold is not None else None,
+            "verdict": self.verdict,
+            "stand_in": self.stand_in,
+            "min_gain_pct": self.min_gain * 100,
+            "above_noise": self.above_noise,
+            "flags": self.flags,
+            "advised_flags": self.flags if self.above_noise else None,  # what to pass vLLM; None: keep its default
+            "advice": self.advice(),
+            "ranking": [c.to_dict() for c in self.ranking],
+            "equally_good": [c.to_dict() for c in self.equally_good],
+            "incomplete": self.incomplete,
+            "weights": self.weights,
+        }
+
+
+@dataclass
+class Recommendation:
+    vllm_default: Optional[Config]
+    per_workload: dict[str, Decision]
+    overall: Optional[Decision]
+    disqualified: list[dict]
+
+    def to_dict(self) -> dict:
+        return {
+            "vllm_default": ({"backend": self.vllm_default[0], "block_size": self.vllm_default[1]}
+                             if self.vllm_default else None),
+            "workloads": {k: d.to_dict() for k, d in self.per_workload.items()},
+            "overall": self.overall.to_dict() if self.overall else None,
+            "disqualified": self.disqualified,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _config(row: dict) -> Config:
+    return (row["backend"], int(row["block_size"]))
+
+
+def disqualified_configs(rows: Iterable[dict]) -> dict[Config, str]:
+    """Configs with a failed correctness check -> the first failure's text."""
+    out: dict[Config, str] = {}
+    for row in rows:
+        if row.get("status") == R.STATUS_WRONG:
+            out.setdefault(_config(row), f"{row.get('workload_label')}: {row.get('error')}")
+    return out
+
+
+def _stats(row: dict) -> T.TimingStats:
+    return T.TimingStats.from_dict(row["timing"])
+
+
+def _timed_by_config(rows: Sequence[dict], kind: str) -> dict[Config, dict[str, dict]]:
+    table: dict[Config, dict[str, dict]] = {}
+    for row in rows:
+        if row.get("kind") == kind and row.get("status") != R.STATUS_SKIPPED_BY_VLLM:
+            table.setdefault(_config(row), {})[row["workload_label"]] = row
+    return table
+
+
+def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) -> tuple[float, bool]:
+    """(relative margin to beat, enough samples everywhere)."""
+    spreads = []
+    enough = True
+    for a, b in zip(best_rows, default_rows):
+        sa, sb = _stats(a), _stats(b)
+        spreads.append((sa.relative_spread + sb.relative_spread) / 2)
+        enough = enough and min(sa.n, sb.n) >= T.MIN_SAMPLES
+    spreads.sort()
+    typical = T.percentile(spreads, 50) if spreads else 0.0
+    return max(T.RELATIVE_NOISE_THRESHOLD, typical), enough
+
+
+def decide_workload(
+    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Optional[Config],
+    disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
+) -> Decision:
+    by_config = _timed_by_config(rows, kind)
+    scores: list[ConfigScore] = []
+    incomplete: list[dict] = []
+    for config, by_label in sorted(by_config.items()):
+        if config in disqualified:
+            continue
+        missing = [lbl for lbl in shape_labels if by_label.get(lbl, {}).get("status") != R.STATUS_OK]
+        if missing:
+            statuses = sorted({by_label[l]["status"] for l in missing if l in by_label} or {"not run"})
+            incomplete.append({"backend": config[0], "block_size": config[1], "missing": len(missing),
+                               "statuses": statuses})
+            continue
+        chosen = [by_label[lbl] for lbl in shape_labels]
+        scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
+                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen),
+                                  launch=launch_of(chosen)))
+    scores.sort(key=lambda s: s.geomean_ms)
+    best = scores[0] if scores else None
+    if best is not None:
+        _mark_ties(scores, by_config, shape_labels)
+    default = next((s for s in scores if s.config == vllm_default), None)
+    if best is None:
+        return Decision(kind, None, None, None, None, "no valid config", scores, incomplete)
+    if default is None:
+        return Decision(kind, best, None, None, None, "default not measured", scores, incomplete)
+    if best.config == default.config:
+        return Decision(kind, best, default, 1.0, None, "default is fastest", scores, incomplete)
+    per_shape_best = [by_config[best.config][l] for l in shape_labels]
+    per_shape_default = [by_config[default.config][l] for l in shape_labels]
+    threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
+    speedup = default.geomean_ms / best.geomean_ms
+    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
+
+
+def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
+    decision.min_gain = min_gain
+    if decision.verdict == "faster" and decision.speedup_vs_default is not None and \
+            decision.speedup_vs_default - 1 < min_gain:
+        decision.verdict = "small"
+    return decision
+
+
+def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
+    """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
+    for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
+    where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
+    still ranked and shown; the flags stay vLLM's default."""
+    if decision.verdict != "faster":
+        return decision
+    stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in compared_rows) if p})
+    if stand_ins:
+        decision.verdict = "stand-in"
+        decision.stand_in = "; ".join(stand_ins)
+    return decision
+
+
+def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
+               shape_labels: Sequence[str]) -> None:
+    """Label each config against the best with the same gate as the recommendation: configs
+    that tie with the best are equally good choices (e.g. FlashInfer page sizes, gpu-facts.md)."""
+    best = scores[0]
+    best.vs_best = "best"
+    best_rows = [by_config[best.config][l] for l in shape_labels]
+    for score in scores[1:]:
+        threshold, enough = _noise_threshold(best_rows, [by_config[score.config][l] for l in shape_labels])
+        faster = score.geomean_ms / best.geomean_ms - 1 > threshold
+        score.vs_best = "slower" if enough and faster else "tie"
+
+
+def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
+                   vllm_default: Optional[Config], rows: Sequence[dict],
+                   workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Optional[Decision]:
+    """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
+    kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
+    if not kinds:
+        return None
+    total = sum(weights[k] for k in kinds)
+    norm = {k: weights[k] / total for k in kinds}
+    common = set.intersection(*({s.config for s in decisions[k].ranking} for k in kinds))
+    if not common:
+        return Decision("overall", None, None, None, None, "no valid config", [], [], norm)
+
+    def score(config: Config) -> float:
+        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
+
+    def launch(config: Config) -> Optional[str]:
+        modes = {_score_of(decisions[k], config).launch for k in kinds}
+        return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
+
+    ranking = sorted(
+        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds),
+                     launch=launch(c))
+         for c in common),
+        key=lambda s: s.geomean_ms,
+    )
+    best = ranking[0]
+
+    def pair_bar(other: ConfigScore) -> tuple[float, bool]:
+        # The overall bar: the per-workload bars of this very pair, weighted like the score.
+        threshold, enough = 0.0, True
+        for k in kinds:
+            by_config = _timed_by_config(rows, k)
+            labels = workload_labels[k]
+            pair_threshold, pair_enough = _noise_threshold([by_config[best.config][l] for l in labels],
+                                                           [by_config[other.config][l] for l in labels])
+            threshold += norm[k] * pair_threshold
+            enough = enough and pair_enough
+        return threshold, enough
+
+    best.vs_best = "best"
+    for other in ranking[1:]:
+        bar, enough = pair_bar(other)
+        other.vs_best = "slower" if enough and other.geomean_ms / best.geomean_ms - 1 > bar else "tie"
+    default = next((s for s in ranking if s.config == vllm_default), None)
+    if default is None:
+        return Decision("overall", best, None, None, None, "default not measured", ranking, [], norm)
+    if default.config == best.config:
+        return Decision("overall", best, default, 1.0, None, "default is fastest", ranking, [], norm)
+    speedup = default.geomean_ms / best.geomean_ms
+    threshold, enough = pair_bar(default)
+    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
+                and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
+    decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
+    return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
+
+
+def _score_of(decision: Decision, config: Config) -> ConfigScore:
+    return next(s for s in decision.ranking if s.config == config)
+
+
+def recommend(
+    rows: Sequence[dict],
+    *,
+    workload_labels: Mapping[str, Sequence[str]],
+    vllm_default: Optional[Config],
+    weights: Optional[Mapping[str, float]] = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
+) -> Recommendation:
+    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
+    weights = dict(weights or DEFAULT_WEIGHTS)
+    rows = list(rows)
+    disqualified = disqualified_configs(rows)
+    decisions = {
+        kind: decide_workload(rows, kind, labels, vllm_default, disqualified, min_gain)
+        for kind, labels in workload_labels.items() if labels
+    }
+    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
+    dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
+    return Recommendation(vllm_default, decisions, overall, dq)
+

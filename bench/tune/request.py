@@ -1,0 +1,169 @@
+"""`attnsel tune`'s request and what it becomes before anything is timed: the shape (flags or
+--model, the same derivation as `explain`) and the plan vLLM's rules filter (also `--dry-run`).
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Optional
+
+from attnsel import __version__
+from attnsel.bench.tune import env_info
+from attnsel.bench.plan import build as P
+from attnsel.bench.plan import mla as plan_mla
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.plan.rules import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
+from attnsel.bench.sweep.run import SweepOptions
+from attnsel.bench.tune.shape import TuneShape, default_head_layout, make_shape, shape_from_model
+from attnsel.bench.plan.workloads import WORKLOAD_KINDS
+from attnsel.errors import UserInputError
+
+PLAN_SCHEMA = "attnsel-tune-plan/1"
+
+
+@dataclass
+class TuneRequest:
+    model: Optional[str] = None
+    head_size: Optional[int] = None
+    num_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    backends: list[str] = field(default_factory=list)  # empty: the model's grid (dense or MLA backends)
+    block_sizes: list[int] = field(default_factory=lambda: list(P.DEFAULT_BLOCK_SIZES))
+    block_sizes_given: bool = False  # --block-sizes was passed
+    kinds: list[str] = field(default_factory=lambda: list(WORKLOAD_KINDS))
+    grid: str = "default"
+    weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
+    gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
+    capability: Optional[tuple[int, int]] = None  # --capability
+    vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
+    gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/sweep/multi_gpu.py)
+    options: SweepOptions = field(default_factory=SweepOptions)
+    # an MLA layer without a model (--use-mla): bench/plan/mla.py
+    use_mla: bool = False
+    kv_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    # hybrid models (--model): vLLM's --enable-prefix-caching / --mamba-ssm-cache-dtype; None: vLLM's default
+    prefix_caching: Optional[bool] = None
+    mamba_ssm_cache_dtype: Optional[str] = None
+
+
+MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
+
+
+def check_shape_flags(req: TuneRequest) -> None:
+    """Bad shape flags fail before anything starts (no GPU probe, no output folder)."""
+    mla_flags = req.use_mla or any(v is not None for v in (req.kv_lora_rank, req.qk_rope_head_dim, req.qk_nope_head_dim))
+    if req.model:
+        if req.head_size or req.num_heads or req.num_kv_heads or mla_flags:
+            raise UserInputError(f"pass either --model or --head-size/--num-heads/--num-kv-heads ({MLA_FLAGS}), not both")
+        return
+    if mla_flags:
+        mla_shape(req, "bfloat16")
+        return
+    if req.head_size is None:
+        raise UserInputError("pass --head-size (and optionally --num-heads/--num-kv-heads), or --model CONFIG")
+    heads, kv_heads, _ = explicit_heads(req)
+    make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
+
+
+def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]:
+    """(heads, KV heads, what was assumed): --num-heads/--num-kv-heads, or with only --head-size the
+    representative layout for that head size (`attnsel tune --head-size 128 --dtype bf16`). Heads
+    are model totals (divided by TP in make_shape), so the default layout is scaled by TP."""
+    if req.num_heads is not None:
+        return req.num_heads, req.num_kv_heads, None
+    q, kv, note = default_head_layout(int(req.head_size))
+    tp = max(1, int(req.tensor_parallel_size or 1))
+    if req.num_kv_heads is not None:
+        return req.num_kv_heads * (q // kv), req.num_kv_heads, note
+    return q * tp, kv * tp, note
+
+
+def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
+    """`--use-mla --kv-lora-rank R --qk-rope-head-dim P --num-heads H` (an MLA layer, one latent cache)."""
+    missing = [flag for flag, value in (("--use-mla", req.use_mla or None), ("--kv-lora-rank", req.kv_lora_rank),
+                                        ("--qk-rope-head-dim", req.qk_rope_head_dim), ("--num-heads", req.num_heads))
+               if value is None]
+    if missing:
+        raise UserInputError(f"an MLA layer needs --use-mla --kv-lora-rank --qk-rope-head-dim --num-heads "
+                             f"(missing {', '.join(missing)}), e.g. DeepSeek-V3: --use-mla --kv-lora-rank 512 "
+                             f"--qk-rope-head-dim 64 --num-heads 128")
+    if req.num_kv_heads is not None:
+        raise UserInputError("--num-kv-heads does not apply to MLA: its layers have one latent KV head")
+    shape = plan_mla.make_mla_shape(req.kv_lora_rank, req.qk_rope_head_dim, req.num_heads, dtype, req.kv_cache_dtype,
+                                    req.tensor_parallel_size, req.qk_nope_head_dim)
+    if req.head_size is not None and req.head_size != shape.head_size:
+        raise UserInputError(f"--head-size {req.head_size} contradicts the MLA head size --kv-lora-rank + "
+                             f"--qk-rope-head-dim = {shape.head_size}")
+    return shape
+
+
+def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
+    check_shape_flags(req)
+    if req.model:
+        shape = shape_from_model(req.model, capability=capability, dtype=req.dtype,
+                                 kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size,
+                                 model_rules=rule_profile_choice(req.vllm_version).profile.model_rules,
+                                 mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto")
+        if shape.hybrid:
+            shape = dataclasses.replace(shape, hybrid={**shape.hybrid, "prefix_caching": req.prefix_caching})
+        return shape
+    dtype = req.dtype
+    if dtype == "auto":
+        # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
+        dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
+    if req.use_mla or req.kv_lora_rank is not None:
+        return mla_shape(req, dtype)
+    heads, kv_heads, assumed = explicit_heads(req)
+    shape = make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
+    return dataclasses.replace(shape, assumed=assumed)
+
+
+def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
+    shape = resolve_shape(req, capability)
+    version = req.vllm_version
+    plan = P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
+                        grid=req.grid, gpu_name=gpu_name, block_sizes_given=req.block_sizes_given,
+                        verdict=functools.partial(vllm_verdict, vllm_version=version),
+                        default_choice=functools.partial(vllm_default_choice, vllm_version=version),
+                        hybrid_size=functools.partial(hybrid_block_size, vllm_version=version))
+    choice = rule_profile_choice(version)
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
+
+
+def refused_grid_message(plan: P.Plan) -> str:
+    reasons = "; ".join(sorted({f"{c.backend}: {', '.join(c.reasons)}" for c in plan.skipped_configs}))
+    return f"vLLM would refuse every backend x block size in the grid, nothing to time ({reasons})"
+
+
+def plan_document(plan: P.Plan, options: SweepOptions) -> dict:
+    return {"schema": PLAN_SCHEMA, "attnsel_version": __version__, "options": options.to_dict(), **plan.to_dict()}
+
+
+def capability_without_gpu(req: TuneRequest) -> tuple[tuple[int, int], Optional[str]]:
+    """For --dry-run: --capability / --gpu, else what NVML says about GPU 0, else an error."""
+    if req.capability:
+        return req.capability, req.gpu_name
+    if req.gpu_name:
+        from attnsel.probe.gpu_table import find_gpu
+
+        spec = find_gpu(req.gpu_name)
+        return spec.compute_capability, spec.name
+    reader = env_info.NvmlReader()
+    try:
+        index = reader.index_for(None)
+        if reader.session is not None and index is not None:
+            cc = reader.session.get("nvmlDeviceGetCudaComputeCapability", index)
+            if cc:
+                return (int(cc[0]), int(cc[1])), reader.session.get("nvmlDeviceGetName", index)
+    finally:
+        reader.close()
+    raise UserInputError("no GPU found: pass --gpu NAME (e.g. H100) or --capability X.Y for a dry run")

@@ -1,0 +1,150 @@
+"""Result rows of `attnsel tune` and the append-only JSONL file that holds them.
+
+One row per backend x block size x shape (style.md D5 §7). Rows are plain dicts so that the
+worker, the parent, the JSON output and the recorded CI fixtures share one schema:
+
+    key              "BACKEND|bs=16|decode b=64 ctx=4096|bf16|kv=auto|events-cold" (resume key)
+    backend, block_size, kernel_block_size, workload (dict), workload_label, kind
+    status           one of STATUSES
+    error            text for skipped/unsupported/error rows
+    adapter, provider, notes
+    timing           {mode, l2, n, median_ms, p20_ms, p80_ms, ...} (ok rows)
+    setup_s, first_call_s       JIT/compile cost, apart from run time
+    rel_error, checked      correctness vs the fp32 reference
+    bytes_moved, flops, bandwidth_bytes_per_s, pct_of_peak_bandwidth, tflops
+
+The file is written one line per row and flushed (and fsync'ed) at once, so a crash of the
+parent loses nothing that was measured; a torn last line is ignored on read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+STATUS_OK = "ok"
+STATUS_SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
+STATUS_UNAVAILABLE = "unavailable"  # the kernel library is not installed here
+STATUS_UNSUPPORTED = "unsupported"  # the adapter cannot run this shape (not a vLLM rule)
+STATUS_WRONG = "wrong"  # ran, but failed the correctness check: disqualified
+STATUS_ERROR = "error"  # raised
+STATUS_OOM = "oom"
+STATUS_TIMEOUT = "timeout"
+STATUS_CRASHED = "crashed"  # the worker process died (segfault, abort)
+STATUSES = (
+    STATUS_OK, STATUS_SKIPPED_BY_VLLM, STATUS_UNAVAILABLE, STATUS_UNSUPPORTED, STATUS_WRONG,
+    STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED,
+)
+FAILED_STATUSES = (STATUS_WRONG, STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED)
+
+RESULTS_FILE = "results.jsonl"
+
+
+def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_cache_dtype: str, mode: str) -> str:
+    """The identity of a measurement: `--resume` skips rows whose key is already in the file."""
+    return f"{backend}|bs={block_size}|{workload_label}|{dtype}|kv={kv_cache_dtype}|{mode}"
+
+
+# Backends whose kernel tune runs through vLLM's own classes when vLLM is installed
+# (attention/kernels/vllm/backend.py, vllm_mla.py); any other provider of them is a stand-in (e.g.
+# FlashInfer's MLA wrapper for FLASHINFER_MLA). FLEX_ATTENTION is torch's flex_attention in vLLM
+# and in attnsel alike.
+VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
+                        "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
+VLLM_ADAPTER = "vllm"
+
+
+def stand_in_provider(row: dict) -> Optional[str]:
+    """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
+    if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
+        return None
+    return f"{row['backend']} by {row['adapter']}"
+
+
+def is_timed(row: dict) -> bool:
+    return row.get("status") == STATUS_OK and bool(row.get("timing"))
+
+
+def median_ms(row: dict) -> Optional[float]:
+    timing = row.get("timing") or {}
+    return timing.get("median_ms")
+
+
+class ResultsWriter:
+    """Appends rows to results.jsonl, one flushed line each (one writer per sweep; thread-safe:
+    with --gpus several GPUs' workers report at once)."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, row: dict) -> None:
+        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError:
+                pass  # some filesystems (pipes, special mounts) cannot fsync; the flush still happened
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "ResultsWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a results file; a torn or garbled line (the sweep was killed mid-write) is skipped."""
+    return list(_iter_rows(Path(path)))
+
+
+def _iter_rows(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        yield from rows_from_lines(fh)
+
+
+def rows_from_lines(lines: Iterable[str]) -> Iterator[dict]:
+    """The rows among results.jsonl lines; torn or garbled lines are skipped (`attnsel report`
+    reads a file it was handed this way, bounded, and checks each row's fields itself)."""
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # torn JSON, a number of thousands of digits, absurd nesting
+            continue
+        if isinstance(row, dict) and "key" in row:
+            yield row
+
+
+def latest_by_key(rows: Iterable[dict]) -> dict[str, dict]:
+    """The last row written for each key wins (a resumed sweep may re-measure a failed row)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        out[row["key"]] = row
+    return out
+
+
+def keys_to_skip_on_resume(rows: Iterable[dict], *, retry_failed: bool = False) -> set[str]:
+    """Keys `--resume` does not run again. Failed rows are kept (a crash is a result) unless the
+    user asks to retry them."""
+    done = set()
+    for key, row in latest_by_key(rows).items():
+        if retry_failed and row.get("status") in FAILED_STATUSES:
+            continue
+        done.add(key)
+    return done

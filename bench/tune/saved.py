@@ -1,0 +1,40 @@
+"""A saved sweep read back for `attnsel report`: tune.json carries the recommendation tune made at
+the end; a sweep cut short (Ctrl-C, a lost machine) left only results.jsonl, and its
+recommendation is made here, by bench, from the rows -- reports/ only render (README, layers)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attnsel.bench.tune import results as R
+from attnsel.bench.tune.recommend import recommend
+
+
+def advised_flags(decision: dict) -> Optional[str]:
+    """The flags a saved recommendation told the user to pass (a tune.json decision, or verify's
+    summary of one); None: keep vLLM's default. Documents from before `advised_flags` was written
+    advised their flags only for verdict "faster" (recommend.Decision.above_noise)."""
+    if "advised_flags" in decision:
+        return decision["advised_flags"]
+    faster = decision["above_noise"] if "above_noise" in decision else decision.get("verdict") == "faster"
+    return decision.get("flags") if faster else None
+
+
+def with_recommendation(document: dict) -> dict:
+    """A saved tune result as `attnsel report` renders it: tune.json carries its recommendation;
+    a sweep cut short left only results.jsonl, so the recommendation is made here from its rows,
+    the workload labels they name and (when the document has one) the plan's vLLM default."""
+    if isinstance(document.get("recommendation"), dict):
+        return document
+    rows = document.get("rows") or []
+    labels: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("status") != R.STATUS_SKIPPED_BY_VLLM and row.get("kind") and row.get("workload_label"):
+            kind_labels = labels.setdefault(row["kind"], [])
+            if row["workload_label"] not in kind_labels:
+                kind_labels.append(row["workload_label"])
+    default = (document.get("plan") or {}).get("vllm_default") or {}
+    named = default.get("backend") and default.get("block_size")
+    vllm_default = (default["backend"], int(default["block_size"])) if named else None
+    made = recommend(rows, workload_labels=labels, vllm_default=vllm_default)
+    return dict(document, recommendation=made.to_dict())

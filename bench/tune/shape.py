@@ -1,0 +1,186 @@
+"""The attention shape `attnsel tune` times: one model layer group per GPU (after tensor
+parallelism), from explicit flags (`make_shape`) or a model config (`shape_from_model`).
+Torch-free (`--dry-run` works without a GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Optional
+
+from attnsel.errors import UserInputError
+
+DTYPE_ALIASES = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "fp16": "float16", "half": "float16", "float16": "float16",
+    "fp32": "float32", "float": "float32", "float32": "float32",
+}
+# vllm-rules §4 CacheDType.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+
+@dataclass(frozen=True)
+class TuneShape:
+    """The attention shape of one model layer group, per GPU (after tensor parallelism)."""
+
+    head_size: int
+    num_q_heads: int  # per GPU
+    num_kv_heads: int  # per GPU
+    dtype: str  # "bfloat16" | "float16" | "float32"
+    kv_cache_dtype: str = "auto"
+    use_mla: bool = False
+    model: Optional[str] = None
+    assumed: Optional[str] = None  # what tune assumed that the user did not say (default head layout)
+    tensor_parallel_size: int = 1
+    # Model-derived selector facts that change vLLM's verdict (vllm-rules §2, §6); the kernels
+    # timed here do not model them (no sinks, no sliding window): rows say so in their notes.
+    has_sink: bool = False
+    use_sparse: bool = False
+    use_mm_prefix: bool = False
+    attn_type: str = "decoder"
+    is_hybrid: bool = False
+    mamba_cache_float32: bool = False
+    sliding_window: Optional[int] = None
+    # MLA layers (bench/plan/mla.py): head_size = kv_lora_rank + qk_rope_head_dim, one KV head
+    kv_lora_rank: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    qk_nope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    # hybrid models: {"layout": HybridLayout.to_json(), "mamba_ssm_cache_dtype", "mamba_cache_dtype",
+    # "prefix_caching"}: what vLLM's block-size alignment reads (attention/hybrid; plan_rules.py)
+    hybrid: Optional[dict] = None
+
+    def describe(self) -> str:
+        src = f"{self.model}, TP={self.tensor_parallel_size}: " if self.model else ""
+        if self.use_mla and self.kv_lora_rank is not None:
+            from attnsel.bench.plan import mla as plan_mla
+
+            return f"{src}{plan_mla.describe(self)}, {self.dtype}, kv cache {self.kv_cache_dtype}"
+        gqa = f"{self.num_q_heads}/{self.num_kv_heads} heads"
+        return f"{src}head_size {self.head_size}, {gqa} per GPU, {self.dtype}, kv cache {self.kv_cache_dtype}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def normalize_dtype(value: str) -> str:
+    key = str(value).strip().lower().replace("torch.", "")
+    if key not in DTYPE_ALIASES:
+        raise UserInputError(f"unknown --dtype {value!r}; use bf16, fp16 or fp32")
+    return DTYPE_ALIASES[key]
+
+
+# `attnsel tune --head-size N --dtype D` with no head counts times one representative layout per
+# head size: the query / KV heads (per GPU) of widely served models with that head size. The output
+# names it; --num-heads / --num-kv-heads or --model tune the real one.
+DEFAULT_HEAD_LAYOUTS: dict[int, tuple[int, int, str]] = {
+    64: (32, 8, "Llama-3.2-1B, gpt-oss-20b at TP 2"),
+    80: (32, 32, "Phi-2, StableLM-3B"),
+    96: (32, 32, "Phi-3-mini"),
+    128: (32, 8, "Llama-3.1-8B, Qwen3-8B, Mistral-7B"),
+    256: (16, 8, "Gemma-2-9B, Gemma-3-12B"),
+}
+# other head sizes: GQA group 4 (32 query / 8 KV heads), the most common group among served models
+FALLBACK_HEAD_LAYOUT = (32, 8, "GQA group 4, the most common among served models")
+
+
+def default_head_layout(head_size: int) -> tuple[int, int, str]:
+    """(query heads, KV heads, the note the output prints) assumed when only --head-size is given.
+
+    >>> default_head_layout(128)[:2]
+    (32, 8)
+    """
+    q, kv, like = DEFAULT_HEAD_LAYOUTS.get(head_size, FALLBACK_HEAD_LAYOUT)
+    note = (f"no --num-heads given: assumed {q} query / {kv} KV heads per GPU at head size {head_size} "
+            f"({like}); pass --num-heads/--num-kv-heads or --model to tune your model's layout")
+    return q, kv, note
+
+
+def make_shape(
+    head_size: int,
+    num_heads: int,
+    num_kv_heads: Optional[int],
+    dtype: str,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+) -> TuneShape:
+    """A shape from explicit flags; heads are model totals, divided by TP like vLLM does
+    (heads per GPU = total // TP, KV heads per GPU = max(1, kv // TP))."""
+    kv = num_heads if num_kv_heads is None else num_kv_heads
+    if head_size <= 0 or num_heads <= 0 or kv <= 0:
+        raise UserInputError("--head-size, --num-heads and --num-kv-heads must be positive")
+    if tensor_parallel_size <= 0:
+        raise UserInputError("--tensor-parallel-size must be positive")
+    if num_heads % kv:
+        raise UserInputError(f"--num-heads {num_heads} is not a multiple of --num-kv-heads {kv} (GQA groups must be equal)")
+    if num_heads % tensor_parallel_size:
+        raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tensor_parallel_size}")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
+    return TuneShape(
+        head_size=head_size,
+        num_q_heads=num_heads // tensor_parallel_size,
+        num_kv_heads=max(1, kv // tensor_parallel_size),
+        dtype=normalize_dtype(dtype),
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+
+
+def shape_from_model(
+    model: str,
+    *,
+    capability: Optional[tuple[int, int]],
+    dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    model_rules=None,
+    mamba_ssm_cache_dtype: str = "auto",
+) -> TuneShape:
+    """The same derivation as `explain --model` (attention/model/config.py); `model_rules`: the
+    version's (default: the library's)."""
+    from attnsel.attention.model import config as model_config
+    from attnsel.bench.plan import mla as plan_mla
+
+    hf = model_config.load_model_config(model)
+    facts = model_config.derive_model_facts(
+        hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size, profile=model_rules,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+    )
+    if getattr(facts, "dtype_error", None):
+        raise UserInputError(facts.dtype_error)
+    if facts.is_attention_free:
+        raise UserInputError(f"{model} has no attention layers (model_type {facts.model_type}): vLLM picks no "
+                             "attention backend for it, so there is nothing to tune")
+    return TuneShape(
+        head_size=int(facts.head_size),
+        num_q_heads=int(facts.num_heads_per_gpu),
+        num_kv_heads=max(1, int(facts.num_kv_heads) // tensor_parallel_size),
+        dtype=normalize_dtype(str(facts.dtype)),
+        kv_cache_dtype=(getattr(facts, "kv_cache_dtype_forced", None) if kv_cache_dtype == "auto" else None)
+        or kv_cache_dtype,
+        use_mla=bool(facts.use_mla),
+        model=str(model),
+        tensor_parallel_size=tensor_parallel_size,
+        has_sink=bool(facts.has_sink),
+        use_sparse=bool(facts.use_sparse),
+        use_mm_prefix=bool(facts.use_mm_prefix),
+        attn_type=str(facts.attn_type),
+        is_hybrid=bool(facts.is_hybrid),
+        mamba_cache_float32=bool(facts.mamba_cache_float32),
+        sliding_window=getattr(facts, "sliding_window", None),
+        hybrid=_hybrid_fields(facts),
+        **plan_mla.mla_fields_from_facts(facts),
+    )
+
+
+def _hybrid_fields(facts) -> Optional[dict]:
+    layout = getattr(facts, "hybrid_layout", None)
+    if layout is None:
+        return None
+    return {"layout": layout.to_json(), "mamba_ssm_cache_dtype": facts.mamba_ssm_cache_dtype,
+            "mamba_cache_dtype": facts.mamba_cache_dtype, "prefix_caching": None}
+
+
+def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:
+    return replace(shape, kv_cache_dtype=kv_cache_dtype)

@@ -1,0 +1,178 @@
+"""From an engine's timed calls to figures, and from figures to a verdict: does tune's
+recommendation hold in vLLM's own engine? Pure functions over the dicts the engine worker sends
+(bench/verify/engine_worker.py); CI runs them on fake and recorded results.
+
+Per shape (batch x context), from the calls of one engine:
+  decode step   (T(N2) - T(N1)) / (N2 - N1) for each ABBA pair of timed calls; the median, and
+                the relative spread (max - min) / median of the pairs;
+  prefill       the time until the whole batch has its first token: T(N) - (N - 1) x step for
+                every timed call (median); prefill tokens/s = batch x prompt tokens / that time;
+  tokens/s      batch x N2 generated tokens / T(N2): what a deployment feels, prefill included.
+
+Noise rule (the same gate as tune, bench/tune/recommend.py): a margin between two engines counts only
+when it exceeds max(2%, the mean of the two engines' relative spreads) of that figure over their
+repeated calls. Otherwise the two are "within noise" of each other.
+
+Verdict for tune's pick against vLLM's default, per shape, on tokens/s (end to end), where tune
+advised the pick's flags (recommendation_verdict):
+  holds         the pick is faster beyond noise;
+  within noise  neither is faster beyond noise: keep vLLM's default, no flags needed;
+  reversed      vLLM's default is faster beyond noise.
+Overall: reversed if any shape is reversed, holds if at least one holds, else within noise. The
+decode step gets the same words, beside it. Where tune advised keeping vLLM's default (its pick
+is the default, or its fastest pair was within noise / below --min-gain), the question is
+whether another pair beats the default by --min-gain end to end: bench/verify/verdict.py.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Iterable, Optional, Sequence
+
+from attnsel.bench.timing import stats as T
+
+HOLDS, NOISE, REVERSED = "holds", "within noise", "reversed"
+FASTER, SLOWER = "faster", "slower"
+
+
+def relative_spread(values: Sequence[float]) -> Optional[float]:
+    """(max - min) / median; None with fewer than two values.
+
+    >>> relative_spread([10.0, 10.4, 9.8])
+    0.06
+    """
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    mid = statistics.median(vals)
+    return round((max(vals) - min(vals)) / mid, 12) if mid else None
+
+
+def _pairs(calls: Sequence[dict], n1: int, n2: int) -> list[tuple[float, float]]:
+    """(T(N1), T(N2)) per consecutive pair of timed calls (ABBA order: one N1 and one N2 each)."""
+    timed = [c for c in calls if c.get("phase") == "measure"]
+    pairs = []
+    for a, b in zip(timed[0::2], timed[1::2]):
+        by_n = {int(a["max_tokens"]): float(a["seconds"]), int(b["max_tokens"]): float(b["seconds"])}
+        if set(by_n) == {n1, n2}:
+            pairs.append((by_n[n1], by_n[n2]))
+    return pairs
+
+
+def _figure(values: Sequence[float], scale: float = 1.0) -> Optional[dict]:
+    if not values:
+        return None
+    vals = [v * scale for v in values]
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals),
+            "spread": relative_spread(vals)}
+
+
+def shape_figures(result: dict) -> Optional[dict]:
+    """Decode step (ms), prefill (s, tokens/s) and tokens/s of one shape's timed calls; None
+    when there is no complete N1/N2 pair."""
+    n1, n2 = int(result["n1"]), int(result["n2"])
+    pairs = _pairs(result.get("calls") or [], n1, n2)
+    if not pairs:
+        return None
+    batch, prompt = int(result["batch"]), int(result["prompt_tokens"])
+    slopes = [(t2 - t1) / (n2 - n1) for t1, t2 in pairs]
+    step = statistics.median(slopes)
+    timed = [t for pair in pairs for t in pair]
+    ns = [n for _ in pairs for n in (n1, n2)]
+    prefill = [t - (n - 1) * step for t, n in zip(timed, ns)]
+    return {
+        "decode_step_ms": _figure(slopes, 1e3),
+        "prefill_s": _figure(prefill),
+        "prefill_tokens_per_s": _figure([batch * prompt / p for p in prefill if p > 0]),
+        "output_tokens_per_s": _figure([batch * n2 / t2 for _, t2 in pairs]),
+        "decode_tokens_per_s": _figure([batch / s for s in slopes if s > 0]),
+        "pairs": len(pairs),
+    }
+
+
+def noise_bar(a: Optional[dict], b: Optional[dict]) -> float:
+    """The relative margin two figures must exceed: max(2%, the mean of their spreads)."""
+    spreads = [f.get("spread") for f in (a, b) if f and f.get("spread") is not None]
+    typical = sum(spreads) / len(spreads) if spreads else 0.0
+    return max(T.RELATIVE_NOISE_THRESHOLD, typical)
+
+
+def margin(candidate: Optional[dict], default: Optional[dict], *, lower_is_better: bool) -> Optional[float]:
+    """The candidate's gain over the default as a fraction (> 0: the candidate is better)."""
+    if not candidate or not default or not candidate.get("median") or not default.get("median"):
+        return None
+    c, d = float(candidate["median"]), float(default["median"])
+    return d / c - 1.0 if lower_is_better else c / d - 1.0
+
+
+def judge(gain: Optional[float], bar: float) -> Optional[str]:
+    """faster / slower / within noise, for a gain against its noise bar."""
+    if gain is None:
+        return None
+    if gain > bar:
+        return FASTER
+    if gain < -bar:
+        return SLOWER
+    return NOISE
+
+
+def compare_shape(candidate: dict, default: dict) -> dict:
+    """One candidate against vLLM's default at one shape: decode step and tokens/s."""
+    out = {}
+    for name, key, lower in (("decode", "decode_step_ms", True), ("end_to_end", "output_tokens_per_s", False),
+                             ("prefill", "prefill_tokens_per_s", False)):
+        c, d = candidate.get(key), default.get(key)
+        gain = margin(c, d, lower_is_better=lower)
+        bar = noise_bar(c, d)
+        out[name] = {"margin_pct": None if gain is None else gain * 100, "noise_pct": bar * 100,
+                     "result": judge(gain, bar)}
+    return out
+
+
+def recommendation_verdict(result: Optional[str], pick_is_default: bool) -> Optional[str]:
+    """What one shape's comparison says about tune's recommendation (module docstring)."""
+    if result is None:
+        return None
+    if pick_is_default:  # the comparison was runner-up vs default
+        return REVERSED if result == FASTER else HOLDS
+    return {FASTER: HOLDS, SLOWER: REVERSED}.get(result, NOISE)
+
+
+def overall_verdict(verdicts: Iterable[Optional[str]]) -> Optional[str]:
+    """reversed if any shape is reversed, holds if one holds, within noise otherwise (None: nothing measured)."""
+    seen = [v for v in verdicts if v]
+    if not seen:
+        return None
+    if REVERSED in seen:
+        return REVERSED
+    return HOLDS if HOLDS in seen else NOISE
+
+
+def attention_share(kernel_ms: Optional[float], attention_layers: Optional[int], step_ms: Optional[float]) -> Optional[float]:
+    """Share of one decode step spent in attention: kernel time x layers / step time."""
+    if not kernel_ms or not attention_layers or not step_ms:
+        return None
+    return kernel_ms * attention_layers / step_ms
+
+
+def expected_step_gain(default_kernel_ms: Optional[float], pick_kernel_ms: Optional[float],
+                       attention_layers: Optional[int], default_step_ms: Optional[float]) -> Optional[float]:
+    """The step gain the kernel margin alone predicts (Amdahl): the default's step minus the
+    kernel time saved in every attention layer.
+
+    >>> round(expected_step_gain(0.376, 0.250, 32, 18.1), 4)  # a 50% kernel gain saves 4 ms of 18 ms
+    0.2866
+    """
+    if not (default_kernel_ms and pick_kernel_ms and attention_layers and default_step_ms):
+        return None
+    saved = (default_kernel_ms - pick_kernel_ms) * attention_layers
+    remaining = default_step_ms - saved
+    return default_step_ms / remaining - 1.0 if remaining > 0 else None
+
+
+def geomean_ratio(ratios: Iterable[Optional[float]]) -> Optional[float]:
+    vals = [r for r in ratios if r and r > 0]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))

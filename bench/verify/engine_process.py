@@ -1,0 +1,239 @@
+"""One engine worker process, seen from the parent (torch-free): start it, read its messages
+with timeouts, and make sure that nothing it started outlives it.
+
+The worker runs in a new session: vLLM's engine-core process (and any compiler it forks) joins
+that process group, so one `killpg` ends them all, whether the worker hung, died or finished.
+What can go wrong, and what its candidate's row then says:
+  * the engine fails to start (vLLM raises, OOM)  -> "error" / "oom" with vLLM's message;
+  * no message within the timeout (start or call)  -> "timeout"; the group is killed;
+  * the worker dies (segfault, abort, killed)      -> "crashed" with the signal and the log's tail;
+  * one shape raises (OOM at a large batch)        -> that shape's status; the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnsel.bench.verify import engine_log
+
+DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (gpu-facts.md)
+DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
+POLL_S = 1.0  # how often the parent looks up from waiting (progress display)
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """How a process ended, in the words tune uses for its workers."""
+    if code is None:
+        return "still running"
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return f"killed by signal {name}"
+
+
+class EngineProcess:
+    """`python -m attnsel.bench.verify.engine_worker` with its job; stderr (vLLM's log) goes to `log_path`."""
+
+    def __init__(self, job: dict, log_path: Path, env: Optional[dict] = None):
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.log_start = self._log.tell()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "attnsel.bench.verify.engine_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
+            start_new_session=True,  # its own process group: vLLM's engine core goes down with it
+        )
+        self._buffer = b""
+        self._eof = False
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died at once; reading sees EOF
+        os.set_blocking(self.proc.stdout.fileno(), False)
+
+    def next_message(self, timeout_s: float) -> Optional[dict]:
+        """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
+        pipe with select() in this thread: lines that are not protocol JSON are skipped."""
+        deadline = time.monotonic() + timeout_s
+        message = None
+        while message is None:
+            line = self._next_line(deadline)
+            if line is None:
+                return None
+            message = _as_message(line)
+        return message
+
+    def _next_line(self, deadline: float) -> Optional[str]:
+        while b"\n" not in self._buffer:
+            if self._eof:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise queue.Empty
+            if select.select([self.proc.stdout], [], [], min(remaining, 0.5))[0]:
+                self._take(os.read(self.proc.stdout.fileno(), 65536))
+            elif self.proc.poll() is not None:
+                # The worker is gone, but a process it forked (vLLM's engine core) may still hold
+                # the pipe open, so EOF would never come: read what is left and stop here.
+                self._take(self._drain())
+                self._take(b"")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace")
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
+            self._eof = True
+            if self._buffer and not self._buffer.endswith(b"\n"):
+                self._buffer += b"\n"  # a last line without its newline
+        self._buffer += chunk
+
+    def _drain(self) -> bytes:
+        try:
+            return os.read(self.proc.stdout.fileno(), 1 << 20) or b""
+        except BlockingIOError:
+            return b""
+
+    def stop(self, grace_s: float = 30.0) -> Optional[int]:
+        """Lets a finished worker exit (up to grace_s), then ends its whole process group."""
+        if grace_s > 0:
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 30.0)):
+            try:
+                os.killpg(self.proc.pid, sig)  # the group of the worker we started, and only it
+            except (ProcessLookupError, PermissionError):
+                break  # nobody left in the group
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        if not self._log.closed:
+            self._log.close()
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        return engine_log.read_log(self.log_path, self.log_start)
+
+
+def _as_message(line: str) -> Optional[dict]:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None  # a stray print, not the protocol
+    return message if isinstance(message, dict) and "type" in message else None
+
+
+@dataclass
+class CandidateRun:
+    """What one engine did: its start, its read-back facts, one result per shape."""
+
+    status: str = "ok"  # ok | error | oom | timeout | crashed
+    error: Optional[str] = None
+    start_s: Optional[float] = None
+    facts: dict = field(default_factory=dict)
+    shapes: list = field(default_factory=list)
+    wall_s: Optional[float] = None
+    exit: Optional[str] = None
+    stopped: Optional[str] = None  # why the shapes after a failed one were not run
+
+
+Listener = Callable[[dict], None]
+
+
+def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+               call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, env: Optional[dict] = None,
+               on_message: Listener = lambda message: None,
+               on_tick: Callable[[], None] = lambda: None) -> CandidateRun:
+    """Start one engine, collect its messages until "done", a failure or a timeout; the process
+    group is always ended before this returns."""
+    started = time.monotonic()
+    process = EngineProcess(job, log_path, env)
+    run = CandidateRun(shapes=[None] * len(job.get("shapes") or []))
+    try:
+        _drive(process, run, start_timeout_s, call_timeout_s, on_message, on_tick)
+    finally:
+        finished = run.status == "ok" and all(s is not None for s in run.shapes)
+        code = process.stop(grace_s=60.0 if finished else 0.0)
+        run.exit = describe_exit(code)
+        run.wall_s = time.monotonic() - started
+    _fill_not_run(run)
+    return run
+
+
+def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, call_timeout_s: float,
+           on_message: Listener, on_tick: Callable[[], None]) -> None:
+    current: Optional[int] = None  # the shape being measured
+    waited = 0.0
+    while True:
+        limit = call_timeout_s if run.start_s is not None else start_timeout_s
+        try:
+            message = process.next_message(min(POLL_S, max(0.01, limit - waited)))
+        except queue.Empty:
+            waited += POLL_S
+            on_tick()
+            if waited < limit:
+                continue
+            _fail(run, current, "timeout", f"no answer from the engine within {limit:g} s; its processes were killed")
+            return
+        waited = 0.0
+        if message is None:
+            code = process.stop(grace_s=5.0)
+            cause = engine_log.last_error(process.log_text())
+            detail = f"the engine worker {describe_exit(code)}" + (f" ({cause})" if cause else "")
+            _fail(run, current, "crashed", detail)
+            return
+        on_message(message)
+        kind = message["type"]
+        if kind == "started":
+            run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
+        elif kind == "shape_start":
+            current = int(message["index"])
+        elif kind == "shape":
+            run.shapes[int(message["index"])] = message.get("result")
+            current = None
+        elif kind == "fatal":
+            error = message.get("error") or "the engine could not start"
+            cause = engine_log.last_error(process.log_text(), besides=error)
+            run.status, run.error = message.get("status") or "error", _with_cause(error, cause)
+            return
+        elif kind == "done":
+            return
+
+
+def _with_cause(error: str, cause: Optional[str]) -> str:
+    """vLLM's front end often says only "Engine core initialization failed"; its log has the cause."""
+    if cause and cause not in error:
+        return f"{error} (in the log: {cause})"
+    return error
+
+
+def _fail(run: CandidateRun, current: Optional[int], status: str, error: str) -> None:
+    if current is not None and run.start_s is not None:
+        run.shapes[current] = {"status": status, "error": error}
+        run.stopped = f"the engine was stopped after shape {current + 1} ended with {status}"
+    else:
+        run.status, run.error = status, error
+
+
+def _fill_not_run(run: CandidateRun) -> None:
+    for i, shape in enumerate(run.shapes):
+        if shape is None:
+            why = run.error or run.stopped or "the engine stopped before this shape"
+            run.shapes[i] = {"status": "not run", "error": f"not run: {why}"}

@@ -1,0 +1,407 @@
+"""`attnsel verify` / `attnsel tune --verify`: start vLLM's own engine once per candidate pair
+(backend, block size), measure what a deployment feels, and say whether tune's kernel-level
+recommendation holds end to end.
+
+    tune.json (or --model + --candidates) -> candidates, shapes, refusals (bench/verify/plan.py)
+    -> one engine worker process per candidate (bench/verify/engine_process.py, bench/verify/engine_worker.py)
+    -> its figures and vLLM's own log lines (bench/verify/compare.py, bench/verify/engine_log.py)
+    -> predicted (kernel) vs observed (engine) margins and the verdict -> verify.json.
+Torch-free: every engine runs in its own process; this module only reads NVML and files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnsel import __version__
+from attnsel.attention.model import config as MC
+from attnsel.attention.model.kind import attention_layer_count
+from attnsel.attention import rules
+from attnsel.bench.verify import engine_log
+from attnsel.bench.verify import engine_worker as EW
+from attnsel.bench.plan.rules import vllm_default_choice
+from attnsel.bench.tune.saved import advised_flags
+from attnsel.bench.tune.shape import shape_from_model
+from attnsel.bench.verify import plan as VP
+from attnsel.bench.verify.compare import shape_figures
+from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
+from attnsel.bench.verify.verdict import build_comparisons, summarize
+from attnsel.errors import EnvironmentProblem, UserInputError
+
+SCHEMA = "attnsel-verify/1"
+DOCUMENT_FILE = "verify.json"
+LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
+TUNE_DOCUMENT = "tune.json"
+ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
+MEMORY_RELEASE_WAIT_S = 90.0  # how long to wait for the previous engine's memory to come back
+# vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+
+@dataclass
+class VerifyRequest:
+    tune_dir: Optional[Path] = None  # a `tune --output` folder: its tune.json gives candidates and kernel margins
+    model: Optional[str] = None  # config.json, folder or catalog name (default: the tuned model)
+    candidates: Optional[list[tuple[str, int]]] = None  # instead of tune's pick and runner-up
+    shapes: Optional[list[tuple[int, int]]] = None  # (batch, context) decode shapes
+    repeats: int = 2  # timed N1/N2 pairs per shape (>= 2: the spread is the noise)
+    decode_steps: int = 128  # N2 - N1
+    gpu_memory_utilization: float = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    engine: str = field(default_factory=lambda: os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)
+    resume: bool = False  # keep the engines a previous run in the same folder measured (same options)
+
+
+@dataclass
+class VerifyProgress:
+    """Callbacks for the CLI's progress display (all optional)."""
+
+    on_plan: Callable[[dict], None] = lambda document: None
+    on_candidate: Callable[[int, int, dict, float], None] = lambda index, total, candidate, estimate_s: None
+    on_message: Callable[[dict], None] = lambda message: None
+    on_tick: Callable[[], None] = lambda: None
+    on_candidate_done: Callable[[dict], None] = lambda row: None
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_tune_document(tune_dir: Path) -> dict:
+    path = Path(tune_dir)
+    path = path / TUNE_DOCUMENT if path.is_dir() else path
+    if not path.is_file():
+        raise UserInputError(f"{path} does not exist: pass the folder `attnsel tune --output` wrote (it holds {TUNE_DOCUMENT})")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"{path} is not a readable tune result: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("rows"), list):
+        raise UserInputError(f"{path} is not a tune result (no plan / rows): pass a `tune --output` folder")
+    return doc
+
+
+def vllm_version_or_fail(engine: str) -> Optional[str]:
+    """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
+    version = rules.installed_vllm_version()
+    if version is None and engine == EW.DEFAULT_ENGINE:
+        raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
+                                 "Python environment (pip install vllm)")
+    return version
+
+
+def read_gpu(env=os.environ) -> dict:
+    """GPU 0 as the engines will see it, with its memory now (NVML); no GPU -> exit 3."""
+    from attnsel.bench.tune import env_info
+
+    reader = env_info.NvmlReader(env)
+    try:
+        device = env_info.device_from_nvml(reader, env)
+        if device is None:
+            why = reader.error or "NVML sees no GPU this process may use"
+            raise EnvironmentProblem(f"attnsel verify needs an NVIDIA GPU: {why}")
+        device.update(gpu_memory(reader, device["nvml_index"]))
+        return device
+    finally:
+        reader.close()
+
+
+def gpu_memory(reader, index: int) -> dict:
+    memory = reader.session.get("nvmlDeviceGetMemoryInfo", index) if reader.session else None
+    out = {}
+    if isinstance(memory, dict):
+        out = {"memory_total_bytes": memory.get("total"), "memory_free_bytes": memory.get("free"),
+               "memory_used_bytes": memory.get("used")}
+    processes = reader.session.get("nvmlDeviceGetComputeRunningProcesses", index, quiet=True) if reader.session else None
+    if isinstance(processes, list):
+        out["processes"] = [{"pid": p.get("pid"), "used_bytes": p.get("usedGpuMemory")}
+                            for p in processes if isinstance(p, dict)]
+    return out
+
+
+def wait_for_memory(baseline_free: Optional[int], env=os.environ, wait_s: float = MEMORY_RELEASE_WAIT_S) -> dict:
+    """GPU memory before the next engine: wait (up to wait_s) until the previous engine's is back."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        gpu = read_gpu(env)
+        free = gpu.get("memory_free_bytes")
+        if baseline_free is None or free is None or free >= baseline_free - VP.GIB or time.monotonic() > deadline:
+            return gpu
+        time.sleep(2.0)
+
+
+def resolve_model(req: VerifyRequest, tune_doc: Optional[dict]) -> tuple[str, dict]:
+    name = req.model or ((tune_doc or {}).get("plan", {}).get("shape") or {}).get("model")
+    if not name:
+        raise UserInputError("pass --model CONFIG (a config.json, a folder or a catalog name): the tune result "
+                             "was made from --head-size flags, and vLLM's engine needs a model config")
+    return str(name), MC.load_model_config(name)
+
+
+def write_model_dir(hf_config: dict, folder: Path) -> Path:
+    """A folder holding only config.json: vLLM builds the model from it with dummy weights."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple[dict, list, dict]:
+    """Everything decided before the first engine: (document, candidates, context)."""
+    tune_doc = load_tune_document(req.tune_dir) if req.tune_dir else None
+    if tune_doc is None and not req.candidates:
+        raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR) or --candidates BACKEND:BLOCK_SIZE,...")
+    vllm_version = vllm_version_or_fail(req.engine)
+    gpu = read_gpu(env)
+    capability = tuple(gpu["capability"])
+    model_name, hf_config = resolve_model(req, tune_doc)
+    if tune_doc:
+        shape = VP.shape_from_document(tune_doc["plan"])
+        default = tune_doc["plan"].get("vllm_default") or {}
+        vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") else None
+    else:
+        shape = VP.engine_shape(shape_from_model(model_name, capability=capability))
+        backend, block, _error = vllm_default_choice(shape, capability)
+        vllm_default = (backend, int(block)) if backend and block else None
+    shape = VP.engine_shape(shape)
+    candidates = VP.choose_candidates((tune_doc or {}).get("recommendation"), vllm_default, req.candidates)
+    VP.check_refusals(candidates, shape, capability)
+    model_max = VP.model_max_len(hf_config)
+    shapes = req.shapes or VP.default_shapes(VP.decode_shapes_of((tune_doc or {}).get("plan") or {}), model_max)
+    util, memory_note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"),
+                                         req.gpu_memory_utilization)
+    document = {
+        "schema": SCHEMA, "attnsel_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "tune": _tune_summary(req, tune_doc),
+        "model": {"name": model_name, "model_type": hf_config.get("model_type"),
+                  "attention_layers": attention_layer_count(hf_config),
+                  "num_hidden_layers": (hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
+                  "is_hybrid": shape.is_hybrid, "max_position_embeddings": model_max,
+                  "tensor_parallel_size": shape.tensor_parallel_size, "dtype": shape.dtype,
+                  "kv_cache_dtype": shape.kv_cache_dtype},
+        "gpu": {k: gpu.get(k) for k in ("name", "capability", "uuid", "memory_total_bytes", "memory_free_bytes",
+                                        "memory_used_bytes", "processes")},
+        "vllm": {"installed_version": vllm_version, "rule_profile": rules.select_profile(None).profile.name,
+                 "predicted_default": list(vllm_default) if vllm_default else None},
+        "options": {"shapes": [list(s) for s in shapes], "repeats": req.repeats, "decode_steps": req.decode_steps,
+                    "gpu_memory_utilization_requested": req.gpu_memory_utilization, "gpu_memory_utilization": util,
+                    "max_model_len": VP.max_model_len_for(shapes, req.decode_steps, model_max),
+                    "start_timeout_s": req.start_timeout_s, "call_timeout_s": req.call_timeout_s,
+                    "engine": req.engine, "compile_cache_root": str(VP.compile_cache_root(env)),
+                    "prefix_caching": False, "weights": "dummy (load_format=dummy, config.json only)"},
+        "candidates": [], "comparisons": [], "verdict": None,
+        "warnings": [memory_note] if memory_note else [],
+    }
+    context = {"hf_config": hf_config, "tune_doc": tune_doc, "gpu": gpu,
+               "model_dir": write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model")}
+    return document, candidates, context
+
+
+def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict]:
+    if not tune_doc:
+        return None
+    scope = VP.tune_scope(tune_doc.get("recommendation")) or {}
+    env = tune_doc.get("environment") or {}
+    return {"source": str(req.tune_dir), "scope": scope.get("scope"), "verdict": scope.get("verdict"),
+            "margin_pct": scope.get("margin_pct"), "flags": scope.get("flags"), "advice": scope.get("advice"),
+            "advised_flags": advised_flags(scope), "min_gain_pct": scope.get("min_gain_pct"),
+            "gpu": (env.get("gpu") or {}).get("name") or (tune_doc.get("plan") or {}).get("gpu"),
+            "created": tune_doc.get("created")}
+
+
+def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, context: dict, util: float) -> dict:
+    opts = document["options"]
+    return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
+            "model_dir": str(context["model_dir"]), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
+            "dtype": document["model"]["dtype"], "kv_cache_dtype": document["model"]["kv_cache_dtype"],
+            "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
+            "vocab_size": VP.vocab_size(context["hf_config"]), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
+            "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0}
+
+
+def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyProgress] = None,
+               env=os.environ) -> dict:
+    """Plan, run every candidate's engine, compare, write verify.json (after each candidate too)."""
+    if req.repeats < 2:
+        raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
+    progress = progress or VerifyProgress()
+    output_dir = Path(output_dir)
+    previous = previous_rows(output_dir, req.resume)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    document, candidates, context = plan_document(req, output_dir, env)
+    kept = kept_rows(previous, document)
+    write_document(document, output_dir)
+    progress.on_plan(document)
+    starts: list[float] = []
+    measured: list[float] = []
+    for index, candidate in enumerate(candidates):
+        row = candidate.to_dict()
+        if _row_key(row) in kept:
+            row = dict(kept[_row_key(row)], resumed=True)  # measured by the run being resumed
+        elif candidate.reasons:
+            row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
+        else:
+            estimate = _estimate(req, document, candidate, starts, measured)
+            progress.on_candidate(index, len(candidates), row, estimate)
+            _run_candidate(req, document, candidate, context, row, output_dir, progress, env)
+            if row.get("start_s"):
+                starts.append(row["start_s"] - (row.get("engine", {}).get("torch_compile_s") or 0.0))
+                measured.append(max(0.0, (row.get("wall_s") or 0.0) - row["start_s"]))
+        document["candidates"].append(row)
+        progress.on_candidate_done(row)
+        write_document(document, output_dir)
+    document["comparisons"] = build_comparisons(document, context["tune_doc"])
+    document["verdict"] = summarize(document)
+    document["elapsed_s"] = time.time() - started
+    document["warnings"] += engine_warnings(document)
+    write_document(document, output_dir)
+    return document
+
+
+# What must match for a resumed run's engines to be compared with new ones
+RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine")
+
+
+def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
+    """The verify.json already in the folder: refused without --resume (it would be lost)."""
+    path = Path(output_dir) / DOCUMENT_FILE
+    if not path.is_file():
+        return None
+    if not resume:
+        raise UserInputError(f"{path} already holds a verify result: pass --resume to keep the engines it measured, "
+                             f"or remove it to start over")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"{path} cannot be resumed: {exc}; remove it to start over") from None
+
+
+def kept_rows(previous: Optional[dict], document: dict) -> dict:
+    """The measured rows of the run being resumed, by candidate; none if its options differ."""
+    if not previous:
+        return {}
+    old, new = previous.get("options") or {}, document["options"]
+    changed = [k for k in RESUME_OPTIONS if old.get(k) != new.get(k)]
+    if changed:
+        raise UserInputError(f"the verify result being resumed used other {', '.join(changed)}: run with the same "
+                             f"options, or remove verify.json to start over")
+    return {_row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == "ok"}
+
+
+def _row_key(row: dict) -> tuple:
+    return (tuple(row.get("roles") or ()), row.get("backend"), row.get("block_size"))
+
+
+def _estimate(req, document, candidate, starts, measured) -> float:
+    cache = VP.compile_cache_root() / "torch_compile_cache"
+    warm = cache.is_dir() and any(cache.iterdir())
+    cubin = _installed("flashinfer-cubin")
+    shapes = [tuple(s) for s in document["options"]["shapes"]]
+    return (VP.start_estimate(candidate, starts, warm, cubin)
+            + VP.measure_estimate(shapes, req.repeats, req.decode_steps, measured))
+
+
+def _installed(distribution: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(distribution)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _run_candidate(req, document, candidate, context, row, output_dir, progress, env) -> None:
+    gpu = wait_for_memory(context["gpu"].get("memory_free_bytes"), env)
+    util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization)
+    row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
+    log_path = output_dir / LOG_DIR / f"engine-{candidate.slug}.log"
+    row["log"] = str(log_path.relative_to(output_dir))
+    run = run_engine(engine_job(req, document, candidate, context, util), log_path,
+                     start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
+                     env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick)
+    log = engine_log.parse_engine_log(engine_log.read_log(log_path))
+    row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
+               engine=engine_facts(run.facts, log), shapes=[shape_row(s) for s in run.shapes])
+
+
+def engine_env(env) -> dict:
+    """The engine's environment: ours (VLLM_CACHE_ROOT included, so every engine shares one compile
+    cache), unbuffered, and vLLM's INFO log lines on unless the user chose a level: the backend,
+    KV-cache and compile lines are evidence (bench/verify/engine_log.py)."""
+    out = dict(env, PYTHONUNBUFFERED="1")
+    out.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    return out
+
+
+def shape_row(result: dict) -> dict:
+    row = dict(result)
+    if row.get("status") == "ok":
+        row["figures"] = shape_figures(row)
+    return row
+
+
+def engine_facts(facts: dict, log: dict) -> dict:
+    """What the engine read back in-process, completed and cross-checked by its log lines."""
+    out = dict(facts)
+    backends = facts.get("attention_backends") or ([log["backend_selected"]] if log.get("backend_selected") else [])
+    out["backend_used"] = backends[0] if len(backends) == 1 else (", ".join(backends) or None)
+    out["backend_source"] = "engine" if facts.get("attention_backends") else ("log" if backends else None)
+    out["block_size_used"] = facts.get("block_size") or log.get("block_size_set")
+    if log.get("cudagraph_mode_set"):
+        out["cudagraph_mode"] = log["cudagraph_mode_set"]  # the worker lowered it for this backend
+    if not out.get("kv_cache_tokens") and log.get("kv_cache_tokens"):
+        out["kv_cache_tokens"] = log["kv_cache_tokens"]
+    for key in ("torch_compile_s", "compilation_s", "dynamo_s", "compile_cache", "compile_cache_dir",
+                "graph_capture_s", "graph_memory_gib", "init_engine_s", "model_load_s", "model_memory_gib",
+                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s"):
+        if key in log:
+            out[key] = log[key]
+    if out.get("num_gpu_blocks") and out.get("block_size_used"):
+        out["kv_blocks_x_block_size"] = int(out["num_gpu_blocks"]) * int(out["block_size_used"])
+    return out
+
+
+def engine_warnings(document: dict) -> list[str]:
+    """Where vLLM did something else than asked or predicted."""
+    out = []
+    predicted = document["vllm"].get("predicted_default")
+    for row in document["candidates"]:
+        engine = row.get("engine") or {}
+        used, size = engine.get("backend_used"), engine.get("block_size_used")
+        if row.get("status") != "ok" or not used:
+            continue
+        if row.get("backend") and used != row["backend"]:
+            out.append(f"{row['name']}: vLLM ran {used}, not the requested {row['backend']}")
+        if row.get("block_size") and size and int(size) != int(row["block_size"]):
+            out.append(f"{row['name']}: vLLM used block size {size}, not the requested {row['block_size']}"
+                       + (" (a hybrid model's block size follows its Mamba state)" if document["model"].get("is_hybrid") else ""))
+        if not row.get("backend") and predicted and (used, size) != (predicted[0], predicted[1]):
+            out.append(f"explain predicted vLLM's default {predicted[0]} --block-size {predicted[1]}; "
+                       f"vLLM {engine.get('vllm_version') or ''} chose {used} --block-size {size}")
+    return out
+
+
+def write_document(document: dict, output_dir: Path) -> Path:
+    """verify.json, replaced whole (written to a temporary file, flushed to disk, renamed): a run
+    interrupted between two engines keeps the rows measured so far."""
+    import tempfile
+
+    path = Path(output_dir) / DOCUMENT_FILE
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=".verify-", delete=False) as fh:
+        json.dump(document, fh, indent=2, default=str)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(fh.name, path)
+    return path

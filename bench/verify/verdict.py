@@ -1,0 +1,253 @@
+"""Predicted vs observed: put tune's kernel-level margin beside the engine-level margin of each
+candidate, give the attention share of a decode step, and state the verdict on tune's
+recommendation with the flags to paste (rules in bench/verify/compare.py). Pure functions over
+the verify document (and the tune document it checks); `attnsel report` renders their output
+and never recomputes it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attnsel.bench.verify import compare as EC
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune.saved import advised_flags
+from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
+
+
+def _label(batch: int, context: int) -> str:
+    return f"decode b={batch} ctx={context}"
+
+
+def kernel_times(tune_doc: Optional[dict]) -> dict[tuple[str, int, int, int], float]:
+    """(backend, block size, batch, context) -> tune's median kernel time (ms) for decode rows."""
+    out = {}
+    for row in (tune_doc or {}).get("rows") or []:
+        if row.get("kind") == "decode" and row.get("status") == "ok" and row.get("timing"):
+            w = row.get("workload") or {}
+            out[(row["backend"], int(row["block_size"]), int(w["batch"]), int(w["context_len"]))] = float(row["timing"]["median_ms"])
+    return out
+
+
+def decode_geomeans(tune_doc: Optional[dict]) -> dict[tuple[str, int], float]:
+    decode = (((tune_doc or {}).get("recommendation") or {}).get("workloads") or {}).get("decode") or {}
+    return {(c["backend"], int(c["block_size"])): float(c["geomean_ms"]) for c in decode.get("ranking") or []}
+
+
+def default_row(document: dict) -> Optional[dict]:
+    return next((r for r in document["candidates"] if ROLE_DEFAULT in r["roles"]), None)
+
+
+def run_config(row: dict) -> Optional[tuple[str, int]]:
+    """The pair an engine really ran (read back), else the one it was started for."""
+    engine = row.get("engine") or {}
+    used, size = engine.get("backend_used"), engine.get("block_size_used")
+    if used and size and "," not in str(used):
+        return (str(used), int(size))
+    if row.get("backend") and row.get("block_size"):
+        return (row["backend"], int(row["block_size"]))
+    return tuple(row["predicted"]) if row.get("predicted") else None
+
+
+def _figures(row: Optional[dict], index: int) -> Optional[dict]:
+    shapes = (row or {}).get("shapes") or []
+    if row is None or row.get("status") != "ok" or index >= len(shapes):
+        return None
+    shape = shapes[index] or {}
+    return shape.get("figures") if shape.get("status") == "ok" else None
+
+
+def annotate_attention(document: dict, tune_doc: Optional[dict]) -> None:
+    """Adds tune's kernel time and the attention share of the decode step to each measured shape."""
+    kernels = kernel_times(tune_doc)
+    layers = document["model"].get("attention_layers")
+    for row in document["candidates"]:
+        config = run_config(row)
+        for shape in row.get("shapes") or []:
+            step = ((shape.get("figures") or {}).get("decode_step_ms") or {}).get("median")
+            kernel = kernels.get((*config, int(shape["batch"]), int(shape["context"]))) if config and "batch" in shape else None
+            shape["kernel_ms"] = kernel
+            shape["attention_share"] = EC.attention_share(kernel, layers, step)
+
+
+def predicted_margin(tune_doc: Optional[dict], default: Optional[tuple], config: Optional[tuple],
+                     batch: int, context: int) -> tuple[Optional[float], Optional[str]]:
+    """tune's kernel-level gain of `config` over the default, in % : at this shape if tune timed
+    it, else over tune's decode shapes (geometric means)."""
+    if not default or not config:
+        return None, None
+    kernels = kernel_times(tune_doc)
+    at_d, at_c = kernels.get((*default, batch, context)), kernels.get((*config, batch, context))
+    if at_d and at_c:
+        return (at_d / at_c - 1.0) * 100, "this shape"
+    means = decode_geomeans(tune_doc)
+    if means.get(tuple(default)) and means.get(tuple(config)):
+        return (means[tuple(default)] / means[tuple(config)] - 1.0) * 100, "decode geomean"
+    return None, None
+
+
+def build_comparisons(document: dict, tune_doc: Optional[dict]) -> list[dict]:
+    """One entry per (candidate other than vLLM's default) x shape."""
+    annotate_attention(document, tune_doc)
+    base = default_row(document)
+    base_config = run_config(base) if base else None
+    layers = document["model"].get("attention_layers")
+    out = []
+    for row in document["candidates"]:
+        if row is base:
+            continue
+        for index, (batch, context) in enumerate(document["options"]["shapes"]):
+            entry = {"candidate": row["name"], "short": row.get("short"), "roles": row["roles"], "flags": row["flags"],
+                     "shape": _label(batch, context), "batch": batch, "context": context}
+            mine, theirs = _figures(row, index), _figures(base, index)
+            if mine and theirs:
+                entry.update(EC.compare_shape(mine, theirs))
+            else:
+                entry["missing"] = _missing(row, base, index)
+            pct, source = predicted_margin(tune_doc, base_config, run_config(row), batch, context)
+            entry["predicted_kernel_margin_pct"], entry["predicted_source"] = pct, source
+            kernels = kernel_times(tune_doc)
+            k_default = kernels.get((*base_config, batch, context)) if base_config else None
+            k_mine = kernels.get((*run_config(row), batch, context)) if run_config(row) else None
+            step_default = ((theirs or {}).get("decode_step_ms") or {}).get("median")
+            gain = EC.expected_step_gain(k_default, k_mine, layers, step_default)
+            entry["expected_step_margin_pct"] = None if gain is None else gain * 100
+            out.append(entry)
+    return out
+
+
+def _missing(row: dict, base: Optional[dict], index: int) -> str:
+    for who, r in (("this candidate", row), ("vLLM's default", base)):
+        if r is None:
+            return f"{who} was not run"
+        if r.get("status") != "ok":
+            return f"{who}: {r.get('status')}: {r.get('error') or ''}".strip()
+        shape = (r.get("shapes") or [{}])[index] if index < len(r.get("shapes") or []) else {}
+        if shape.get("status") != "ok":
+            return f"{who}: {shape.get('status')}: {shape.get('error') or ''}".strip()
+    return "no complete N1/N2 pair"
+
+
+def _subject(document: dict) -> tuple[Optional[dict], bool]:
+    """(the candidate whose comparisons decide the verdict, whether tune's pick is vLLM's default)."""
+    rows = document["candidates"]
+    base = default_row(document)
+    if base and ROLE_PICK in base["roles"]:
+        return next((r for r in rows if ROLE_RUNNER_UP in r["roles"]), None), True
+    for role in (ROLE_PICK, ROLE_FASTEST, ROLE_NAMED):
+        found = next((r for r in rows if role in r["roles"] and r is not base), None)
+        if found:
+            return found, False
+    return None, False
+
+
+def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float = 0.0) -> Optional[dict]:
+    """The measured pair with the best tokens/s across shapes (geometric mean of its gains over
+    vLLM's default; the default itself is 1.0), counted only when it beat the default beyond noise
+    at one shape, lost at none, and gained at least `min_gain_pct` overall (tune's --min-gain:
+    below it, changing flags is not worth it)."""
+    best, best_ratio = None, 1.0
+    for row in document["candidates"]:
+        mine = [c for c in comparisons if c["candidate"] == row["name"] and c.get("end_to_end")]
+        if not mine or any(c["end_to_end"]["result"] == EC.SLOWER for c in mine):
+            continue
+        ratio = EC.geomean_ratio(1 + (c["end_to_end"]["margin_pct"] or 0) / 100 for c in mine)
+        if ratio and ratio > best_ratio and (ratio - 1) * 100 >= min_gain_pct \
+                and any(c["end_to_end"]["result"] == EC.FASTER for c in mine):
+            best, best_ratio = row, ratio
+    row = best or default_row(document)
+    return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
+
+
+def tune_advice(document: dict) -> tuple[Optional[bool], float]:
+    """(whether tune advised passing flags, the gain in % worth changing flags for); None: no tune
+    result (pairs the user named)."""
+    tune = document.get("tune") or {}
+    min_gain = tune.get("min_gain_pct")
+    min_gain = float(min_gain) if isinstance(min_gain, (int, float)) else REC.DEFAULT_MIN_GAIN * 100
+    if "advised_flags" not in tune and not tune.get("verdict"):
+        return None, min_gain
+    return advised_flags(tune) is not None, min_gain
+
+
+def summarize(document: dict) -> dict:
+    """The verdict on tune's advice, in words, with the flags to paste. Two questions, by what tune
+    advised: flags (is the pick faster end to end? holds / within noise / reversed), or keeping
+    vLLM's default, which includes a fastest pair within noise or below --min-gain (does any pair
+    beat the default end to end by the gain worth changing flags for? reversed if so, else holds)."""
+    subject, pick_is_default = _subject(document)
+    comparisons = document["comparisons"]
+    if subject is None:
+        return _not_measured(document, "there is no second candidate to compare with vLLM's default")
+    advised, min_gain = tune_advice(document)
+    keeps_default = pick_is_default or advised is False
+    mine = [c for c in comparisons if c["candidate"] == subject["name"]]
+    shapes = [{"shape": c["shape"], "end_to_end": _shape_verdict(c.get("end_to_end"), keeps_default, min_gain),
+               "decode": _shape_verdict(c.get("decode"), keeps_default, min_gain)} for c in mine]
+    word = EC.overall_verdict(s["end_to_end"] for s in shapes)
+    if word is None:
+        why = next((c.get("missing") for c in mine if c.get("missing")), None) or subject.get("error")
+        return _not_measured(document, why or "nothing could be compared")
+    best = best_end_to_end(document, comparisons, min_gain)
+    if keeps_default:
+        worth = best if best and best["name"] != default_row(document)["name"] else None
+        word = EC.REVERSED if worth else EC.HOLDS
+        flags = worth["flags"] if worth else ""
+        pick_row = default_row(document)
+    else:
+        pick_row = subject
+        flags = pick_row["flags"] if word == EC.HOLDS else ("" if word == EC.NOISE else (best or {}).get("flags", ""))
+    text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
+            else _verdict_text(word, pick_row, mine, flags))
+    return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
+            "tune_advised_flags": not keeps_default, "min_gain_pct": min_gain,
+            "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
+
+
+def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[str]:
+    """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
+    noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
+    result = (comparison or {}).get("result")
+    if not keeps_default:
+        return EC.recommendation_verdict(result, pick_is_default=False)
+    if result is None:
+        return None
+    return EC.REVERSED if result == EC.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EC.HOLDS
+
+
+def _not_measured(document: dict, why: str) -> dict:
+    return {"verdict": "not measured", "flags": None, "shapes": [], "best_end_to_end": None,
+            "text": f"no verdict: {why}"}
+
+
+def _gain_words(comparisons: list[dict]) -> str:
+    parts = []
+    for c in comparisons:
+        e2e = c.get("end_to_end")
+        if e2e and e2e.get("margin_pct") is not None:
+            parts.append(f"{e2e['margin_pct']:+.1f}% tokens/s at {c['shape']} (noise {e2e['noise_pct']:.1f}%)")
+    return "; ".join(parts)
+
+
+def _verdict_text(word: str, pick: dict, comparisons: list[dict], flags: str) -> str:
+    gains = _gain_words(comparisons)
+    paste = f"pass {flags}" if flags else "no flags needed (vLLM's default)"
+    if word == EC.HOLDS:
+        return f"holds end to end: {pick['name']} against vLLM's default: {gains}: {paste}"
+    if word == EC.NOISE:
+        return f"within noise end to end: {pick['name']} against vLLM's default: {gains}: keep vLLM's default, {paste}"
+    return f"reversed end to end: {pick['name']} is slower than vLLM's default ({gains}): {paste}"
+
+
+def _keep_default_text(word: str, subject: dict, comparisons: list[dict], pick_is_default: bool,
+                       best: Optional[dict], min_gain: float, flags: str) -> str:
+    gains = _gain_words(comparisons)
+    advice = ("vLLM's default, tune's pick" if pick_is_default else
+              f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
+              f"{min_gain:.0f}% at kernel level)")
+    if word == EC.HOLDS:
+        return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
+                f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
+    return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "
+            f"(geometric mean over the shapes, none slower), at least the {min_gain:.0f}% worth changing flags for, "
+            f"against {advice} ({subject['name']}: {gains}): pass {flags}")

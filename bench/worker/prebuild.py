@@ -1,0 +1,174 @@
+"""What a pre-spawned tune worker does before the parent says "go" (bench/TUNE_PERF.md): import
+its backend's libraries, and compile the JIT modules its rows will need (FlashInfer's nvcc builds)
+in a background thread, CPU only, while the previous backend is timing on the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+import time
+from typing import Any, Optional
+
+from attnsel.bench.plan.workloads import WorkloadSpec
+
+# How long a pre-spawned worker waits after "go" for its JIT pre-build (Prebuild) before it goes
+# on anyway; the parent passes its own figure (below its startup timeout) in the job.
+DEFAULT_PREBUILD_WAIT_S = 150.0
+
+# Imported before "go" besides each adapter's own `module`: the libraries availability()/prepare()
+# would import anyway (FlashInfer's adapter has no `module` attribute; FlexAttention's compile
+# imports dynamo + inductor on its first row). Import only: none of these creates a CUDA context
+# by itself.
+PRELOAD_MODULES = {
+    "FLASHINFER": ("flashinfer",),
+    "TRITON_ATTN": ("triton",),
+    "FLEX_ATTENTION": ("torch.nn.attention.flex_attention", "torch._dynamo", "torch._inductor.compile_fx"),
+}
+
+
+def error_text(exc: BaseException) -> str:
+    """One line, at most 500 characters: what a row or record says about an exception."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def preload_libraries(toolkit: Any, backend: Optional[str]) -> float:
+    """Runs the toolkit's `preload(backend)` (import the kernel libraries, no CUDA) and returns the
+    seconds spent. A pre-spawned worker pays this (FLASH_ATTN/FA4 6.1 s, FLASHINFER 5.5 s on an
+    H200) while the previous backend is timing."""
+    started = time.perf_counter()
+    preload = getattr(toolkit, "preload", None)
+    if backend and preload is not None:
+        preload(backend)
+    return time.perf_counter() - started
+
+
+def import_backend_libraries(adapters: list, backend: str) -> None:
+    """Imports what `backend`'s adapters would import in availability()/prepare(), WITHOUT
+    touching CUDA ourselves. An import that fails here fails again, with its reason, in
+    availability(); nothing is decided here."""
+    modules: list[str] = []
+    for adapter in adapters:
+        before_import = getattr(adapter, "before_import", None)
+        if before_import is not None:
+            before_import()  # e.g. FA4: turn its persistent compile cache on before it is imported
+        module = getattr(adapter, "module", None)
+        if isinstance(module, str):
+            modules.append(module)
+        preload_modules = getattr(adapter, "preload_modules", None)
+        if callable(preload_modules):
+            try:
+                modules += list(preload_modules())  # e.g. vLLM: its config, layer and backend modules (~18 s)
+            except Exception:  # noqa: BLE001 -- availability() reports it
+                pass
+    modules += PRELOAD_MODULES.get(str(backend).upper(), ())
+    for module in dict.fromkeys(modules):
+        try:
+            if importlib.util.find_spec(module.split(".")[0]) is not None:
+                importlib.import_module(module)
+        except Exception:  # noqa: BLE001 -- availability() reports it
+            pass
+
+
+class Prebuild:
+    """One adapter's `prebuild(...)` hook, run in a background thread before "go".
+
+    Best effort: whatever it raises is recorded, never re-raised. The hook gets the items'
+    workloads and the shape; it must not touch CUDA (the previous backend is timing on the GPU)."""
+
+    def __init__(self, adapter: Any, workloads: list[WorkloadSpec], shape: dict, request: dict):
+        self.adapter = adapter
+        self.workloads = workloads
+        self.shape = shape
+        self.request = request
+        self.record: dict[str, Any] = {
+            "adapter": getattr(adapter, "name", None),
+            "previous_backend": request.get("previous_backend"),
+            "modules": [], "built": 0, "cached": 0, "error": None, "finished": False,
+        }
+        self._thread = threading.Thread(target=self._run, name="attnsel-prebuild", daemon=True)
+        self._started = 0.0
+        self._ended: Optional[float] = None
+
+    def start(self) -> "Prebuild":
+        self._started = time.perf_counter()
+        self.record["started_at"] = time.time()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            shape = self.shape
+            summary = self.adapter.prebuild(
+                self.workloads, dtype=shape.get("dtype"), head_size=int(shape.get("head_size", 0)),
+                num_q_heads=shape.get("num_q_heads"), num_kv_heads=shape.get("num_kv_heads"),
+                kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
+                capability=self.request.get("device_capability"),
+            ) or {}
+            for key in ("modules", "built", "cached", "requests"):
+                if key in summary:
+                    self.record[key] = summary[key]
+            self.record["error"] = summary.get("error")
+        except BaseException as exc:  # noqa: BLE001 -- best effort: plan() compiles as usual
+            self.record["error"] = error_text(exc)
+        finally:
+            self._ended = time.perf_counter()
+            self.record["finished"] = True
+
+    def finish(self, go_at: float, wait_s: float) -> dict:
+        """Called at "go" (go_at: perf_counter then): waits up to wait_s for the build to end and
+        returns the record: seconds it ran before "go" (hidden behind the previous backend) and
+        seconds the worker waited for it after "go"."""
+        self._thread.join(timeout=max(0.0, wait_s))
+        now = time.perf_counter()
+        end = self._ended if self._ended is not None else now
+        self.record["seconds"] = end - self._started
+        self.record["before_go_s"] = max(0.0, min(end, go_at) - self._started)
+        self.record["waited_after_go_s"] = max(0.0, now - go_at)
+        self.record["finished"] = self._ended is not None
+        self.record["note"] = prebuild_note(self.record)
+        return dict(self.record)
+
+
+def prebuild_note(record: dict) -> Optional[str]:
+    """The line each row of the backend carries about its JIT pre-build (None: it had nothing to do)."""
+    if record.get("finished") and not (record.get("modules") or record.get("built") or record.get("error")):
+        return None
+    previous = record.get("previous_backend")
+    when = f"while {previous} {'were' if ' and ' in str(previous) else 'was'} timed" if previous else "before go"
+    built, cached = int(record.get("built") or 0), int(record.get("cached") or 0)
+    if not record.get("finished"):
+        return (f"JIT pre-build ({when}) still running after {record.get('waited_after_go_s', 0):.0f} s more "
+                "after go; the first plan() waits for it")
+    if record.get("error") and not built:
+        return f"JIT pre-build failed ({record['error']}); modules compiled at first plan() as usual"
+    text = f"JIT modules pre-built {when}: {record.get('before_go_s', 0):.1f} s ({built} modules)"
+    if cached:
+        text += f"; {cached} already in the cache"
+    if record.get("waited_after_go_s", 0) >= 0.05:
+        text += f"; waited {record['waited_after_go_s']:.1f} s more after go"
+    if record.get("error"):
+        text += f"; failed: {record['error']}"
+    return text
+
+
+def start_prebuild(toolkit: Any, job: dict) -> Optional[Prebuild]:
+    """Starts the pre-build of `job`'s backend if the job asks for one (pre-spawned workers only)
+    and the backend's preferred adapter has the optional hook (attention/kernels/base.py)."""
+    request = job.get("prebuild")
+    if not isinstance(request, dict) or job.get("action") != "run":
+        return None
+    try:
+        adapters = toolkit.adapters_for(job["backend"])
+    except Exception:  # noqa: BLE001 -- an unknown backend is reported by ItemRunner later
+        return None
+    # the preferred provider (the one ItemRunner picks when it is available), e.g. FlashInfer's
+    # tensor-core adapter, not its CUDA-core comparison
+    preferred = adapters[0] if adapters else None
+    if not callable(getattr(preferred, "prebuild", None)):
+        return None
+    workloads = [WorkloadSpec.from_dict(item["workload"]) for item in job.get("items") or []]
+    return Prebuild(preferred, workloads, job.get("shape") or {}, request).start()

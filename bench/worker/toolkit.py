@@ -1,0 +1,59 @@
+"""The tune worker's boundary to torch and the kernel adapters: the `Toolkit` protocol and its loader.
+
+`KernelToolkit` (bench/worker/kernel_toolkit.py) is the real one; CI passes a fake toolkit with fake
+adapters that hang, raise or abort (tests/fixtures/tune/fake_toolkit.py). Torch-free: the module
+named by the spec brings torch, when the worker loads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any, Optional, Protocol
+
+from attnsel.bench.timing import stats as T
+from attnsel.bench.plan.workloads import WorkloadSpec
+
+DEFAULT_TOOLKIT = "attnsel.bench.worker.kernel_toolkit:KernelToolkit"
+
+
+class Toolkit(Protocol):
+    """What the worker needs from torch and the kernels package (our own boundary)."""
+
+    def device_info(self) -> dict: ...
+
+    def adapters_for(self, backend: str) -> list: ...
+
+    def workload(self, shape: dict, spec: WorkloadSpec) -> Any: ...
+
+    def make_batch(self, workload: Any, block_size: int, seed: int) -> Any: ...
+
+    def first_call_seconds(self, prepared: Any) -> float: ...
+
+    def relative_error(self, prepared: Any, batch: Any) -> float: ...
+
+    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
+             launch: str = "eager") -> T.TimingResult: ...
+
+    def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]: ...
+
+    def is_out_of_memory(self, exc: BaseException) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def load_toolkit(spec: str) -> Toolkit:
+    """`module:attr` or `/path/to/file.py:attr`; attr is a class or factory called with no args."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ValueError(f"toolkit spec must be 'module:attr', got {spec!r}")
+    if target.endswith(".py"):
+        mod_spec = importlib.util.spec_from_file_location(f"attnsel_toolkit_{abs(hash(target))}", target)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ImportError(f"cannot load toolkit file {target}")
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, attr)()
+

@@ -1,0 +1,1 @@
+"""The probe when NVML is unavailable: what torch.cuda sees, or why nothing does."""

@@ -1,0 +1,167 @@
+"""One door to NVML (and to torch.cuda for the fallback), real or replayed from a scenario.
+
+Everything the probe learns from the driver goes through `NvmlSession.get`, in the style of
+nvitop's `nvmlQuery`: any exception from one query -- an `NVMLError`, but also a
+`ctypes.ArgumentError` (nvidia-ml-py 13.615.71 defines `NVML_P2P_CAPS_INDEX_READ` as the tuple
+`(0,)`, gpu-facts.md) -- becomes "unknown" for that query only and is kept as a `QueryFailure`.
+Only a failing `nvmlInit` is fatal; the collector then falls back to torch.
+
+The door is this module: callers import the facades, the session and the constants from here. Its
+parts: probe/nvml/protocol.py (device refs, call keys, NVML error codes, the facade protocols),
+probe/nvml/pynvml_facade.py (the real NVML), probe/nvml/replay.py (scenarios: their format, the replay
+facades, loading), probe/fallback/torch_cuda.py (the real torch.cuda fallback).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from attnsel.probe.nvml.protocol import (
+    INIT_HINTS,
+    NVML_ERROR_CODES,
+    NVML_ERROR_MESSAGES,
+    NVML_ERROR_NAMES,
+    DeviceRef,
+    NvmlCallError,
+    NvmlFacade,
+    NvmlInitError,
+    TorchFacade,
+    call_key,
+)
+from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, SCENARIO_SCHEMA, ReplayFacade, ReplayTorch, load_scenario
+from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
+from attnsel.probe.fallback.torch_cuda import RealTorch
+
+__all__ = [
+    # the facades (real and replayed) and how one is chosen
+    "NvmlFacade", "TorchFacade", "PynvmlFacade", "RealTorch", "ReplayFacade", "ReplayTorch",
+    "facades_from_env", "load_scenario", "SCENARIO_ENV_VAR", "SCENARIO_SCHEMA",
+    # the funnel every query goes through
+    "NvmlSession", "QueryFailure", "answer_problem", "INVALID_ANSWER", "DeviceRef", "call_key",
+    # NVML's errors and constants
+    "NvmlCallError", "NvmlInitError", "NVML_ERROR_NAMES", "NVML_ERROR_CODES", "NVML_ERROR_MESSAGES", "INIT_HINTS",
+    "P2P_CAPS_INDEX", "P2P_STATUS_NAMES", "P2P_STATUS_OK", "CLOCK_SM", "CLOCK_MEM", "NVLINK_MAX_LINKS",
+]
+
+# Constants passed to NVML as plain integers on purpose: nvidia-ml-py 13.615.71 has
+# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (gpu-facts.md).
+P2P_CAPS_INDEX = {"READ": 0, "WRITE": 1, "NVLINK": 2, "ATOMICS": 3}
+P2P_STATUS_NAMES = {
+    0: "OK",
+    1: "CHIPSET_NOT_SUPPORTED",
+    2: "GPU_NOT_SUPPORTED",
+    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
+    4: "DISABLED_BY_REGKEY",
+    5: "NOT_SUPPORTED",
+    6: "UNKNOWN",
+}
+P2P_STATUS_OK = 0
+CLOCK_SM = 1
+CLOCK_MEM = 2
+NVLINK_MAX_LINKS = 18  # NVLink 4/5 GPUs expose 18 links; we stop at the first link NVML rejects
+
+
+# ---------------------------------------------------------------------------------------------
+# The funnel
+
+
+@dataclass(frozen=True)
+class QueryFailure:
+    function: str
+    key: str
+    error: str  # "NVML_ERROR_GPU_IS_LOST", "ArgumentError", ...
+    message: str
+
+    def describe(self) -> str:
+        where = f"({self.key})" if self.key else "()"
+        return f"{self.function}{where}: {self.message}"
+
+
+# What each query must answer (nvml.h types, as nvidia-ml-py returns them after `_plain`). An
+# answer of another shape (a broken driver, a hand-edited scenario) is a failed query: None, and
+# the failure is reported like an NVML error, so nothing downstream meets a string for a number.
+INVALID_ANSWER = "NVML_ANSWER_INVALID"
+_UINT_MAX = 2**64
+
+
+def _uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _UINT_MAX
+
+
+def _uint_fields(*names: str) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(_uint(v.get(n)) for n in names)
+
+
+_STRING_ANSWERS = ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlSystemGetDriverVersion")
+_INT_ANSWERS = (
+    "nvmlDeviceGetCount", "nvmlDeviceGetMemoryBusWidth", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetNumGpuCores", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature", "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+)
+_SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **{name: ("a string", lambda v: isinstance(v, str)) for name in _STRING_ANSWERS},
+    **{name: ("an unsigned integer", _uint) for name in _INT_ANSWERS},
+    "nvmlDeviceGetCudaComputeCapability": ("[major, minor]", lambda v: isinstance(v, list) and len(v) == 2
+                                           and all(_uint(x) and x < 100 for x in v)),
+    "nvmlDeviceGetMigMode": ("[current, pending]", lambda v: isinstance(v, list) and len(v) == 2 and all(map(_uint, v))),
+    "nvmlDeviceGetMemoryInfo": ("a memory struct", _uint_fields("total", "free", "used")),
+    "nvmlDeviceGetPciInfo": ("a PCI info struct", lambda v: isinstance(v, dict) and isinstance(v.get("busId"), str)),
+}
+
+
+def answer_problem(function: str, answer: Any) -> Optional[str]:
+    """Why an NVML answer cannot be what `function` returns, or None when it can."""
+    shape = _SHAPES.get(function)
+    if shape is None or shape[1](answer):
+        return None
+    shown = repr(answer)
+    return f"answered {shown if len(shown) <= 60 else shown[:57] + '...'}, not {shape[0]}"
+
+
+class NvmlSession:
+    """The funnel every NVML query goes through; failures become None and are remembered."""
+
+    def __init__(self, facade: NvmlFacade):
+        self.facade = facade
+        self.failures: list[QueryFailure] = []
+
+    def get(self, function: str, *args: DeviceRef | int, quiet: bool = False) -> Any:
+        """The answer, or None when the query raised anything. `quiet` queries probe for existence
+        (MIG slots, NVLink link numbers) and their expected failures are not kept."""
+        try:
+            answer = self.facade.call(function, *args)
+            problem = answer_problem(function, answer)
+            if problem is None:
+                return answer
+            failure = QueryFailure(function, call_key(args), INVALID_ANSWER, problem)
+        except NvmlCallError as exc:
+            failure = QueryFailure(function, call_key(args), exc.name, exc.message)
+        except Exception as exc:  # noqa: BLE001 -- e.g. ctypes.ArgumentError (gpu-facts.md)
+            failure = QueryFailure(function, call_key(args), type(exc).__name__, str(exc) or type(exc).__name__)
+        if not quiet:
+            self.failures.append(failure)
+        return None
+
+    def last_failure(self) -> Optional[QueryFailure]:
+        return self.failures[-1] if self.failures else None
+
+    def failures_for(self, ref: DeviceRef) -> list[QueryFailure]:
+        token = str(ref)
+        return [f for f in self.failures if f.key.split(",")[0] == token]
+
+
+# ---------------------------------------------------------------------------------------------
+# Which facades: replayed or real
+
+
+def facades_from_env(env: Mapping[str, str]) -> tuple[NvmlFacade, TorchFacade, Optional[dict]]:
+    """The replay facades when ATTNSEL_NVML_SCENARIO names a scenario, else the real ones."""
+    path = env.get(SCENARIO_ENV_VAR)
+    if path:
+        scenario = load_scenario(path)
+        return ReplayFacade(scenario), ReplayTorch(scenario), scenario
+    return PynvmlFacade(), RealTorch(), None
+

@@ -1,0 +1,289 @@
+"""pandas DataFrames (and the summary dict) every report format is built from. Plain data in,
+plain data out; no NVML, no CUDA."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import pandas as pd
+
+from attnsel.bench.tune import results as R
+from attnsel.reports.tune.loaders import ReportData, TuneData
+
+KIND_ORDER = ("decode", "prefill", "mixed")
+BACKEND_ORDER = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+
+ROW_COLUMNS = [
+    "backend", "block_size", "kernel_block_size", "kind", "workload", "batch", "context_len", "query_len", "status",
+    "median_ms", "p20_ms", "p80_ms", "n", "bandwidth_tb_s", "pct_of_peak", "tflops", "rel_error", "checked",
+    "adapter", "provider", "first_call_s", "mode", "dtype", "kv_cache_dtype", "error",
+]
+
+
+def _num(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def _order(name: str) -> int:
+    return BACKEND_ORDER.index(name) if name in BACKEND_ORDER else len(BACKEND_ORDER)
+
+
+def rows_frame(tune: TuneData) -> pd.DataFrame:
+    """One line per result row, flat, in a stable order (backend, block size, kind, shape)."""
+    records = []
+    for row in tune.rows:
+        timing = row.get("timing") or {}
+        w = row.get("workload") or {}
+        bandwidth = _num(row.get("bandwidth_bytes_per_s"))
+        records.append({
+            "backend": row.get("backend"),
+            "block_size": row.get("block_size"),
+            "kernel_block_size": row.get("kernel_block_size"),
+            "kind": row.get("kind"),
+            "workload": row.get("workload_label"),
+            "batch": w.get("batch"),
+            "context_len": w.get("context_len"),
+            "query_len": w.get("query_len"),
+            "status": row.get("status"),
+            "median_ms": _num(timing.get("median_ms")),
+            "p20_ms": _num(timing.get("p20_ms")),
+            "p80_ms": _num(timing.get("p80_ms")),
+            "n": timing.get("n"),
+            "bandwidth_tb_s": bandwidth / 1e12 if bandwidth else None,
+            "pct_of_peak": _num(row.get("pct_of_peak_bandwidth")),
+            "tflops": _num(row.get("tflops")),
+            "rel_error": _num(row.get("rel_error")),
+            "checked": row.get("checked"),
+            "adapter": row.get("adapter"),
+            "provider": row.get("provider"),
+            "first_call_s": _num(row.get("first_call_s")),
+            "mode": row.get("mode"),
+            "dtype": row.get("dtype"),
+            "kv_cache_dtype": row.get("kv_cache_dtype"),
+            "error": row.get("error"),
+        })
+    frame = pd.DataFrame.from_records(records, columns=ROW_COLUMNS)
+    if frame.empty:
+        return frame
+    frame["_b"] = frame["backend"].map(_order)
+    frame["_k"] = frame["kind"].map(lambda k: KIND_ORDER.index(k) if k in KIND_ORDER else 9)
+    frame = frame.sort_values(["_k", "batch", "context_len", "query_len", "_b", "backend", "block_size"], kind="stable")
+    return frame.drop(columns=["_b", "_k"]).reset_index(drop=True)
+
+
+def workloads(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """(kind, label) of every shape, in plan order."""
+    if frame.empty:
+        return []
+    seen = frame[["kind", "workload"]].drop_duplicates()
+    return [(k, w) for k, w in seen.itertuples(index=False, name=None)]
+
+
+def latency_table(frame: pd.DataFrame, workload: str) -> pd.DataFrame:
+    """Median ms, backend x --block-size, for one shape; NaN where not timed."""
+    sub = frame[(frame["workload"] == workload) & (frame["status"] == R.STATUS_OK)]
+    if sub.empty:
+        return pd.DataFrame()
+    table = sub.pivot_table(index="backend", columns="block_size", values="median_ms", aggfunc="first")
+    table = table.reindex(sorted(table.index, key=lambda b: (_order(b), b)))
+    return table.reindex(sorted(table.columns), axis=1)
+
+
+def status_table(frame: pd.DataFrame, workload: str) -> pd.DataFrame:
+    """Status per backend x --block-size for one shape (shows what was skipped or failed)."""
+    sub = frame[frame["workload"] == workload]
+    table = sub.pivot_table(index="backend", columns="block_size", values="status", aggfunc="first")
+    table = table.reindex(sorted(table.index, key=lambda b: (_order(b), b)))
+    return table.reindex(sorted(table.columns), axis=1)
+
+
+def best_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
+    """For each shape and backend, the block size with the highest % of peak bandwidth."""
+    ok = frame[(frame["status"] == R.STATUS_OK) & frame["pct_of_peak"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=["kind", "workload", "backend", "block_size", "pct_of_peak", "bandwidth_tb_s"])
+    index = ok.groupby(["workload", "backend"], sort=False)["pct_of_peak"].idxmax()
+    best = ok.loc[index.values, ["kind", "workload", "backend", "block_size", "pct_of_peak", "bandwidth_tb_s"]]
+    best = best.assign(_b=best["backend"].map(_order))
+    order = {w: i for i, (_k, w) in enumerate(workloads(frame))}
+    best = best.assign(_w=best["workload"].map(order)).sort_values(["_w", "_b"], kind="stable")
+    return best.drop(columns=["_b", "_w"]).reset_index(drop=True)
+
+
+def problems_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows that were not timed for a reason other than vLLM's rules: crashes, wrong results..."""
+    bad = frame[~frame["status"].isin([R.STATUS_OK, R.STATUS_SKIPPED_BY_VLLM])]
+    return bad[["backend", "block_size", "workload", "status", "error"]].reset_index(drop=True)
+
+
+def skipped_configs(tune: TuneData) -> pd.DataFrame:
+    """(backend, --block-size) pairs vLLM's rules refuse, with vLLM's reasons."""
+    configs = (tune.plan.get("configs") or [])
+    records = [
+        {"backend": c["backend"], "block_size": c["block_size"], "reasons": list(c.get("reasons") or [])}
+        for c in configs if c.get("status") == "skipped"
+    ]
+    if not configs:  # no plan (bare results.jsonl): the skipped rows carry the same reasons
+        seen = set()
+        for row in tune.rows:
+            key = (row.get("backend"), row.get("block_size"))
+            if row.get("status") == R.STATUS_SKIPPED_BY_VLLM and key not in seen:
+                seen.add(key)
+                reasons = row.get("vllm_reasons") or [r for r in str(row.get("error") or "").split("; ") if r]
+                records.append({"backend": key[0], "block_size": key[1], "reasons": reasons})
+    return pd.DataFrame.from_records(records, columns=["backend", "block_size", "reasons"])
+
+
+def reason_matrix(entries: list[tuple[str, list[str]]]) -> pd.DataFrame:
+    """Boolean matrix: one row per entry (a backend, or backend + block size), one column per
+    distinct reason (vLLM's words, first-seen order)."""
+    reasons: list[str] = []
+    for _name, rs in entries:
+        for r in rs:
+            if r not in reasons:
+                reasons.append(r)
+    return pd.DataFrame([[r in rs for r in reasons] for _name, rs in entries],
+                        index=[name for name, _rs in entries], columns=reasons, dtype=bool)
+
+
+def explain_frame(doc: dict) -> pd.DataFrame:
+    rows = list(doc.get("backends") or [])
+    explicit = doc.get("explicit_backend")
+    if explicit and explicit.get("name") not in [b.get("name") for b in rows]:
+        rows.append(explicit)
+    records = [{
+        "priority": b.get("priority"),
+        "backend": b.get("name"),
+        "valid": bool(b.get("valid")),
+        "selected": b.get("name") == doc.get("selected"),
+        "reasons": "; ".join(b.get("reasons") or []),
+    } for b in rows]
+    return pd.DataFrame.from_records(records, columns=["priority", "backend", "valid", "selected", "reasons"])
+
+
+def explain_matrix(doc: dict) -> pd.DataFrame:
+    entries = [(b.get("name"), list(b.get("reasons") or [])) for b in doc.get("backends") or []]
+    return reason_matrix(entries)
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary every format opens with
+
+
+def _tb(value: Optional[float]) -> Optional[str]:
+    return f"{value / 1e12:.2f} TB/s" if value else None
+
+
+def _decision_summary(decision: Optional[dict]) -> Optional[dict]:
+    if not decision:
+        return None
+    best = decision.get("best") or {}
+    default = decision.get("vllm_default") or {}
+    verdict = decision.get("verdict")
+    confidence = {
+        "faster": "above noise", "noisy": "within noise", "default is fastest": "default is fastest",
+        "default not measured": "no baseline", "no valid config": "nothing measured",
+    }.get(verdict, verdict)
+    return {
+        "scope": decision.get("scope"),
+        "best": f"{best['backend']} --block-size {best['block_size']}" if best else None,
+        "best_geomean_ms": best.get("geomean_ms"),
+        "default": f"{default['backend']} --block-size {default['block_size']}" if default else None,
+        "margin_pct": decision.get("margin_pct"),
+        "noise_threshold_pct": decision.get("noise_threshold_pct"),
+        "verdict": verdict,
+        "confidence": confidence,
+        "flags": decision.get("flags") if verdict == "faster" else None,
+        "best_flags": decision.get("flags"),
+        "advice": decision.get("advice"),
+    }
+
+
+def tune_summary(tune: TuneData) -> dict:
+    """GPU, environment, shape, vLLM's default, the recommendation with margin and confidence."""
+    env = tune.environment
+    gpu = env.get("gpu") or {}
+    device = env.get("device") or {}
+    plan = tune.plan
+    rec = tune.recommendation or {}
+    overall = _decision_summary(rec.get("overall"))
+    per_kind = [_decision_summary(d) for _k, d in sorted((rec.get("workloads") or {}).items(),
+                                                          key=lambda kv: KIND_ORDER.index(kv[0]) if kv[0] in KIND_ORDER else 9)]
+    versions = {k: v for k, v in (env.get("versions") or device.get("versions") or {}).items() if v}
+    capability = plan.get("capability") or (".".join(str(x) for x in device["capability"]) if device.get("capability") else None)
+    statuses: dict[str, int] = {}
+    for row in tune.rows:
+        statuses[row.get("status") or "?"] = statuses.get(row.get("status") or "?", 0) + 1
+    default = (rec.get("vllm_default") or {})
+    flags = (overall or {}).get("flags")
+    return {
+        "gpu": gpu.get("name") or device.get("name") or plan.get("gpu"),
+        "capability": capability,
+        "memory_gib": (gpu.get("memory_total_bytes") or device.get("total_memory_bytes") or 0) / 2**30 or None,
+        "peak_bandwidth": _tb(gpu.get("peak_memory_bandwidth_bytes_per_s")),
+        "peak_bandwidth_source": gpu.get("peak_bandwidth_source"),
+        "driver": gpu.get("driver_version"),
+        "cuda": gpu.get("cuda_driver_version") or device.get("torch_cuda"),
+        "versions": versions,
+        "shape": plan.get("shape") or {},
+        "grid": plan.get("grid"),
+        "timing_mode": (tune.rows[0].get("mode") if tune.rows else None),
+        "vllm_default": f"{default['backend']} --block-size {default['block_size']}" if default else None,
+        "overall": overall,
+        "per_kind": [d for d in per_kind if d],
+        "vllm_flags": flags,  # only when the winner beats vLLM's default above noise
+        "fastest_flags": (rec.get("overall") or {}).get("flags"),
+        "statuses": statuses,
+        "warnings": list(tune.document.get("warnings") or []),
+        "note": tune.note,
+        "complete": tune.complete,
+        "created": tune.document.get("created"),
+        "elapsed_s": tune.document.get("elapsed_s"),
+        "source": tune.source,
+    }
+
+
+def explain_summary(doc: dict) -> dict:
+    gpu = doc.get("gpu") or {}
+    return {
+        "gpu": gpu.get("name"),
+        "capability": gpu.get("capability"),
+        "profile": f"{doc.get('profile')} (vLLM {doc.get('profile_vllm_version')})",
+        "model": (doc.get("model") or {}).get("model_type"),
+        "inputs": doc.get("inputs") or {},
+        "selected": doc.get("selected"),
+        "block_size": doc.get("block_size"),
+        "kernel_block_size": doc.get("kernel_block_size"),
+        "error": doc.get("error"),
+        "error_type": doc.get("error_type"),
+        "warnings": list(doc.get("warnings") or []),
+        "vllm_args": list(doc.get("vllm_args") or []),
+        "valid": [b["name"] for b in doc.get("backends") or [] if b.get("valid")],
+    }
+
+
+def report_dict(data: ReportData) -> dict:
+    """The `report --format json` document: summaries plus every row, flat."""
+    out: dict[str, Any] = {"schema_version": 1, "sources": data.sources}
+    if data.tune is not None:
+        frame = rows_frame(data.tune)
+        out["tune"] = {
+            "summary": tune_summary(data.tune),
+            "rows": _records(frame),
+            "best_bandwidth": _records(best_bandwidth(frame)),
+            "skipped_configs": _records(skipped_configs(data.tune)),
+        }
+    out["explain"] = [{"summary": explain_summary(d), "backends": _records(explain_frame(d))} for d in data.explains]
+    if data.verify is not None:
+        out["verify"] = data.verify  # already a JSON document (bench/verify/run.py): passed through as written
+    return out
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    if frame.empty:
+        return []
+    clean = frame.astype(object).where(frame.notna(), None)
+    return clean.to_dict(orient="records")

@@ -1,0 +1,183 @@
+"""Read what `attnsel report` renders: a tune output (folder, tune.json or results.jsonl, as
+bench/tune/document.py and bench/tune/results.py write them) and `attnsel explain --json` answers. The kind of
+each input is found from its content, not its name. Bad input -> UserInputError, one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from attnsel import files
+from attnsel.bench.tune import results as R
+from attnsel.errors import UserInputError
+from attnsel.reports.tune.input_checks import (check_explain_document, check_rows, check_tune_document,
+                                          check_verify_document)
+
+TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune/document.py DOCUMENT_SCHEMA
+PLAN_SCHEMA = "attnsel-tune-plan/1"
+VERIFY_SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
+TUNE_DOCUMENT = "tune.json"
+VERIFY_DOCUMENT = "verify.json"  # bench/verify/run.py DOCUMENT_FILE
+INPUT_LIMIT = 512 * 2**20  # a full tune sweep writes a few MiB; far larger is no result of ours
+WHAT_TO_PASS = ("pass the folder `attnsel tune --output` wrote (or its tune.json / results.jsonl), an `attnsel verify` "
+                "verify.json, or an `attnsel explain --json` file")
+
+
+@dataclass
+class TuneData:
+    source: str
+    # tune.json; for a bare results.jsonl only "rows". A missing recommendation is made by bench
+    # (bench/tune/saved.py with_recommendation, called by `attnsel report`): reports only render.
+    document: dict
+    complete: bool  # False: tune.json missing (the sweep was cut short)
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.document.get("rows") or []
+
+    @property
+    def recommendation(self) -> Optional[dict]:
+        return self.document.get("recommendation")
+
+    @property
+    def plan(self) -> dict:
+        return self.document.get("plan") or {}
+
+    @property
+    def environment(self) -> dict:
+        return self.document.get("environment") or {}
+
+    @property
+    def note(self) -> Optional[str]:
+        return self.document.get("_note")
+
+
+@dataclass
+class ReportData:
+    tune: Optional[TuneData] = None
+    explains: list[dict] = field(default_factory=list)  # explain --json documents
+    sources: list[str] = field(default_factory=list)
+    verify: Optional[dict] = None  # verify.json (attnsel verify / tune --verify)
+
+
+def load_inputs(paths: Sequence[str | Path]) -> ReportData:
+    """One tune result (its folder's verify.json comes with it), one verify result and/or any
+    number of explain answers, in any order."""
+    if not paths:
+        raise UserInputError(f"nothing to report: {WHAT_TO_PASS}")
+    data = ReportData()
+    for raw in paths:
+        kind, value = load_one(raw)
+        if kind == "verify":
+            _set_verify(data, value, raw)
+        elif kind == "tune":
+            if data.tune is not None:
+                raise UserInputError(f"{raw}: only one tune result per report (already have {data.tune.source})")
+            data.tune = value
+            if Path(raw).expanduser().is_dir():
+                _add_verify(data, Path(raw).expanduser() / VERIFY_DOCUMENT)
+        else:
+            data.explains.append(value)
+        data.sources.append(str(raw))
+    return data
+
+
+def _add_verify(data: ReportData, path: Path) -> None:
+    """A run folder's verify.json, rendered with its tune result."""
+    if path.is_file():
+        kind, doc = _classify(path, _parse_json(path, _read_text(path)))
+        if kind == "verify":
+            _set_verify(data, doc, path)
+
+
+def _set_verify(data: ReportData, doc: dict, source) -> None:
+    if data.verify is not None:
+        raise UserInputError(f"{source}: only one verify result per report")
+    data.verify = doc
+
+
+def load_one(raw: str | Path) -> tuple[str, Any]:
+    path = Path(raw).expanduser()
+    info = files.path_info(str(raw), "report input")
+    if info.kind == "dir":
+        if not (path / TUNE_DOCUMENT).is_file() and not (path / R.RESULTS_FILE).is_file() and (path / VERIFY_DOCUMENT).is_file():
+            return _classify(path / VERIFY_DOCUMENT, _parse_json(path / VERIFY_DOCUMENT, _read_text(path / VERIFY_DOCUMENT)))
+        return "tune", _load_tune_dir(path)
+    if info.kind == "missing":
+        raise UserInputError(f"{path} does not exist: {WHAT_TO_PASS}")
+    text = _read_text(path)
+    if not text.strip():
+        raise UserInputError(f"{path} is empty: {WHAT_TO_PASS}")
+    if path.suffix == ".jsonl" or _looks_like_jsonl(text):
+        sibling = path.parent / TUNE_DOCUMENT
+        if info.kind == "file" and files.path_info(str(sibling)).kind == "file":
+            return "tune", _tune_from_document(sibling, _parse_json(sibling, _read_text(sibling)))
+        return "tune", _tune_from_rows(path, text)
+    return _classify(path, _parse_json(path, text))
+
+
+def _read_text(path: Path) -> str:
+    # bounded: a pipe or FIFO is read with a time limit, a device is refused (files.py)
+    return files.read_input(str(path), what="a tune result or an explain answer", limit=INPUT_LIMIT,
+                            flag="report input")
+
+
+def _looks_like_jsonl(text: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return len(lines) > 1 and all(line.lstrip().startswith("{") and line.rstrip().endswith("}") for line in lines[:-1])
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    return files.parse_json(text, str(path), "a tune result or an explain answer")
+
+
+def _classify(path: Path, doc: Any) -> tuple[str, Any]:
+    if not isinstance(doc, dict):
+        raise UserInputError(f"{path} holds a JSON {type(doc).__name__}, not an object: {WHAT_TO_PASS}")
+    schema = doc.get("schema")
+    if schema == TUNE_SCHEMA or ("rows" in doc and "recommendation" in doc):
+        return "tune", _tune_from_document(path, doc)
+    if schema == VERIFY_SCHEMA:
+        check_verify_document(doc, str(path))
+        return "verify", doc
+    if schema == PLAN_SCHEMA:
+        raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")
+    if "backends" in doc and "selected" in doc and "inputs" in doc:
+        check_explain_document(doc, str(path))
+        return "explain", doc
+    if isinstance(doc.get("rows"), list) and doc["rows"] and "family" in doc["rows"][0]:
+        raise UserInputError(f"{path} is an `explain --gpu all` matrix: report takes one `explain --json` answer (one GPU)")
+    raise UserInputError(f"{path} is neither a tune result nor an explain answer: {WHAT_TO_PASS}")
+
+
+def _load_tune_dir(path: Path) -> TuneData:
+    document = path / TUNE_DOCUMENT
+    if document.is_file():
+        return _tune_from_document(document, _parse_json(document, _read_text(document)))
+    results = path / R.RESULTS_FILE
+    if results.is_file():
+        return _tune_from_rows(results, _read_text(results))
+    raise UserInputError(f"{path} holds neither {TUNE_DOCUMENT} nor {R.RESULTS_FILE}: {WHAT_TO_PASS}")
+
+
+def _tune_from_document(path: Path, doc: dict) -> TuneData:
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise UserInputError(f"{path}: \"rows\" must be a list of result rows (bench/tune/results.py); the file looks damaged")
+    check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
+    if not rows:
+        raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
+    return TuneData(str(path), doc, complete=True)
+
+
+def _tune_from_rows(path: Path, text: str) -> TuneData:
+    read = list(R.rows_from_lines(text.splitlines()))
+    check_rows(read, str(path))
+    rows = list(R.latest_by_key(read).values())
+    if not rows:
+        raise UserInputError(f"{path} has no readable result rows: {WHAT_TO_PASS}")
+    return TuneData(str(path), {"rows": rows}, complete=False)
+
