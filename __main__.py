@@ -1,4 +1,4 @@
-from attnsel.cli.app import main
+from attnsel.cli import main
 
 if __name__ == "__main__":
     main()

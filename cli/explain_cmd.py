@@ -19,8 +19,8 @@ from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
-    from attnsel.attention.explain.answers import ModelChoice
-    from attnsel.attention.selector.request import SelectionRequest
+    from attnsel.attention.explain import ModelChoice
+    from attnsel.attention.selector import SelectionRequest
 
 ATTN_TYPES = ("decoder", "encoder", "encoder_only", "encoder_decoder")
 NO_GPU_NOTE = ("No GPU detected on this machine: answered for the GPU families people deploy on; "
@@ -120,9 +120,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
-        from attnsel.attention.explain.answers import model_choice
-        from attnsel.attention.selector.request import SelectionRequest
-        from attnsel.attention.model.validation import check_hybrid_flags, check_request
+        from attnsel.attention.explain import model_choice
+        from attnsel.attention.selector import SelectionRequest
+        from attnsel.attention.model import check_hybrid_flags, check_request
         from attnsel.cli.explain_history import wants_history
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
@@ -154,13 +154,13 @@ def register(app: typer.Typer) -> None:
 
 def _check_flags(attn_type: Optional[str], gpu: Optional[str], vllm_version: Optional[str],
                  mm_encoder_attn_backend: Optional[str], *, asks_installed_vllm: bool) -> None:
-    from attnsel.attention.model.validation import check_names
+    from attnsel.attention.model import check_names
 
     if attn_type is not None and attn_type.lower() not in ATTN_TYPES:
         raise UserInputError(f"unknown --attn-type {attn_type!r}; use one of {', '.join(ATTN_TYPES)}")
     check_names((("--gpu", gpu), ("--vllm-version", vllm_version), ("--mm-encoder-attn-backend", mm_encoder_attn_backend)))
     if asks_installed_vllm:
-        from attnsel.attention.explain.live import require_vllm
+        from attnsel.attention.explain import require_vllm
 
         require_vllm()  # exit 2 without vLLM, before any work
 
@@ -184,7 +184,8 @@ class _Route:
 
 def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optional[str], *, live: bool,
            compare_live: bool, as_json: bool) -> _Route:
-    from attnsel.attention.rules import importable_map, select_profile
+    from attnsel.attention.rules import importable_map
+    from attnsel.attention.versions import select_profile
 
     choice = select_profile(vllm_version)
     importable = importable_map(choice.profile) if check_imports else None
@@ -195,7 +196,7 @@ def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optio
 
 def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
                     capability: Optional[str], route: _Route, check_imports: bool) -> None:
-    from attnsel.attention.explain.answers import model_doc, resolve_gpu
+    from attnsel.attention.explain import model_doc, resolve_gpu
     from attnsel.cli.explain_history import run_history
 
     if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
@@ -207,7 +208,7 @@ def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
 def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
             capability: Optional[str], route: _Route) -> None:
     """--gpu all, or no GPU here and none named: every GPU family; else the one GPU."""
-    from attnsel.attention.explain.answers import resolve_gpu
+    from attnsel.attention.explain import resolve_gpu
 
     if gpu is not None and gpu.strip().lower() == "all":
         if route.asks_installed_vllm:
@@ -226,8 +227,8 @@ def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: O
 
 def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
                     cc: tuple[int, int], route: _Route) -> None:
-    from attnsel.attention.explain.answers import explain_one, model_facts, model_section
-    from attnsel.attention.selector.request import build_selection
+    from attnsel.attention.explain import explain_one, model_facts, model_section
+    from attnsel.attention.selector import build_selection
 
     profile = route.choice.profile
     facts = None
@@ -251,13 +252,13 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
 
 def _run_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], route: _Route,
                 header_notes: tuple[str, ...] = ()) -> None:
-    from attnsel.attention.explain.answers import explain_matrix
-    from attnsel.reports.explain.table import matrix_to_dict, render_matrix
+    from attnsel.attention.explain import explain_matrix
+    from attnsel.reports.explain import matrix_to_dict, render_matrix
 
     matrix = explain_matrix(req, tp, model, route.choice, route.importable)
     profile = route.choice.profile
     if matrix.attention_free:
-        from attnsel.reports.explain.attention_free import attention_free_line
+        from attnsel.reports.explain import attention_free_line
 
         header_notes = (*header_notes, attention_free_line(matrix.model))
     if route.as_json:
@@ -268,8 +269,8 @@ def _run_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], ro
 
 def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
     """--live: vLLM's own answer in the explain format; --compare-live: where the profile differs."""
-    from attnsel.attention.explain.live import ask_vllm, compare
-    from attnsel.reports.explain.table import live_report_to_dict, render_live_report
+    from attnsel.attention.explain import ask_vllm, compare
+    from attnsel.reports.explain import live_report_to_dict, render_live_report
 
     answer = ask_vllm(inputs, ctx)
     mismatches = compare(expl, answer) if compare_live else None
@@ -285,7 +286,7 @@ def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
 
 def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: bool) -> None:
     """Mamba and other attention-free models: no backend table (there are no attention layers)."""
-    from attnsel.attention.explain.answers import ignored_flags
+    from attnsel.attention.explain import ignored_flags
     from attnsel.reports.explain import attention_free as view
 
     ignored = ignored_flags(req)
@@ -295,7 +296,7 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
 
 
 def _output(expl, model_section: Optional[dict], as_json: bool) -> None:
-    from attnsel.reports.explain.table import explanation_with_model_to_dict, render_explanation_with_model
+    from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
 
     if as_json:
         print_json(explanation_with_model_to_dict(expl, model_section))

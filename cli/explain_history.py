@@ -18,9 +18,9 @@ def wants_history(vllm_version: Optional[str]) -> bool:
 def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optional[tuple], check_imports: bool,
                 as_json: bool, model_doc: Optional[dict]) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
-    from attnsel.attention.explain.history import explain_for_release, release_history
+    from attnsel.attention.explain import explain_for_release, release_history
     from attnsel.attention.rules import importable_map
-    from attnsel.reports.explain.history import history_to_dict, render_history
+    from attnsel.reports.explain import history_to_dict, render_history
 
     if resolved is None:
         raise UserInputError("--vllm-version all answers for one GPU: pass --gpu NAME or --capability X.Y")

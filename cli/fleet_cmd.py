@@ -51,7 +51,7 @@ def with_default_address(args: list[str]) -> list[str]:
 
 
 def _timeout(timeout: Optional[float]) -> float:
-    from attnsel.probe.fleet.collect import DEFAULT_TIMEOUT_S
+    from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
 
     if timeout is None:
         return DEFAULT_TIMEOUT_S
@@ -61,7 +61,7 @@ def _timeout(timeout: Optional[float]) -> float:
 
 
 def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float]) -> None:
-    from attnsel.attention.model.validation import check_names
+    from attnsel.attention.model import check_names
 
     if address is None and timeout is not None:
         raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
@@ -89,9 +89,9 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
 def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
               gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
     from attnsel.cli.common import print_json, stdout_console
-    from attnsel.probe.fleet.collect import probe_fleet
-    from attnsel.probe.fleet.verdict import fleet_verdict
-    from attnsel.reports.fleet_report import fleet_probe_json, print_fleet
+    from attnsel.probe.fleet import probe_fleet
+    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.reports import fleet_probe_json, print_fleet
 
     if measure_p2p:
         raise UserInputError("--measure-p2p times copies on the GPUs, which a probe over Ray does not hold: "
@@ -112,7 +112,7 @@ def fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model) -> 
     """Each --require-* option on every GPU node (a GPU node that did not answer fails them all);
     --require-same-model across the nodes too."""
     from attnsel.cli.probe_cmd import check_requirements
-    from attnsel.reports.probe_report import RequirementResult
+    from attnsel.reports import RequirementResult
 
     failures: dict[str, list[str]] = {name: [] for name in _requirement_names(gpus, capability, nvlink, same_model)}
     if not failures:
@@ -151,10 +151,10 @@ def _requirement_names(gpus, capability, nvlink, same_model) -> list[str]:
 
 def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
-    from attnsel.attention.preflight.fleet import run_fleet_preflight
+    from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings
     from attnsel.cli.preflight_cmd import emit
-    from attnsel.probe.fleet.collect import probe_fleet
+    from attnsel.probe.fleet import probe_fleet
     from attnsel.reports import fleet_report as view
 
     fleet = probe_fleet(address, _timeout(timeout))

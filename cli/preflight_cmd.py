@@ -20,20 +20,20 @@ from attnsel.errors import CheckFailed, UserInputError
 
 
 def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
-    from attnsel.attention.preflight.deployment import target_report
+    from attnsel.attention.preflight import target_report
 
     if gpu is not None:
         return target_report(gpu, num_gpus if num_gpus is not None else tp)
     if num_gpus is not None:
         raise UserInputError("--num-gpus describes a target machine: pass it with --gpu NAME (e.g. --gpu H100 --num-gpus 8)")
-    from attnsel.probe.collect import collect_probe
+    from attnsel.probe import collect_probe
 
     # NVML first; torch.cuda is imported only if NVML is unavailable (and only if installed)
     return collect_probe()
 
 
 def _normalize_format(output_format: str, as_json: bool) -> str:
-    from attnsel.reports.preflight_report import FORMATS
+    from attnsel.reports import FORMATS
 
     fmt = output_format.strip().lower()
     if fmt not in FORMATS:  # checked with --json too: `--format xml --json` is a typo, not JSON
@@ -85,13 +85,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
-        from attnsel.attention.preflight.deployment import Deployment, run_preflight
-        from attnsel.attention.model.config import load_model_config
-        from attnsel.attention.rules import select_profile
+        from attnsel.attention.preflight import Deployment, run_preflight
+        from attnsel.attention.model import load_model_config
+        from attnsel.attention.versions import select_profile
         from attnsel.cli import settings
         from attnsel.reports import preflight_report as view
 
-        from attnsel.attention.model.validation import check_names, check_parallel, check_request
+        from attnsel.attention.model import check_names, check_parallel, check_request
 
         fmt = _normalize_format(output_format, as_json)
         check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))

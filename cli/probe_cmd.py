@@ -19,14 +19,14 @@ from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserIn
 
 
 def _parse_capability(text: str) -> tuple[int, int]:
-    from attnsel.probe.capability import parse_capability  # the one parser (range-checked)
+    from attnsel.probe import parse_capability  # the one parser (range-checked)
 
     return parse_capability(text, "--require-capability")
 
 
 def check_requirements(report, gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> list:
     """One RequirementResult per --require-* option given (pure: reads the report only)."""
-    from attnsel.reports.probe_report import RequirementResult
+    from attnsel.reports import RequirementResult
 
     results = []
     healthy = [g for g in report.gpus if g.error is None]
@@ -87,8 +87,8 @@ def register(app: typer.Typer) -> None:
 
             return run_probe(ray, timeout, json_output, measure_p2p, require_gpus, require_capability,
                              require_nvlink, require_same_model)
-        from attnsel.probe.collect import collect_probe
-        from attnsel.reports.probe_report import print_probe, probe_json
+        from attnsel.probe import collect_probe
+        from attnsel.reports import print_probe, probe_json
 
         try:
             report = collect_probe(os.environ, measure_p2p=measure_p2p)

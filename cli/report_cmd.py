@@ -42,8 +42,8 @@ def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path])
 def load_report(paths):
     """What `report` renders: the inputs as read (reports/tune/loaders.py), a tune result completed by
     bench with the recommendation a sweep cut short never wrote (reports never recompute one)."""
-    from attnsel.bench.tune.saved import with_recommendation
-    from attnsel.reports.tune.loaders import load_inputs
+    from attnsel.bench.tune import with_recommendation
+    from attnsel.reports.tune import load_inputs
 
     data = load_inputs(paths)
     if data.tune is not None:

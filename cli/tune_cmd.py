@@ -17,7 +17,7 @@ def _progress(console):
     """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnsel.bench.sweep.run import SweepProgress
+    from attnsel.bench.sweep import SweepProgress
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=False)
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench.tune.flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
+        from attnsel.bench.tune import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
 
         flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
@@ -158,7 +158,7 @@ def _announce_plan(err, bar, out_dir: Path):
 
 def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
     """summary.txt, the results on stdout, exit 1 when nothing was timed, then --verify."""
-    from attnsel.bench.tune.document import DOCUMENT_FILE
+    from attnsel.bench.tune import DOCUMENT_FILE
     from attnsel.reports.tune import text as tune_report
 
     _write_summary(outcome, tune_report)
@@ -180,7 +180,7 @@ def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> N
 def _write_summary(outcome, tune_report) -> None:
     from rich.console import Console
 
-    from attnsel.bench.tune.run import SUMMARY_FILE
+    from attnsel.bench.tune import SUMMARY_FILE
 
     with open(outcome.output_dir / SUMMARY_FILE, "w", encoding="utf-8") as fh:
         console = Console(file=fh, width=160, no_color=True, highlight=False)

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from attnsel import files
-from attnsel.attention.model.validation import check_names, check_positive_number, check_size
+from attnsel.attention.model import check_names, check_positive_number, check_size
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -32,7 +32,7 @@ class _Display:
         self.total_calls = 0
 
     def progress(self):
-        from attnsel.bench.verify.run import VerifyProgress
+        from attnsel.bench.verify import VerifyProgress
 
         return VerifyProgress(on_plan=self.on_plan, on_candidate=self.on_candidate, on_message=self.on_message,
                               on_tick=self.on_tick, on_candidate_done=self.on_done)
@@ -90,7 +90,7 @@ class _Display:
 def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:
     """Runs the verification, prints it (terminal or JSON), returns the exit code. With
     `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
-    from attnsel.bench.verify.run import run_verify
+    from attnsel.bench.verify import run_verify
     from attnsel.reports import verify_report
 
     display = _Display(stderr_console())
@@ -115,7 +115,7 @@ def _interrupt(signum, frame):
 
 
 def verify_after_tune(output_dir: Path, as_json: bool, tune_document: Optional[dict] = None) -> int:
-    from attnsel.bench.verify.run import VerifyRequest
+    from attnsel.bench.verify import VerifyRequest
 
     return run_and_render(VerifyRequest(tune_dir=Path(output_dir)), Path(output_dir), as_json=as_json,
                           tune_document=tune_document)
@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         weights and say whether tune's recommendation holds end to end (exit 0: verdict given; 1: nothing to compare;
         2: bad input; 3: no vLLM or no GPU)."""
         from attnsel.bench.verify import plan as VP
-        from attnsel.bench.verify.run import VerifyRequest
+        from attnsel.bench.verify import VerifyRequest
 
         if run_dir is None and output is None:
             raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")

@@ -1,1 +1,43 @@
 """Device facts: NVML (or torch.cuda) inventory, CUDA_VISIBLE_DEVICES mapping, NVLink/P2P."""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.probe.capability import bf16_error, capability_facts, parse_capability
+    from attnsel.probe.collect import collect_probe
+    from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport, report_fields, report_from_fields
+    from attnsel.probe.gpu_table import families, find_gpu, match_device_name
+    from attnsel.probe.mixed_gpus import same_model
+
+__all__ = [
+    "GpuInfo",
+    "P2PPair",
+    "ProbeReport",
+    "bf16_error",
+    "capability_facts",
+    "collect_probe",
+    "families",
+    "find_gpu",
+    "match_device_name",
+    "parse_capability",
+    "report_fields",
+    "report_from_fields",
+    "same_model",
+]
+__getattr__ = lazy_door(__name__, {
+    "GpuInfo": "facts",
+    "P2PPair": "facts",
+    "ProbeReport": "facts",
+    "bf16_error": "capability",
+    "capability_facts": "capability",
+    "collect_probe": "collect",
+    "families": "gpu_table",
+    "find_gpu": "gpu_table",
+    "match_device_name": "gpu_table",
+    "parse_capability": "capability",
+    "report_fields": "facts",
+    "report_from_fields": "facts",
+    "same_model": "mixed_gpus",
+})

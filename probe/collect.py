@@ -7,7 +7,7 @@ Set ATTNSEL_NVML_SCENARIO=path.json to replay a recorded scenario instead of the
 
 The parts: probe/nvml/gpus.py reads each GPU, probe/visible_devices.py applies
 CUDA_VISIBLE_DEVICES, probe/links/p2p.py the links, probe/mixed_gpus.py compares the models,
-probe/fallback/report.py builds the report when NVML is unavailable.
+probe/torch_fallback.py builds the report when NVML is unavailable.
 """
 
 from __future__ import annotations
@@ -18,18 +18,12 @@ from typing import Any, Mapping, Optional, Sequence
 from attnsel.files import shown_path
 from attnsel.probe.facts import GpuInfo, NvlinkVerdict, ProbeReport
 from attnsel.probe.mixed_gpus import mixed_gpu_warning, vllm_log_warnings, why_vllm_warns
-from attnsel.probe.nvml.session import (
-    NvmlFacade,
-    NvmlInitError,
-    NvmlSession,
-    ReplayFacade,
-    ReplayTorch,
-    TorchFacade,
-    facades_from_env,
-)
-from attnsel.probe.nvml.gpus import RawGpu, cuda_version_str, gpu_info, gpu_problems, query_problems, read_gpu
-from attnsel.probe.links.p2p import collect_pairs, nvlink_verdict, with_measured_bandwidth
-from attnsel.probe.fallback.report import NotAsked, from_torch
+from attnsel.probe.nvml import NvmlFacade, NvmlInitError, TorchFacade
+from attnsel.probe.nvml import NvmlSession, facades_from_env
+from attnsel.probe.nvml import ReplayFacade, ReplayTorch
+from attnsel.probe.nvml import RawGpu, cuda_version_str, gpu_info, gpu_problems, query_problems, read_gpu
+from attnsel.probe.links import collect_pairs, nvlink_verdict, with_measured_bandwidth
+from attnsel.probe.torch_fallback import NotAsked, from_torch
 from attnsel.probe.visible_devices import VisibleResolution, describe_order, resolve_visible_devices
 
 __all__ = ["collect_probe", "collect_from_scenario"]
@@ -61,7 +55,7 @@ def collect_probe(
     if no_torch_reason is not None:
         torch = NotAsked(no_torch_reason)
     elif torch is None:
-        from attnsel.probe.nvml.session import RealTorch
+        from attnsel.probe.nvml import RealTorch
 
         torch = RealTorch()
     try:

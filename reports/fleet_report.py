@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.preflight.deployment import FAIL, PASS, WARN, Check
-from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck
-from attnsel.probe.fleet.facts import FleetProbe, NodeProbe
-from attnsel.probe.fleet.verdict import MAX_LISTED, Difference, FleetVerdict, NodeSummary
+from attnsel.attention.preflight import FAIL, PASS, WARN, Check
+from attnsel.attention.preflight import FleetPreflightResult, ScopedCheck
+from attnsel.probe.fleet import FleetProbe, NodeProbe
+from attnsel.probe.fleet import MAX_LISTED, Difference, FleetVerdict, NodeSummary
 from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
 from attnsel.reports.probe_report import RequirementResult, probe_json
 
@@ -134,7 +134,7 @@ def print_fleet(fleet: FleetProbe, verdict: FleetVerdict, console: Console,
 
 
 def fleet_preflight_json(result: FleetPreflightResult) -> dict:
-    from attnsel.reports.explain.table import explanation_to_dict
+    from attnsel.reports.explain import explanation_to_dict
 
     head = result_fields(result)
     pp = result.pipeline_parallel_size

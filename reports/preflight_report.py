@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, TextIO
 
-from attnsel.attention.preflight.deployment import FAIL, PASS, WARN, Check, PreflightResult
+from attnsel.attention.preflight import FAIL, PASS, WARN, Check, PreflightResult
 
 JSON_SCHEMA_VERSION = 1
 FORMATS = ("text", "json", "github")
@@ -62,7 +62,7 @@ def result_fields(result) -> dict:
 
 
 def preflight_to_dict(result: PreflightResult) -> dict:
-    from attnsel.reports.explain.table import explanation_to_dict
+    from attnsel.reports.explain import explanation_to_dict
 
     return {
         "schema_version": JSON_SCHEMA_VERSION,

@@ -11,8 +11,8 @@ from rich.text import Text
 
 from attnsel.files import shown_path
 from attnsel.reports.cells import dash
-from attnsel.probe.capability import capability_facts
-from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
+from attnsel.probe import capability_facts
+from attnsel.probe import GpuInfo, P2PPair, ProbeReport
 
 TOPOLOGY_LEGEND = "NV# = NVLink (# active links); PIX/PXB/PHB/NODE/SYS = PCIe path, as in nvidia-smi topo -m"
 PAIR_TABLE_MAX = 10  # above this many pairs, show the nvidia-smi-style matrix only

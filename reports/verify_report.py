@@ -9,7 +9,7 @@ from __future__ import annotations
 import html as _html
 from typing import Any, Optional, Sequence
 
-from attnsel.bench.tune.saved import advised_flags
+from attnsel.bench.tune import advised_flags
 from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA

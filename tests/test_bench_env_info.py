@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench.tune import env_info as E
-from attnsel.probe.nvml.session import NvmlSession, ReplayFacade
+from attnsel.probe.nvml import NvmlSession
+from attnsel.probe.nvml import ReplayFacade
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 

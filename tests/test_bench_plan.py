@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench.plan import build as P
-from attnsel.bench.plan.rules import vllm_default_choice, vllm_verdict
-from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.plan import vllm_default_choice, vllm_verdict
+from attnsel.bench.plan import make_shape
 from attnsel.bench.plan.workloads import WorkloadSpec, parse_workloads, workload_grid
-from attnsel.bench.sweep.run import SweepOptions, items_for, skipped_rows
+from attnsel.bench.sweep import SweepOptions, items_for, skipped_rows
 from attnsel.errors import UserInputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

@@ -3,7 +3,7 @@ there (issue "attnsel tune", Isolation)."""
 
 import json
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 
 
 def _row(key, status="ok"):

@@ -4,7 +4,7 @@ rendered as tune made it; a sweep cut short (rows only) gets one made by bench f
 import json
 from pathlib import Path
 
-from attnsel.bench.tune.saved import with_recommendation
+from attnsel.bench.tune import with_recommendation
 
 SAVED = Path(__file__).parent / "fixtures" / "report" / "h200_llama8b_synthetic" / "tune.json"
 

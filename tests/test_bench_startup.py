@@ -10,12 +10,13 @@ import pytest
 
 from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import results as R
-from attnsel.bench.sweep.run import SweepOptions, run_backend_group, run_sweep
+from attnsel.bench.sweep import results as R
+from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.sweep.groups import run_backend_group
 from attnsel.bench.tune.run import device_for_plan
 from attnsel.bench.tune.phases import phase_breakdown
-from attnsel.bench.tune.shape import make_shape
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import make_shape
+from attnsel.bench.plan import WorkloadSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.tune import results as R
-from attnsel.bench.plan.workloads import WorkloadSpec
-from attnsel.bench.sweep.run import SweepOptions, probe_device, run_backend_group
+from attnsel.bench.sweep import results as R
+from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.sweep import SweepOptions, probe_device
+from attnsel.bench.sweep.groups import run_backend_group
 from attnsel.errors import EnvironmentProblem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

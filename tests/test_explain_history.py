@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.explain.history import compare_releases, explain_for_release, release_history
-from attnsel.attention.selector.request import SelectionRequest
-from attnsel.attention.versions.choice import release_profiles
+from attnsel.attention.selector import SelectionRequest
+from attnsel.attention.versions import release_profiles
 from attnsel.cli.app import app
 
 RUNNER = CliRunner()

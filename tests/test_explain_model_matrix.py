@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.model.config import DEFAULT_MODEL, load_model_config
-from attnsel.attention.selector.request import SelectionRequest, build_selection
-from attnsel.attention.rules import get_profile
+from attnsel.attention.selector import SelectionRequest, build_selection
+from attnsel.attention.versions import get_profile
 from attnsel.cli.app import app
-from attnsel.probe.gpu_table import families
+from attnsel.probe import families
 
 RUNNER = CliRunner()
 
@@ -220,7 +220,7 @@ def test_new_flags_are_documented_in_help(flag):
 
 def test_preflight_and_explain_build_the_same_selection():
     from attnsel.attention.preflight.deployment import Deployment, explain_deployment
-    from attnsel.attention.model.config import derive_model_facts
+    from attnsel.attention.model import derive_model_facts
 
     profile = get_profile("0.33")
     facts = derive_model_facts(load_model_config("gemma-2-9b"), capability=(9, 0), dtype="auto",

@@ -12,7 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 import attnsel.attention.versions.choice as rules
-from attnsel.attention.rules import choose_profile, parse_vllm_version, profile_for_version, select_profile
+from attnsel.attention.versions.choice import (
+    choose_profile,
+    parse_vllm_version,
+    profile_for_version,
+    select_profile,
+)
 from attnsel.cli.app import app
 from attnsel.errors import UserInputError
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from attnsel.cli.app import app
 from attnsel.cli.fleet_cmd import fleet_requirements
-from attnsel.probe.fleet.verdict import fleet_verdict
+from attnsel.probe.fleet import fleet_verdict
 from test_fleet_verdict import fleet, node
 
 # Import Ray (if installed) while collecting: before the tests run, pytest imports the repository

@@ -1,7 +1,7 @@
 import pytest
 
 from attnsel.errors import UserInputError
-from attnsel.probe.gpu_table import families, find_gpu, match_device_name
+from attnsel.probe import families, find_gpu, match_device_name
 
 
 @pytest.mark.parametrize(

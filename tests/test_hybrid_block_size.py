@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.model import config as model_config
-from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
-from attnsel.attention.versions.choice import get_profile
+from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+from attnsel.attention.versions import get_profile
 from attnsel.cli.app import app
 
 H100, A100 = (9, 0), (8, 0)

@@ -8,9 +8,9 @@ import dataclasses
 
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.plan.build import build_plan
-from attnsel.bench.plan.rules import hybrid_block_size, vllm_default_choice, vllm_verdict
+from attnsel.bench.plan import hybrid_block_size, vllm_default_choice, vllm_verdict
 from attnsel.bench.tune.request import TuneRequest, make_plan
-from attnsel.bench.tune.shape import shape_from_model
+from attnsel.bench.plan import shape_from_model
 
 H100 = (9, 0)
 

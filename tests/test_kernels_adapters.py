@@ -137,7 +137,7 @@ def test_first_available_explains_skipped_providers():
 # module); vLLM's decode wrapper uses use_tensor_cores=True (flashinfer_adapter.py docstring).
 
 from attnsel.attention.kernels import flashinfer_adapter as fi  # noqa: E402
-from attnsel.bench.plan.workloads import WorkloadSpec  # noqa: E402
+from attnsel.bench.plan import WorkloadSpec  # noqa: E402
 
 
 def _modules(kinds, capability=(9, 0), torch_cuda="12.8", **kw):

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "kernel_check.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "tools" / "kernel_check.py"
 
 
 def test_cpu_smoke_run_emits_one_json_row_per_provider_and_block_size():

@@ -14,15 +14,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnsel.attention.kernels.paged import (  # noqa: E402
+from attnsel.attention.kernels.paged import (
     Workload,
-    kernel_block_size_for,
     make_paged_batch,
     mixed_prefill_count,
     reference_attention,
     relative_error,
     split_into_kernel_blocks,
 )
+from attnsel.attention.kernels.base import kernel_block_size_for
 
 
 def decode_workload(**kw):

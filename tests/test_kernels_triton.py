@@ -98,7 +98,7 @@ def interpreted_results() -> dict:
 
 
 def test_a_kernel_that_drops_an_fp8_scale_fails_the_fp8_check(interpreted_results):
-    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+    from attnsel.attention.kernels import FP8_TOLERANCE
 
     dropped = interpreted_results["fp8-scales-dropped"]
     assert dropped["k_scale"] > 10 * FP8_TOLERANCE and dropped["v_scale"] > 10 * FP8_TOLERANCE

@@ -62,7 +62,7 @@ def test_without_vllm_the_stand_ins_are_used_and_say_why(monkeypatch):
 ])
 def test_the_adapter_hands_vllms_classes_the_batch_and_gets_the_right_answer(fake_vllm, backend, block_size,
                                                                                 kernel_block_size):
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     b = _batch(block_size=block_size)
     prepared = VllmBackendAdapter(backend, device="cpu").prepare(b)
@@ -88,7 +88,7 @@ def test_the_adapter_hands_vllms_classes_the_batch_and_gets_the_right_answer(fak
 
 
 def test_the_kv_cache_has_vllms_own_shape_for_each_backend(fake_vllm):
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     b = _batch()
     for backend in ("FLASH_ATTN", "TRITON_ATTN"):
@@ -98,7 +98,7 @@ def test_the_kv_cache_has_vllms_own_shape_for_each_backend(fake_vllm):
 
 
 def test_launch_mode_comes_from_vllms_own_dispatcher(fake_vllm):
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     adapter = VllmBackendAdapter("TRITON_ATTN", device="cpu")
     decode = adapter.prepare(_batch()).details
@@ -122,7 +122,7 @@ def _runner(backend, extra_notes=()):
 
 
 def _item(kind="decode", batch=3, context=200, query_len=1):
-    from attnsel.bench.plan.workloads import WorkloadSpec
+    from attnsel.bench.plan import WorkloadSpec
 
     return {"key": "k", "block_size": 16, "kernel_block_size": 16, "check": True, "launch": "eager",
             "launch_reason": "recorded rule", "workload": WorkloadSpec(kind, batch, context, query_len).to_dict()}
@@ -179,7 +179,7 @@ def test_when_vllms_classes_cannot_be_driven_the_row_falls_back_and_says_so():
 
 def test_a_prespawned_worker_imports_vllms_modules_before_go(fake_vllm):
     # `import vllm` took 18.5 s on an H100: the worker pays it while the previous backend times
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
     from attnsel.bench.worker.prebuild import import_backend_libraries
 
     adapter = VllmBackendAdapter("FLASHINFER", device="cpu")
@@ -222,7 +222,7 @@ def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():
 def test_the_model_folder_handed_to_vllm_is_not_left_in_the_temp_dir(fake_vllm):
     # tune's workers end with os._exit (no finalizers): a folder kept for later piled up in /tmp,
     # one per head layout and worker, run after run
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     VllmBackendAdapter("TRITON_ATTN", device="cpu").prepare(_batch())
     folder = _calls(fake_vllm, "ModelConfig")[-1]["model"]

@@ -70,7 +70,7 @@ def test_without_vllm_flashinfer_mla_falls_to_flashinfers_wrapper_and_the_others
 ])
 def test_the_mla_adapter_builds_vllms_mla_layer_and_calls_forward_mqa_as_forward_impl_does(
         fake_vllm, backend, block_size, kernel_block_size):
-    from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+    from attnsel.attention.kernels.vllm import VllmMlaAdapter
 
     b = _mla_batch(block_size)
     prepared = VllmMlaAdapter(backend, device="cpu").prepare(b)
@@ -96,7 +96,7 @@ def test_the_mla_adapter_builds_vllms_mla_layer_and_calls_forward_mqa_as_forward
 
 
 def test_an_fp8_latent_cache_reaches_flashmla_as_vllm_stores_it_with_a_quantized_query(fake_vllm):
-    from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+    from attnsel.attention.kernels.vllm import VllmMlaAdapter
 
     b = _mla_batch(64, kv="fp8")
     assert b.latent_cache.dtype == torch.float8_e4m3fn and b.k_scale > 0
@@ -116,7 +116,7 @@ def test_an_fp8_latent_cache_reaches_flashmla_as_vllm_stores_it_with_a_quantized
 def test_triton_mla_keeps_a_16_bit_query_with_an_fp8_cache_as_vllm_does(fake_vllm):
     import vllm.v1.attention.backends.recorded as recorded
 
-    from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+    from attnsel.attention.kernels.vllm import VllmMlaAdapter
 
     assert recorded.facts_of("TRITON_MLA")["fp8"]["supports_quant_query_input"] is False  # recorded from 0.24
     b = _mla_batch(16, kv="fp8")
@@ -126,7 +126,7 @@ def test_triton_mla_keeps_a_16_bit_query_with_an_fp8_cache_as_vllm_does(fake_vll
 
 
 def test_vllm_refuses_fp8_for_flash_attn_mla_in_its_own_words(fake_vllm):
-    from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+    from attnsel.attention.kernels.vllm import VllmMlaAdapter
 
     w = paged.Workload("decode", 3, 200, 1, 16, 1, 576, "bfloat16", "fp8", kv_lora_rank=512)
     assert VllmMlaAdapter("FLASH_ATTN_MLA", device="cpu").unsupported_reason(w, 16, "cpu") == "kv_cache_dtype not supported"
@@ -140,7 +140,7 @@ def test_vllm_refuses_fp8_for_flash_attn_mla_in_its_own_words(fake_vllm):
 @pytest.mark.parametrize("backend, quantized_query", [("FLASH_ATTN", True), ("TRITON_ATTN", True),
                                                       ("FLASHINFER", False)])
 def test_an_fp8_cache_reaches_vllms_impl_as_vllm_allocates_it_with_its_scales(fake_vllm, backend, quantized_query):
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     b = _dense_batch("fp8")
     prepared = VllmBackendAdapter(backend, device="cpu").prepare(b)
@@ -157,7 +157,7 @@ def test_an_fp8_cache_reaches_vllms_impl_as_vllm_allocates_it_with_its_scales(fa
 
 
 def test_an_unquantized_row_leaves_vllms_default_scales_alone(fake_vllm):
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     prepared = VllmBackendAdapter("TRITON_ATTN", device="cpu").prepare(_dense_batch("auto"))
     call = _calls(fake_vllm, "forward")[-1]
@@ -177,7 +177,7 @@ def _runner(backend, shape):
 
 
 def _item(block_size=64, batch=3, context=200):
-    from attnsel.bench.plan.workloads import WorkloadSpec
+    from attnsel.bench.plan import WorkloadSpec
 
     return {"key": "k", "block_size": block_size, "kernel_block_size": block_size, "check": True, "launch": "eager",
             "launch_reason": "recorded rule", "workload": WorkloadSpec("decode", batch, context).to_dict()}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnsel.attention.model.config import derive_model_facts, load_model_config
+from attnsel.attention.model import derive_model_facts, load_model_config
 from attnsel.attention.model.dtype import check_dtype_supported, normalize_dtype_flag, supported_dtypes
 from attnsel.errors import CheckFailed, UserInputError
 

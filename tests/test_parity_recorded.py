@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention.rules import get_profile
-from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
+from attnsel.attention.versions import get_profile
+from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.selector import explain
 from attnsel.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
@@ -37,7 +38,7 @@ def _inputs_and_context(case):
 
 
 def test_every_release_profile_has_a_recording():
-    from attnsel.attention.versions.choice import release_profiles
+    from attnsel.attention.versions import release_profiles
 
     assert set(release_profiles()) <= set(PROFILES.values())
 
@@ -151,7 +152,7 @@ def test_explain_json_gives_vllms_recorded_answer(record, case, args):
 def test_vit_backend_is_vllms_recorded_choice(record):
     # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (vllm-rules §8,
     # §9 ViT), recorded for every capability x dtype x head size
-    from attnsel.attention.selector.vit import vit_backend
+    from attnsel.attention.selector import vit_backend
 
     profile = get_profile(PROFILES[record])
     vit = RECORDS[record]["vit"]

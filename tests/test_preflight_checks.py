@@ -19,8 +19,8 @@ from attnsel.attention.preflight.deployment import (
     check_interconnect,
     target_report,
 )
-from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
-from attnsel.probe.links.p2p import nvlink_verdict
+from attnsel.probe import GpuInfo, P2PPair, ProbeReport
+from attnsel.probe.links import nvlink_verdict
 from attnsel.reports.preflight_report import github_line, render_text
 
 

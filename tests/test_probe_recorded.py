@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.probe.collect import collect_from_scenario
-from attnsel.probe.nvml.session import load_scenario
+from attnsel.probe.nvml.replay import load_scenario
 
 RECORDED = sorted((Path(__file__).parent / "fixtures" / "probe").glob("recorded_*.json"))
 

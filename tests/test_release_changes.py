@@ -91,10 +91,10 @@ def test_021_flash_attn_takes_every_quantized_kv_dtype_with_fa3():
 def test_021_triton_mla_decode_runs_eagerly():
     # 0.21: TRITON_MLA uses MLACommonMetadataBuilder (AttentionCGSupport.NEVER); 0.22's
     # TritonMLAMetadataBuilder is UNIFORM_BATCH, so its uniform decode batches replay a full graph
-    from attnsel.attention import rules
+    from attnsel.attention import versions
     from attnsel.attention.selector import cudagraph
 
-    old, new = rules.get_profile("0.21").cudagraph, rules.get_profile("0.22").cudagraph
+    old, new = versions.get_profile("0.21").cudagraph, versions.get_profile("0.22").cudagraph
     assert cudagraph.decode_launch(old, "0.21", "TRITON_MLA", (9, 0), "decode", 64)[0] == "eager"
     assert cudagraph.decode_launch(new, "0.22", "TRITON_MLA", (9, 0), "decode", 64)[0] == "graph"
 
@@ -132,12 +132,12 @@ def test_019_flash_attn_sinks_need_fa3_and_heads_stop_at_256():
 def test_019_no_turboquant_and_flex_decode_runs_eagerly():
     # 0.19 cuda.py: no TURBOQUANT in the priority lists; FlexAttentionMetadataBuilder has no
     # _cudagraph_support yet (NEVER; 0.20 says ALWAYS)
-    from attnsel.attention import rules
+    from attnsel.attention import versions
     from attnsel.attention.selector import cudagraph
 
     assert "TURBOQUANT" not in verdicts(explain("0.19", "--gpu", "H100", "--head-size", "128"))
     assert "TURBOQUANT" in verdicts(explain("0.20", "--gpu", "H100", "--head-size", "128"))
-    old, new = rules.get_profile("0.19").cudagraph, rules.get_profile("0.20").cudagraph
+    old, new = versions.get_profile("0.19").cudagraph, versions.get_profile("0.20").cudagraph
     assert cudagraph.decode_launch(old, "0.19", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "eager"
     assert cudagraph.decode_launch(new, "0.20", "FLEX_ATTENTION", (9, 0), "decode", 64)[0] == "graph"
 

@@ -10,13 +10,13 @@ import json
 import re
 from pathlib import Path
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.reports.tune import csv_out
-from attnsel.reports.tune import html
+from attnsel.reports.tune import html, html_charts
 from attnsel.reports.tune import markdown
 from attnsel.reports.tune.frames import report_dict
 from attnsel.cli.report_cmd import load_report
-from attnsel.reports.tune.loaders import load_inputs
+from attnsel.reports.tune import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 TUNE_DIR = FIXTURES / "h200_llama8b_synthetic"
@@ -215,7 +215,7 @@ def test_html_switches_to_a_log_axis_when_one_backend_is_ten_times_slower():
         t = r["timing"]
         lo, hi = spans.get(r["workload_label"], (float("inf"), 0.0))
         spans[r["workload_label"]] = (min(lo, t["p20_ms"]), max(hi, t["p80_ms"]))
-    wide = {label for label, (lo, hi) in spans.items() if hi / lo > html.LOG_SCALE_RATIO}
+    wide = {label for label, (lo, hi) in spans.items() if hi / lo > html_charts.LOG_SCALE_RATIO}
     assert wide, "the recorded sweep has shapes spanning more than 10x"
     svgs = re.findall(r'aria-label="([^"]+): median latency vs block size".*?</svg>', page, flags=re.S)
     charts = dict(zip(svgs, re.findall(r'aria-label="[^"]+: median latency vs block size"(.*?)</svg>', page, flags=re.S)))

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.cli.app import app
-from attnsel.reports.tune.html import PALETTE
+from attnsel.reports.tune.html_charts import PALETTE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 WIDTH, HEIGHT = 1400, 2000

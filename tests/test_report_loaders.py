@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.cli.report_cmd import load_report
 from attnsel.errors import UserInputError
-from attnsel.reports.tune.loaders import load_inputs
+from attnsel.reports.tune import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 TUNE_DIR = FIXTURES / "h200_llama8b_synthetic"
@@ -41,7 +41,7 @@ def test_an_explain_answer_is_found_by_content_not_by_name(tmp_path):
 
 
 def test_a_cut_short_sweep_without_tune_json_still_gets_advice(tmp_path):
-    """tune writes results.jsonl row by row and tune.json only at the end (bench/tune/results.py): a
+    """tune writes results.jsonl row by row and tune.json only at the end (bench/sweep/results.py): a
     killed sweep leaves rows only, and bench makes the advice from them for the report."""
     shutil.copy(TUNE_DIR / R.RESULTS_FILE, tmp_path / R.RESULTS_FILE)
     with open(tmp_path / R.RESULTS_FILE, "a", encoding="utf-8") as fh:

@@ -5,8 +5,9 @@ import itertools
 
 import pytest
 
-from attnsel.attention.rules import get_profile
-from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
+from attnsel.attention.versions import get_profile
+from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.selector import explain
 
 PROFILE = get_profile()
 

@@ -5,8 +5,9 @@ checked against the real releases (tests/fixtures/parity/parity_0XX.json)."""
 import pytest
 
 from attnsel.attention.selector import cudagraph
-from attnsel.attention.rules import get_profile
-from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
+from attnsel.attention.versions import get_profile
+from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.selector import explain
 
 H100, B200 = (9, 0), (10, 0)
 

@@ -5,16 +5,11 @@ Expectations derived by hand from shared/reference/vllm-rules.md §4, §5, §8 a
 
 import pytest
 
-from attnsel.attention.rules import MultipleOf, get_profile
-from attnsel.attention.selector.engine import (
-    SelectionContext,
-    SelectorInputs,
-    VllmRaises,
-    explain,
-    kernel_block_size_for,
-    select_attention_backend,
-)
-from attnsel.attention.selector.vit import vit_backend
+from attnsel.attention.rules import MultipleOf
+from attnsel.attention.versions import get_profile
+from attnsel.attention.rules import SelectionContext, SelectorInputs, VllmRaises
+from attnsel.attention.selector.engine import explain, kernel_block_size_for, select_attention_backend
+from attnsel.attention.selector import vit_backend
 from attnsel.errors import UserInputError
 
 PROFILE = get_profile()

@@ -4,11 +4,12 @@ profile. Expectations from shared/reference/vllm-rules.md §9 (cited per test), 
 
 import pytest
 
-from attnsel.attention.model.config import derive_model_facts
-from attnsel.attention.selector.block_size import aligned_block_size_error, common_block_size
-from attnsel.attention.rules import get_profile
-from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, explain
-from attnsel.attention.selector.vit import vit_backend
+from attnsel.attention.model import derive_model_facts
+from attnsel.attention.versions.block_size import aligned_block_size_error, common_block_size
+from attnsel.attention.versions import get_profile
+from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.selector import explain
+from attnsel.attention.selector import vit_backend
 
 V033 = get_profile("0.33")
 SEED = get_profile("seed")

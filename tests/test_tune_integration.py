@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.tune import results as R
-from attnsel.bench.plan.workloads import WorkloadSpec
-from attnsel.bench.sweep.run import SweepOptions, run_backend_group
+from attnsel.bench.sweep import results as R
+from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.sweep.groups import run_backend_group
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")

@@ -6,13 +6,13 @@ Without vLLM installed the choice comes from the rule profile's recorded Attenti
 import pytest
 
 from attnsel.attention.selector import cudagraph
-from attnsel.attention import rules
+from attnsel.attention import versions
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.plan import make_shape
 
 
 def _launch(version, backend, kind="decode", batch=64, cc=(9, 0)):
-    profile = rules.get_profile(version)
+    profile = versions.get_profile(version)
     shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, cc, backends=[backend], block_sizes=[16], kinds=[kind], grid="default")
     plan = P.Plan(**{**plan.__dict__, "rule_profile": profile.name})
@@ -36,7 +36,7 @@ def test_flex_attention_got_cuda_graph_support_after_the_seed_era():
 
 def test_flash_attn_without_fa3_still_captures_uniform_decode():
     # FA2 (CC 8.x) is UNIFORM_BATCH: mixed batches cannot be captured, uniform decode can
-    facts = rules.get_profile("0.33").cudagraph
+    facts = versions.get_profile("0.33").cudagraph
     assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (8, 0)) == "UNIFORM_BATCH"
     assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (9, 0)) == "ALWAYS"
     assert _launch("0.33", "FLASH_ATTN", cc=(8, 0))[0] == "graph"
@@ -46,20 +46,20 @@ def test_flash_attn_without_fa3_still_captures_uniform_decode():
 def test_flash_attn_on_blackwell_is_always_capturable_only_once_fa4_is(version, expected):
     # 0.33 flash_attn.py: _cudagraph_support ALWAYS if get_flash_attn_version() in (3, 4); 0.32 and
     # older: only FA3 (Hopper) -- the FA4 that runs on CC 10.x is UNIFORM_BATCH there
-    facts = rules.get_profile(version).cudagraph
+    facts = versions.get_profile(version).cudagraph
     assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (10, 0)) == expected
     assert cudagraph.cudagraph_support(facts, "FLASH_ATTN", (9, 0)) == "ALWAYS"
 
 
 def test_decode_batches_beyond_the_largest_capture_size_run_without_a_graph():
-    facts = rules.get_profile("0.33").cudagraph
+    facts = versions.get_profile("0.33").cudagraph
     assert cudagraph.decode_launch(facts, "0.33", "TRITON_ATTN", (9, 0), "decode", 512)[0] == "graph"
     launch, why = cudagraph.decode_launch(facts, "0.33", "TRITON_ATTN", (9, 0), "decode", 513)
     assert launch == "eager" and "capture size 512" in why
 
 
 def test_the_dry_run_plan_lists_each_backends_launch_per_shape():
-    profile = rules.get_profile("0.33")
+    profile = versions.get_profile("0.33")
     shape = make_shape(128, 32, 8, "bf16")
     plan = P.build_plan(shape, (9, 0), block_sizes=[16], grid="quick")
     plan = P.Plan(**{**plan.__dict__, "rule_profile": profile.name})

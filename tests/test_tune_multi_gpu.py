@@ -12,9 +12,9 @@ import pytest
 from attnsel.bench.sweep import multi_gpu as M
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune import results as R
-from attnsel.bench.sweep.run import SweepOptions, run_sweep
-from attnsel.bench.tune.shape import make_shape
+from attnsel.bench.sweep import results as R
+from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.plan import make_shape
 from attnsel.errors import UserInputError
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.tools import fidelity
 
 RUN = Path(__file__).parent / "fixtures" / "tune" / "h100_vllm024"

@@ -14,7 +14,7 @@ import pytest
 
 from attnsel.attention.kernels import kv_quant
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.plan.mla import MLA_BACKENDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

@@ -10,10 +10,10 @@ from rich.console import Console
 
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.sweep.run import SweepOptions, skipped_rows
+from attnsel.bench.sweep import SweepOptions, skipped_rows
 from attnsel.bench.tune.document import build_document
-from attnsel.bench.tune.shape import make_shape
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import make_shape
+from attnsel.bench.plan import WorkloadSpec
 from attnsel.reports.tune import text as tune_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
@@ -90,7 +90,7 @@ def test_older_tune_results_without_advised_flags_still_say_what_they_advised():
     # advised for verdict "faster" only; report and verify read them through one function
     from pathlib import Path
 
-    from attnsel.bench.tune.saved import advised_flags
+    from attnsel.bench.tune import advised_flags
 
     fixtures = Path(__file__).parent / "fixtures" / "tune"
     fp8 = json.loads((fixtures / "h100_fp8" / "tune.json").read_text())["recommendation"]["overall"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention import rules
+from attnsel.attention.versions import choice
 from attnsel.cli.app import app
 
 NO_NVML = Path(__file__).parent / "fixtures" / "probe" / "nvml_missing.json"
@@ -35,7 +35,7 @@ def fake_env(fake_engine):
 
 
 def test_no_vllm_is_one_line_and_exit_3(run_dir, monkeypatch):
-    monkeypatch.setattr(rules, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr(choice, "installed_vllm_version", lambda: None)
     result = invoke(["verify", str(run_dir)], env={"ATTNSEL_VERIFY_ENGINE": ""})
     assert result.exit_code == 3
     assert result.stderr.strip().splitlines() == [
@@ -44,7 +44,7 @@ def test_no_vllm_is_one_line_and_exit_3(run_dir, monkeypatch):
 
 
 def test_tune_verify_without_vllm_stops_before_the_sweep(tmp_path, monkeypatch):
-    monkeypatch.setattr(rules, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr(choice, "installed_vllm_version", lambda: None)
     out = tmp_path / "never"
     result = invoke(["tune", "--model", "llama-3.1-8b", "--verify", "--output", str(out)], env={"ATTNSEL_VERIFY_ENGINE": ""})
     assert result.exit_code == 3 and "vLLM is not installed" in result.stderr

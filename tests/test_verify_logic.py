@@ -9,7 +9,7 @@ import pytest
 
 from attnsel.attention.model import config as MC
 from attnsel.attention.model import kind as model_kind
-from attnsel.attention.model.kind import attention_layer_count
+from attnsel.attention.model import attention_layer_count
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from attnsel.errors import CheckFailed
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector.request import SelectionRequest
-    from attnsel.attention.selector.engine import Explanation
+    from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.rules import Explanation
 
 DEFAULT_SOURCE = "bundled default"
 
@@ -20,7 +20,7 @@ DEFAULT_SOURCE = "bundled default"
 # --- the GPU ---------------------------------------------------------------------------------------
 def parse_capability(text: str) -> tuple[int, int]:
     """"9.0" / "9" / "sm90" / "90" -> (9, 0) (probe/capability.py, the one parser)."""
-    from attnsel.probe.capability import parse_capability as parse
+    from attnsel.probe import parse_capability as parse
 
     return parse(text, "--capability")
 
@@ -28,7 +28,7 @@ def parse_capability(text: str) -> tuple[int, int]:
 def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
     """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
     try:
-        from attnsel.probe.collect import collect_probe
+        from attnsel.probe import collect_probe
     except ImportError:
         collect_probe = None
     report = None
@@ -57,12 +57,12 @@ def resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> Optional[tuple
         cc = parse_capability(capability)
         name = None
         if gpu is not None:
-            from attnsel.probe.gpu_table import find_gpu
+            from attnsel.probe import find_gpu
 
             name = find_gpu(gpu).name
         return name, cc
     if gpu is not None:
-        from attnsel.probe.gpu_table import find_gpu
+        from attnsel.probe import find_gpu
 
         spec = find_gpu(gpu)
         return spec.name, spec.compute_capability
@@ -129,8 +129,8 @@ def model_section(
     }
     vision = getattr(facts, "vision", None)
     if vision is not None:
-        from attnsel.attention.selector.engine import VllmRaises
-        from attnsel.attention.selector.vit import vit_backend
+        from attnsel.attention.rules import VllmRaises
+        from attnsel.attention.selector import vit_backend
 
         try:
             vit = vit_backend(profile, vision.head_size, vision.dtype, capability, vit_override, importable)
@@ -149,12 +149,12 @@ def ignored_flags(req: SelectionRequest) -> list[str]:
 # --- the explanation -------------------------------------------------------------------------------
 def explain_one(profile, inputs, ctx, choice, notes=()):
     """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and why."""
-    from attnsel.attention.selector.request import explain_selection
+    from attnsel.attention.selector import explain_selection
 
     expl = explain_selection(profile, inputs, ctx, list(notes))
     explicit = ()
     if expl.hybrid is not None and expl.error is None:
-        from attnsel.attention.hybrid.explicit import explicit_block_sizes
+        from attnsel.attention.explain.explicit_block_sizes import explicit_block_sizes
 
         explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
     return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
@@ -210,8 +210,8 @@ class Matrix:
 def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
     each GPU (--dtype auto resolves per capability, vllm-rules §6)."""
-    from attnsel.attention.selector.request import build_selection
-    from attnsel.probe.gpu_table import families
+    from attnsel.attention.selector import build_selection
+    from attnsel.probe import families
 
     profile = choice.profile
     hf_config = model.config if model is not None else None

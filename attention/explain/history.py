@@ -95,7 +95,7 @@ def release_history(explain_release: ExplainRelease, capability: tuple[int, int]
                     profile_names: Optional[list[str]] = None) -> ReleaseHistory:
     """Every release profile's answer (oldest first) and what changed from one release to the next.
     `explain_release` builds and explains the request for one profile (the CLI's explain path)."""
-    from attnsel.attention.versions.choice import load_profile, release_profiles
+    from attnsel.attention.versions import load_profile, release_profiles
 
     verdicts = []
     refusals: list[AttnselError] = []
@@ -120,7 +120,7 @@ def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: 
     profile: model facts derived with that release's model rules, then build_selection and
     explain_selection."""
     from attnsel.attention.explain.answers import model_facts
-    from attnsel.attention.selector.request import build_selection, explain_selection
+    from attnsel.attention.selector import build_selection, explain_selection
 
     def explain_release(profile: Any) -> Any:
         facts = None

@@ -28,14 +28,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from attnsel.attention.explain.live_runtime import (  # noqa: F401  (re-exported for the CLI and the tools)
-    CANDIDATES_API,
-    NOT_INSTALLED,
-    PAIRS_API,
-    VllmRuntime,
-    require_vllm,
-    vllm_runtime,
-)
+from attnsel.attention.explain.live_runtime import NOT_INSTALLED, PAIRS_API, VllmRuntime, require_vllm, vllm_runtime
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-from attnsel.attention.rules.spec import DEFAULT_INDEX_TOPK, MODEL_HEADS_WHEN_UNKNOWN
+from attnsel.attention.rules import DEFAULT_INDEX_TOPK, MODEL_HEADS_WHEN_UNKNOWN
 from attnsel.attention.versions import choice
 from attnsel.errors import EnvironmentProblem, UserInputError
 

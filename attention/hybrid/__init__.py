@@ -11,7 +11,25 @@ one Mamba (or GDN / KDA) state page, then pads the state page to the attention p
 - `groups.py`: the KV-cache groups and what one running request pins.
 """
 
-from attnsel.attention.hybrid.layout import HybridLayout, hybrid_layout
-from attnsel.attention.hybrid.pages import HybridAnswer, HybridSetup, align_hybrid_block_size
+from typing import TYPE_CHECKING
 
-__all__ = ["HybridAnswer", "HybridLayout", "HybridSetup", "align_hybrid_block_size", "hybrid_layout"]
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.hybrid.layout import HybridLayout, hybrid_layout
+    from attnsel.attention.hybrid.pages import HybridSetup, SOURCE, align_hybrid_block_size
+
+__all__ = [
+    "HybridLayout",
+    "HybridSetup",
+    "SOURCE",
+    "align_hybrid_block_size",
+    "hybrid_layout",
+]
+__getattr__ = lazy_door(__name__, {
+    "HybridLayout": "layout",
+    "HybridSetup": "pages",
+    "SOURCE": "pages",
+    "align_hybrid_block_size": "pages",
+    "hybrid_layout": "layout",
+})

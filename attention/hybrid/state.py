@@ -5,7 +5,7 @@ GPU: vLLM's `divide` asserts that TP splits them evenly."""
 from __future__ import annotations
 
 from attnsel.attention.hybrid.layout import HybridLayout
-from attnsel.attention.selector.engine import VllmRaises
+from attnsel.attention.rules import VllmRaises
 
 
 def _divide(value: int, tp: int, what: str) -> int:

@@ -100,7 +100,7 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
     def availability(self) -> str | None:
         import os
 
-        from attnsel.attention.kernels.vllm.backend import STANDINS_ENV
+        from attnsel.attention.kernels.vllm import STANDINS_ENV
 
         if os.environ.get(STANDINS_ENV) == "1":
             return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins"

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from attnsel.attention.kernels import kv_quant
-from attnsel.attention.kernels.base import kernel_block_size_for  # noqa: F401  (re-exported)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KINDS = ("decode", "prefill", "mixed")

@@ -25,12 +25,12 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
     from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter
     from attnsel.attention.kernels.flex_adapter import FlexAttentionAdapter
     from attnsel.attention.kernels.triton_paged import AttnselTritonAdapter
-    from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter
+    from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     key = backend.upper()
     if key in MLA_BACKENDS:
         from attnsel.attention.kernels.flashinfer_mla import FlashInferMlaAdapter
-        from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+        from attnsel.attention.kernels.vllm import VllmMlaAdapter
 
         return [VllmMlaAdapter(key, device=device)] + ([FlashInferMlaAdapter()] if key == "FLASHINFER_MLA" else [])
     if key == "FLASHINFER":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from attnsel import files
-from attnsel.attention.hybrid.layout import hybrid_layout
+from attnsel.attention.hybrid import hybrid_layout
 from attnsel.attention.model.dtype import check_dtype_supported, resolve_dtype
 from attnsel.attention.model.facts import ModelFacts
 from attnsel.attention.model import heads

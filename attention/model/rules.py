@@ -158,13 +158,13 @@ def rules_for(profile: "str | ModelRules | None" = None) -> ModelRules:
     library default); unknown names are bad input."""
     if isinstance(profile, ModelRules):
         return profile
-    from attnsel.attention.versions.choice import choose_profile, profile_name_for
+    from attnsel.attention.versions import choose_profile, profile_name_for
 
     if profile is None:
         return choose_profile(None).profile.model_rules
     name = profile_name_for(profile)
     if name is None:
-        from attnsel.attention.versions.registry import available_profiles
+        from attnsel.attention.versions import available_profiles
         from attnsel.errors import UserInputError
 
         valid = ", ".join(available_profiles())

@@ -1,1 +1,45 @@
 """`attnsel preflight`: the checks of one deployment, on one host or over a Ray cluster."""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.preflight.deployment import (
+        Check,
+        Deployment,
+        FAIL,
+        PASS,
+        PreflightResult,
+        WARN,
+        run_preflight,
+        target_report,
+    )
+    from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck, run_fleet_preflight
+
+__all__ = [
+    "Check",
+    "Deployment",
+    "FAIL",
+    "FleetPreflightResult",
+    "PASS",
+    "PreflightResult",
+    "ScopedCheck",
+    "WARN",
+    "run_fleet_preflight",
+    "run_preflight",
+    "target_report",
+]
+__getattr__ = lazy_door(__name__, {
+    "Check": "deployment",
+    "Deployment": "deployment",
+    "FAIL": "deployment",
+    "FleetPreflightResult": "fleet",
+    "PASS": "deployment",
+    "PreflightResult": "deployment",
+    "ScopedCheck": "fleet",
+    "WARN": "deployment",
+    "run_fleet_preflight": "fleet",
+    "run_preflight": "deployment",
+    "target_report": "deployment",
+})

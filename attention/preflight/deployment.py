@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from attnsel.errors import CheckFailed
-from attnsel.probe.facts import GpuInfo, ProbeReport
-from attnsel.probe.links.p2p import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
+from attnsel.probe import GpuInfo, ProbeReport
+from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)
@@ -107,7 +107,7 @@ class PreflightResult:
 def target_report(gpu_name: str, num_gpus: int) -> ProbeReport:
     """A ProbeReport for `--gpu NAME --num-gpus N`: N identical GPUs from the built-in table;
     links between them unknown (nothing was probed)."""
-    from attnsel.probe.gpu_table import find_gpu
+    from attnsel.probe import find_gpu
 
     spec = find_gpu(gpu_name)
     gpus = tuple(
@@ -173,7 +173,7 @@ def _model_names(gpus: Sequence[GpuInfo]) -> list[str]:
 
 
 def check_same_model(report: ProbeReport, tp: int, strict: bool = False) -> Check:
-    from attnsel.probe.mixed_gpus import same_model
+    from attnsel.probe import same_model
 
     group = group_gpus(report, tp)
     order_set = report.cuda_device_order == PCI_BUS_ID or report.device_order == PCI_BUS_ID
@@ -260,7 +260,7 @@ def check_interconnect(report: ProbeReport, tp: int) -> Check:
 def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: Optional[str] = None) -> Check:
     """vLLM's check_if_supports_dtype looks at GPU 0 only (vllm-rules §5g); other GPUs of the group
     with a lower capability fail later, inside the kernels."""
-    from attnsel.probe.capability import bf16_error
+    from attnsel.probe import bf16_error
 
     where = f" ({dtype_source})" if dtype_source else ""
     if not group:
@@ -320,7 +320,7 @@ def _attention_hint(e: Any) -> str:
 def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: Optional[str]) -> Any:
     """`explain` for the model's derived facts (attention/model/config.py) and the deployment's flags:
     the same inputs `attnsel explain --model` builds (attention/selector/request.py)."""
-    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 
     request = SelectionRequest(
         kv_cache_dtype=deployment.kv_cache_dtype or None,
@@ -342,7 +342,7 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
                   model: Optional[str] = None, profile_reason: Optional[str] = None) -> PreflightResult:
     """Every check, in the order a user fixes them. `hf_config`: the model's config.json dict.
     Bad input (unknown dtype, bad config) raises UserInputError; vLLM refusals become `fail` checks."""
-    from attnsel.attention.model.config import derive_model_facts
+    from attnsel.attention.model import derive_model_facts
 
     tp = deployment.tensor_parallel_size
     steps = _Steps()

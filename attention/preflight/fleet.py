@@ -24,9 +24,9 @@ from typing import Any, Optional, Sequence
 from attnsel.attention.preflight.deployment import (
     FAIL, PASS, STATUSES, WARN, Check, Deployment, check_interconnect, check_same_model, run_preflight,
 )
-from attnsel.probe.facts import GpuInfo, ProbeReport
-from attnsel.probe.fleet.facts import FleetProbe, NodeProbe
-from attnsel.probe.fleet.verdict import FleetVerdict, fleet_verdict, model_classes, model_of
+from attnsel.probe import GpuInfo, ProbeReport
+from attnsel.probe.fleet import FleetProbe, NodeProbe
+from attnsel.probe.fleet import FleetVerdict, fleet_verdict, model_classes, model_of
 
 FLEET = "fleet"
 PG_WAIT_TIMEOUT = 1800  # vLLM ray_utils.PG_WAIT_TIMEOUT

@@ -1,70 +1,94 @@
-"""vLLM's attention-backend rules, version by version: the engine that applies one version's rules.
+"""The vocabulary of vLLM's attention rules, shared by every release: kernel block sizes and a
+backend's attributes as data (`spec`), what the selector reads and answers (`selection`), and which
+packages are present here, found without importing them (`imports`).
 
-- `spec`: the vocabulary (kernel block sizes, a backend's attributes as data);
-- `profile`: `RuleProfile`, the version object -- data plus the `Rules` code class it names;
-- `code`: the base of every version's `Rules` (dispatch from rule names in the data to code);
-- `imports`: which packages are present here, without importing them.
-
-The versions themselves (one data file each, a code module where a release brought new logic)
-live in attention/versions/; `choose_profile` / `select_profile` pick one. Nothing outside
-attention/versions/ tests for a vLLM version: it asks the version object.
+The version object (`RuleProfile`) and each release's data and code live in attention/versions/.
+Nothing outside attention/versions/ tests for a vLLM version: it asks the version object.
 """
 
-from attnsel.attention.rules.imports import importable_map, module_available
-from attnsel.attention.rules.profile import RuleProfile, block_size_cli_error
-from attnsel.attention.rules.spec import (
-    BackendSpec,
-    FlashAttnResolution,
-    KernelBlockSize,
-    MultipleOf,
-    attn_type_str,
-    is_quantized_kv_cache,
-    kernel_sizes_display,
-    kernel_sizes_repr,
-)
+from typing import TYPE_CHECKING
 
-# Picking a version lives with the versions (attention/versions/choice.py), which builds on this
-# package; its names are re-exported lazily so either package can be imported first.
-_FROM_VERSIONS = {
-    "ProfileChoice": "choice",
-    "choose_profile": "choice",
-    "get_profile": "choice",
-    "installed_vllm_version": "choice",
-    "parse_vllm_version": "choice",
-    "profile_for_version": "choice",
-    "select_profile": "choice",
-    "available_profiles": "registry",
-}
+from attnsel.doors import lazy_door
 
-
-def __getattr__(name: str):
-    module = _FROM_VERSIONS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"attnsel.attention.versions.{module}"), name)
-
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.rules.imports import importable_map
+    from attnsel.attention.rules.selection import (
+        BackendVerdict,
+        Explanation,
+        LogLine,
+        OPTIONAL_SELECTOR_FIELDS,
+        SelectionContext,
+        SelectorInputs,
+        TORCH_DTYPES,
+        VllmRaises,
+        normalize_dtype,
+    )
+    from attnsel.attention.rules.spec import (
+        BackendSpec,
+        DEFAULT_INDEX_TOPK,
+        FlashAttnResolution,
+        IMPORT_ERROR_REASON,
+        KernelBlockSize,
+        MODEL_HEADS_WHEN_UNKNOWN,
+        MultipleOf,
+        UNQUANTIZED_KV_CACHE_DTYPES,
+        attn_type_str,
+        intersect_sizes,
+        is_quantized_kv_cache,
+        kernel_sizes_display,
+        kernel_sizes_repr,
+        parse_kernel_sizes,
+    )
 
 __all__ = [
     "BackendSpec",
+    "BackendVerdict",
+    "DEFAULT_INDEX_TOPK",
+    "Explanation",
     "FlashAttnResolution",
+    "IMPORT_ERROR_REASON",
     "KernelBlockSize",
+    "LogLine",
+    "MODEL_HEADS_WHEN_UNKNOWN",
     "MultipleOf",
-    "ProfileChoice",
-    "RuleProfile",
+    "OPTIONAL_SELECTOR_FIELDS",
+    "SelectionContext",
+    "SelectorInputs",
+    "TORCH_DTYPES",
+    "UNQUANTIZED_KV_CACHE_DTYPES",
+    "VllmRaises",
     "attn_type_str",
-    "available_profiles",
-    "block_size_cli_error",
-    "choose_profile",
-    "get_profile",
     "importable_map",
-    "installed_vllm_version",
+    "intersect_sizes",
     "is_quantized_kv_cache",
     "kernel_sizes_display",
     "kernel_sizes_repr",
-    "module_available",
-    "parse_vllm_version",
-    "profile_for_version",
-    "select_profile",
+    "normalize_dtype",
+    "parse_kernel_sizes",
 ]
+__getattr__ = lazy_door(__name__, {
+    "BackendSpec": "spec",
+    "BackendVerdict": "selection",
+    "DEFAULT_INDEX_TOPK": "spec",
+    "Explanation": "selection",
+    "FlashAttnResolution": "spec",
+    "IMPORT_ERROR_REASON": "spec",
+    "KernelBlockSize": "spec",
+    "LogLine": "selection",
+    "MODEL_HEADS_WHEN_UNKNOWN": "spec",
+    "MultipleOf": "spec",
+    "OPTIONAL_SELECTOR_FIELDS": "selection",
+    "SelectionContext": "selection",
+    "SelectorInputs": "selection",
+    "TORCH_DTYPES": "selection",
+    "UNQUANTIZED_KV_CACHE_DTYPES": "spec",
+    "VllmRaises": "selection",
+    "attn_type_str": "spec",
+    "importable_map": "imports",
+    "intersect_sizes": "spec",
+    "is_quantized_kv_cache": "spec",
+    "kernel_sizes_display": "spec",
+    "kernel_sizes_repr": "spec",
+    "normalize_dtype": "selection",
+    "parse_kernel_sizes": "spec",
+})

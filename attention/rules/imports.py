@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules.profile import RuleProfile
+    from attnsel.attention.versions import RuleProfile
 
 
 def module_available(dotted: str) -> bool:

@@ -1,1 +1,45 @@
 """vLLM's attention-backend selection as pure functions: the request, the selector's inputs and answers, the block-size flow."""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.selector.engine import (
+        Run,
+        explain,
+        get_attn_backend_cls,
+        get_valid_backends,
+        reasons_str,
+        select_attention_backend,
+        strip_unknown_inputs,
+    )
+    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector.vit import vit_backend
+
+__all__ = [
+    "Run",
+    "SelectionRequest",
+    "build_selection",
+    "explain",
+    "explain_selection",
+    "get_attn_backend_cls",
+    "get_valid_backends",
+    "reasons_str",
+    "select_attention_backend",
+    "strip_unknown_inputs",
+    "vit_backend",
+]
+__getattr__ = lazy_door(__name__, {
+    "Run": "engine",
+    "SelectionRequest": "request",
+    "build_selection": "request",
+    "explain": "engine",
+    "explain_selection": "request",
+    "get_attn_backend_cls": "engine",
+    "get_valid_backends": "engine",
+    "reasons_str": "engine",
+    "select_attention_backend": "engine",
+    "strip_unknown_inputs": "engine",
+    "vit_backend": "vit",
+})

@@ -1,7 +1,7 @@
 """vLLM's attention-backend selection, end to end, as pure functions over a version's rules.
 
 Mirrors vLLM's start-up (vllm-rules §5, §9): check_if_supports_dtype (§5g) -> the version's
-block-size flow (attention/selector/block_size.py: config time §5f, or after the layers §9) ->
+block-size flow (attention/versions/block_size.py: config time §5f, or after the layers §9) ->
 per-layer get_attn_backend_cls (§5c/§5d) -> KV layout (§5e). `explain()` returns what vLLM would
 do: valid backends and reasons, the chosen backend, the KV block size, the exact log lines and the
 exact error. What differs between vLLM versions is asked of the version object (`RuleProfile`).
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from attnsel.attention.rules import MultipleOf, RuleProfile
-from attnsel.attention.selector.data import (  # noqa: F401  (re-exported: the selector's vocabulary)
-    DTYPE_ALIASES,
+from attnsel.attention.rules import MultipleOf
+from attnsel.attention.versions import RuleProfile
+from attnsel.attention.rules import (
     OPTIONAL_SELECTOR_FIELDS,
     TORCH_DTYPES,
     BackendVerdict,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, normalize_dtype
-from attnsel.attention.model.validation import check_heads
+from attnsel.attention.rules import SelectionContext, SelectorInputs, normalize_dtype
+from attnsel.attention.model import check_heads
 from attnsel.errors import UserInputError
 
 
@@ -222,7 +222,7 @@ def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
     layout = getattr(facts, "hybrid_layout", None)
     if layout is None or req.hybrid is False:
         return None
-    from attnsel.attention.hybrid.pages import HybridSetup
+    from attnsel.attention.hybrid import HybridSetup
 
     return HybridSetup(layout=layout, mamba_ssm_cache_dtype=facts.mamba_ssm_cache_dtype,
                        mamba_cache_dtype=facts.mamba_cache_dtype, tensor_parallel_size=facts.tensor_parallel_size,
@@ -260,7 +260,7 @@ def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContex
     build notes in front of the explanation's own."""
     import dataclasses
 
-    from attnsel.attention.rules import block_size_cli_error
+    from attnsel.attention.versions import block_size_cli_error
     from attnsel.attention.selector.engine import explain
 
     expl = explain(profile, inputs, ctx)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from attnsel.attention.rules import RuleProfile
-from attnsel.attention.selector.engine import SelectionContext, VllmRaises
+from attnsel.attention.versions import RuleProfile
+from attnsel.attention.rules import SelectionContext, VllmRaises
 
 
 @dataclass(frozen=True)

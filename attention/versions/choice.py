@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from attnsel.attention.rules.profile import RuleProfile
+from attnsel.attention.versions.profile import RuleProfile
 from attnsel.attention.versions.registry import available_profiles, resolved_data
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path

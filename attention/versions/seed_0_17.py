@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.attention.rules.code import RuleCode
-from attnsel.attention.rules.spec import FlashAttnResolution
+from attnsel.attention.versions.code import RuleCode
+from attnsel.attention.rules import FlashAttnResolution
 
 FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # vllm-rules §3c, v0.16.0 column
 

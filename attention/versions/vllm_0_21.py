@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.attention.rules.spec import UNQUANTIZED_KV_CACHE_DTYPES
+from attnsel.attention.rules import UNQUANTIZED_KV_CACHE_DTYPES
 from attnsel.attention.versions import vllm_0_23
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from attnsel.attention.versions import vllm_0_24
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 class Rules(vllm_0_24.Rules):

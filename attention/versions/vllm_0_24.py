@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from attnsel.attention.rules.spec import (
+from attnsel.attention.rules import (
     DEFAULT_INDEX_TOPK,
     MODEL_HEADS_WHEN_UNKNOWN,
     FlashAttnResolution,
@@ -20,7 +20,7 @@ from attnsel.attention.rules.spec import (
 from attnsel.attention.versions import seed_0_17
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 class Rules(seed_0_17.Rules):

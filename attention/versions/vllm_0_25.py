@@ -11,7 +11,7 @@ from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector.engine import SelectionContext
+    from attnsel.attention.rules import SelectionContext
 
 
 class Rules(vllm_0_24.Rules):

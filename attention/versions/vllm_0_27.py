@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.attention.rules.spec import FlashAttnResolution
+from attnsel.attention.rules import FlashAttnResolution
 from attnsel.attention.versions import vllm_0_28
 
 

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from attnsel.attention.rules.spec import (
-    BackendSpec,
-    KernelBlockSize,
-    MultipleOf,
-    intersect_sizes,
-)
+from attnsel.attention.rules import BackendSpec, KernelBlockSize, MultipleOf, intersect_sizes
 from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
 

@@ -7,7 +7,7 @@ reason and never timed. This module is torch-free (`--dry-run` works without a G
 Default grid: backends FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION (vllm-rules §5a,
 non-MLA); block sizes 16, 32, 64, 128, 256 (FLEX_ATTENTION: 16 only, unless --full or
 --block-sizes: it recompiles per shape and block size); the workload shapes are in
-bench/plan/workloads.py, the shape in bench/tune/shape.py.
+bench/plan/workloads.py, the shape in bench/plan/shape.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from attnsel.bench.plan.rules import (
     vllm_default_choice,
     vllm_verdict,
 )
-from attnsel.bench.tune.shape import TuneShape
+from attnsel.bench.plan.shape import TuneShape
 from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
 from attnsel.errors import UserInputError
 
@@ -117,10 +117,10 @@ class Plan:
         """How vLLM would launch this row's attention (graph replay or eager), from the recorded
         CUDA-graph facts of the plan's release (attention/selector/cudagraph.py); the worker replaces it
         with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
-        from attnsel.attention import rules
+        from attnsel.attention import versions
         from attnsel.attention.selector import cudagraph
 
-        profile = rules.get_profile(self.rule_profile) if self.rule_profile else None
+        profile = versions.get_profile(self.rule_profile) if self.rule_profile else None
         version = profile.vllm_version if profile else "?"
         return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
                                        tuple(self.capability), w.kind, w.query_tokens)
@@ -229,6 +229,6 @@ def build_plan(
 
 
 def parse_capability(value: str) -> tuple[int, int]:
-    from attnsel.probe.capability import parse_capability as parse  # the one parser (range-checked)
+    from attnsel.probe import parse_capability as parse  # the one parser (range-checked)
 
     return parse(value, "--capability")

@@ -61,7 +61,7 @@ def make_mla_shape(
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (vllm-rules §6)."""
-    from attnsel.bench.tune.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
+    from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
@@ -107,7 +107,7 @@ def shape_notes(shape) -> list[str]:
     if shape.use_sparse:
         notes.append(SPARSE_NOTE)
     if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
-        from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, is_fp8
+        from attnsel.attention.kernels import FP8_TOLERANCE, is_fp8
 
         if is_fp8(shape.kv_cache_dtype):
             notes.append(f"--kv-cache-dtype {shape.kv_cache_dtype}: each backend vLLM accepts it for is timed with an "

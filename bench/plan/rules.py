@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from attnsel.bench.tune.shape import TuneShape
+from attnsel.bench.plan.shape import TuneShape
 
 # (reasons vLLM would give, kernel block size) for one (backend, --block-size) on this GPU.
 Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], Optional[int]]]
@@ -21,17 +21,17 @@ HybridSize = Callable[[str, TuneShape, tuple[int, int]], Optional[int]]
 
 def rule_profile_choice(vllm_version: Optional[str] = None):
     """The rule profile `explain` would use: --vllm-version, else the installed vLLM, else the newest."""
-    from attnsel.attention import rules
+    from attnsel.attention import versions
 
-    return rules.select_profile(vllm_version)
+    return versions.select_profile(vllm_version)
 
 
 def _rules(vllm_version: Optional[str] = None):
-    """(profile, rules module, selector module) for this vLLM version (attention/rules.py)."""
-    from attnsel.attention import rules
+    """(profile, versions package, selector module) for this vLLM version (attention/rules.py)."""
+    from attnsel.attention import versions
     from attnsel.attention.selector import engine as selector
 
-    return rule_profile_choice(vllm_version).profile, rules, selector
+    return rule_profile_choice(vllm_version).profile, versions, selector
 
 
 def _selector_inputs(selector, shape: TuneShape, block_size: Optional[int]):
@@ -68,7 +68,8 @@ def _hybrid_setup(shape: TuneShape):
     """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py HybridSetup)."""
     if not shape.hybrid:
         return None
-    from attnsel.attention.hybrid import HybridLayout, HybridSetup
+    from attnsel.attention.hybrid import HybridLayout
+    from attnsel.attention.hybrid import HybridSetup
 
     doc = shape.hybrid
     return HybridSetup(layout=HybridLayout.from_json(doc["layout"]),
@@ -106,8 +107,8 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
                  vllm_version: Optional[str] = None) -> tuple[list[str], Optional[int]]:
     """What vLLM says about `--attention-backend BACKEND --block-size N` (vllm-rules §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
-    profile, rules, selector = _rules(vllm_version)
-    cli_error = rules.block_size_cli_error(profile, block_size)
+    profile, versions, selector = _rules(vllm_version)
+    cli_error = versions.block_size_cli_error(profile, block_size)
     if cli_error:
         # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
         return [cli_error], None

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from attnsel.bench.tune import results as R
-from attnsel.bench.timing.launch_mode import mode_label
+from attnsel.bench.sweep import results as R
+from attnsel.bench.timing import mode_label
 from attnsel.bench.sweep.worker_process import WorkerProcess
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.bench.sweep.run import SweepOptions

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path
@@ -143,7 +143,8 @@ def calibration_verdict(per_gpu: dict[str, dict]) -> tuple[bool, list[str]]:
 
 def calibrate(order, plan, options, gpus: list[str], output_dir: Path) -> dict:
     """Times the first planned row of the first backend on every GPU at once."""
-    from attnsel.bench.sweep.run import Lane, gpu_lane, run_backend_group
+    from attnsel.bench.sweep.run import Lane, gpu_lane
+    from attnsel.bench.sweep.groups import run_backend_group
 
     backend, items = order[0]
     item = dict(items[0], key=items[0]["key"] + "|calibration", check=False)
@@ -173,7 +174,8 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
     `facts` receives the calibration and the lanes (tune.json "gpus"). Each lane's first workers
     import while the GPUs are calibrated (on 2 x H200 the lanes' exposed starts, ~16 s each, came
     after a ~11 s calibration: bench/TUNE_PERF.md); they are dropped if the lanes are not mixed."""
-    from attnsel.bench.sweep.run import Lane, gpu_lane, prespawn_lane, run_groups, stop_all_workers
+    from attnsel.bench.sweep.run import Lane, gpu_lane, prespawn_lane, run_groups
+    from attnsel.bench.sweep.worker_process import stop_all_workers
 
     gpus = list(options.gpus or [])
     lanes = assign_lanes(order, len(gpus))

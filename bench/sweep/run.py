@@ -1,6 +1,6 @@
 """Runs a tune plan: the backend groups in order, one worker process per backend (bench/sweep/groups.py
 runs one group: timeouts, crash detection, restarts), every row appended to results.jsonl as soon
-as it arrives (bench/tune/results.py), resume, and with --gpus one lane per GPU (bench/sweep/multi_gpu.py).
+as it arrives (bench/sweep/results.py), resume, and with --gpus one lane per GPU (bench/sweep/multi_gpu.py).
 The parent stays torch-free.
 
 Pre-spawning (bench/TUNE_PERF.md): while backend N runs, the workers of backends N+1 and N+2
@@ -21,15 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
-from attnsel.bench.plan.build import Plan
-from attnsel.bench.sweep.groups import (  # noqa: F401  (re-exported: the sweep's public names)
-    GroupOutcome, failure_row, prespawn_worker, run_backend_group,
-)
-from attnsel.bench.timing.launch_mode import mode_label
-from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers, stop_all_workers  # noqa: F401  (re-exported)
-from attnsel.bench.worker.toolkit import DEFAULT_TOOLKIT
+from attnsel.bench.plan import Plan
+from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
+from attnsel.bench.timing import mode_label
+from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers
+from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, gpu-facts.md)

@@ -61,7 +61,7 @@ def by_backend(matched: list[dict]) -> dict[str, dict]:
 
 
 def _load(run_dir: Path) -> list[dict]:
-    from attnsel.bench.tune import results as R
+    from attnsel.bench.sweep import results as R
 
     return list(R.latest_by_key(R.read_rows(Path(run_dir) / R.RESULTS_FILE)).values())
 

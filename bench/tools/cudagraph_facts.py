@@ -32,7 +32,7 @@ def _matching_lines(source: str, pattern: re.Pattern, context: int = 1) -> list[
 
 
 def builder_lines(backend: str) -> dict[str, Any]:
-    from attnsel.attention.explain.live import vllm_runtime
+    from attnsel.attention.explain import vllm_runtime
 
     enum = vllm_runtime(offline=True).registry.AttentionBackendEnum
     try:
@@ -65,7 +65,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ns = parser.parse_args(argv)
     import logging
 
-    from attnsel.attention.rules import select_profile
+    from attnsel.attention.versions import select_profile
 
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
     profile = select_profile(ns.profile).profile

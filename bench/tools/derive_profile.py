@@ -79,9 +79,9 @@ def _capability_rule(accepted: list[tuple[int, int]]) -> Any:
 
 class Deriver:
     def __init__(self, base_name: str):
-        from attnsel.attention.explain.live import vllm_runtime
-        from attnsel.attention.versions.choice import load_profile
-        from attnsel.attention.versions.registry import OWN_KEYS, resolved_data
+        from attnsel.attention.explain import vllm_runtime
+        from attnsel.attention.versions import load_profile
+        from attnsel.attention.versions import OWN_KEYS, resolved_data
 
         self.runtime = vllm_runtime(offline=True)
         self.base = load_profile(base_name)
@@ -119,12 +119,12 @@ class Deriver:
 
     # --- one backend ----------------------------------------------------------------------------
     def contexts(self) -> list[Any]:
-        from attnsel.attention.selector.engine import SelectionContext
+        from attnsel.attention.rules import SelectionContext
 
         return [SelectionContext(capability=cc, **extra) for cc in CAPABILITIES for extra in CONTEXTS]
 
     def _ask(self, ctx: Any, question: Callable[[], Any]) -> Any:
-        from attnsel.attention.selector.engine import SelectorInputs
+        from attnsel.attention.rules import SelectorInputs
 
         with self.runtime.case(SelectorInputs(128, "bfloat16"), ctx):
             try:
@@ -133,7 +133,7 @@ class Deriver:
                 return f"raises {type(exc).__name__}"
 
     def backend(self, name: str) -> None:
-        from attnsel.attention.selector.engine import SelectorInputs
+        from attnsel.attention.rules import SelectorInputs
 
         try:
             cls = self.runtime.registry.AttentionBackendEnum[name].get_class()
@@ -197,7 +197,7 @@ class Deriver:
         platform = self.runtime.platform_cls
         if not hasattr(platform, "get_supported_vit_attn_backends"):
             return
-        from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+        from attnsel.attention.rules import SelectionContext, SelectorInputs
 
         lists = {}
         for cc in ((9, 0), (7, 5)):
@@ -256,14 +256,14 @@ def _ctx_label(ctx: Any) -> str:
 
 
 def _default(field: str) -> Any:
-    from attnsel.attention.selector.engine import SelectionContext
+    from attnsel.attention.rules import SelectionContext
 
     return SelectionContext.__dataclass_fields__[field].default
 
 
 def release_header(name: str, base: str) -> dict:
-    from attnsel.attention.explain.live import require_vllm
-    from attnsel.attention.versions.choice import parse_vllm_version
+    from attnsel.attention.explain import require_vllm
+    from attnsel.attention.versions import parse_vllm_version
 
     version = require_vllm().split("+")[0]
     release = list(parse_vllm_version(version))
@@ -291,7 +291,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ns = parser.parse_args(argv)
     import logging
 
-    from attnsel.attention.versions.registry import VERSIONS_DIR, diff_patch
+    from attnsel.attention.versions import VERSIONS_DIR, diff_patch
 
     logging.getLogger("vllm").setLevel(logging.CRITICAL)
     deriver = Deriver(ns.base)

@@ -50,7 +50,7 @@ def summarize(ratios: list[Optional[float]], tolerance: float = BAR_TOLERANCE, s
 
 
 def _rows(run_dir: Path, backends: set[str]) -> tuple[list[dict], dict, dict]:
-    from attnsel.bench.tune import results as R
+    from attnsel.bench.sweep import results as R
 
     rows = [r for r in R.latest_by_key(R.read_rows(run_dir / R.RESULTS_FILE)).values()
             if r.get("status") == R.STATUS_OK and r.get("backend") in backends]
@@ -63,7 +63,7 @@ def _rows(run_dir: Path, backends: set[str]) -> tuple[list[dict], dict, dict]:
 def retime_row(toolkit, row: dict, shape: dict, options: dict, bench_gpu_time) -> dict:
     """Our timer and FlashInfer's on one rebuilt row."""
     from attnsel.bench.timing import gpu as G
-    from attnsel.bench.plan.workloads import WorkloadSpec
+    from attnsel.bench.plan import WorkloadSpec
 
     spec = WorkloadSpec.from_dict(row["workload"])
     workload = toolkit.workload(shape, spec)
@@ -100,7 +100,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("fidelity needs a CUDA GPU", file=sys.stderr)
         return 3
-    from attnsel.bench.worker.kernel_toolkit import KernelToolkit
+    from attnsel.bench.worker import KernelToolkit
 
     rows, shape, options = _rows(args.run_dir, {b.strip().upper() for b in args.backends.split(",")})
     if args.limit:

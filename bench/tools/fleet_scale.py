@@ -53,7 +53,7 @@ def arrivals(address: str, timeout_s: float) -> dict:
     the first answer, the median and the last, counted from submitting the tasks."""
     import ray
 
-    from attnsel.probe.fleet.collect import connect, list_nodes, probe_this_node, task_options
+    from attnsel.probe.fleet import connect, list_nodes, probe_this_node, task_options
 
     connect(ray, address, timeout_s)
     try:
@@ -78,9 +78,9 @@ def arrivals(address: str, timeout_s: float) -> dict:
 def run(nodes: int, scenario: str, rounds: int, timeout_s: float) -> dict:
     from ray.cluster_utils import Cluster
 
-    from attnsel.probe.fleet.collect import probe_fleet
-    from attnsel.probe.fleet.verdict import fleet_verdict
-    from attnsel.reports.fleet_report import fleet_probe_json
+    from attnsel.probe.fleet import probe_fleet
+    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.reports import fleet_probe_json
 
     env = {"ATTNSEL_NVML_SCENARIO": str(FIXTURES / scenario)}
     start = time.perf_counter()
@@ -132,15 +132,15 @@ def driver_side(nodes: int, scenario: str) -> dict:
     import io
     import pickle
 
-    from attnsel.attention.preflight.deployment import Deployment
-    from attnsel.attention.preflight.fleet import run_fleet_preflight
-    from attnsel.attention.model.config import load_model_config
-    from attnsel.attention.rules import select_profile
-    from attnsel.probe.collect import collect_probe
-    from attnsel.probe.facts import report_fields, report_from_fields
-    from attnsel.probe.fleet.facts import FleetProbe, NodeProbe, RayNode
-    from attnsel.probe.fleet.verdict import fleet_verdict
-    from attnsel.reports.fleet_report import fleet_probe_json, render_preflight_text
+    from attnsel.attention.preflight import Deployment
+    from attnsel.attention.preflight import run_fleet_preflight
+    from attnsel.attention.model import load_model_config
+    from attnsel.attention.versions import select_profile
+    from attnsel.probe import collect_probe
+    from attnsel.probe import report_fields, report_from_fields
+    from attnsel.probe.fleet import FleetProbe, NodeProbe, RayNode
+    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.reports import fleet_probe_json, render_preflight_text
 
     report = collect_probe({"ATTNSEL_NVML_SCENARIO": str(FIXTURES / scenario)}, no_torch_reason="bench")
     answer = {"schema": "attnsel-node-probe/1", "report": report_fields(report)}

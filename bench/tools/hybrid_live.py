@@ -41,8 +41,8 @@ CAPABILITIES = ((9, 0), (8, 0), (10, 0))
 
 def _attnsel(model: str, version: Optional[str], cc: tuple[int, int], flags: dict) -> Any:
     from attnsel.attention.model import config as model_config
-    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
-    from attnsel.attention.versions.choice import get_profile
+    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.versions import get_profile
 
     profile = get_profile(version)
     config = model_config.load_model_config(model)
@@ -254,7 +254,7 @@ def _case(runtime: Any, model: str, version: Optional[str], cc: tuple[int, int],
 def _known_models(version: Optional[str], models: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The models the profile knows (GLM-5-Next's model type came with 0.33), and the others."""
     from attnsel.attention.model import config as model_config
-    from attnsel.attention.versions.choice import get_profile
+    from attnsel.attention.versions import get_profile
     from attnsel.errors import UserInputError
 
     rules = get_profile(version).model_rules
@@ -273,7 +273,7 @@ def _unparsed_mode(version: Optional[str], flags: dict) -> Optional[dict]:
     lacks it too, a mismatch when vLLM takes it."""
     from typing import get_args
 
-    from attnsel.attention.versions.choice import get_profile
+    from attnsel.attention.versions import get_profile
 
     mode = flags.get("mamba_cache_mode")
     ours = (get_profile(version).data.get("hybrid") or {}).get("mamba_cache_modes", ())
@@ -284,7 +284,7 @@ def _unparsed_mode(version: Optional[str], flags: dict) -> Optional[dict]:
 
 
 def run(version: Optional[str], models: tuple[str, ...] = MODELS) -> dict:
-    from attnsel.attention.explain.live_runtime import vllm_runtime
+    from attnsel.attention.explain import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     _without_cutlass_probe()

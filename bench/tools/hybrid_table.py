@@ -18,10 +18,10 @@ HEADER = ("| model | vLLM | state | state page | attn B/token | backend | block 
 
 
 def row(model: str, version: str, gpu: str) -> str:
-    from attnsel.attention.explain.answers import model_facts, resolve_gpu
-    from attnsel.attention.model.config import load_model_config
-    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
-    from attnsel.attention.versions.choice import get_profile
+    from attnsel.attention.explain import model_facts, resolve_gpu
+    from attnsel.attention.model import load_model_config
+    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.versions import get_profile
     from attnsel.errors import UserInputError
 
     profile = get_profile(version)

@@ -281,7 +281,7 @@ def start_device(args, w, torch):
 
 def available_adapters(backends: str) -> tuple[list, list[dict]]:
     """(the adapters that can run here, one "unavailable" row for each that cannot)."""
-    from attnsel.attention.kernels.registry import adapters_for
+    from attnsel.attention.kernels import adapters_for
 
     adapters, unavailable = [], []
     for backend in [b.strip().upper() for b in backends.split(",") if b.strip()]:

@@ -129,7 +129,7 @@ def vit_parity(runtime: Any, profile: Any) -> dict:
     head size and dtype, against attention/selector/vit.py."""
     import types
 
-    from attnsel.attention.selector.vit import vit_backend
+    from attnsel.attention.selector import vit_backend
 
     answers: dict[str, list[str]] = {}
     mismatches = []
@@ -154,7 +154,7 @@ def vit_parity(runtime: Any, profile: Any) -> dict:
 
 
 def _vit_context(cc: tuple[int, int]) -> Any:
-    from attnsel.attention.selector.engine import SelectionContext
+    from attnsel.attention.rules import SelectionContext
 
     return SelectionContext(capability=cc)
 
@@ -166,8 +166,8 @@ def _torch_dtype(name: str) -> Any:
 
 
 def _compare_case(profile: Any, inputs: Any, ctx: Any) -> tuple[Any, Any, list]:
-    from attnsel.attention.explain.live import Mismatch, ask_vllm, compare
-    from attnsel.attention.selector.engine import explain
+    from attnsel.attention.explain import Mismatch, ask_vllm, compare
+    from attnsel.attention.selector import explain
 
     ours = explain(profile, inputs, ctx)
     live = ask_vllm(inputs, ctx, offline=True)
@@ -181,9 +181,10 @@ def _compare_case(profile: Any, inputs: Any, ctx: Any) -> tuple[Any, Any, list]:
 
 def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
         focus: str = "all") -> tuple[dict, list[dict]]:
-    from attnsel.attention.explain.live import require_vllm, vllm_runtime
-    from attnsel.attention.rules import select_profile
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs, strip_unknown_inputs
+    from attnsel.attention.explain import require_vllm, vllm_runtime
+    from attnsel.attention.versions import select_profile
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.selector import strip_unknown_inputs
     from attnsel.errors import AttnselError
 
     installed = require_vllm()

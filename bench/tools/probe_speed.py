@@ -40,7 +40,7 @@ def time_subprocess(runs: int) -> dict:
 
 
 def time_in_process(runs: int) -> dict:
-    from attnsel.probe.collect import collect_probe
+    from attnsel.probe import collect_probe
 
     start = time.perf_counter()
     report = collect_probe()

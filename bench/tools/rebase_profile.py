@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Optional
 
-from attnsel.attention.versions.registry import OWN_KEYS, VERSIONS_DIR, diff_patch, raw_data, resolved_data
+from attnsel.attention.versions import OWN_KEYS, VERSIONS_DIR, diff_patch, raw_data, resolved_data
 
 
 def rebased(name: str, base: Optional[str]) -> dict:

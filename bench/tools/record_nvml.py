@@ -17,15 +17,11 @@ import sys
 import time
 from typing import Any
 
-from attnsel.probe.collect import collect_probe
-from attnsel.probe.nvml.session import (
-    SCENARIO_SCHEMA,
-    NvmlCallError,
-    NvmlInitError,
-    PynvmlFacade,
-    RealTorch,
-    call_key,
-)
+from attnsel.probe import collect_probe
+from attnsel.probe.nvml import SCENARIO_SCHEMA
+from attnsel.probe.nvml import NvmlCallError, NvmlInitError, call_key
+from attnsel.probe.nvml import PynvmlFacade
+from attnsel.probe.nvml import RealTorch
 
 
 class RecordingFacade:

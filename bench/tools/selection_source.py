@@ -74,7 +74,7 @@ def _class_members(cls: Any) -> Iterator[str]:
 
 
 def collect() -> str:
-    from attnsel.attention.explain.live import vllm_runtime
+    from attnsel.attention.explain import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     parts = [f"# vLLM {runtime.version}\n"]

@@ -27,8 +27,8 @@ import sys
 import time
 from typing import Any
 
-from attnsel.attention.kernels.base import MLA_BACKENDS
-from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+from attnsel.attention.kernels import MLA_BACKENDS
+from attnsel.attention.kernels import FP8_TOLERANCE
 from attnsel.bench.tools import cpu_recorders
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -60,7 +60,7 @@ class _FakeOpNamespace:
 def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 80GB HBM3") -> Any:
     import torch
 
-    from attnsel.attention.explain.live_runtime import vllm_runtime
+    from attnsel.attention.explain import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
     runtime.platform_cls.target = runtime.capability(capability)
@@ -90,7 +90,7 @@ def _recorded_calls(backend: str) -> list[dict]:
 
 def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
     from attnsel.attention.kernels import mla, paged
-    from attnsel.attention.kernels.registry import adapters_for
+    from attnsel.attention.kernels import adapters_for
 
     calls = _recorded_calls(backend)
     adapter = adapters_for(backend, device="cpu")[0]
@@ -132,7 +132,7 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
 def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
     """The recorded layer: Llama-3.1-8B's (32/8 heads, d128) or, for an MLA backend, DeepSeek-V3's
     at TP 8 (16 heads, latent 512 + 64), bf16, on an H100 with vllm serve's limits."""
-    from attnsel.attention.kernels.vllm.stack import MlaDims, StackSpec
+    from attnsel.attention.kernels.vllm import MlaDims, StackSpec
 
     if backend in MLA_BACKENDS:
         return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
@@ -141,7 +141,7 @@ def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
 
 
 def _record_backend(builder: Any, backend: str) -> dict:
-    from attnsel.attention.kernels.vllm.stack import backend_class, call_accepting
+    from attnsel.attention.kernels.vllm import backend_class, call_accepting
 
     cls = backend_class(backend)
     entry: dict = {"block_sizes": {}, "is_mla": bool(cls.is_mla()),
@@ -178,7 +178,7 @@ def record_stacks(backends: list[str]) -> dict:
     facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and resolved mode, kernel
     block size, KV-cache shape and stride order, dispatcher answers, the fp8 KV-cache storage dtype
     and whether the impl takes an fp8 query)."""
-    from attnsel.attention.kernels.vllm.stack import StackBuilder
+    from attnsel.attention.kernels.vllm import StackBuilder
 
     import vllm  # type: ignore
 

@@ -1,1 +1,32 @@
 """`attnsel tune` end to end: the request, the result document, rows, the recommendation, a saved run read back."""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.bench.tune.document import DOCUMENT_FILE
+    from attnsel.bench.tune.flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
+    from attnsel.bench.tune.run import SUMMARY_FILE
+    from attnsel.bench.tune.saved import advised_flags, with_recommendation
+
+__all__ = [
+    "DOCUMENT_FILE",
+    "SUMMARY_FILE",
+    "TuneFlags",
+    "advised_flags",
+    "check_flags",
+    "check_real_sweep_flags",
+    "request_from_flags",
+    "with_recommendation",
+]
+__getattr__ = lazy_door(__name__, {
+    "DOCUMENT_FILE": "document",
+    "SUMMARY_FILE": "run",
+    "TuneFlags": "flags",
+    "advised_flags": "saved",
+    "check_flags": "flags",
+    "check_real_sweep_flags": "flags",
+    "request_from_flags": "flags",
+    "with_recommendation": "saved",
+})

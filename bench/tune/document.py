@@ -14,8 +14,8 @@ from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.sweep.run import SweepOptions
-from attnsel.bench.plan.workloads import WORKLOAD_KINDS
+from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.plan import WORKLOAD_KINDS
 
 DOCUMENT_SCHEMA = "attnsel-tune/1"
 DOCUMENT_FILE = "tune.json"

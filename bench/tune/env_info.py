@@ -12,7 +12,8 @@ import os
 import time
 from typing import Any, Mapping, Optional
 
-from attnsel.probe.nvml.session import CLOCK_MEM, CLOCK_SM, NvmlCallError, NvmlSession, facades_from_env
+from attnsel.probe.nvml import CLOCK_MEM, CLOCK_SM, NvmlSession, facades_from_env
+from attnsel.probe.nvml import NvmlCallError
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 # nvmlClocksEventReasons bits (nvml.h); the first two are benign.
@@ -113,7 +114,7 @@ def peak_bandwidth(name: Optional[str], memory_total: Optional[int], bus_width_b
     if bus_width_bits and max_memory_clock_mhz:
         return bus_width_bits / 8 * max_memory_clock_mhz * 1e6 * 2, "nvml (bus width x max memory clock x 2)"
     if name:
-        from attnsel.probe.gpu_table import match_device_name
+        from attnsel.probe import match_device_name
 
         spec = match_device_name(name, memory_total)
         if spec is not None:

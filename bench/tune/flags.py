@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attnsel.attention.model.validation import check_names, check_size, check_tune_flags
+from attnsel.attention.model import check_names, check_size, check_tune_flags
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.sweep.multi_gpu import gpu_ordinals
-from attnsel.bench.sweep.run import CHECK_POLICIES, SweepOptions
+from attnsel.bench.sweep import gpu_ordinals
+from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags
-from attnsel.bench.plan.workloads import parse_workloads
+from attnsel.bench.plan import parse_workloads
 from attnsel.errors import UserInputError
 
 TIMERS = ("auto", "cupti", "events")

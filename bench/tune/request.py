@@ -15,10 +15,10 @@ from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.plan.rules import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
-from attnsel.bench.sweep.run import SweepOptions
-from attnsel.bench.tune.shape import TuneShape, default_head_layout, make_shape, shape_from_model
-from attnsel.bench.plan.workloads import WORKLOAD_KINDS
+from attnsel.bench.plan import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
+from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.plan import TuneShape, default_head_layout, make_shape, shape_from_model
+from attnsel.bench.plan import WORKLOAD_KINDS
 from attnsel.errors import UserInputError
 
 PLAN_SCHEMA = "attnsel-tune-plan/1"
@@ -153,7 +153,7 @@ def capability_without_gpu(req: TuneRequest) -> tuple[tuple[int, int], Optional[
     if req.capability:
         return req.capability, req.gpu_name
     if req.gpu_name:
-        from attnsel.probe.gpu_table import find_gpu
+        from attnsel.probe import find_gpu
 
         spec = find_gpu(req.gpu_name)
         return spec.compute_capability, spec.name

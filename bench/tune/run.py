@@ -18,9 +18,9 @@ from typing import Callable, Optional
 
 from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
-from attnsel.bench.sweep.run import SweepOptions, SweepProgress, probe_device, run_sweep
+from attnsel.bench.sweep import SweepOptions, SweepProgress, probe_device, run_sweep
 from attnsel.bench.tune.document import build_document, prespawn_warnings, write_document
 from attnsel.bench.tune.phases import phase_breakdown
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags, make_plan, refused_grid_message
@@ -190,7 +190,7 @@ def device_for_plan(options: SweepOptions) -> dict:
 
 
 def _planned_keys(plan: P.Plan, options: SweepOptions) -> list[list[str]]:
-    from attnsel.bench.sweep.run import items_for, skipped_rows
+    from attnsel.bench.sweep import items_for, skipped_rows
 
     timed = [item["key"] for items in items_for(plan, options).values() for item in items]
     return [timed, [row["key"] for row in skipped_rows(plan, options)]]

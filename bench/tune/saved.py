@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.tune.recommend import recommend
 
 

@@ -158,7 +158,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def error_text(exc: BaseException) -> str:
-    from attnsel.bench.worker.prebuild import error_text as one_line
+    from attnsel.bench.worker import error_text as one_line
 
     return one_line(exc)
 

@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.plan.rules import vllm_verdict
-from attnsel.bench.tune.saved import advised_flags
-from attnsel.bench.tune.shape import TuneShape
+from attnsel.bench.plan import vllm_verdict
+from attnsel.bench.tune import advised_flags
+from attnsel.bench.plan import TuneShape
 from attnsel.errors import UserInputError
 
 GIB = 1024 ** 3

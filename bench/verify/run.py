@@ -20,13 +20,13 @@ from typing import Callable, Optional
 
 from attnsel import __version__
 from attnsel.attention.model import config as MC
-from attnsel.attention.model.kind import attention_layer_count
-from attnsel.attention import rules
+from attnsel.attention.model import attention_layer_count
+from attnsel.attention import versions
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
-from attnsel.bench.plan.rules import vllm_default_choice
-from attnsel.bench.tune.saved import advised_flags
-from attnsel.bench.tune.shape import shape_from_model
+from attnsel.bench.plan import vllm_default_choice
+from attnsel.bench.tune import advised_flags
+from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
@@ -89,7 +89,7 @@ def load_tune_document(tune_dir: Path) -> dict:
 
 def vllm_version_or_fail(engine: str) -> Optional[str]:
     """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
-    version = rules.installed_vllm_version()
+    version = versions.installed_vllm_version()
     if version is None and engine == EW.DEFAULT_ENGINE:
         raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
                                  "Python environment (pip install vllm)")
@@ -190,7 +190,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
                   "kv_cache_dtype": shape.kv_cache_dtype},
         "gpu": {k: gpu.get(k) for k in ("name", "capability", "uuid", "memory_total_bytes", "memory_free_bytes",
                                         "memory_used_bytes", "processes")},
-        "vllm": {"installed_version": vllm_version, "rule_profile": rules.select_profile(None).profile.name,
+        "vllm": {"installed_version": vllm_version, "rule_profile": versions.select_profile(None).profile.name,
                  "predicted_default": list(vllm_default) if vllm_default else None},
         "options": {"shapes": [list(s) for s in shapes], "repeats": req.repeats, "decode_steps": req.decode_steps,
                     "gpu_memory_utilization_requested": req.gpu_memory_utilization, "gpu_memory_utilization": util,

@@ -11,7 +11,7 @@ from typing import Optional
 
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune.saved import advised_flags
+from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 

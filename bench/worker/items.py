@@ -13,10 +13,10 @@ import traceback
 from typing import Any, Optional
 
 from attnsel.attention.kernels import kv_quant
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
-from attnsel.bench.timing.launch_mode import choose_launch, mode_label
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.timing import choose_launch, mode_label
+from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text
 from attnsel.bench.worker.toolkit import Toolkit
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Optional
 
 from attnsel.bench.timing import stats as T
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text, import_backend_libraries
 
 EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
@@ -104,7 +104,7 @@ class KernelToolkit:
         return batch
 
     def first_call_seconds(self, prepared: Any) -> float:
-        from attnsel.bench.timing.gpu import measure_first_call
+        from attnsel.bench.timing import measure_first_call
 
         return measure_first_call(prepared.run)
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import WorkloadSpec
 
 # How long a pre-spawned worker waits after "go" for its JIT pre-build (Prebuild) before it goes
 # on anyway; the parent passes its own figure (below its startup timeout) in the job.

@@ -12,7 +12,7 @@ import importlib.util
 from typing import Any, Optional, Protocol
 
 from attnsel.bench.timing import stats as T
-from attnsel.bench.plan.workloads import WorkloadSpec
+from attnsel.bench.plan import WorkloadSpec
 
 DEFAULT_TOOLKIT = "attnsel.bench.worker.kernel_toolkit:KernelToolkit"
 

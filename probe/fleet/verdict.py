@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 from attnsel.probe.facts import GpuInfo, ProbeReport
 from attnsel.probe.fleet.facts import FleetProbe, NodeProbe
 from attnsel.probe.mixed_gpus import same_model
-from attnsel.probe.fallback.report import TORCH_NOT_ASKED
+from attnsel.probe.torch_fallback import TORCH_NOT_ASKED
 
 MAX_LISTED = 8  # nodes named per difference in text; JSON lists them all
 

@@ -14,14 +14,8 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from attnsel.probe.facts import NvlinkVerdict, P2PPair
-from attnsel.probe.nvml.session import (
-    NVLINK_MAX_LINKS,
-    P2P_CAPS_INDEX,
-    P2P_STATUS_NAMES,
-    P2P_STATUS_OK,
-    NvmlSession,
-    TorchFacade,
-)
+from attnsel.probe.nvml import NVLINK_MAX_LINKS, P2P_CAPS_INDEX, P2P_STATUS_NAMES, P2P_STATUS_OK, NvmlSession
+from attnsel.probe.nvml import TorchFacade
 
 # nvmlGpuTopologyLevel_t -> the labels of `nvidia-smi topo -m`. INTERNAL (two GPUs on one board,
 # e.g. K80) sits behind the board's own PCIe switch, which nvidia-smi shows as PIX.

@@ -1,1 +1,82 @@
 """NVML, real or replayed: one session funnel, the protocol every facade speaks, the per-GPU reader."""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.probe.nvml.gpus import (
+        RawGpu,
+        cuda_version_str,
+        gpu_info,
+        gpu_problems,
+        query_problems,
+        read_gpu,
+    )
+    from attnsel.probe.nvml.protocol import NvmlCallError, NvmlFacade, NvmlInitError, TorchFacade, call_key
+    from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
+    from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
+    from attnsel.probe.nvml.session import (
+        CLOCK_MEM,
+        CLOCK_SM,
+        NVLINK_MAX_LINKS,
+        NvmlSession,
+        P2P_CAPS_INDEX,
+        P2P_STATUS_NAMES,
+        P2P_STATUS_OK,
+        facades_from_env,
+    )
+    from attnsel.probe.nvml.torch_cuda import RealTorch
+
+__all__ = [
+    "CLOCK_MEM",
+    "CLOCK_SM",
+    "NVLINK_MAX_LINKS",
+    "NvmlCallError",
+    "NvmlFacade",
+    "NvmlInitError",
+    "NvmlSession",
+    "P2P_CAPS_INDEX",
+    "P2P_STATUS_NAMES",
+    "P2P_STATUS_OK",
+    "PynvmlFacade",
+    "RawGpu",
+    "RealTorch",
+    "ReplayFacade",
+    "ReplayTorch",
+    "SCENARIO_SCHEMA",
+    "TorchFacade",
+    "call_key",
+    "cuda_version_str",
+    "facades_from_env",
+    "gpu_info",
+    "gpu_problems",
+    "query_problems",
+    "read_gpu",
+]
+__getattr__ = lazy_door(__name__, {
+    "CLOCK_MEM": "session",
+    "CLOCK_SM": "session",
+    "NVLINK_MAX_LINKS": "session",
+    "NvmlCallError": "protocol",
+    "NvmlFacade": "protocol",
+    "NvmlInitError": "protocol",
+    "NvmlSession": "session",
+    "P2P_CAPS_INDEX": "session",
+    "P2P_STATUS_NAMES": "session",
+    "P2P_STATUS_OK": "session",
+    "PynvmlFacade": "pynvml_facade",
+    "RawGpu": "gpus",
+    "RealTorch": "torch_cuda",
+    "ReplayFacade": "replay",
+    "ReplayTorch": "replay",
+    "SCENARIO_SCHEMA": "replay",
+    "TorchFacade": "protocol",
+    "call_key": "protocol",
+    "cuda_version_str": "gpus",
+    "facades_from_env": "session",
+    "gpu_info": "gpus",
+    "gpu_problems": "gpus",
+    "query_problems": "gpus",
+    "read_gpu": "gpus",
+})

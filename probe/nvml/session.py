@@ -9,7 +9,7 @@ Only a failing `nvmlInit` is fatal; the collector then falls back to torch.
 The door is this module: callers import the facades, the session and the constants from here. Its
 parts: probe/nvml/protocol.py (device refs, call keys, NVML error codes, the facade protocols),
 probe/nvml/pynvml_facade.py (the real NVML), probe/nvml/replay.py (scenarios: their format, the replay
-facades, loading), probe/fallback/torch_cuda.py (the real torch.cuda fallback).
+facades, loading), probe/nvml/torch_cuda.py (the real torch.cuda fallback).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from attnsel.probe.nvml.protocol import (
 )
 from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, SCENARIO_SCHEMA, ReplayFacade, ReplayTorch, load_scenario
 from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
-from attnsel.probe.fallback.torch_cuda import RealTorch
+from attnsel.probe.nvml.torch_cuda import RealTorch
 
 __all__ = [
     # the facades (real and replayed) and how one is chosen

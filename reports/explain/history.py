@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.explain.history import ReleaseChange, ReleaseHistory, ReleaseVerdict
+from attnsel.attention.explain import ReleaseChange, ReleaseHistory, ReleaseVerdict
 from attnsel.reports.cells import dash
 from attnsel.reports.explain.table import JSON_SCHEMA_VERSION, _capability_str, _inputs_line, _short
 

@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.explain.answers import DEFAULT_SOURCE, MatrixRow
+from attnsel.attention.explain import DEFAULT_SOURCE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
-from attnsel.attention.selector.engine import OPTIONAL_SELECTOR_FIELDS, Explanation
+from attnsel.attention.rules import OPTIONAL_SELECTOR_FIELDS, Explanation
 from attnsel.reports.explain.hybrid import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
 JSON_SCHEMA_VERSION = 1

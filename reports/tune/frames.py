@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 KIND_ORDER = ("decode", "prefill", "mixed")

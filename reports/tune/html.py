@@ -15,7 +15,7 @@ import pandas as pd
 
 from attnsel.reports.tune import frames as F
 from attnsel.reports.cells import formatted
-from attnsel.reports.tune.html_charts import LOG_SCALE_RATIO, PALETTE, bandwidth_svg, latency_svg  # noqa: F401  (re-exported)
+from attnsel.reports.tune.html_charts import bandwidth_svg, latency_svg
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 FAIL_COLOUR, PASS_COLOUR = "#c62828", "#2e7d32"

@@ -4,7 +4,7 @@ a string, an explain answer without its backends: one line naming the file and t
 never a traceback and never a garbage row rendered as a result.
 
 Fields nobody renders may hold anything (future versions add fields); a field that is read must
-have its type or be absent/null. The schema follows what bench/tune/results.py, bench/tune/document.py and
+have its type or be absent/null. The schema follows what bench/sweep/results.py, bench/tune/document.py and
 reports/explain/table.py write.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-from attnsel.attention.model.validation import kind_of
+from attnsel.attention.model import kind_of
 from attnsel.errors import UserInputError
 
 Check = Callable[[Any, str], None]
@@ -87,7 +87,7 @@ def obj(fields: Mapping[str, Check], required: tuple[str, ...] = ()) -> Check:
     return check
 
 
-# --- a results row (bench/tune/results.py) ---------------------------------------------------------
+# --- a results row (bench/sweep/results.py) ---------------------------------------------------------
 ROW = obj({
     "backend": STR, "block_size": POS_INT, "status": STR, "key": STR, "kind": opt(STR),
     "workload_label": opt(STR), "error": opt(STR), "adapter": opt(STR), "provider": opt(STR), "mode": opt(STR),

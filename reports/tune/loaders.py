@@ -1,5 +1,5 @@
 """Read what `attnsel report` renders: a tune output (folder, tune.json or results.jsonl, as
-bench/tune/document.py and bench/tune/results.py write them) and `attnsel explain --json` answers. The kind of
+bench/tune/document.py and bench/sweep/results.py write them) and `attnsel explain --json` answers. The kind of
 each input is found from its content, not its name. Bad input -> UserInputError, one line.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from attnsel import files
-from attnsel.bench.tune import results as R
+from attnsel.bench.sweep import results as R
 from attnsel.errors import UserInputError
 from attnsel.reports.tune.input_checks import (check_explain_document, check_rows, check_tune_document,
                                           check_verify_document)
@@ -166,7 +166,7 @@ def _load_tune_dir(path: Path) -> TuneData:
 def _tune_from_document(path: Path, doc: dict) -> TuneData:
     rows = doc.get("rows")
     if not isinstance(rows, list):
-        raise UserInputError(f"{path}: \"rows\" must be a list of result rows (bench/tune/results.py); the file looks damaged")
+        raise UserInputError(f"{path}: \"rows\" must be a list of result rows (bench/sweep/results.py); the file looks damaged")
     check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")

@@ -8,8 +8,8 @@ from typing import Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from attnsel.bench.tune import results as R
-from attnsel.bench.tune.saved import advised_flags
+from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import advised_flags
 
 STATUS_STYLE = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",

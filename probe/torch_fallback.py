@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import table_peak_bandwidth
 from attnsel.probe.mixed_gpus import mixed_gpu_warning
-from attnsel.probe.nvml.session import TorchFacade
-from attnsel.probe.links.p2p import unknown_verdict, with_measured_bandwidth
+from attnsel.probe.nvml import TorchFacade
+from attnsel.probe.links import unknown_verdict, with_measured_bandwidth
 from attnsel.probe.visible_devices import PCI_BUS_ID
 
 TORCH_NOT_ASKED = "torch.cuda not asked: "  # the error line when the caller forbids the torch fallback

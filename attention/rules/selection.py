@@ -12,7 +12,7 @@ from attnsel.attention.rules.spec import attn_type_str
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules.profile import RuleProfile
+    from attnsel.attention.versions import RuleProfile
 
 TORCH_DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_ALIASES = {
@@ -84,7 +84,7 @@ class SelectorInputs:
     def vllm_repr(self, profile: Optional["RuleProfile"] = None) -> str:
         """`AttentionSelectorConfig.__repr__` exactly as vLLM prints it (f-string fields)."""
         if profile is None:
-            from attnsel.attention.rules import get_profile
+            from attnsel.attention.versions import get_profile
 
             profile = get_profile()
         values = {
@@ -230,7 +230,7 @@ class Explanation:
     profile_note: Optional[str] = None
     profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
     hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
-    # attention/hybrid/explicit.py: what each explicit --block-size would do (hybrid models, set by explain)
+    # attention/explain/explicit_block_sizes.py: what each explicit --block-size would do (hybrid models, set by explain)
     explicit_block_sizes: tuple[Any, ...] = ()
 
     @property

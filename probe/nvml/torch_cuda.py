@@ -23,7 +23,7 @@ class RealTorch:
         return info
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
-        from attnsel.probe.links.bandwidth import measure_pairs
+        from attnsel.probe.links import measure_pairs
 
         return measure_pairs(pairs)
 

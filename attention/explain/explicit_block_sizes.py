@@ -28,7 +28,7 @@ class ExplicitBlockSize:
 
 def explicit_block_sizes(profile: Any, inputs: Any, ctx: Any, computed: Optional[int]) -> tuple[ExplicitBlockSize, ...]:
     """The answer for each of SIZES and vLLM's own size (`computed`), as if given as --block-size."""
-    from attnsel.attention.selector.request import explain_selection
+    from attnsel.attention.selector import explain_selection
 
     out = []
     for size in sorted({*SIZES, *((computed,) if computed else ())}):

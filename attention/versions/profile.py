@@ -11,8 +11,8 @@ import difflib
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional
 
-from attnsel.attention.rules.code import RuleCode
-from attnsel.attention.rules.spec import (
+from attnsel.attention.versions.code import RuleCode
+from attnsel.attention.rules import (
     BackendSpec,
     KernelBlockSize,
     MultipleOf,
@@ -22,7 +22,7 @@ from attnsel.attention.rules.spec import (
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 _OPTIONAL_SPEC_FIELDS = (
@@ -82,13 +82,13 @@ class RuleProfile:
 
     @cached_property
     def block_size_flow(self) -> Any:
-        """The start-up path that settles the KV block size (attention/selector/block_size.py)."""
+        """The start-up path that settles the KV block size (attention/versions/block_size.py)."""
         return self.code.block_size_flow()
 
     @cached_property
     def model_rules(self) -> Any:
         """What vLLM derives from a model config in this version (attention/model/rules.py)."""
-        from attnsel.attention.model.rules import model_rules_from_data
+        from attnsel.attention.model import model_rules_from_data
 
         return model_rules_from_data(self.name, self.data["models"])
 

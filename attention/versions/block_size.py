@@ -17,17 +17,16 @@ import itertools
 import math
 from typing import Any, Optional
 
-from attnsel.attention.rules import MultipleOf, RuleProfile, kernel_sizes_repr
-from attnsel.attention.selector.engine import (
+from attnsel.attention.rules import MultipleOf, kernel_sizes_repr
+from attnsel.attention.versions.profile import RuleProfile
+from attnsel.attention.selector import (
     Run,
-    SelectionContext,
-    SelectorInputs,
-    VllmRaises,
     get_attn_backend_cls,
     get_valid_backends,
     reasons_str,
     select_attention_backend,
 )
+from attnsel.attention.rules import SelectionContext, SelectorInputs, VllmRaises
 
 FlowResult = tuple[Optional[int], Optional[str], Optional[SelectorInputs]]  # block size, backend, layer config
 
@@ -60,7 +59,7 @@ class BlockSizeFlow:
         if run.ctx.hybrid is None or "hybrid" not in run.profile.data:
             notes.append(self.hybrid_note)
             return block_size
-        from attnsel.attention.hybrid.pages import SOURCE, align_hybrid_block_size
+        from attnsel.attention.hybrid import SOURCE, align_hybrid_block_size
 
         lines: list[tuple[str, str]] = []
         try:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from attnsel.attention.rules.spec import IMPORT_ERROR_REASON, BackendSpec, FlashAttnResolution, KernelBlockSize
+from attnsel.attention.rules import IMPORT_ERROR_REASON, BackendSpec, FlashAttnResolution, KernelBlockSize
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
-    from attnsel.attention.rules.profile import RuleProfile
-    from attnsel.attention.selector.engine import SelectionContext, SelectorInputs
+    from attnsel.attention.versions.profile import RuleProfile
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 class RuleCode:
@@ -45,9 +45,9 @@ class RuleCode:
         raise NotImplementedError
 
     def block_size_flow(self) -> Any:
-        """The start-up path that settles the KV block size (attention/selector/block_size.py), named
+        """The start-up path that settles the KV block size (attention/versions/block_size.py), named
         by the data's `block_size_flow`; a release with a new path returns its own flow object."""
-        from attnsel.attention.selector.block_size import flow_from_data
+        from attnsel.attention.versions.block_size import flow_from_data
 
         return flow_from_data(self.profile.data["block_size_flow"])
 

@@ -1,1 +1,0 @@
-"""The probe when NVML is unavailable: what torch.cuda sees, or why nothing does."""
