@@ -12,7 +12,7 @@ What vLLM does (vllm/v1/attention/backends/flashinfer.py, seed era v0.16/0.17, F
   attention ops in latest gpus." (The old V0 backend, seed 004, used tensor cores only when
   VLLM_FLASHINFER_FORCE_TENSOR_CORES or num_qo_heads // num_kv_heads > 4: for 32/8 heads that
   was the CUDA-core path.) So the tensor-core adapter is what vLLM runs; the CUDA-core adapter
-  is kept as a second provider for comparison (gpu-facts: 2.80 vs 4.15 TB/s on H200).
+  is kept as a second provider for comparison (docs/gpu-facts.md §1: 2.80 vs 4.15 TB/s on H200).
 - Workspace: 256 MiB of zeros (FLASHINFER_WORKSPACE_BUFFER_SIZE).
 """
 

@@ -30,7 +30,7 @@ from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 
-DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, gpu-facts.md)
+DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, docs/gpu-facts.md §1)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
 DEFAULT_MAX_RESTARTS = 8
 CHECK_POLICIES = ("first", "all", "none")
