@@ -49,7 +49,7 @@ def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]], pa
     return indptr, indices, last
 
 
-# --- JIT modules a sweep will need, built before "go" (bench/TUNE_PERF.md, "FlashInfer JIT")
+# --- JIT modules a sweep will need, built before "go" (docs/tune-performance.md, "FlashInfer JIT")
 #
 # FlashInfer 0.7.2.post1 (flashinfer/decode.py, prefill.py, jit/attention/modules.py) compiles one
 # module per (backend, dtypes, index dtype, head dims, pos-encoding, sliding window, soft-cap,
