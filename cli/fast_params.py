@@ -2,7 +2,7 @@
 
 Typer 0.29 coerces every parameter through a pydantic TypeAdapter, built when the command runs,
 even for options left at their default; importing pydantic and building ~40 adapters costs about
-0.1 s of `attnsel explain`'s 0.25 s (bench/tools/explain_speed.py, README "Start-up"). Our options are
+0.1 s of `attnsel explain`'s 0.25 s (bench/tools/explain_speed.py, docs/explain.md, "Speed"). Our options are
 plain scalars whose range checks live in attention/model/validation.py, so they get a small coercer of
 their own; anything else (lists, files, min/max, custom parsers) keeps Typer's. With a Typer that
 has no `_runtime_param` hook (before 0.29) nothing changes.

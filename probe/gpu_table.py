@@ -3,7 +3,7 @@ and as the fallback for peak memory bandwidth when NVML cannot give bus width x 
 
 Bandwidths and L2 sizes are vendor datasheet figures (leads, not measurements); the H100 SXM,
 A100 PCIe, RTX 4090 and RTX 6000 Ada figures match FlashInfer's blog table, the H200 one our own
-NVML reading (6016-bit bus x 3201 MHz x 2 = 4.81 TB/s, shared/reference/gpu-facts.md).
+NVML reading (6016-bit bus x 3201 MHz x 2 = 4.81 TB/s, docs/gpu-facts.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The runnable examples in the tune modules' docstrings stay true (style.md D5 §6)."""
+"""The runnable examples in the tune modules' docstrings stay true (docs/architecture.md, "Tests")."""
 
 import doctest
 

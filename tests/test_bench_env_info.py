@@ -1,4 +1,4 @@
-"""Environment recorded with every sweep: peak bandwidth from the device (users-and-measuring §C2),
+"""Environment recorded with every sweep: peak bandwidth from the device (docs/measuring.md §5),
 clocks / temperature / throttle reasons before and after, and drift warnings (§C1)."""
 
 import json
@@ -21,7 +21,7 @@ def _session(scenario=None):
 
 def test_peak_bandwidth_comes_from_bus_width_and_memory_clock():
     env = E.gpu_environment(_session(), 0)
-    # gpu-facts.md: 6016 / 8 x 3201e6 x 2 = 4.81 TB/s
+    # docs/gpu-facts.md §1: 6016 / 8 x 3201e6 x 2 = 4.81 TB/s
     assert env["peak_memory_bandwidth_bytes_per_s"] / 1e12 == pytest.approx(4.81, abs=0.01)
     assert env["peak_bandwidth_source"].startswith("nvml")
     assert env["cuda_driver_version"] == "13.0"
@@ -29,7 +29,7 @@ def test_peak_bandwidth_comes_from_bus_width_and_memory_clock():
 
 def test_peak_falls_back_to_the_gpu_table_when_nvml_lacks_the_bus_width():
     peak, source = E.peak_bandwidth("NVIDIA H100 80GB HBM3", 80 * 2**30, None, None)
-    assert peak == pytest.approx(3352e9)  # FlashInfer blog table, users-and-measuring §C2
+    assert peak == pytest.approx(3352e9)  # FlashInfer blog table, docs/measuring.md §5
     assert "gpu table" in source
 
 

@@ -37,7 +37,7 @@ def test_recorded_h200_decode_recommends_flashinfer_over_vllms_fa_default():
     rows, default = recorded()
     rec = REC.recommend(rows, workload_labels={"decode": ["decode b=64 ctx=4096"]}, vllm_default=default)
     decode = rec.per_workload["decode"]
-    # gpu-facts.md: FlashInfer page 64 0.259 ms vs FA page 16 (vLLM's Hopper default, vllm-rules §5a/§5f) 0.338 ms
+    # docs/gpu-facts.md §1: FlashInfer page 64 0.259 ms vs FA page 16 (vLLM's Hopper default, vllm-rules §5a/§5f) 0.338 ms
     assert (decode.best.backend, decode.best.block_size) == ("FLASHINFER", 64)
     assert decode.speedup_vs_default == pytest.approx(0.338 / 0.259)
     assert decode.above_noise
@@ -135,7 +135,7 @@ def test_configs_within_noise_of_the_best_are_marked_as_ties():
     rows, default = recorded()
     decision = REC.recommend(rows, workload_labels={"decode": ["decode b=64 ctx=4096"]}, vllm_default=default).per_workload["decode"]
     marks = {(s.backend, s.block_size): s.vs_best for s in decision.ranking}
-    # gpu-facts.md: FlashInfer page 16 vs 64 differ by 0.8% -- "Page size 16 vs 64 changes nothing measurable"
+    # docs/gpu-facts.md §1: FlashInfer page 16 vs 64 differ by 0.8% -- "page size changes nothing measurable"
     assert marks[("FLASHINFER", 64)] == "best"
     assert marks[("FLASHINFER", 16)] == "tie"
     assert marks[("FLASH_ATTN", 64)] == "slower"

@@ -1,5 +1,5 @@
-"""Where a sweep's fixed cost goes, and the pre-spawned worker that hides part of it (bench/
-TUNE_PERF.md): every row carries its wall time and breakdown, every worker its startup figures,
+"""Where a sweep's fixed cost goes, and the pre-spawned worker that hides part of it (docs/tune-performance.md):
+every row carries its wall time and breakdown, every worker its startup figures,
 and backend N+1's worker imports its libraries while backend N runs, without weakening isolation.
 Real child processes, fake adapters (tests/fixtures/tune/fake_toolkit.py)."""
 
@@ -267,7 +267,7 @@ def test_a_library_import_that_creates_a_cuda_context_during_another_backends_ti
 
 
 # --- JIT pre-build: a pre-spawned worker compiles its backend's JIT modules (FlashInfer: nvcc,
-# 103 s of a cold H200 sweep) before "go", while the previous backend is timed (TUNE_PERF.md)
+# 103 s of a cold H200 sweep) before "go", while the previous backend is timed (docs/tune-performance.md)
 
 
 def _prebuild_events(log):

@@ -1,4 +1,4 @@
-"""Timing statistics and the noise gate on synthetic samples (users-and-measuring §C1: median with
+"""Timing statistics and the noise gate on synthetic samples (docs/measuring.md §1 and §4: median with
 p20/p80, budgets of 25/100 ms, nvbench's >= 10 samples, "noisy" instead of a false winner)."""
 
 import random
@@ -75,7 +75,7 @@ def test_fewer_than_ten_samples_never_names_a_winner():
 
 
 def test_bandwidth_and_percent_of_peak_match_the_h200_anchor():
-    # gpu-facts.md: 64 x 4096 decode, 32/8 heads, d128, bf16 -> 0.259 ms at 4.15 TB/s, 86% of 4.81 TB/s
+    # docs/gpu-facts.md §1: 64 x 4096 decode, 32/8 heads, d128, bf16 -> 0.259 ms at 4.15 TB/s, 86% of 4.81 TB/s
     kv_bytes = 64 * 4096 * 8 * 128 * 2 * 2
     q_and_o = 2 * 64 * 32 * 128 * 2
     bw = T.bandwidth_bytes_per_s(kv_bytes + q_and_o, 0.259)

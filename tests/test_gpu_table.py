@@ -9,7 +9,7 @@ from attnsel.probe import families, find_gpu, match_device_name
     [
         ("NVIDIA H100 80GB HBM3", "H100"),
         ("NVIDIA H100 PCIe", "H100-PCIE"),
-        ("NVIDIA H200", "H200"),  # the name our H200 machines report (gpu-facts.md)
+        ("NVIDIA H200", "H200"),  # the name our H200 machines report (docs/gpu-facts.md §1)
         ("NVIDIA GH200 480GB", "GH200"),
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("Tesla T4", "T4"),

@@ -2,7 +2,7 @@
 
 Expectations come from the issue "attnsel tune" (realistic inputs: random K/V, shuffled
 non-contiguous block tables, lengths not multiples of the block size; bytes counted like
-FlashInfer's attention_tb_per_sec: Q + K + V over the real lengths + O, users-and-measuring §C3)
+FlashInfer's attention_tb_per_sec: Q + K + V over the real lengths + O, docs/measuring.md §6)
 and vLLM's KV layout per block (vllm-rules §3a).
 """
 

@@ -1,6 +1,6 @@
 """The preflight checks as pure functions over a device-facts object (ProbeReport), and the GitHub
 annotation format. vLLM facts: custom_all_reduce.py (_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8], TP
-group = local ranks 0..N-1), users-and-measuring §B.10."""
+group = local ranks 0..N-1), docs/probe.md, "Custom all-reduce"."""
 
 from __future__ import annotations
 

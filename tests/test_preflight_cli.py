@@ -2,7 +2,7 @@
 tests/fixtures/probe/) stand in for the machine; exit 0 = no failure, 1 = a failure, 2 = bad input.
 
 vLLM facts the expectations come from: vllm-rules §5g (mixed-device warning, bf16 error text,
-CUDA_DEVICE_ORDER), users-and-measuring §B.10 (custom all-reduce: 2 GPUs need P2P, more need a
+CUDA_DEVICE_ORDER), docs/probe.md, "Custom all-reduce" (custom all-reduce: 2 GPUs need P2P, more need a
 full NVLink mesh), §B.8 (vLLM only warns about mixed GPUs)."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_a_lost_gpu_in_the_group_fails_the_gpu_count():
 
 
 def test_pcie_pair_with_p2p_keeps_custom_allreduce_for_tp2():
-    """Two GPUs need P2P, not NVLink (users-and-measuring §B.10)."""
+    """Two GPUs need P2P, not NVLink (docs/probe.md, "Custom all-reduce")."""
     result = preflight("l40s_x2_pcie.json", "-tp", "2", "--json")
     assert result.exit_code == 0
     check = checks_of(result)["interconnect"]

@@ -74,7 +74,7 @@ def test_table_prints_device_data_verbatim():
 
 
 def test_measure_p2p_shows_the_copy_bandwidth():
-    # gpu-facts.md: 1 GiB copy_ GPU 0 -> GPU 1 on two H200 ran at 391 GB/s (replayed here).
+    # docs/gpu-facts.md §2: 1 GiB copy_ GPU 0 -> GPU 1 on two H200 ran at 391 GB/s (replayed here).
     result = run(["--measure-p2p", "--json"], "h200_x2_nvlink.json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["nvlink"]["pairs"][0]["measured_gbps"] == 391.0

@@ -1,8 +1,8 @@
 """collect_probe over NVML scenarios replayed through our own facade (tests/fixtures/probe/*.json).
 
 Expectations come from the reference docs: vLLM's is_fully_connected and log_warnings (seed
-cuda.py, vllm-rules §5g), the custom all-reduce rule (users-and-measuring §B item 10), the GPU facts
-(gpu-facts.md) and the issues named at each test."""
+cuda.py, vllm-rules §5g), the custom all-reduce rule (docs/probe.md, "Custom all-reduce"), the GPU facts
+(docs/gpu-facts.md) and the issues named at each test."""
 
 import json
 import time
@@ -46,7 +46,7 @@ def test_hgx_h100_reports_all_eight_gpus_fully_connected():
 
 
 def test_h100_peak_bandwidth_is_bus_width_times_clock():
-    # users-and-measuring §C2: 5120-bit / 8 x 2619 MHz x 2 = 3.35 TB/s for the H100 SXM.
+    # docs/measuring.md §5: 5120-bit / 8 x 2619 MHz x 2 = 3.35 TB/s for the H100 SXM.
     gpu = probe("h100_sxm_x8_nvlink.json").gpus[0]
     assert gpu.peak_memory_bandwidth_bytes_per_s == pytest.approx(3.352e12, rel=1e-3)
     assert gpu.peak_memory_bandwidth_source == "nvml"
@@ -62,7 +62,7 @@ def test_visible_subset_maps_cuda_ordinals_to_nvml_indices():
 
 
 def test_h200_pair_matches_gpu_facts():
-    # gpu-facts.md: NVIDIA H200, 143771 MiB, 6016-bit x 3201 MHz -> 4.81 TB/s, NV18, ancestor level 30.
+    # docs/gpu-facts.md §1-§2: NVIDIA H200, 143771 MiB, 6016-bit x 3201 MHz -> 4.81 TB/s, NV18, ancestor level 30.
     report = collect_from_scenario(scenario("h200_x2_nvlink.json"), {}, measure_p2p=True)
     gpu = report.gpus[0]
     assert gpu.name == "NVIDIA H200" and gpu.memory_total_bytes == 143771 * MIB
@@ -152,7 +152,7 @@ def test_pcie_pair_has_p2p_but_no_nvlink():
     assert pair.topology == "PXB"
     assert report.nvlink.fully_connected is False
     assert "NOT_SUPPORTED" in report.nvlink.reason
-    # Two GPUs need only P2P, not an NVLink mesh (users-and-measuring §B item 10).
+    # Two GPUs need only P2P, not an NVLink mesh (docs/probe.md, "Custom all-reduce").
     assert report.nvlink.custom_allreduce_on is True
 
 
@@ -206,7 +206,7 @@ def test_one_lost_gpu_leaves_the_others_reported():
 
 
 def test_a_query_raising_a_non_nvml_exception_is_unknown_for_that_query_only():
-    # gpu-facts.md: NVML_P2P_CAPS_INDEX_READ == (0,) made nvmlDeviceGetP2PStatus raise ctypes.ArgumentError.
+    # docs/gpu-facts.md §2: NVML_P2P_CAPS_INDEX_READ == (0,) made nvmlDeviceGetP2PStatus raise ctypes.ArgumentError.
     report = probe("v100_x2_old_driver.json")
     [pair] = report.nvlink.pairs
     assert pair.pcie_read is None and pair.pcie_write is True and pair.nvlink is True
@@ -250,7 +250,7 @@ def test_nvml_count_failing_falls_back_instead_of_crashing():
 
 
 def test_p2p_queries_pass_integer_caps_indices():
-    # gpu-facts.md: pass the integer, never nvidia-ml-py's NVML_P2P_CAPS_INDEX_READ tuple.
+    # docs/gpu-facts.md §2: pass the integer, never nvidia-ml-py's NVML_P2P_CAPS_INDEX_READ tuple.
     assert all(type(v) is int for v in P2P_CAPS_INDEX.values())
     facade = ReplayFacade(scenario("l40s_x2_pcie.json"))
     collect_probe({}, nvml=facade, torch=ReplayTorch({}))

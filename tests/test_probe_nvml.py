@@ -1,4 +1,4 @@
-"""The NVML facade and its funnel (style.md D2: one nvmlQuery-like door; gpu-facts.md: the
+"""The NVML facade and its funnel (docs/architecture.md, "The NVML funnel"; docs/gpu-facts.md §2: the
 nvidia-ml-py ArgumentError bug), and that a recording replays to the same report."""
 
 import ctypes

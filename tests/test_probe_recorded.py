@@ -1,6 +1,6 @@
 """Replays of real recordings (`python -m attnsel.bench.tools.record_nvml`, saved as
 tests/fixtures/probe/recorded_*.json): the report must be self-consistent, and the H200 recordings
-must show what gpu-facts.md measured on those machines."""
+must show what docs/gpu-facts.md §1-§2 says was measured on those machines."""
 
 from pathlib import Path
 

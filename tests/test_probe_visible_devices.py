@@ -1,6 +1,6 @@
 """CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER resolution (CUDA programming guide "CUDA Environment
 Variables", MIG user guide "CUDA Device Enumeration", nvitop parse_cuda_visible_devices doctests;
-users-and-measuring §B vllm#41848, PR#51716, PR#41776)."""
+docs/probe.md, "CUDA_VISIBLE_DEVICES"; vllm#41848, PR#51716, PR#41776)."""
 
 import doctest
 

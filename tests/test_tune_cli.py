@@ -161,7 +161,7 @@ def test_the_parent_process_never_imports_torch(tmp_path):
 
 
 def test_tune_json_and_summary_say_where_the_time_went(tmp_path, monkeypatch):
-    """bench/TUNE_PERF.md: phases per backend, one line in summary.txt; NVML answered, so no probe worker."""
+    """docs/tune-performance.md: phases per backend, one line in summary.txt; NVML answered, so no probe worker."""
     for k, v in _sweep_env(tmp_path, {"FLASH_ATTN": {"*": "ok:0.2", "sleep": 0.1}, "FLASHINFER": {"*": "ok:0.4"}}).items():
         monkeypatch.setenv(k, v)
     out = tmp_path / "tune"

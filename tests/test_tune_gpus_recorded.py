@@ -1,6 +1,6 @@
 """`attnsel tune --gpus all` on a real 2 x H200 host (vLLM 0.24.0's kernels, Llama-3.1-8B default
 grid), recorded by bench/tools/multi_gpu_evidence.sh and kept by bench/tools/gpus_fixture.py:
-the lanes, the calibration, the rows each GPU timed, the phases, the advice. bench/TUNE_PERF.md
+the lanes, the calibration, the rows each GPU timed, the phases, the advice. docs/tune-performance.md
 quotes the wall times (speed targets live there, not in a timed test)."""
 
 import json
@@ -20,7 +20,7 @@ FIXTURES = ROOT / "fixtures" / "tune" / "h200x2_gpus"
 # first workers (and FlashInfer's pre-build) started during the calibration (2026-11-26)
 RECORDED = {path.stem: json.loads(path.read_text())["runs"] for path in sorted(FIXTURES.glob("runs*.json"))}
 RUNS = RECORDED["runs"]
-DOC = (ROOT.parent / "bench" / "TUNE_PERF.md").read_text()
+DOC = (ROOT.parent / "docs" / "tune-performance.md").read_text()
 
 
 def _rows(run: str, runs: dict = RUNS) -> dict:

@@ -79,7 +79,7 @@ def _sweep_outcomes(tmp_path, monkeypatch, scenario, gpus):
 
 
 def test_each_lane_s_first_worker_imports_while_the_gpus_are_calibrated(tmp_path, monkeypatch):
-    # on 2 x H200 each lane's first worker start (~16 s) came after the calibration (bench/TUNE_PERF.md)
+    # on 2 x H200 each lane's first worker start (~16 s) came after the calibration (docs/tune-performance.md)
     rows, facts, outcomes = _sweep_outcomes(tmp_path, monkeypatch, SCENARIO, ["0", "1"])
     assert facts["calibration"]["agree"] and {r["gpu"] for r in rows if r["status"] == R.STATUS_OK} == {"0", "1"}
     for gpu, backends in facts["lanes"].items():

@@ -74,10 +74,10 @@ def test_recomputed_recommendation_matches_what_the_run_printed():
 
 
 def test_recorded_sweeps_account_for_their_wall_time_and_bench_doc_quotes_them():
-    # Speed targets live in bench/TUNE_PERF.md (a rerunnable benchmark), not in a timed test: what
+    # Speed targets live in docs/tune-performance.md (a rerunnable benchmark), not in a timed test: what
     # this checks is that the recorded phases add up to the total the user waited for (nothing
     # hidden), that no timing budget was lowered to get there, and that the doc quotes these runs.
-    doc_text = (Path(__file__).parents[1] / "bench" / "TUNE_PERF.md").read_text()
+    doc_text = (Path(__file__).parents[1] / "docs" / "tune-performance.md").read_text()
     rerun = RUN.parent / "h100_vllm024_rerun"  # the same sweeps after the worker's os._exit (2026-11-26)
     for which, doc in [(w, _doc(w)) for w in ("cold", "warm")] + \
             [(f"rerun {w}", json.loads((rerun / w / "tune.json").read_text())) for w in ("cold", "warm")]:

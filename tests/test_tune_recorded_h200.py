@@ -65,7 +65,7 @@ def test_margins_measured_with_stand_ins_are_no_longer_advice():
 
 
 def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
-    # FlashInfer's page size barely matters (users-and-measuring §C3); the H200 sweep shows it:
+    # FlashInfer's page size barely matters (docs/measuring.md §6); the H200 sweep shows it:
     # the overall winner's other block sizes tie with it, and the advice says so.
     doc = _doc()
     default = doc["recommendation"]["vllm_default"]

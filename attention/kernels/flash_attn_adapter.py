@@ -12,7 +12,7 @@ flash-attention):
 - FA3 hopper/flash_attn_interface.py: flash_attn_with_kvcache(q, k_cache, v_cache,
   cache_seqlens=, page_table=, cu_seqlens_q=, max_seqlen_q=, softmax_scale=, causal=)
 - FA4 flash_attn/cute/interface.py: flash_attn_varlen_func(q, k, v, cu_seqlens_q=, max_seqlen_q=,
-  seqused_k=, page_table=, softmax_scale=, causal=); decode as q (B, 1, Hq, D) (gpu-facts).
+  seqused_k=, page_table=, softmax_scale=, causal=); decode as q (B, 1, Hq, D) (docs/gpu-facts.md §3).
 - flash-attn 2.x flash_attn/flash_attn_interface.py: flash_attn_varlen_func(q, k, v, cu_seqlens_q,
   cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=, causal=, block_table=); its C++ checks
   "Paged KV cache block size must be divisible by 256".
@@ -245,7 +245,7 @@ def _fa4_version() -> str:
 
 class FA4Adapter(_FlashAttnBase):
     """FlashAttention 4 (CuTe DSL, flash_attn.cute). vLLM runs it on Blackwell; on Hopper it is a
-    stand-in for FLASH_ATTN when vLLM's own build is absent (gpu-facts)."""
+    stand-in for FLASH_ATTN when vLLM's own build is absent (docs/gpu-facts.md §3)."""
 
     name = "fa4-cute"
     module = "flash_attn.cute.interface"

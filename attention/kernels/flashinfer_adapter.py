@@ -12,7 +12,7 @@ What vLLM does (vllm/v1/attention/backends/flashinfer.py, seed era v0.16/0.17, F
   attention ops in latest gpus." (The old V0 backend, seed 004, used tensor cores only when
   VLLM_FLASHINFER_FORCE_TENSOR_CORES or num_qo_heads // num_kv_heads > 4: for 32/8 heads that
   was the CUDA-core path.) So the tensor-core adapter is what vLLM runs; the CUDA-core adapter
-  is kept as a second provider for comparison (gpu-facts: 2.80 vs 4.15 TB/s on H200).
+  is kept as a second provider for comparison (docs/gpu-facts.md §1: 2.80 vs 4.15 TB/s on H200).
 - Workspace: 256 MiB of zeros (FLASHINFER_WORKSPACE_BUFFER_SIZE).
 """
 
@@ -49,7 +49,7 @@ def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]], pa
     return indptr, indices, last
 
 
-# --- JIT modules a sweep will need, built before "go" (bench/TUNE_PERF.md, "FlashInfer JIT")
+# --- JIT modules a sweep will need, built before "go" (docs/tune-performance.md, "FlashInfer JIT")
 #
 # FlashInfer 0.7.2.post1 (flashinfer/decode.py, prefill.py, jit/attention/modules.py) compiles one
 # module per (backend, dtypes, index dtype, head dims, pos-encoding, sliding window, soft-cap,

@@ -8,7 +8,7 @@ What vLLM does with a tensor-parallel group of N on one host: it uses logical GP
 the compute capability of GPU 0 (`current_platform.get_device_capability()`), warns about
 different device names unless `CUDA_DEVICE_ORDER=PCI_BUS_ID` (vllm-rules §5g), and turns its
 custom all-reduce off (falling back to NCCL, slower but working) when the GPUs lack P2P (TP=2) or
-a full NVLink mesh (TP>2) or the world size is not one it supports (users-and-measuring §B.10).
+a full NVLink mesh (TP>2) or the world size is not one it supports (docs/probe.md, "Custom all-reduce").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ vLLM's default CUDA-graph mode FULL_AND_PIECEWISE captures uniform decode batche
 batch through PIECEWISE graphs that split at attention, or without graphs beyond the largest
 capture size: the attention kernels then launch eagerly (seed 002, `AttentionCGSupport`;
 vllm/v1/cudagraph_dispatcher.py). A decode step is host-bound at small batches, so the two launch
-modes differ by 1.3-2x for the same kernel there (gpu-facts, H100): tune must time each row the
+modes differ by 1.3-2x for the same kernel there (docs/gpu-facts.md §4, H100): tune must time each row the
 way vLLM will run it.
 
 The facts per release are data in each version's file (attention/versions/*.json, key

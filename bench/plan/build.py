@@ -139,7 +139,7 @@ class Plan:
     def estimated_seconds(self, *, per_row_s: float = 0.15, per_backend_startup_s: float = 10.0) -> float:
         """A rough warm-run estimate: <= 0.15 s per row (25 ms warm-up + 100 ms timed budget, capped
         at 300 samples, + batch setup) plus imports per backend worker (FlashInfer: 8.5 s import,
-        gpu-facts.md). Cold runs add JIT: ~12 s FlashInfer, ~11 s torch.compile(flex) per shape."""
+        docs/gpu-facts.md §1). Cold runs add JIT: ~12 s FlashInfer, ~11 s torch.compile(flex) per shape."""
         backends = {c.backend for c in self.runnable_configs}
         return self.timed_row_count * per_row_s + len(backends) * per_backend_startup_s
 

@@ -173,7 +173,7 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
     """Calibrate, then one lane per GPU in parallel (or the first GPU alone when they disagree);
     `facts` receives the calibration and the lanes (tune.json "gpus"). Each lane's first workers
     import while the GPUs are calibrated (on 2 x H200 the lanes' exposed starts, ~16 s each, came
-    after a ~11 s calibration: bench/TUNE_PERF.md); they are dropped if the lanes are not mixed."""
+    after a ~11 s calibration: docs/tune-performance.md); they are dropped if the lanes are not mixed."""
     from attnsel.bench.sweep.run import Lane, gpu_lane, prespawn_lane, run_groups
     from attnsel.bench.sweep.worker_process import stop_all_workers
 

@@ -1,6 +1,6 @@
 """Result rows of `attnsel tune` and the append-only JSONL file that holds them.
 
-One row per backend x block size x shape (style.md D5 §7). Rows are plain dicts so that the
+One row per backend x block size x shape (docs/measuring.md §7). Rows are plain dicts so that the
 worker, the parent, the JSON output and the recorded CI fixtures share one schema:
 
     key              "BACKEND|bs=16|decode b=64 ctx=4096|bf16|kv=auto|events-cold" (resume key)

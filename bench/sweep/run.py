@@ -3,7 +3,7 @@ runs one group: timeouts, crash detection, restarts), every row appended to resu
 as it arrives (bench/sweep/results.py), resume, and with --gpus one lane per GPU (bench/sweep/multi_gpu.py).
 The parent stays torch-free.
 
-Pre-spawning (bench/TUNE_PERF.md): while backend N runs, the workers of backends N+1 and N+2
+Pre-spawning (docs/tune-performance.md): while backend N runs, the workers of backends N+1 and N+2
 (PRESPAWN_AHEAD) are already started;
 it imports torch and its kernel library, then waits for "go" before it touches CUDA. It keeps the
 same isolation (own session, startup timeout, crash detection); one that dies before "ready" is
@@ -30,7 +30,7 @@ from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 
-DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, gpu-facts.md)
+DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, docs/gpu-facts.md §1)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
 DEFAULT_MAX_RESTARTS = 8
 CHECK_POLICIES = ("first", "all", "none")
@@ -277,7 +277,7 @@ def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: Swee
                   lane: Lane, *, before: str = "the --gpus calibration") -> dict[int, WorkerProcess]:
     """The lane's first worker, started now (while `before` runs): its import is then hidden. Only
     the first: on 2 x H200 also starting the next one and FlashInfer's JIT pre-build during the
-    calibration starved that nvcc build of CPU (136 s instead of ~94 s, cold; bench/TUNE_PERF.md)."""
+    calibration starved that nvcc build of CPU (136 s instead of ~94 s, cold; docs/tune-performance.md)."""
     if not options.prespawn or not order:
         return {}
     return {0: _prespawn_at(order, 0, plan, options, output_dir, lane, previous=before)}

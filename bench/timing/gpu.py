@@ -12,7 +12,7 @@ and FlashInfer's own figure for the same call can be compared (bench/tools/fidel
 * **Timer**: "cupti" records the kernels each call launched (CUPTI activity records, matched to
   the call by the correlation ids of the runtime/driver launches made inside the call) and takes
   first kernel start to last kernel end: kernel-exact, no host time, no event resolution. Below
-  ~50 us CUDA events read -16% to +31% off that on an H100 (gpu-facts), which is why CUPTI is
+  ~50 us CUDA events read -16% to +31% off that on an H100 (docs/gpu-facts.md §4), which is why CUPTI is
   preferred. "events" brackets the call with CUDA events, behind a GPU spin so that host launch
   time stays out of the span (nvbench's blocking kernel).
 

@@ -11,7 +11,7 @@ LAUNCH_POLICIES = ("vllm", "graph", "eager")
 
 
 def mode_label(options: dict) -> str:
-    """The timing mode every row carries (users-and-measuring §C1: "every result row carries its
+    """The timing mode every row carries (docs/measuring.md §7: "every result row carries its
     mode"): the launch policy ("vllm": each row launched as vLLM launches it, graph or eager;
     "graph"/"eager": forced) and the L2 state."""
     launch = options.get("launch", "vllm")

@@ -1,4 +1,4 @@
-"""Timing GPU kernels the way the best kernel benchmarks do it (users-and-measuring §C1).
+"""Timing GPU kernels the way the best kernel benchmarks do it (docs/measuring.md §1).
 
 Semantics copied from FlashInfer's ``bench_gpu_time`` (``flashinfer/testing/utils.py``):
 
@@ -131,7 +131,7 @@ def compare(
 ) -> Comparison:
     """The noise gate: say which of two timings is faster only when the data supports it.
 
-    Rule (nvbench-style, documented in the README "How tune measures"):
+    Rule (nvbench-style, documented in docs/measuring.md §4):
       * both sides need at least ``min_samples`` samples (nvbench: >= 10), else "too few samples";
       * the difference of medians must exceed BOTH the combined spread
         ``((a.p80 - a.p20) + (b.p80 - b.p20)) / 2`` and ``relative_threshold`` x the slower median;
@@ -244,7 +244,7 @@ def bandwidth_bytes_per_s(bytes_moved: float, median_ms: float) -> Optional[floa
 
 
 def percent_of_peak(achieved_bytes_per_s: Optional[float], peak_bytes_per_s: Optional[float]) -> Optional[float]:
-    """>100% means a hot L2 or a bytes-counting bug (users-and-measuring §C3)."""
+    """>100% means a hot L2 or a bytes-counting bug (docs/measuring.md §6)."""
     if not achieved_bytes_per_s or not peak_bytes_per_s:
         return None
     return 100.0 * achieved_bytes_per_s / peak_bytes_per_s

@@ -9,7 +9,7 @@ pinned task per node). Prints one JSON object: cluster start time; per round the
 `probe_fleet` (connect + tasks + disconnect), the time from submitting the tasks to the last
 answer, the slowest node's own probe time; the size of the fleet JSON and of one node's report;
 the memory (RSS) of the cluster's processes before and after. The first round includes starting a
-Ray worker on every node (a cold cluster); later rounds reuse them. bench/FLEET_SCALE.md reads
+Ray worker on every node (a cold cluster); later rounds reuse them. docs/fleet-scale.md reads
 these numbers.
 """
 

@@ -1,4 +1,4 @@
-"""The hybrid table of the README: for each bundled hybrid config and vLLM version, what `explain`
+"""The hybrid table of docs/explain.md: for each bundled hybrid config and vLLM version, what `explain`
 answers on one GPU with vLLM's defaults (state page, attention page per token, block size,
 padding, cache mode, KV-cache groups, blocks one request pins).
 

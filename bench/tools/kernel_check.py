@@ -53,7 +53,7 @@ def emit(row: dict) -> None:
 
 
 def peak_bandwidth_tb_s() -> float | None:
-    """Bus width x max memory clock x 2 (DDR) from NVML, in TB/s (gpu-facts: H200 -> 4.81)."""
+    """Bus width x max memory clock x 2 (DDR) from NVML, in TB/s (docs/gpu-facts.md §1: H200 -> 4.81)."""
     try:
         import pynvml
 

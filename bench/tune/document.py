@@ -50,7 +50,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     since the flags we recommend make vLLM run its own kernel."""
     adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
     out = []
-    # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (gpu-facts.md, vllm-rules §3c)
+    # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, vllm-rules §3c)
     if tuple(capability)[0] == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
         out.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
                    "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")
@@ -100,7 +100,7 @@ def _row_order(row: dict) -> tuple:
 
 
 def _bandwidth_warnings(rows: list[dict]) -> list[str]:
-    """Above 100% of peak means a hot L2 or a bytes-counting bug (users-and-measuring §C3)."""
+    """Above 100% of peak means a hot L2 or a bytes-counting bug (docs/measuring.md §6)."""
     over = [r for r in rows if (r.get("pct_of_peak_bandwidth") or 0) > 100 and (r.get("timing") or {}).get("l2") != "hot"]
     if not over:
         return []

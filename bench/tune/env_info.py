@@ -1,5 +1,5 @@
 """The environment a tune sweep ran in: GPU, driver, peak bandwidth, and NVML clock /
-temperature / throttle snapshots taken before and after the sweep (users-and-measuring §C1:
+temperature / throttle snapshots taken before and after the sweep (docs/measuring.md §4:
 record clocks rather than lock them -- locking needs root -- and warn when they drift).
 
 All NVML access goes through the probe's facade (attnsel.probe.nvml.session), so tests replay scenarios
@@ -109,7 +109,7 @@ def gpu_environment(session: NvmlSession, index: int) -> dict:
 
 def peak_bandwidth(name: Optional[str], memory_total: Optional[int], bus_width_bits: Optional[int],
                    max_memory_clock_mhz: Optional[int]) -> tuple[Optional[float], Optional[str]]:
-    """Bus width x max memory clock x 2 from the device (users-and-measuring §C2: "take the peak
+    """Bus width x max memory clock x 2 from the device (docs/measuring.md §5: "take the peak
     from the device, not the name"), else the GPU table by NVML name and memory size."""
     if bus_width_bits and max_memory_clock_mhz:
         return bus_width_bits / 8 * max_memory_clock_mhz * 1e6 * 2, "nvml (bus width x max memory clock x 2)"

@@ -1,5 +1,5 @@
 """Where a tune run's wall time went (tune.json "phases"): the probe, each backend's worker
-startup, batch build, setup/JIT, check and timing, and the rest (bench/TUNE_PERF.md item 1).
+startup, batch build, setup/JIT, check and timing, and the rest (docs/tune-performance.md item 1).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `--attention-backend` / `--block-size`, its margin over vLLM's own default, and whether that
 margin is above noise. Pure functions over row dicts (CI runs them on recorded results).
 
-Rules (README, "How tune recommends"):
+Rules (docs/tune.md, "How tune recommends"):
   * A config is (backend, block size). It is **disqualified** if any of its rows failed the
     correctness check (status "wrong"): it is reported, never recommended.
   * Within a workload kind, a config is a candidate only if every shape of that kind was timed
@@ -166,7 +166,7 @@ class Decision:
     @property
     def equally_good(self) -> list[ConfigScore]:
         """Configs within noise of the best (`tie`): any of them is as good a choice, and which
-        one ranks first can change between runs (FlashInfer's page sizes, gpu-facts.md)."""
+        one ranks first can change between runs (FlashInfer's page sizes, docs/gpu-facts.md §1)."""
         return [c for c in self.ranking if c.vs_best == "tie"]
 
     def _ties_text(self) -> str:
@@ -322,7 +322,7 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
 def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
                shape_labels: Sequence[str]) -> None:
     """Label each config against the best with the same gate as the recommendation: configs
-    that tie with the best are equally good choices (e.g. FlashInfer page sizes, gpu-facts.md)."""
+    that tie with the best are equally good choices (e.g. FlashInfer page sizes, docs/gpu-facts.md §1)."""
     best = scores[0]
     best.vs_best = "best"
     best_rows = [by_config[best.config][l] for l in shape_labels]

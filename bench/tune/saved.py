@@ -1,6 +1,6 @@
 """A saved sweep read back for `attnsel report`: tune.json carries the recommendation tune made at
 the end; a sweep cut short (Ctrl-C, a lost machine) left only results.jsonl, and its
-recommendation is made here, by bench, from the rows -- reports/ only render (README, layers)."""
+recommendation is made here, by bench, from the rows -- reports/ only render (docs/architecture.md, "Layers")."""
 
 from __future__ import annotations
 

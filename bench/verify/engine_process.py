@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 from attnsel.bench.verify import engine_log
 
-DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (gpu-facts.md)
+DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (docs/gpu-facts.md §6)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
 POLL_S = 1.0  # how often the parent looks up from waiting (progress display)
 

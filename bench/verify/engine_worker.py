@@ -18,7 +18,7 @@ are sent to stderr with everything else, so they cannot corrupt the protocol):
     {"type": "shape", "index", "result": {...}}
     {"type": "done"}    or    {"type": "fatal", "status": "oom" | "error", "error"}
 
-How decode is timed (gpu-facts.md, "vLLM 0.24.0's own engine on the H100"): every shape runs once
+How decode is timed (docs/gpu-facts.md §6): every shape runs once
 before it is timed (first use compiles kernels for that shape, and that time would land in
 whatever call comes first), then decode per step = (T(N2 tokens) - T(N1 tokens)) / (N2 - N1)
 with the same prompts. N1 exceeds the steps the scheduler needs to prefill the whole batch, so
@@ -303,7 +303,7 @@ class VllmEngine:
 
     def start(self, job: dict) -> dict:
         started = time.perf_counter()
-        from vllm import LLM  # 18.5 s on the H100 (gpu-facts.md): part of a deployment's start, shown apart
+        from vllm import LLM  # 18.5 s on the H100 (docs/gpu-facts.md §5): part of a deployment's start, shown apart
 
         imported = time.perf_counter()
         self.llm = LLM(**engine_kwargs(job))

@@ -32,7 +32,7 @@ from attnsel.errors import UserInputError
 GIB = 1024 ** 3
 MEMORY_HEADROOM_BYTES = GIB // 2  # left free besides vLLM's share, so its start-up check passes
 # Shapes verified by default, when tune timed them: one long-context request (attention-heavy
-# per token) and the batch x context of the comparison (gpu-facts.md: 64 x 4096).
+# per token) and the batch x context of the comparison (docs/gpu-facts.md §6: 64 x 4096).
 PREFERRED_SHAPES: tuple[tuple[int, int], ...] = ((1, 16384), (64, 4096))
 MAX_DEFAULT_KV_TOKENS = 2 ** 18  # a default shape prefills at most this many tokens per call
 
@@ -286,7 +286,7 @@ def compile_cache_root(env=os.environ) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Estimates (shown with the progress; engine starts took 27-187 s on an H100, gpu-facts.md)
+# Estimates (shown with the progress; engine starts took 27-187 s on an H100, docs/gpu-facts.md §6)
 
 COLD_START_S = 180.0  # first engine of a model: torch.compile + CUDA graphs
 WARM_START_S = 60.0  # later engines: their own torch.compile, the first engine's kernel JIT reused

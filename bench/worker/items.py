@@ -22,7 +22,7 @@ from attnsel.bench.worker.toolkit import Toolkit
 
 # Correctness tolerance on paged.relative_error (||out - ref|| / ||ref|| vs the fp32 reference),
 # by query dtype; the same values as attention/kernels/paged.py TOLERANCE. Measured errors are
-# ~5e-4 for bf16 (gpu-facts.md: FA4 3e-4, flex 5e-4), so this still catches a wrong mask, scale
+# ~5e-4 for bf16 (docs/gpu-facts.md §1 and §3: FA4 3e-4, flex 5e-4), so this still catches a wrong mask, scale
 # or page mapping. An fp8 KV cache gets kv_quant.FP8_TOLERANCE (its docstring says why).
 DEFAULT_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 TIMED_KV_CACHE_DTYPES = kv_quant.UNQUANTIZED_KV_CACHE_DTYPES + kv_quant.FP8_KV_CACHE_DTYPES
@@ -64,7 +64,7 @@ class ItemRunner:
                 else:
                     available.append(adapter)
             self._adapters = available
-            # availability() imports the library (FlashInfer: 8.5 s, gpu-facts.md): reported apart;
+            # availability() imports the library (FlashInfer: 8.5 s, docs/gpu-facts.md §1): reported apart;
             # most of it was usually paid before "go", while the previous backend was timing
             self.import_seconds = self.preloaded_import_s + (time.perf_counter() - started)
         return self._adapters

@@ -1,4 +1,4 @@
-"""What a pre-spawned tune worker does before the parent says "go" (bench/TUNE_PERF.md): import
+"""What a pre-spawned tune worker does before the parent says "go" (docs/tune-performance.md): import
 its backend's libraries, and compile the JIT modules its rows will need (FlashInfer's nvcc builds)
 in a background thread, CPU only, while the previous backend is timing on the GPU.
 """

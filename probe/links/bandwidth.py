@@ -1,7 +1,7 @@
 """`attnsel probe --measure-p2p`: GPU-to-GPU copy bandwidth per pair, measured with torch.
 
 A 1 GiB `dst.copy_(src)` from GPU a to GPU b, timed with CUDA events on the destination's stream
-(where PyTorch runs a peer copy), one warm-up then the median of a few repetitions. gpu-facts.md:
+(where PyTorch runs a peer copy), one warm-up then the median of a few repetitions. docs/gpu-facts.md §2:
 two NVLinked H200 give 391 GB/s this way.
 """
 

@@ -157,7 +157,7 @@ def vllm_fully_connected(pairs: Sequence[P2PPair], world_size: int) -> tuple[Opt
 
 def custom_allreduce_verdict(world_size: int, fully_connected: Optional[bool], pairs: Sequence[P2PPair]) -> tuple[Optional[bool], str]:
     """What vLLM's custom all-reduce would do if all visible GPUs form one tensor-parallel group
-    (users-and-measuring §B item 10: 2 GPUs need working P2P; more need a full NVLink mesh, vllm#56128)."""
+    (docs/probe.md, "Custom all-reduce": 2 GPUs need working P2P; more need a full NVLink mesh, vllm#56128)."""
     if world_size == 0:
         return None, "no visible GPU"
     if world_size == 1:

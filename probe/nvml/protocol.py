@@ -71,7 +71,7 @@ INIT_HINTS: dict[str, str] = {
 }
 
 # Constants passed to NVML as plain integers on purpose: nvidia-ml-py 13.615.71 has
-# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (gpu-facts.md).
+# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (docs/gpu-facts.md §2).
 P2P_CAPS_INDEX = {"READ": 0, "WRITE": 1, "NVLINK": 2, "ATOMICS": 3}
 P2P_STATUS_NAMES = {
     0: "OK",

@@ -3,7 +3,7 @@
 Everything the probe learns from the driver goes through `NvmlSession.get`, in the style of
 nvitop's `nvmlQuery`: any exception from one query -- an `NVMLError`, but also a
 `ctypes.ArgumentError` (nvidia-ml-py 13.615.71 defines `NVML_P2P_CAPS_INDEX_READ` as the tuple
-`(0,)`, gpu-facts.md) -- becomes "unknown" for that query only and is kept as a `QueryFailure`.
+`(0,)`, docs/gpu-facts.md §2) -- becomes "unknown" for that query only and is kept as a `QueryFailure`.
 Only a failing `nvmlInit` is fatal; the collector then falls back to torch.
 
 The door is this module: callers import the facades, the session and the constants from here. Its
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 # Constants passed to NVML as plain integers on purpose: nvidia-ml-py 13.615.71 has
-# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (gpu-facts.md).
+# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (docs/gpu-facts.md §2).
 P2P_CAPS_INDEX = {"READ": 0, "WRITE": 1, "NVLINK": 2, "ATOMICS": 3}
 P2P_STATUS_NAMES = {
     0: "OK",
@@ -139,7 +139,7 @@ class NvmlSession:
             failure = QueryFailure(function, call_key(args), INVALID_ANSWER, problem)
         except NvmlCallError as exc:
             failure = QueryFailure(function, call_key(args), exc.name, exc.message)
-        except Exception as exc:  # noqa: BLE001 -- e.g. ctypes.ArgumentError (gpu-facts.md)
+        except Exception as exc:  # noqa: BLE001 -- e.g. ctypes.ArgumentError (docs/gpu-facts.md §2)
             failure = QueryFailure(function, call_key(args), type(exc).__name__, str(exc) or type(exc).__name__)
         if not quiet:
             self.failures.append(failure)

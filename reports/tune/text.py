@@ -215,7 +215,7 @@ def _s(value) -> str:
 
 
 def phase_line(phases: Optional[dict]) -> Optional[str]:
-    """One line: where the sweep's wall time went (tune.json "phases", bench/TUNE_PERF.md)."""
+    """One line: where the sweep's wall time went (tune.json "phases", docs/tune-performance.md)."""
     if not phases:
         return None
     parts = [f"probe {_s(phases.get('probe_s'))} ({phases.get('probe_source', '?')})"]

@@ -6,7 +6,7 @@ the backend's AttentionMetadataBuilder for the layer's KV-cache spec.
 Why the real classes: the same kernel runs differently depending on what the builder decides per
 step. vLLM 0.24's TritonAttentionImpl splits long contexts across programs for small decode batches
 (seq_threshold_3D, softmax segment buffers from TritonAttentionMetadataBuilder: 16x slower at batch 1
-without it, gpu-facts "vLLM 0.24.0 on the H100"); FA3 gets AOT scheduler metadata and, under full
+without it, docs/gpu-facts.md §5); FA3 gets AOT scheduler metadata and, under full
 CUDA graphs, a capped split count; FlashInfer plans its wrappers in build(). Calling the bare ops
 would time something vLLM never runs.
 
