@@ -7,8 +7,8 @@ A test runs attnsel's code and fails on a regression; a claim here only re-reads
 recorded (row counts, timers, speeds, the advice it gave) and checks that the recording still
 shows what the docs say. Exit 0 when every claim holds; 1 with one line per broken claim. A
 missing or unreadable recording breaks its claims: it never skips them. `.ci/run` runs this
-after the tests. A new recording that backs a statement gets its claim in tune.py, verify.py or
-parity.py (the `@claim` decorator names the statement and the recordings)."""
+after the tests. A new recording that backs a statement gets its claim in the module of its area
+(tune.py, verify.py, parity.py, probe.py): `@claim` names the statement and the recordings."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from attnsel.bench.tools.evidence import parity, tune, verify  # noqa: F401  (each registers its claims)
+from attnsel.bench.tools.evidence import parity, probe, tune, verify  # noqa: F401  (each registers its claims)
 from attnsel.bench.tools.evidence.claims import CLAIMS, FIXTURES, Broken, Claim, Recordings
 
 
@@ -35,7 +35,7 @@ def check(claim_: Claim, rec: Recordings) -> Optional[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnsel.bench.tools.evidence", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnsel.bench.tools.evidence", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES, help="the recordings folder (default: tests/fixtures)")
     args = parser.parse_args(argv)
     rec = Recordings(args.fixtures)
@@ -45,8 +45,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if why is None:
             held += 1
         else:
-            line = f"broken: {claim_.name}: {why} (claim: {claim_.backs}; recording: {', '.join(claim_.recordings)})"
-            print(" ".join(line.split()))
+            read = "" if why.startswith("recording missing") else f"; recording: {', '.join(claim_.recordings)}"
+            print(" ".join(f"broken: {claim_.name}: {why} (claim: {claim_.backs}{read})".split()))
     print(f"evidence: {len(CLAIMS)} claims checked, {held} held")
     return 0 if held == len(CLAIMS) else 1
 

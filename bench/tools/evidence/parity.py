@@ -1,4 +1,4 @@
-"""Claims about the recorded parity sweeps against vLLM's own selector (one per release)."""
+"""Claims about the recorded sweeps against vLLM's own selector and hybrid block sizes (one per release)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,20 @@ def parity_sweeps_are_large_and_clean(rec: Recordings) -> None:
         expect(doc["coverage_values"]["capability"] == CAPABILITIES, f"{name}: capabilities {doc['coverage_values']['capability']}")
         expect(len(doc["cases"]) >= 150, f"{name}: {len(doc['cases'])} cases kept")
         expect(len(doc["vit"]["answers"]) == 33, f"{name}: {len(doc['vit']['answers'])} ViT answers")
+
+
+# README "hybrid models": vLLM's own block-size answers for the bundled hybrid configs, per release
+HYBRID_CASES = {"018": 162, "019": 162, "020": 162, "021": 162, "022": 162, "023": 162, "024": 180, "025": 162,
+                "026": 180, "027": 180, "029": 162, "030": 200, "031": 200, "032": 180, "033": 180}
+HYBRID = tuple(f"hybrid/hybrid_{release}.json" for release in HYBRID_CASES)
+
+
+@claim("README 'hybrid models': vLLM 0.33.0 and 0.32.0 180 cases, 0.30.0/0.31.0 200, 0.26.0/0.27.0/0.24.0 180, "
+       "0.18.0-0.23.0, 0.25.0 and 0.29.0 162 each, 0 mismatches in every one; 0.28.0 not recorded", *HYBRID)
+def hybrid_sweeps_have_the_stated_size_and_no_mismatch(rec: Recordings) -> None:
+    for release, cases in HYBRID_CASES.items():
+        doc = rec.json(f"hybrid/hybrid_{release}.json")
+        expect(doc["vllm_version"] == f"0.{int(release) % 100}.0", f"hybrid_{release}: recorded on vLLM {doc['vllm_version']}")
+        expect(doc["compared"] == len(doc["cases"]) == cases,
+               f"hybrid_{release}: {doc['compared']} compared, {len(doc['cases'])} kept, README says {cases}")
+        expect(doc["mismatches"] == 0, f"hybrid_{release}: {doc['mismatches']} mismatches when recorded")
