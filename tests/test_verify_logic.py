@@ -187,7 +187,7 @@ def _logged_engine_runs():
         for candidate in doc["candidates"]:
             log = folder / candidate["log"]
             if log.is_file():
-                line = next(l for l in log.read_text().splitlines() if "non-default args: " in l)
+                line = next(text for text in log.read_text().splitlines() if "non-default args: " in text)
                 found.append((doc, candidate, ast.literal_eval(line.split("non-default args: ", 1)[1])))
     return found
 
