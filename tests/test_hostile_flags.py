@@ -176,10 +176,6 @@ OUTPUT_CASES = [
 ]
 
 
-def flag_case_count() -> int:
-    return len(FLAG_CASES) + len(OUTPUT_CASES) + len(REPORT_MUTATIONS) + len(NVML_FAULTS) + 8
-
-
 @pytest.mark.parametrize("case", FLAG_CASES + OUTPUT_CASES, ids=lambda c: c.id)
 def test_bad_flags_and_output_targets(case):
     result, elapsed = invoke(case.args, case.env, case.stdin)

@@ -1,17 +1,16 @@
 """Replays of real recordings (`python -m attnsel.bench.tools.record_nvml`, saved as
 tests/fixtures/probe/recorded_*.json): the report must be self-consistent, and the H200 recordings
-must show what docs/gpu-facts.md §1-§2 says was measured on those machines."""
-
-from pathlib import Path
+must show what gpu-facts.md measured on those machines (the peak bandwidth computed from the
+recorded clocks and bus width). A missing recording fails the file."""
 
 import pytest
 
 from attnsel.probe.collect import collect_from_scenario
 from attnsel.probe.nvml.replay import load_scenario
+from recordings import recorded
 
-RECORDED = sorted((Path(__file__).parent / "fixtures" / "probe").glob("recorded_*.json"))
-
-pytestmark = pytest.mark.skipif(not RECORDED, reason="no recorded NVML scenario in tests/fixtures/probe yet")
+# 1 x H200 and 2 x H200 (2026-11-21); README's `attnsel probe` example is the second
+RECORDED = [recorded("probe", name) for name in ("recorded_h200x1.json", "recorded_h200x2.json")]
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)

@@ -1,14 +1,13 @@
 """Replays the real default sweep of `attnsel tune --model llama-3.1-8b` on an H200 (2026-11-21):
-the recommendation recomputed from the recorded rows must be the one the run printed, and the
-recorded rows must satisfy what the method promises (every timed row cold, checked or timed
-after a checked sibling, bandwidth below peak)."""
+the recommendation recomputed from the recorded rows must be the one the run printed, and today's
+rules must read its stand-in margins as no advice. (What the rows show about that GPU run --
+256 rows, cold, below HBM peak -- is evidence: `python -m attnsel.bench.tools.evidence`.)"""
 
 import json
-from pathlib import Path
-
 from attnsel.bench.tune import recommend as REC
+from recordings import recorded
 
-RUN = Path(__file__).parent / "fixtures" / "tune" / "h200_llama8b_default" / "tune.json"
+RUN = recorded("tune", "h200_llama8b_default", "tune.json")
 
 
 def _doc():
@@ -35,15 +34,6 @@ def test_recomputed_recommendation_matches_what_the_run_printed():
         assert abs(got["geomean_ms"] - printed["geomean_ms"]) < 1e-9
         assert rec["workloads"][scope]["flags"] == doc["recommendation"]["workloads"][scope]["flags"]
     assert rec["overall"]["flags"] == doc["recommendation"]["overall"]["flags"]
-
-
-def test_every_recorded_row_was_timed_cold_and_stays_under_hbm_peak():
-    doc = _doc()
-    rows = [r for r in doc["rows"] if r["status"] == "ok"]
-    assert len(rows) == 256
-    for r in rows:
-        assert r["timing"]["l2"] == "cold" and r["timing"]["n"] >= 10
-        assert r["pct_of_peak_bandwidth"] < 100.0
 
 
 def test_margins_measured_with_stand_ins_are_no_longer_advice():
@@ -79,13 +69,3 @@ def test_configs_within_noise_of_the_winner_are_named_as_equally_good():
     slower = [c for c in decision.ranking if c.vs_best == "slower"]
     assert slower and min(c.geomean_ms for c in slower) >= max(t.geomean_ms for t in ties)
 
-
-def test_cuda_graph_mode_ran_on_the_h200_with_rotating_copies_where_inputs_fit_in_l2():
-    # `attnsel tune ... --quick --backends TRITON_ATTN --cuda-graph` on an H200 (2026-11-21)
-    path = RUN.parent.parent / "h200_triton_quick_cuda_graph.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    assert rows and all(r["status"] == "ok" and r["timing"]["mode"] == "cuda_graph" for r in rows)
-    for r in rows:
-        copies = r["timing"]["rotation_copies"]
-        # 2 x L2 (60 MiB on the H200) of input per call keeps a call cold; small batches need copies
-        assert (copies > 1) == (r["bytes_moved"] < 2 * 62914560)

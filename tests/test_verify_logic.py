@@ -1,6 +1,7 @@
 """`attnsel verify`'s decisions without any engine: candidate choice, refusals, shapes, memory,
 how decode is timed from an engine's calls, the noise rule and the verdict words."""
 
+import ast
 import doctest
 import json
 from pathlib import Path
@@ -173,16 +174,42 @@ def test_backends_are_read_from_vllm_s_model_inspection():
     assert engine_worker.backends_in_inspection("backend=SomeNewImpl, backend=TritonAttentionImpl") == ["SomeNewImpl", "TRITON_ATTN"]
 
 
-def test_engine_arguments_are_the_recipe_that_worked_on_the_h100():
-    job = {"model_dir": "/m", "backend": "TRITON_ATTN", "block_size": 64, "gpu_memory_utilization": 0.92,
-           "max_model_len": 4608, "tensor_parallel_size": 1, "dtype": "bfloat16", "kv_cache_dtype": "auto"}
-    kwargs = engine_worker.engine_kwargs(job)
-    assert kwargs == {"model": "/m", "load_format": "dummy", "skip_tokenizer_init": True, "enable_prefix_caching": False,
-                      "seed": 0, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.92, "max_model_len": 4608,
-                      "dtype": "bfloat16", "attention_backend": "TRITON_ATTN", "block_size": 64}
-    assert engine_worker.engine_kwargs(dict(job, kv_cache_dtype="fp8"))["kv_cache_dtype"] == "fp8"
-    default = engine_worker.engine_kwargs(dict(job, backend=None, block_size=None))
-    assert "attention_backend" not in default and "block_size" not in default
+VERIFY_RUNS = ("h100_llama8b", "h100_qwen06", "h100_nemotron_h", "h100_llama8b_fp8")
+
+
+def _logged_engine_runs():
+    """(run, candidate, the engine arguments vLLM 0.24.0 logged) for every engine log kept from the
+    H100 verify runs (tests/fixtures/verify/<run>/verify/engine-*.log)."""
+    found = []
+    for run in VERIFY_RUNS:
+        folder = ROOT / "fixtures" / "verify" / run
+        doc = json.loads((folder / "verify.json").read_text())
+        for candidate in doc["candidates"]:
+            log = folder / candidate["log"]
+            if log.is_file():
+                line = next(text for text in log.read_text().splitlines() if "non-default args: " in text)
+                found.append((doc, candidate, ast.literal_eval(line.split("non-default args: ", 1)[1])))
+    return found
+
+
+def test_engine_arguments_are_the_ones_vllms_engine_ran_with_on_the_h100():
+    # vLLM logs the EngineArgs that differ from its defaults; for each recorded engine, the job
+    # verify built (backend and block size only where the candidate names them, dummy weights, no
+    # tokenizer, prefix caching off, tune's dtypes) must give exactly those, plus the ones vLLM
+    # read back otherwise (gpu_memory_utilization) or left at its default (seed 0, TP 1)
+    runs = _logged_engine_runs()
+    assert runs and any(c["backend"] is None for _, c, _ in runs)  # vLLM's default engines included
+    for doc, candidate, logged in runs:
+        job = {"model_dir": logged["model"], "backend": candidate["backend"], "block_size": candidate["block_size"],
+               "tensor_parallel_size": doc["model"]["tensor_parallel_size"], "dtype": doc["model"]["dtype"],
+               "kv_cache_dtype": doc["model"]["kv_cache_dtype"], "max_model_len": doc["options"]["max_model_len"],
+               "gpu_memory_utilization": candidate["gpu_memory_utilization"], "seed": 0}
+        kwargs = engine_worker.engine_kwargs(job)
+        logged.pop("disable_log_stats")  # vLLM's LLM class sets it
+        assert {k: kwargs.get(k) for k in logged} == logged, candidate["name"]
+        rest = {k: v for k, v in kwargs.items() if k not in logged}
+        assert rest == {"seed": 0, "tensor_parallel_size": 1,
+                        "gpu_memory_utilization": candidate["engine"]["gpu_memory_utilization"]}, candidate["name"]
 
 
 @pytest.mark.parametrize("exc,oom", [
