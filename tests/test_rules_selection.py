@@ -1,6 +1,6 @@
 """Priorities, selection, block-size logic, messages and the ViT rule of the seed-era profile.
 
-Expectations derived by hand from docs/vllm-rules.md §4, §5, §8 and seeds/000.
+Expectations derived by hand from docs/vllm-rules.md §4, §5, §8 (the seed's vllm/platforms/cuda.py).
 """
 
 import pytest
@@ -44,7 +44,7 @@ def deepseek(**kw):
     ],
 )
 def test_priority_lists(use_mla, cc, num_heads, expected):
-    # docs/vllm-rules.md §5a, seeds/000 _get_backend_priorities
+    # docs/vllm-rules.md §5a, cuda.py _get_backend_priorities
     inputs = deepseek() if use_mla else cfg()
     assert PROFILE.priority_list(inputs, SelectionContext(capability=cc, num_heads=num_heads)) == expected
 
@@ -181,7 +181,7 @@ def test_user_specified_error_whatever_the_real_reason():
 
 
 def test_explicit_multiple_of_backend_prints_the_object_repr():
-    # MultipleOf has no __repr__ in vLLM (seeds/002), so vLLM prints an object repr
+    # MultipleOf has no __repr__ in vLLM (docs/vllm-rules.md §2), so vLLM prints an object repr
     e = explain(PROFILE, cfg(block_size=8), SelectionContext(capability=H100, user_backend="FLASH_ATTN"))
     assert "(supported kernel block sizes: [<vllm.v1.attention.backend.MultipleOf object at 0x...>])" in e.error
 

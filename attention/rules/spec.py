@@ -18,7 +18,7 @@ UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class MultipleOf:
-    """vLLM's `MultipleOf(base)` kernel block size: any multiple of `base` (seeds/002)."""
+    """vLLM's `MultipleOf(base)` kernel block size: any multiple of `base` (docs/vllm-rules.md §2)."""
 
     base: int
 

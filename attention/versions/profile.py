@@ -187,7 +187,7 @@ class RuleProfile:
         self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
         inputs: Optional["SelectorInputs"] = None,
     ) -> bool:
-        # AttentionBackend.supports_block_size (docs/vllm-rules.md §2, seeds/002)
+        # AttentionBackend.supports_block_size (docs/vllm-rules.md §2)
         if block_size is None:
             return True
         if self.block_sizes and block_size not in self.block_sizes:

@@ -2,7 +2,8 @@
 and the base every later release's `Rules` extends.
 
 Facts: docs/vllm-rules.md §3 (backends), §3b (FlashMLA helper), §3c (FlashAttention
-version), §5a (priorities); shared/seeds/000 (cuda.py) and 002 (backend.py). The data's
+version), §5a (priorities); the seed's vllm/platforms/cuda.py and vllm/v1/attention/backend.py
+(docs/vllm-rules.md §1). The data's
 `flash_attn_version_rules` picks the fa_utils revision: "0.17.0" (FA4 default on Blackwell) or
 "0.16.0" (none), the two revisions the seed may have carried (docs/vllm-rules.md §1).
 """
