@@ -1,4 +1,4 @@
-"""vLLM's per-GPU capability facts (vllm-rules §5g, seed `vllm/platforms/cuda.py`). Pure functions."""
+"""vLLM's per-GPU capability facts (docs/vllm-rules.md §5g, seed `vllm/platforms/cuda.py`). Pure functions."""
 
 from __future__ import annotations
 

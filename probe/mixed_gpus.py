@@ -1,6 +1,6 @@
 """Are the visible GPUs one model? And vLLM's own mixed-GPU warning, which asks a different question.
 
-vLLM (NvmlCudaPlatform.log_warnings, vllm-rules §5g) compares the raw names of every GPU in the
+vLLM (NvmlCudaPlatform.log_warnings, docs/vllm-rules.md §5g) compares the raw names of every GPU in the
 machine; attnsel compares only the visible GPUs and only real differences (vllm#19045, #16740).
 """
 
@@ -13,7 +13,7 @@ from attnsel.probe.facts import GpuInfo
 from attnsel.probe.gpu_table import match_device_name
 from attnsel.probe.visible_devices import PCI_BUS_ID
 
-# vllm-rules §5g, NvmlCudaPlatform.log_warnings, verbatim (%s = device names joined by ", ").
+# docs/vllm-rules.md §5g, NvmlCudaPlatform.log_warnings, verbatim (%s = device names joined by ", ").
 VLLM_MIXED_GPU_WARNING = (
     "Detected different devices in the system: %s. Please make sure to set `CUDA_DEVICE_ORDER=PCI_BUS_ID` "
     "to avoid unexpected behavior."

@@ -25,7 +25,7 @@ def _plan(shape, block_sizes=(8, 16, 64, 128), kinds=("decode",), grid="quick"):
 
 
 def test_refused_combinations_are_skipped_with_vllms_reason_and_never_sent_to_a_worker():
-    # head 72: FlashInfer supports only 64/128/256 (vllm-rules §3a) -> "head_size not supported";
+    # head 72: FlashInfer supports only 64/128/256 (docs/vllm-rules.md §3a) -> "head_size not supported";
     # block 8 is not a multiple of 16 for FLASH_ATTN/FLASHINFER/TRITON_ATTN (§2) -> "block_size not supported"
     plan = _plan(make_shape(72, 32, 8, "bf16"))
     skipped = {(c.backend, c.block_size): c.reasons for c in plan.skipped_configs}
@@ -107,7 +107,7 @@ def test_the_real_rules_refuse_what_vllm_refuses():
 
 
 def test_the_0_33_profile_accepts_any_multiple_of_16_for_triton():
-    """vllm-rules §9: 0.33 dropped the BlockSize literal; TRITON_ATTN only needs bs % 16 == 0."""
+    """docs/vllm-rules.md §9: 0.33 dropped the BlockSize literal; TRITON_ATTN only needs bs % 16 == 0."""
     shape = make_shape(128, 32, 8, "bf16")
     assert vllm_verdict("TRITON_ATTN", 48, shape, (9, 0), vllm_version="0.33") == ([], 48)
     assert vllm_verdict("TRITON_ATTN", 40, shape, (9, 0), vllm_version="0.33")[0] == ["block_size not supported"]

@@ -37,7 +37,7 @@ def test_recorded_h200_decode_recommends_flashinfer_over_vllms_fa_default():
     rows, default = recorded()
     rec = REC.recommend(rows, workload_labels={"decode": ["decode b=64 ctx=4096"]}, vllm_default=default)
     decode = rec.per_workload["decode"]
-    # docs/gpu-facts.md §1: FlashInfer page 64 0.259 ms vs FA page 16 (vLLM's Hopper default, vllm-rules §5a/§5f) 0.338 ms
+    # docs/gpu-facts.md §1: FlashInfer page 64 0.259 ms vs FA page 16 (vLLM's Hopper default, docs/vllm-rules.md §5a/§5f) 0.338 ms
     assert (decode.best.backend, decode.best.block_size) == ("FLASHINFER", 64)
     assert decode.speedup_vs_default == pytest.approx(0.338 / 0.259)
     assert decode.above_noise

@@ -1,6 +1,6 @@
 """`attnsel explain` with explicit inputs: exit codes 0/1/2, the JSON document, vLLM's exact messages.
 
-Expectations from shared/reference/vllm-rules.md (cited per test) and the issue's exit-code contract.
+Expectations from docs/vllm-rules.md (cited per test) and the issue's exit-code contract.
 """
 
 import json
@@ -39,7 +39,7 @@ def test_h100_llama_json_document():
     assert (doc["selected"], doc["block_size"], doc["kernel_block_size"]) == ("FLASH_ATTN", 16, 16)
     assert doc["error"] is None
     assert doc["vllm_args"] == ["--attention-backend", "FLASH_ATTN", "--block-size", "16"]
-    assert doc["warnings"] == [  # vllm-rules §5d seed log line
+    assert doc["warnings"] == [  # docs/vllm-rules.md §5d seed log line
         "Using FLASH_ATTN attention backend out of potential backends: "
         "('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')"
     ]
@@ -50,7 +50,7 @@ def test_json_stdout_is_only_json_even_on_failure():
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["selected"] is None and doc["exit_code"] == 1
-    # vllm-rules §5c explicit-backend message
+    # docs/vllm-rules.md §5c explicit-backend message
     expected = (
         "Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
         "Reason: ['head_size not supported', 'block_size not supported', 'non-MLA not supported']"
@@ -76,7 +76,7 @@ def test_blackwell_deepseek_gets_flashinfer_mla_and_block_32():
 
 
 def test_vllm_refusal_exits_1_with_the_message_on_stderr():
-    # vllm-rules §5f: --block-size 8 with --attention-backend FLASHINFER
+    # docs/vllm-rules.md §5f: --block-size 8 with --attention-backend FLASHINFER
     result = run("--head-size", "128", "--gpu", "H100", "--attention-backend", "FLASHINFER", "--block-size", "8")
     assert result.exit_code == 1
     assert (
@@ -92,7 +92,7 @@ def test_bf16_on_turing_is_vllms_dtype_error():
 
 
 def test_block_size_outside_vllms_choices_exits_1():
-    # vllm-rules §4: BlockSize is also the set of --block-size choices
+    # docs/vllm-rules.md §4: BlockSize is also the set of --block-size choices
     result, doc = run_json("--head-size", "128", "--gpu", "H100", "--block-size", "48")
     assert result.exit_code == 1
     assert doc["error"] == "argument --block-size: invalid choice: 48 (choose from 1, 8, 16, 32, 64, 128, 256)"
@@ -203,7 +203,7 @@ def test_explain_imports_no_torch():
 
 
 def test_model_hook_feeds_the_selector():
-    # gpt-oss has sinks: on A100 FA2 and FlashInfer cannot take them (vllm-rules §3a) -> TRITON_ATTN
+    # gpt-oss has sinks: on A100 FA2 and FlashInfer cannot take them (docs/vllm-rules.md §3a) -> TRITON_ATTN
     model_config = pytest.importorskip("attnsel.attention.model.config")
     if "gpt-oss-20b" not in model_config.list_catalog():
         pytest.skip("catalog has no gpt-oss-20b")

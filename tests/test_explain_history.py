@@ -62,7 +62,7 @@ def test_changes_name_exactly_what_differs_between_consecutive_releases():
 
 
 def test_the_release_that_made_flashinfer_invalid_on_turing_is_named():
-    # FlashInfer on CC 7.5: valid in the seed, not from the releases that need CC >= 8.0 (vllm-rules §3)
+    # FlashInfer on CC 7.5: valid in the seed, not from the releases that need CC >= 8.0 (docs/vllm-rules.md §3)
     doc = history_json("--gpu", "T4", "--head-size", "256")
     first_without = next(r for r in doc["releases"] if "FLASHINFER" not in r["valid_backends"])
     assert "FLASHINFER" in doc["releases"][0]["valid_backends"]

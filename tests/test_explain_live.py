@@ -1,7 +1,7 @@
 """`explain --live` / `--compare-live` through attnsel's real adapter (attention/explain/live.py), against a
 FAKE vLLM package tree put on sys.path (tests/fixtures/fake_vllm, canned answers; never real vLLM).
 
-The canned answers are what vllm-rules §9 says vLLM 0.33 answers (or deliberately not, to test
+The canned answers are what docs/vllm-rules.md §9 says vLLM 0.33 answers (or deliberately not, to test
 the disagreement report); the API shapes are those of cuda.py in each era (§5b seed, §9 0.33).
 """
 

@@ -1,7 +1,7 @@
 """`attnsel explain` with a model: the bundled default model, `--model X --gpu all` (one row per GPU
 family, the model's facts derived again per GPU), and the 0.33 context flags.
 
-Expectations from shared/reference/vllm-rules.md (cited per test): §6 dtype resolution, §3a/§5a
+Expectations from docs/vllm-rules.md (cited per test): §6 dtype resolution, §3a/§5a
 (seed) and §9 (0.33) backend rules. `--vllm-version` is pinned where an answer is profile-specific.
 """
 

@@ -1,6 +1,6 @@
 """Which provider can run which shape, and why not (the reasons `attnsel tune` prints).
 
-Sources: vllm-rules §3a (FLASHINFER kernel blocks [16, 32, 64], heads 64/128/256, fp16/bf16;
+Sources: docs/vllm-rules.md §3a (FLASHINFER kernel blocks [16, 32, 64], heads 64/128/256, fp16/bf16;
 FLASH_ATTN and TRITON_ATTN `Block size must be a multiple of 16.`; FLASH_ATTN hs % 8 == 0 and
 hs <= 256), flash-attn 2.x's own check "Paged KV cache block size must be divisible by 256"
 (csrc/flash_attn/flash_api.cpp), and FlashInfer's CSR page metadata (indptr / indices /

@@ -18,7 +18,7 @@ from attnsel.attention.kernels import adapters_for  # noqa: E402
 DENSE = [(b, a) for b in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN") for a in adapters_for(b)]
 MLA = [(b, a) for b in ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
        for a in adapters_for(b)]
-# each MLA backend's kernel pages in vLLM (vllm-rules §3b), and one --block-size split into them
+# each MLA backend's kernel pages in vLLM (docs/vllm-rules.md §3b), and one --block-size split into them
 MLA_BLOCK_SIZES = {"FLASH_ATTN_MLA": (16, 64), "FLASHMLA": (64, 128), "FLASHINFER_MLA": (32, 128),
                    "TRITON_MLA": (16, 64), "CUTLASS_MLA": (128,)}
 BLACKWELL_ONLY = ("FLASHINFER_MLA", "CUTLASS_MLA")  # as vLLM runs them (TRT-LLM / CUTLASS MLA kernels)

@@ -3,7 +3,7 @@
 Expectations come from the issue "attnsel tune" (realistic inputs: random K/V, shuffled
 non-contiguous block tables, lengths not multiples of the block size; bytes counted like
 FlashInfer's attention_tb_per_sec: Q + K + V over the real lengths + O, docs/measuring.md §6)
-and vLLM's KV layout per block (vllm-rules §3a).
+and vLLM's KV layout per block (docs/vllm-rules.md §3a).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_reference_detects_a_kernel_that_ignores_the_block_table():
 
 
 def test_cache_blocks_split_into_kernel_blocks_like_vllm():
-    # FLASHINFER supports kernel blocks [16, 32, 64] (vllm-rules §3a): a 128-token cache block
+    # FLASHINFER supports kernel blocks [16, 32, 64] (docs/vllm-rules.md §3a): a 128-token cache block
     # runs as two 64-token kernel blocks; 8 has no supported divisor.
     assert kernel_block_size_for(128, (16, 32, 64)) == 64
     assert kernel_block_size_for(32, (16, 32, 64)) == 32

@@ -4,7 +4,7 @@ Triton fixes interpreter mode when it is first imported, so the cases run in one
 sets TRITON_INTERPRET=1 before importing anything; each test then checks one case's result.
 Expectations: the fp32 reference of the issue "attnsel tune" (query token i of a request with KV
 length L and Q new tokens sits at L-Q+i and sees keys <= that position), bf16/fp16 pass below
-1e-2, fp32 far below; vLLM TRITON_ATTN needs block sizes that are multiples of 16 (vllm-rules §3a).
+1e-2, fp32 far below; vLLM TRITON_ATTN needs block sizes that are multiples of 16 (docs/vllm-rules.md §3a).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_adapter_records_provider_and_triton_version(interpreted_results):
 
 
 def test_adapter_rejects_block_sizes_vllm_triton_rejects(interpreted_results):
-    # vllm-rules §3a, TRITON_ATTN: `Block size must be a multiple of 16.`
+    # docs/vllm-rules.md §3a, TRITON_ATTN: `Block size must be a multiple of 16.`
     assert interpreted_results["adapter"]["block8_reason"] == "Block size must be a multiple of 16."
     assert interpreted_results["adapter"]["cpu_reason"] is None  # interpreter mode runs on CPU
 

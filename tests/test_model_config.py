@@ -1,4 +1,4 @@
-"""config.json → selector inputs, the way vLLM derives them (vllm-rules §6, §7).
+"""config.json → selector inputs, the way vLLM derives them (docs/vllm-rules.md §6, §7).
 
 Every expectation below is worked out by hand from the config values and the §6 rules,
 not read back from the code.

@@ -1,4 +1,4 @@
-"""dtype resolution as vLLM does it (vllm-rules §6 "How the dtype value is resolved", §5g)."""
+"""dtype resolution as vLLM does it (docs/vllm-rules.md §6 "How the dtype value is resolved", §5g)."""
 
 import pytest
 

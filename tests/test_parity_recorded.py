@@ -145,7 +145,7 @@ def test_explain_json_gives_vllms_recorded_answer(record, case, args):
 
 @pytest.mark.parametrize("record", sorted(RECORDS))
 def test_vit_backend_is_vllms_recorded_choice(record):
-    # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (vllm-rules §8,
+    # CudaPlatformBase.get_vit_attn_backend(head_size, dtype) without an override (docs/vllm-rules.md §8,
     # §9 ViT), recorded for every capability x dtype x head size
     from attnsel.attention.selector import vit_backend
 

@@ -1,7 +1,7 @@
 """`attnsel preflight` as a CI script runs it: recorded NVML scenarios (ATTNSEL_NVML_SCENARIO,
 tests/fixtures/probe/) stand in for the machine; exit 0 = no failure, 1 = a failure, 2 = bad input.
 
-vLLM facts the expectations come from: vllm-rules §5g (mixed-device warning, bf16 error text,
+vLLM facts the expectations come from: docs/vllm-rules.md §5g (mixed-device warning, bf16 error text,
 CUDA_DEVICE_ORDER), docs/probe.md, "Custom all-reduce" (custom all-reduce: 2 GPUs need P2P, more need a
 full NVLink mesh), §B.8 (vLLM only warns about mixed GPUs)."""
 
@@ -131,7 +131,7 @@ def test_bf16_on_a_pre_ampere_gpu_fails_with_vllms_message():
 
 
 def test_an_attention_configuration_vllm_refuses_fails_with_vllms_error():
-    """vllm-rules §5f (seed era, pinned with --vllm-version 0.17.0)."""
+    """docs/vllm-rules.md §5f (seed era, pinned with --vllm-version 0.17.0)."""
     result = preflight("h100_sxm_x8_nvlink.json", "--attention-backend", "FLASHINFER", "--block-size", "8",
                        "--vllm-version", "0.17.0", "--json")
     assert result.exit_code == 1

@@ -1,7 +1,7 @@
 """collect_probe over NVML scenarios replayed through our own facade (tests/fixtures/probe/*.json).
 
 Expectations come from the reference docs: vLLM's is_fully_connected and log_warnings (seed
-cuda.py, vllm-rules §5g), the custom all-reduce rule (docs/probe.md, "Custom all-reduce"), the GPU facts
+cuda.py, docs/vllm-rules.md §5g), the custom all-reduce rule (docs/probe.md, "Custom all-reduce"), the GPU facts
 (docs/gpu-facts.md) and the issues named at each test."""
 
 import json
@@ -303,7 +303,7 @@ def test_empty_cuda_visible_devices_means_no_gpu_but_nvml_works():
     assert any("none is visible" in n for n in report.notes)
 
 
-# --- vLLM capability facts (vllm-rules §5g) -------------------------------------------------------
+# --- vLLM capability facts (docs/vllm-rules.md §5g) -------------------------------------------------------
 
 
 def test_capability_facts_follow_vllm():

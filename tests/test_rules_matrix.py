@@ -1,5 +1,5 @@
 """A broad matrix over compute capabilities 7.0..12.1 x head sizes x dtypes x KV dtypes x block
-sizes: invariants every answer must keep, plus hand-derived spot cases (vllm-rules §2-§5)."""
+sizes: invariants every answer must keep, plus hand-derived spot cases (docs/vllm-rules.md §2-§5)."""
 
 import itertools
 
@@ -23,7 +23,7 @@ MLA_BLOCK_SIZES = [None, 32, 64, 128]
 MLA_BACKENDS = {"FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA", "FLASHMLA_SPARSE",
                 "FLASHINFER_MLA_SPARSE"}
 
-# vllm-rules §2: the order in which validate_configuration appends reasons, by kind
+# docs/vllm-rules.md §2: the order in which validate_configuration appends reasons, by kind
 REASON_ORDER = [
     ("head_size not supported",),
     ("dtype not supported",),

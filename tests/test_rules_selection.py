@@ -1,6 +1,6 @@
 """Priorities, selection, block-size logic, messages and the ViT rule of the seed-era profile.
 
-Expectations derived by hand from shared/reference/vllm-rules.md §4, §5, §8 and seeds/000.
+Expectations derived by hand from docs/vllm-rules.md §4, §5, §8 (the seed's vllm/platforms/cuda.py).
 """
 
 import pytest
@@ -44,7 +44,7 @@ def deepseek(**kw):
     ],
 )
 def test_priority_lists(use_mla, cc, num_heads, expected):
-    # vllm-rules §5a, seeds/000 _get_backend_priorities
+    # docs/vllm-rules.md §5a, cuda.py _get_backend_priorities
     inputs = deepseek() if use_mla else cfg()
     assert PROFILE.priority_list(inputs, SelectionContext(capability=cc, num_heads=num_heads)) == expected
 
@@ -57,12 +57,12 @@ def test_priority_lists(use_mla, cc, num_heads, expected):
      ("FLEX_ATTENTION", 16), ("TRITON_MLA", 16), ("FLASH_ATTN_MLA", 16)],
 )
 def test_automatic_block_sizes(backend, expected):
-    # vllm-rules §5f "Resulting automatic block sizes with the defaults"
+    # docs/vllm-rules.md §5f "Resulting automatic block sizes with the defaults"
     assert PROFILE.preferred_block_size(backend, SelectionContext(capability=H100), 16) == expected
 
 
 def test_flash_attn_kernel_blocks_for_hybrid_float32_mamba():
-    # vllm-rules §3a FLASH_ATTN: [16,32,64] for hybrid models with float32 Mamba cache
+    # docs/vllm-rules.md §3a FLASH_ATTN: [16,32,64] for hybrid models with float32 Mamba cache
     plain = SelectionContext(capability=H100)
     hybrid = SelectionContext(capability=H100, is_hybrid=True, mamba_cache_float32=True)
     assert PROFILE.kernel_block_sizes("FLASH_ATTN", plain) == [MultipleOf(16)]
@@ -92,7 +92,7 @@ def test_kernel_block_size(backend, block_size, hybrid, expected):
 def test_h100_llama_picks_flash_attn_and_logs_the_tuple():
     e = explain(PROFILE, cfg(), SelectionContext(capability=H100))
     assert (e.selected, e.block_size, e.kernel_block_size, e.exit_code) == ("FLASH_ATTN", 16, 16, 0)
-    # seed get_attn_backend_cls: tuple, no trailing period (vllm-rules §5d)
+    # seed get_attn_backend_cls: tuple, no trailing period (docs/vllm-rules.md §5d)
     assert e.warnings == [
         "Using FLASH_ATTN attention backend out of potential backends: "
         "('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')"
@@ -144,7 +144,7 @@ def test_sparse_mla_selection(cc, num_heads, expected_backend, expected_block):
 
 
 def test_user_block_size_that_pushes_past_the_preferred_backend_warns():
-    # vllm-rules §5f step 6: B200 DeepSeek --block-size 16 -> FI_MLA [32,64] and CUTLASS [128] refuse
+    # docs/vllm-rules.md §5f step 6: B200 DeepSeek --block-size 16 -> FI_MLA [32,64] and CUTLASS [128] refuse
     ctx = SelectionContext(capability=B200, num_heads=128, qk_nope_head_dim=128)
     e = explain(PROFILE, deepseek(block_size=16), ctx)
     assert (e.selected, e.block_size) == ("TRITON_MLA", 16)
@@ -163,7 +163,7 @@ def test_block_size_8_on_t4_falls_to_flex_with_warning():
 
 
 def test_explicit_backend_with_incompatible_block_size_raises_the_user_specified_error():
-    # vllm-rules §5f step 8, second bullet
+    # docs/vllm-rules.md §5f step 8, second bullet
     ctx = SelectionContext(capability=H100, user_backend="flashinfer")
     e = explain(PROFILE, cfg(block_size=8), ctx)
     assert e.exit_code == 1 and e.selected is None
@@ -175,19 +175,19 @@ def test_explicit_backend_with_incompatible_block_size_raises_the_user_specified
 
 
 def test_user_specified_error_whatever_the_real_reason():
-    # vllm-rules §5f step 8: "This happens whatever the real reason was" (here: head size 80)
+    # docs/vllm-rules.md §5f step 8: "This happens whatever the real reason was" (here: head size 80)
     e = explain(PROFILE, cfg(80, block_size=16), SelectionContext(capability=H100, user_backend="FLASHINFER"))
     assert e.error.startswith("User-specified --block-size 16 is incompatible with the specified --attention-backend FLASHINFER")
 
 
 def test_explicit_multiple_of_backend_prints_the_object_repr():
-    # MultipleOf has no __repr__ in vLLM (seeds/002), so vLLM prints an object repr
+    # MultipleOf has no __repr__ in vLLM (docs/vllm-rules.md §2), so vLLM prints an object repr
     e = explain(PROFILE, cfg(block_size=8), SelectionContext(capability=H100, user_backend="FLASH_ATTN"))
     assert "(supported kernel block sizes: [<vllm.v1.attention.backend.MultipleOf object at 0x...>])" in e.error
 
 
 def test_no_backend_for_user_block_size():
-    # vllm-rules §5f step 8, third bullet. H100, head 16, fp32, kv fp8, --block-size 8
+    # docs/vllm-rules.md §5f step 8, third bullet. H100, head 16, fp32, kv fp8, --block-size 8
     e = explain(PROFILE, cfg(16, "float32", kv_cache_dtype="fp8", block_size=8), SelectionContext(capability=H100))
     assert e.error == (
         "No valid attention backend found for --block-size 8. Reasons: {"
@@ -200,7 +200,7 @@ def test_no_backend_for_user_block_size():
 
 
 def test_no_backend_without_block_size_is_raised_by_the_layer_with_block_size_16():
-    # vllm-rules §5f (deferred) + §5c message; block_size=16 because the platform set it (§5f step 2)
+    # docs/vllm-rules.md §5f (deferred) + §5c message; block_size=16 because the platform set it (§5f step 2)
     e = explain(PROFILE, cfg(16, "float32", kv_cache_dtype="fp8"), SelectionContext(capability=H100))
     assert e.error_phase == "layer"
     assert e.error == (
@@ -214,7 +214,7 @@ def test_no_backend_without_block_size_is_raised_by_the_layer_with_block_size_16
 
 
 def test_explicit_invalid_backend_raises_selected_backend_error():
-    # vllm-rules §5c step 1: enum repr + Python list repr
+    # docs/vllm-rules.md §5c step 1: enum repr + Python list repr
     e = explain(PROFILE, cfg(), SelectionContext(capability=H100, user_backend="FLASHMLA"))
     assert e.error == (
         "Selected backend AttentionBackendEnum.FLASHMLA is not valid for this configuration. "
@@ -234,7 +234,7 @@ def test_tree_attn_only_when_named():
 
 
 def test_unregistered_enum_members_raise_their_own_value_error():
-    # vllm-rules §9 "Not CUDA" table: TORCH_SDPA value "", CUSTOM None -> get_path raises
+    # docs/vllm-rules.md §9 "Not CUDA" table: TORCH_SDPA value "", CUSTOM None -> get_path raises
     e = explain(PROFILE, cfg(), SelectionContext(capability=H100, user_backend="TORCH_SDPA"))
     assert e.error == (
         "Backend TORCH_SDPA must be registered before use. "
@@ -243,7 +243,7 @@ def test_unregistered_enum_members_raise_their_own_value_error():
 
 
 def test_no_attention_is_an_import_error():
-    # vllm-rules §9: no no_attention module in the 0.17.0 wheel -> ImportError reason
+    # docs/vllm-rules.md §9: no no_attention module in the 0.17.0 wheel -> ImportError reason
     e = explain(PROFILE, cfg(), SelectionContext(capability=H100, user_backend="NO_ATTENTION"))
     assert e.error == (
         "Selected backend AttentionBackendEnum.NO_ATTENTION is not valid for this configuration. "
@@ -252,7 +252,7 @@ def test_no_attention_is_an_import_error():
 
 
 def test_bf16_below_sm80_is_vllms_dtype_error():
-    # vllm-rules §5g
+    # docs/vllm-rules.md §5g
     e = explain(PROFILE, cfg(dtype="bfloat16"), SelectionContext(capability=T4, gpu_name="Tesla T4"))
     assert e.error == (
         "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has "
@@ -262,7 +262,7 @@ def test_bf16_below_sm80_is_vllms_dtype_error():
 
 
 def test_missing_flashinfer_package_reports_import_error_and_moves_on():
-    # vllm-rules §5b: ImportError reason; B200 then falls to FLASH_ATTN
+    # docs/vllm-rules.md §5b: ImportError reason; B200 then falls to FLASH_ATTN
     ctx = SelectionContext(capability=B200, importable={"flashinfer": False})
     e = explain(PROFILE, cfg(), ctx)
     assert e.backends[0].reasons == ("ImportError",)
@@ -278,7 +278,7 @@ def test_fa_override_3_on_blackwell_is_logged():
 
 
 def test_hybrid_model_skips_the_block_size_step():
-    # vllm-rules §5f step 3: hybrid models are skipped (HybridAttentionMambaModelConfig)
+    # docs/vllm-rules.md §5f step 3: hybrid models are skipped (HybridAttentionMambaModelConfig)
     e = explain(PROFILE, deepseek(), SelectionContext(capability=B200, is_hybrid=True, qk_nope_head_dim=128))
     assert e.selected == "FLASHINFER_MLA" and e.block_size is None
     assert not any(w.startswith("Setting kv cache block size") for w in e.warnings)
@@ -347,7 +347,7 @@ def test_vit_override_outside_the_list_is_vllms_assertion():
 
 
 def test_selector_fields_are_a_profile_parameter():
-    # vllm-rules §2: v0.17.0 adds use_per_head_quant_scales before attn_type; the strict seed lacks it
+    # docs/vllm-rules.md §2: v0.17.0 adds use_per_head_quant_scales before attn_type; the strict seed lacks it
     strict = PROFILE.with_params(selector_fields=[
         "head_size", "dtype", "kv_cache_dtype", "block_size", "use_mla", "has_sink", "use_sparse",
         "use_mm_prefix", "attn_type",

@@ -1,5 +1,5 @@
 """Priorities, selection, the 0.33 block-size flow, messages, ViT and model lists of the vLLM 0.33
-profile. Expectations from shared/reference/vllm-rules.md §9 (cited per test), §2 for unchanged rules.
+profile. Expectations from docs/vllm-rules.md §9 (cited per test), §2 for unchanged rules.
 """
 
 import pytest

@@ -1,6 +1,6 @@
 """validate_configuration of the vLLM 0.33 profile, backend by backend.
 
-Every expectation is read from shared/reference/vllm-rules.md §9 (0.33 column; §2 for the reason
+Every expectation is read from docs/vllm-rules.md §9 (0.33 column; §2 for the reason
 texts that did not change); the comment names the row. Inputs default to a plain decoder, bf16,
 kv auto, no block size.
 """
@@ -21,7 +21,7 @@ MM_FA4_MSG = (
 MLA = dict(head_size=576, use_mla=True)
 R1 = dict(qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 
-# (backend, capability, inputs kwargs, context kwargs, expected reasons)  # vllm-rules section
+# (backend, capability, inputs kwargs, context kwargs, expected reasons)  # docs/vllm-rules.md section
 CASES = [
     # --- FLASH_ATTN (§9 FLASH_ATTN row) ---
     ("FLASH_ATTN", H100, {}, {}, []),

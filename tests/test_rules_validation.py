@@ -1,6 +1,6 @@
-"""validate_configuration of the seed-era profile, backend by backend (vllm-rules §2, §3, §3c).
+"""validate_configuration of the seed-era profile, backend by backend (docs/vllm-rules.md §2, §3, §3c).
 
-Every expectation was derived by hand from shared/reference/vllm-rules.md; the comment names the
+Every expectation was derived by hand from docs/vllm-rules.md; the comment names the
 section. Inputs default to a plain decoder, bf16, kv auto, no block size.
 """
 
@@ -24,7 +24,7 @@ def inputs(head_size=128, dtype="bfloat16", **kw):
 
 MLA = dict(head_size=576, use_mla=True)
 
-# (backend, capability, inputs kwargs, context kwargs, expected reasons)  # vllm-rules section
+# (backend, capability, inputs kwargs, context kwargs, expected reasons)  # docs/vllm-rules.md section
 CASES = [
     # --- FLASH_ATTN (§3a) ---
     ("FLASH_ATTN", H100, {}, {}, []),  # §3a all defaults fine
@@ -153,7 +153,7 @@ def test_reasons_match_the_reference(backend, cc, inp, ctx_kw, expected):
 
 
 def test_reasons_come_in_vllm_order():
-    # vllm-rules §2: head, dtype, kv, block, mm_prefix, MLA, sink, sparse, CC, attention type
+    # docs/vllm-rules.md §2: head, dtype, kv, block, mm_prefix, MLA, sink, sparse, CC, attention type
     cfg = SelectorInputs(
         head_size=80, dtype="float32", kv_cache_dtype="fp8_inc", block_size=8, use_mla=True,
         has_sink=True, use_sparse=True, use_mm_prefix=True, attn_type="encoder",
@@ -199,7 +199,7 @@ def test_flash_attn_version_resolution(cc, override, fa_modules_missing, expecte
 
 
 def test_fa3_on_blackwell_logs_vllm_warning():
-    # vllm-rules §3c, 0.17.0 wording
+    # docs/vllm-rules.md §3c, 0.17.0 wording
     resolution = PROFILE.code.flash_attn_version(SelectionContext(capability=(10, 0), flash_attn_version_override=3))
     assert resolution.warnings == (
         "Cannot use FA version 3 on Blackwell platform, defaulting to FA version 4 if supported, otherwise FA2.",
@@ -207,7 +207,7 @@ def test_fa3_on_blackwell_logs_vllm_warning():
 
 
 def test_fa4_head_size_rule_only_applies_with_a_head_size():
-    # vllm-rules §3c: the supports_* helpers call it without a head size
+    # docs/vllm-rules.md §3c: the supports_* helpers call it without a head size
     ctx = SelectionContext(capability=(10, 0))
     assert PROFILE.code.flash_attn_version(ctx).version == 4
     resolution = PROFILE.code.flash_attn_version(ctx, head_size=256)
@@ -218,7 +218,7 @@ def test_fa4_head_size_rule_only_applies_with_a_head_size():
 
 
 def test_0_16_fa_rules_are_a_profile_parameter():
-    # vllm-rules §3c v0.16.0 column: no FA4 default on Blackwell; v3 there falls back to 2
+    # docs/vllm-rules.md §3c v0.16.0 column: no FA4 default on Blackwell; v3 there falls back to 2
     old = PROFILE.with_params(flash_attn_version_rules="0.16.0")
     ctx = SelectionContext(capability=(10, 0), flash_attn_version_override=3)
     resolution = old.code.flash_attn_version(ctx)

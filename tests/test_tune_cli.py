@@ -26,7 +26,7 @@ def test_dry_run_json_lists_the_filtered_grid_without_a_gpu():
     assert doc["schema"] == "attnsel-tune-plan/1"
     assert doc["rule_profile"] == "seed_0_17"
     configs = {(c["backend"], c["block_size"]): c for c in doc["configs"]}
-    # vllm-rules §2/§3a: 8 is not a multiple of FLASH_ATTN's 16; FLEX_ATTENTION (MultipleOf(1)) accepts it in the seed
+    # docs/vllm-rules.md §2/§3a: 8 is not a multiple of FLASH_ATTN's 16; FLEX_ATTENTION (MultipleOf(1)) accepts it in the seed
     # (0.33 raised FLEX_ATTENTION to MultipleOf(16), §9)
     assert configs[("FLASH_ATTN", 8)]["status"] == "skipped"
     assert configs[("FLASH_ATTN", 8)]["reasons"] == ["block_size not supported"]
@@ -39,7 +39,7 @@ def test_dry_run_json_lists_the_filtered_grid_without_a_gpu():
 def test_dry_run_text_shows_skip_reasons():
     result = invoke(["--head-size", "72", "--num-heads", "16", "--capability", "9.0", "--dry-run", "--quick"])
     assert result.exit_code == 0, result.output
-    assert "head_size not supported" in result.stdout  # FlashInfer: 64/128/256 only (vllm-rules §3a)
+    assert "head_size not supported" in result.stdout  # FlashInfer: 64/128/256 only (docs/vllm-rules.md §3a)
     assert "vLLM's default here: FLASH_ATTN with block size 16" in result.stdout
 
 

@@ -2,7 +2,7 @@
 and MLA models"): `attnsel tune --model deepseek-v3 --dry-run --gpu H100` plans vLLM's MLA
 backends over the block sizes each accepts, with vLLM's reasons for the rest; `--use-mla` builds
 the same layer from flags; `--kv-cache-dtype fp8` times what vLLM accepts it for and lists vLLM's
-reason for the rest. Rules: vllm-rules §3b (MLA backends), §3a/§9 (fp8 per backend), §6 (MLA head
+reason for the rest. Rules: docs/vllm-rules.md §3b (MLA backends), §3a/§9 (fp8 per backend), §6 (MLA head
 size and heads per GPU)."""
 
 import json
@@ -85,7 +85,7 @@ def test_an_fp8_cache_on_an_mla_model_times_what_vllm_accepts_it_for():
     assert skipped[("FLASH_ATTN_MLA", 16)]["reasons"] == ["kv_cache_dtype not supported"]
     assert skipped[("TRITON_MLA", 16)]["reasons"] == ["kv_cache_dtype not supported"]
     assert doc["vllm_default"]["backend"] == "FLASHMLA" and doc["vllm_default"]["block_size"] == 64
-    # 0.33 added fp8 to TRITON_MLA (vllm-rules §9)
+    # 0.33 added fp8 to TRITON_MLA (docs/vllm-rules.md §9)
     newer = plan_json(*DEEPSEEK_TP8, "--vllm-version", "0.33", "--kv-cache-dtype", "fp8")
     assert {b for b, _ in configs(newer)} == {"FLASHMLA", "TRITON_MLA"}
 
@@ -97,7 +97,7 @@ def test_an_fp8_cache_on_a_dense_model_times_flash_attn_flashinfer_and_triton_on
     assert {b for b, _ in configs(doc)} == {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"}
     assert configs(doc, "skipped")[("FLEX_ATTENTION", 16)]["reasons"] == ["kv_cache_dtype not supported"]
     assert any("fp8 cache (per-tensor scales" in n and "dequantized cache" in n for n in doc["notes"])
-    # FA's fp8 path is FA3 on SM90 only: on an A100 vLLM refuses it (0.33 words, vllm-rules §9)
+    # FA's fp8 path is FA3 on SM90 only: on an A100 vLLM refuses it (0.33 words, docs/vllm-rules.md §9)
     ampere = plan_json("--model", "llama-3.1-8b", "--gpu", "A100", "--dry-run", "--json", "--vllm-version", "0.33",
                        "--kv-cache-dtype", "fp8", "--workload", "decode")
     assert "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100" in \

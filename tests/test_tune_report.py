@@ -65,7 +65,7 @@ def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel()
             {"backend": "TRITON_ATTN", "adapter": "attnsel-triton", "status": "ok"}]
     hopper = stand_in_warnings(rows, (9, 0))
     assert any("FlashAttention 4" in w for w in hopper) and any("attnsel's own Triton" in w for w in hopper)
-    # on Blackwell vLLM itself runs FA4 (vllm-rules §3c), so only the Triton stand-in is worth saying
+    # on Blackwell vLLM itself runs FA4 (docs/vllm-rules.md §3c), so only the Triton stand-in is worth saying
     assert [w for w in stand_in_warnings(rows, (10, 0)) if "FlashAttention 4" in w] == []
     assert stand_in_warnings([{"backend": "TRITON_ATTN", "adapter": "vllm-triton", "status": "ok"}], (9, 0)) == []
 

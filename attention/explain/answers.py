@@ -209,7 +209,7 @@ class Matrix:
 
 def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
-    each GPU (--dtype auto resolves per capability, vllm-rules §6)."""
+    each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6)."""
     from attnsel.attention.selector import build_selection
     from attnsel.probe import families
 

@@ -4,7 +4,7 @@ Imported only under `--live` / `--compare-live` / `bench/tools/parity_live.py`: 
 torch). No GPU is needed: vLLM's CUDA platform takes the compute capability as an argument in
 `get_valid_backends`, and backend classes validate from class attributes.
 
-Two shapes of vLLM's API are handled, told apart by what the installed vLLM has (vllm-rules §5b/§5c,
+Two shapes of vLLM's API are handled, told apart by what the installed vLLM has (docs/vllm-rules.md §5b/§5c,
 §9; checked against the 0.17.0 ... 0.33.0 wheels):
 - "pairs" (Feb 2026 main and releases up to 0.17): `get_valid_backends(device_capability, cfg,
   num_heads)` returning `([(enum, priority)], {enum: [reasons]})`, import failures as the literal
@@ -15,7 +15,7 @@ Two shapes of vLLM's API are handled, told apart by what the installed vLLM has 
 
 Where the installed vLLM has them, its own start-up functions are run on a stand-in VllmConfig:
 `check_and_update_config` where the block size is settled at config time (it may force a backend
-and a block size, vllm-rules §5f), `get_attn_backend_cls` for the layers' choice (and the selector
+and a block size, docs/vllm-rules.md §5f), `get_attn_backend_cls` for the layers' choice (and the selector
 config it really validates: 0.17 drops the block size there), and
 `Platform.update_block_size_for_backend` with the backend the layers would report (0.18 on, §9;
 a hybrid model's Mamba alignment is left out: phase 1 only).
@@ -90,7 +90,7 @@ def _invalid(value: Any) -> tuple[Optional[int], list[str]]:
 
 
 def _import_reason(exc: BaseException, api: str) -> str:
-    # pairs API: the literal "ImportError"; candidates API: "{ExcType}: {message}" (vllm-rules §5b, §9)
+    # pairs API: the literal "ImportError"; candidates API: "{ExcType}: {message}" (docs/vllm-rules.md §5b, §9)
     return "ImportError" if api == PAIRS_API else f"{type(exc).__name__}: {exc}"
 
 
@@ -113,7 +113,7 @@ def _preferred_block_size(runtime: VllmRuntime, name: str, default: int) -> Opti
 
 
 def _decides_block_size_at_config_time(platform: Any) -> bool:
-    """Releases before 0.18 settle the block size in `check_and_update_config` (vllm-rules §5f);
+    """Releases before 0.18 settle the block size in `check_and_update_config` (docs/vllm-rules.md §5f);
     later ones in `Platform.update_block_size_for_backend` after the layers chose (§9)."""
     return hasattr(platform, "check_and_update_config") and not hasattr(platform, "update_block_size_for_backend")
 

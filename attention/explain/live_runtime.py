@@ -247,7 +247,7 @@ class VllmRuntime:
             "flash_attn_version": ctx.flash_attn_version_override,
             "use_trtllm_attention": ctx.use_trtllm_attention,
             "use_non_causal": bool(getattr(inputs, "use_non_causal", False)),
-            # --attention-backend, which vLLM's config-time code reads (and may set: vllm-rules §5f)
+            # --attention-backend, which vLLM's config-time code reads (and may set: docs/vllm-rules.md §5f)
             "backend": self.registry.AttentionBackendEnum[ctx.user_backend.upper()] if ctx.user_backend else None,
         }
         if self.attention_config_cls is None:

@@ -2,7 +2,7 @@
 
 vLLM raises the attention block size of a hybrid model until one attention page holds at least
 one Mamba (or GDN / KDA) state page, then pads the state page to the attention page
-(vllm-rules §10; `HybridAttentionMambaModelConfig` in 0.17-0.19,
+(docs/vllm-rules.md §10; `HybridAttentionMambaModelConfig` in 0.17-0.19,
 `Platform._align_hybrid_block_size` from 0.20 on). This package answers that per vLLM version:
 
 - `layout.py`: from a config.json to the state kind, its sizes and the layer counts (version-free);

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.kernels.paged import PagedBatch, Workload
 
 BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
-# vLLM's dense MLA backends (vllm-rules §3b), timed at decode over a latent cache (kernels/mla.py)
+# vLLM's dense MLA backends (docs/vllm-rules.md §3b), timed at decode over a latent cache (kernels/mla.py)
 MLA_BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 
 

@@ -1,7 +1,7 @@
 """FLASH_ATTN providers, best first: vLLM's own build, FA3, FA4 (CuTe DSL), flash-attn 2.x.
 
 vLLM's FLASH_ATTN backend keeps K and V as kv_cache[0] / kv_cache[1], each
-(num_blocks, block_size, num_kv_heads, head_size) (vllm-rules §3a: (2, nb, bs, kvh, hs)), which is
+(num_blocks, block_size, num_kv_heads, head_size) (docs/vllm-rules.md §3a: (2, nb, bs, kvh, hs)), which is
 PagedBatch's layout already, so no provider needs a copy. Its kernel block sizes are
 [MultipleOf(16)] and head sizes hs % 8 == 0 and hs <= 256 (§3a).
 
@@ -37,7 +37,7 @@ FA2_PAGED_MESSAGE = "Paged KV cache block size must be divisible by 256"
 
 
 def vllm_flash_attn_shape_reason(w, block_size: int) -> str | None:
-    """vLLM FLASH_ATTN's own limits (vllm-rules §3a), shared by every provider below."""
+    """vLLM FLASH_ATTN's own limits (docs/vllm-rules.md §3a), shared by every provider below."""
     if w.dtype not in ("bfloat16", "float16"):
         return f"dtype {w.dtype} not supported by FLASH_ATTN (fp16, bf16)"
     if block_size % 16:
@@ -124,7 +124,7 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
         from vllm.vllm_flash_attn import is_fa_version_supported  # type: ignore
 
         cc = compute_capability("cuda") or (0, 0)
-        # vllm-rules §3c: 3 on CC 9.x when FA3 is supported, 4 on CC 10.x when FA4 is (0.17), else 2.
+        # docs/vllm-rules.md §3c: 3 on CC 9.x when FA3 is supported, 4 on CC 10.x when FA4 is (0.17), else 2.
         if cc[0] == 9 and is_fa_version_supported(3):
             return 3
         if cc[0] == 10 and is_fa_version_supported(4):
@@ -258,7 +258,7 @@ class FA4Adapter(_FlashAttnBase):
         return super().availability()
 
     def cc_reason(self, cc):
-        # vllm-rules §3c (0.17): FA4 supported on CC families 9.x, 10.x, 11.x.
+        # docs/vllm-rules.md §3c (0.17): FA4 supported on CC families 9.x, 10.x, 11.x.
         if cc is not None and cc[0] not in (9, 10, 11):
             return f"FA4 (CuTe) needs CC 9.x/10.x/11.x in vLLM, got {cc[0]}.{cc[1]}"
         return None

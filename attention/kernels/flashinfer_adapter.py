@@ -2,7 +2,7 @@
 
 What vLLM does (vllm/v1/attention/backends/flashinfer.py, seed era v0.16/0.17, Feb 2026):
 - KV cache per layer: (num_blocks, 2, block_size, num_kv_heads, head_size), physical layout NHD,
-  or HND (stride order (0, 1, 3, 2, 4)) when required: CC 10.x (vllm-rules §3a).
+  or HND (stride order (0, 1, 3, 2, 4)) when required: CC 10.x (docs/vllm-rules.md §3a).
 - Decodes first, prefills after (split_decodes_and_prefills). Decodes go through
   BatchDecodeWithPagedKVCacheWrapper, prefill chunks through BatchPrefillWithPagedKVCacheWrapper
   (causal=True), each planned once per step with paged_kv_indptr / paged_kv_indices /
@@ -27,7 +27,7 @@ from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, 
                    module_importable, shape_kind_reason)
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
-# vLLM's FlashInferBackend (vllm-rules §3a).
+# vLLM's FlashInferBackend (docs/vllm-rules.md §3a).
 SUPPORTED_BLOCK_SIZES = (16, 32, 64)
 SUPPORTED_HEAD_SIZES = (64, 128, 256)
 
@@ -271,7 +271,7 @@ class FlashInferAdapter:
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
         if w.dtype not in ("bfloat16", "float16"):
             return f"dtype {w.dtype} not supported by vLLM's FLASHINFER backend (fp16, bf16)"
-        kind = shape_kind_reason(w, fp8=True)  # fp8 KV: kv_data_type fp8 + k_scale/v_scale (vllm-rules §3a)
+        kind = shape_kind_reason(w, fp8=True)  # fp8 KV: kv_data_type fp8 + k_scale/v_scale (docs/vllm-rules.md §3a)
         if kind:
             return kind
         if kernel_block_size_for(block_size, SUPPORTED_BLOCK_SIZES) is None:

@@ -1,6 +1,6 @@
 """FLASHINFER_MLA without vLLM: FlashInfer's own MLA decode, BatchMLAPagedAttentionWrapper.
 
-A named stand-in. vLLM's FLASHINFER_MLA (CC 10.x only, vllm-rules §3b) calls FlashInfer's TRT-LLM
+A named stand-in. vLLM's FLASHINFER_MLA (CC 10.x only, docs/vllm-rules.md §3b) calls FlashInfer's TRT-LLM
 MLA kernel (`trtllm_batch_decode_with_kv_cache_mla`, through vllm_mla.py when vLLM is installed);
 this wrapper runs FlashInfer's FA2/FA3 MLA kernels (backend "auto": FA3 on SM90, else FA2) over
 the same latent cache. Its kernel pages are the ones vLLM's FLASHINFER_MLA would use (kernel block

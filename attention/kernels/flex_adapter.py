@@ -169,11 +169,11 @@ class FlexAttentionAdapter:
         return module_importable("torch.nn.attention.flex_attention")
 
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
-        # vLLM FLEX_ATTENTION: fp16/bf16/fp32, any head size (vllm-rules §3a); the direct
+        # vLLM FLEX_ATTENTION: fp16/bf16/fp32, any head size (docs/vllm-rules.md §3a); the direct
         # BlockMask build needs kv tiles of one page, and Triton tiles need >= 16 tokens.
         if w.dtype not in ("bfloat16", "float16", "float32"):
             return f"dtype {w.dtype} not supported (fp16, bf16, fp32)"
-        kind = shape_kind_reason(w)  # vLLM's FLEX_ATTENTION takes kv auto/bfloat16 only (vllm-rules §3a)
+        kind = shape_kind_reason(w)  # vLLM's FLEX_ATTENTION takes kv auto/bfloat16 only (docs/vllm-rules.md §3a)
         if kind:
             return kind
         if block_size % 16 or block_size & (block_size - 1):

@@ -114,7 +114,7 @@ def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_s
     if dtype not in ("bfloat16", "float16", "float32"):
         return f"dtype {dtype} not supported (fp16, bf16, fp32)"
     if block_size % 16:
-        # vLLM's TRITON_ATTN: kernel block sizes [MultipleOf(16)] (vllm-rules §3a).
+        # vLLM's TRITON_ATTN: kernel block sizes [MultipleOf(16)] (docs/vllm-rules.md §3a).
         return "Block size must be a multiple of 16."
     if head_size < 16 or head_size > 256:
         return f"head size {head_size} outside 16..256"

@@ -1,7 +1,7 @@
 """From a Hugging Face `config.json` to the attention-selector inputs vLLM derives.
 
 `load_model_config()` reads a config file, a model folder or a catalog name (never model code).
-`derive_model_facts()` applies vLLM's rules (vllm-rules §6 and §7, lists in `model_rules.py`)
+`derive_model_facts()` applies vLLM's rules (docs/vllm-rules.md §6 and §7, lists in `model_rules.py`)
 and returns a `ModelFacts` (attention/model/facts.py): head size, heads, dtype, MLA/sparse/sink/
 mm-prefix flags, attention type, hybrid/attention-free, plus `notes` saying how each value was
 found. The per-feature rules live in model_kind.py, model_heads.py and model_dtype.py.

@@ -1,4 +1,4 @@
-"""The model dtype as vLLM settles it (vllm-rules §6 `_get_and_verify_dtype`, §5g): the `--dtype`
+"""The model dtype as vLLM settles it (docs/vllm-rules.md §6 `_get_and_verify_dtype`, §5g): the `--dtype`
 flag's spellings (the one dtype parser), the GPU's supported dtypes and bf16 error (from
 probe/capability.py), the config's checkpoint dtype and `--dtype auto`."""
 

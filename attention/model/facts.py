@@ -1,4 +1,4 @@
-"""What attnsel derives from a model config, in the names vLLM's selector uses (vllm-rules §6):
+"""What attnsel derives from a model config, in the names vLLM's selector uses (docs/vllm-rules.md §6):
 `ModelFacts` (and the ViT inputs, `VisionFacts`). Built by `model_config.derive_model_facts`."""
 
 from __future__ import annotations

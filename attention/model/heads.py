@@ -1,4 +1,4 @@
-"""Head size and head counts as vLLM derives them from a model config (vllm-rules §6): MLA and
+"""Head size and head counts as vLLM derives them from a model config (docs/vllm-rules.md §6): MLA and
 VLLM_MLA_DISABLE head sizes, KV heads, and the tensor-parallel splits vLLM refuses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What kind of model a config describes, and the per-feature facts vLLM reads from it (vllm-rules §6,
+"""What kind of model a config describes, and the per-feature facts vLLM reads from it (docs/vllm-rules.md §6,
 §7): model type and text config, pooling, MLA, hybrid, mm-prefix, attention type, Mamba cache
 dtypes, a forced KV-cache dtype, sliding window, the vision encoder, attention layer count."""
 

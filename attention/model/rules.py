@@ -1,7 +1,7 @@
 """vLLM's model-level facts for one vLLM version: `ModelRules`, built from the version's data.
 
 Everything `attention/model/config.py` needs to turn a Hugging Face `config.json` into the
-selector inputs vLLM derives (vllm-rules §6, §7, §9). The lists themselves (use_mla model types,
+selector inputs vLLM derives (docs/vllm-rules.md §6, §7, §9). The lists themselves (use_mla model types,
 mm-prefix list, float16 list, head_dim rules, ...) are data: the `models` section of each version
 file in attention/versions/ (a release lists only what it changed, as `$add` / `$remove`).
 

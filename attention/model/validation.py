@@ -24,7 +24,7 @@ INT32_MAX = 2**31 - 1
 # number nobody checked (preflight used to build every GPU pair of a TP group of any size).
 MAX_PARALLEL = 1024
 
-# config.json keys, by the type transformers / vLLM expect (vllm-rules §6 reads them from
+# config.json keys, by the type transformers / vLLM expect (docs/vllm-rules.md §6 reads them from
 # hf_text_config; the vision config follows the same names).
 POSITIVE_INT_KEYS = (
     "hidden_size", "num_attention_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads",

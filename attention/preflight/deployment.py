@@ -6,7 +6,7 @@ out. vLLM's own words are kept verbatim in `vllm_message`. Nothing here talks to
 
 What vLLM does with a tensor-parallel group of N on one host: it uses logical GPUs 0..N-1, reads
 the compute capability of GPU 0 (`current_platform.get_device_capability()`), warns about
-different device names unless `CUDA_DEVICE_ORDER=PCI_BUS_ID` (vllm-rules §5g), and turns its
+different device names unless `CUDA_DEVICE_ORDER=PCI_BUS_ID` (docs/vllm-rules.md §5g), and turns its
 custom all-reduce off (falling back to NCCL, slower but working) when the GPUs lack P2P (TP=2) or
 a full NVLink mesh (TP>2) or the world size is not one it supports (docs/probe.md, "Custom all-reduce").
 """
@@ -31,7 +31,7 @@ VLLM_CAR_WORLD_SIZE = (
     "Custom allreduce is disabled due to an unsupported world size: {n}. Supported world sizes: {sizes}. "
     "To silence this warning, specify disable_custom_all_reduce=True explicitly."
 )
-# vllm-rules §5g, NvmlCudaPlatform.log_warnings (the probe keeps the same text).
+# docs/vllm-rules.md §5g, NvmlCudaPlatform.log_warnings (the probe keeps the same text).
 VLLM_MIXED_GPU_WARNING = (
     "Detected different devices in the system: {names}. Please make sure to set `CUDA_DEVICE_ORDER=PCI_BUS_ID` "
     "to avoid unexpected behavior."
@@ -258,7 +258,7 @@ def check_interconnect(report: ProbeReport, tp: int) -> Check:
 
 
 def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: Optional[str] = None) -> Check:
-    """vLLM's check_if_supports_dtype looks at GPU 0 only (vllm-rules §5g); other GPUs of the group
+    """vLLM's check_if_supports_dtype looks at GPU 0 only (docs/vllm-rules.md §5g); other GPUs of the group
     with a lower capability fail later, inside the kernels."""
     from attnsel.probe import bf16_error
 
@@ -374,7 +374,7 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
 def _model_check(facts: Any, tp: int) -> Check:
     heads = f"{facts.num_attention_heads} attention heads / TP {tp} = {facts.num_heads_per_gpu} per GPU"
     message = f"{facts.model_type}: head size {facts.head_size}, {heads}"
-    if facts.is_attention_free:  # pure Mamba: no head size to speak of (vllm-rules §6 attention-free)
+    if facts.is_attention_free:  # pure Mamba: no head size to speak of (docs/vllm-rules.md §6 attention-free)
         message = f"{facts.model_type}: no attention layers (attention-free: the KV cache holds Mamba states)"
     if facts.warnings:
         return Check("model-config", WARN, message, hint="see vLLM's message", vllm_message=" | ".join(facts.warnings))

@@ -25,7 +25,7 @@ DTYPE_ALIASES = {
 def normalize_dtype(name: str, capability: Optional[tuple[int, int]] = None) -> str:
     """Map a user's dtype spelling to a torch dtype name; `auto` needs the capability.
 
-    `auto` without a model resolves to the platform's first supported dtype (vllm-rules §6:
+    `auto` without a model resolves to the platform's first supported dtype (docs/vllm-rules.md §6:
     bf16 on CC >= 8.0, fp16 on 6.x-7.x); with a model the config helper resolves it instead.
     """
     key = name.strip().lower().removeprefix("torch.")
@@ -40,7 +40,7 @@ def normalize_dtype(name: str, capability: Optional[tuple[int, int]] = None) -> 
     return DTYPE_ALIASES[key]
 
 
-# Selector inputs that only some versions have (vllm-rules §2, §9)
+# Selector inputs that only some versions have (docs/vllm-rules.md §2, §9)
 OPTIONAL_SELECTOR_FIELDS = (
     "use_per_head_quant_scales",
     "has_sliding_window",
@@ -56,7 +56,7 @@ OPTIONAL_SELECTOR_FIELDS = (
 
 @dataclass(frozen=True)
 class SelectorInputs:
-    """vLLM's `AttentionSelectorConfig` (vllm-rules §2). `block_size` is the user's --block-size."""
+    """vLLM's `AttentionSelectorConfig` (docs/vllm-rules.md §2). `block_size` is the user's --block-size."""
 
     head_size: int
     dtype: str  # "float16" | "bfloat16" | "float32"
@@ -68,7 +68,7 @@ class SelectorInputs:
     use_mm_prefix: bool = False
     attn_type: str = "decoder"  # decoder | encoder | encoder_only | encoder_decoder
     use_per_head_quant_scales: bool = False
-    # later selector inputs (vllm-rules §9); ignored (with a note) by versions without them
+    # later selector inputs (docs/vllm-rules.md §9); ignored (with a note) by versions without them
     has_sliding_window: bool = False
     use_non_causal: bool = False
     use_batch_invariant: bool = False
@@ -145,7 +145,7 @@ class SelectionContext:
     flash_attn_version_override: Optional[int] = None
     importable: Optional[Mapping[str, bool]] = None
     gpu_name: Optional[str] = None
-    # later rules (vllm-rules §9): MLA dims for TOKENSPEED_MLA / sparse FlashInfer, the indexer
+    # later rules (docs/vllm-rules.md §9): MLA dims for TOKENSPEED_MLA / sparse FlashInfer, the indexer
     # top-k for FLASH_ATTN_MLA_SPARSE_FA4, and the context-parallel sizes behind use_dcp/use_pcp.
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
@@ -167,7 +167,7 @@ class SelectionContext:
 
     @property
     def effective_qk_nope_head_dim(self) -> int:
-        # getattr(hf_text_config, "qk_nope_head_dim", 1) in FlashInfer MLA (vllm-rules §3b)
+        # getattr(hf_text_config, "qk_nope_head_dim", 1) in FlashInfer MLA (docs/vllm-rules.md §3b)
         return 1 if self.qk_nope_head_dim is None else self.qk_nope_head_dim
 
     def replace(self, **changes: Any) -> "SelectionContext":

@@ -1,5 +1,5 @@
 """The vocabulary of vLLM's attention rules: kernel block sizes, a backend's attributes as data,
-and small facts several rule modules share (vllm-rules §2, §3). No torch is imported here."""
+and small facts several rule modules share (docs/vllm-rules.md §2, §3). No torch is imported here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-IMPORT_ERROR_REASON = "ImportError"  # vllm-rules §5b: the literal reason for a missing package
+IMPORT_ERROR_REASON = "ImportError"  # docs/vllm-rules.md §5b: the literal reason for a missing package
 # Rules that read the model from vLLM's current VllmConfig get it from the SelectionContext; where
 # the context gives no head count, this stands in for it (the parity harness's model stand-in uses
 # the same value: MHA, no GQA).
@@ -18,7 +18,7 @@ UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class MultipleOf:
-    """vLLM's `MultipleOf(base)` kernel block size: any multiple of `base` (seeds/002)."""
+    """vLLM's `MultipleOf(base)` kernel block size: any multiple of `base` (docs/vllm-rules.md §2)."""
 
     base: int
 
@@ -66,7 +66,7 @@ def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[Kern
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One backend's attributes, as data (vllm-rules §3a/§3b)."""
+    """One backend's attributes, as data (docs/vllm-rules.md §3a/§3b)."""
 
     name: str
     class_path: str
@@ -85,7 +85,7 @@ class BackendSpec:
     combination: Optional[str]
     imports: tuple[str, ...]
     required_layout: Any
-    # later selector inputs (vllm-rules §9 "New validation reasons"); older releases lack them.
+    # later selector inputs (docs/vllm-rules.md §9 "New validation reasons"); older releases lack them.
     sliding_window: Any = False
     rswa: Any = False
     non_causal: Any = False
@@ -116,10 +116,10 @@ class FlashAttnResolution:
 
 
 def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
-    """vLLM's `is_quantized_kv_cache`: anything but auto/float16/bfloat16 (vllm-rules §9)."""
+    """vLLM's `is_quantized_kv_cache`: anything but auto/float16/bfloat16 (docs/vllm-rules.md §9)."""
     return kv_cache_dtype is not None and kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES
 
 
 def attn_type_str(attn_type: str) -> str:
-    """How vLLM's f-strings print an `AttentionType` member under Python 3.11+ (vllm-rules §2)."""
+    """How vLLM's f-strings print an `AttentionType` member under Python 3.11+ (docs/vllm-rules.md §2)."""
     return f"AttentionType.{attn_type.upper()}"

@@ -24,7 +24,7 @@ SUPPORT_LEVELS = {"NEVER": 0, "UNIFORM_SINGLE_TOKEN_DECODE": 1, "UNIFORM_BATCH":
 
 def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) -> Optional[str]:
     """The AttentionCGSupport of `backend`'s builder on a GPU of this capability (None: unknown).
-    FLASH_ATTN's builder depends on the FA version vLLM runs: FA3 on CC 9.x (vllm-rules §3c), FA4 on
+    FLASH_ATTN's builder depends on the FA version vLLM runs: FA3 on CC 9.x (docs/vllm-rules.md §3c), FA4 on
     CC 10.x/11.x where the release has an `fa4` entry (0.33: ALWAYS with FA3 or FA4); FlashInfer
     reaches UNIFORM_BATCH only when it can decode with TRT-LLM kernels (CC 10.x)."""
     entry = facts["support"].get(backend)

@@ -1,6 +1,6 @@
 """vLLM's attention-backend selection, end to end, as pure functions over a version's rules.
 
-Mirrors vLLM's start-up (vllm-rules §5, §9): check_if_supports_dtype (§5g) -> the version's
+Mirrors vLLM's start-up (docs/vllm-rules.md §5, §9): check_if_supports_dtype (§5g) -> the version's
 block-size flow (attention/versions/block_size.py: config time §5f, or after the layers §9) ->
 per-layer get_attn_backend_cls (§5c/§5d) -> KV layout (§5e). `explain()` returns what vLLM would
 do: valid backends and reasons, the chosen backend, the KV block size, the exact log lines and the
@@ -50,7 +50,7 @@ def validate_backend(profile: RuleProfile, name: str, inputs: SelectorInputs, ct
         # get_class() -> get_path() raises ValueError (not ImportError), so it propagates
         raise VllmRaises(_unregistered_message(name))
     if name in profile.data.get("missing_module", []):
-        # the enum names a module that no wheel ships (vllm-rules §9 "Not CUDA" table)
+        # the enum names a module that no wheel ships (docs/vllm-rules.md §9 "Not CUDA" table)
         return [profile.code.import_failure_reason(profile.registry[name].rsplit(".", 1)[0])]
     _check_explicit_backend_modelled(profile, name)
     return profile.validate(name, inputs, ctx)
@@ -82,7 +82,7 @@ def select_attention_backend(
     ctx: SelectionContext,
     raise_on_invalid: bool = True,
 ) -> Optional[str]:
-    """`CudaPlatformBase.select_attention_backend` (vllm-rules §5c). Raises VllmRaises."""
+    """`CudaPlatformBase.select_attention_backend` (docs/vllm-rules.md §5c). Raises VllmRaises."""
     if selected_backend is not None:
         errors = validate_backend(profile, selected_backend, inputs, ctx)
         if errors:
@@ -135,14 +135,14 @@ def kernel_block_size_for(
 # --- input checks ---------------------------------------------------------------------------------
 def check_inputs(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> None:
     """Bad input -> UserInputError (exit 2), with vLLM's own message where vLLM has one."""
-    # attention-free models (Mamba) report head size 0 and still go through §5f (vllm-rules §5f step 3)
+    # attention-free models (Mamba) report head size 0 and still go through §5f (docs/vllm-rules.md §5f step 3)
     smallest = 0 if ctx.is_attention_free else 1
     if not isinstance(inputs.head_size, int) or inputs.head_size < smallest:
         raise UserInputError(f"head size must be a positive integer, got {inputs.head_size!r}")
     if inputs.dtype not in TORCH_DTYPES:
         raise UserInputError(f"Unknown dtype: {inputs.dtype!r}")
     if inputs.kv_cache_dtype is not None and inputs.kv_cache_dtype not in profile.cache_dtypes:
-        # selector.get_attn_backend's assert (vllm-rules §4)
+        # selector.get_attn_backend's assert (docs/vllm-rules.md §4)
         raise UserInputError(
             f"Invalid kv_cache_dtype: {inputs.kv_cache_dtype}. Valid values are: {tuple(profile.cache_dtypes)!r}"
         )
@@ -188,7 +188,7 @@ class Run:
 
 
 def _bf16_check(inputs: SelectorInputs, ctx: SelectionContext) -> None:
-    # CudaPlatformBase.check_if_supports_dtype (vllm-rules §5g), run while the model config is built
+    # CudaPlatformBase.check_if_supports_dtype (docs/vllm-rules.md §5g), run while the model config is built
     if inputs.dtype == "bfloat16" and tuple(ctx.capability) < (8, 0):
         gpu = ctx.gpu_name or "CUDA"
         raise VllmRaises(
@@ -201,7 +201,7 @@ def _bf16_check(inputs: SelectorInputs, ctx: SelectionContext) -> None:
 
 
 def _fa_warnings(run: Run, inputs: SelectorInputs, user_backend: Optional[str]) -> None:
-    """FA version warnings (warning_once) that validating FLASH_ATTN logs (vllm-rules §3c)."""
+    """FA version warnings (warning_once) that validating FLASH_ATTN logs (docs/vllm-rules.md §3c)."""
     profile, ctx = run.profile, run.ctx
     evaluates_fa = user_backend == "FLASH_ATTN" or (
         user_backend is None and "FLASH_ATTN" in profile.priority_list(inputs, ctx)
@@ -212,7 +212,7 @@ def _fa_warnings(run: Run, inputs: SelectorInputs, user_backend: Optional[str]) 
 
 
 def get_attn_backend_cls(run: Run, cfg: SelectorInputs, user_backend: Optional[str]) -> str:
-    """cuda.py `get_attn_backend_cls` + the selector's KV-layout step (vllm-rules §5d, §5e, §9)."""
+    """cuda.py `get_attn_backend_cls` + the selector's KV-layout step (docs/vllm-rules.md §5d, §5e, §9)."""
     profile, ctx = run.profile, run.ctx
     try:
         chosen = select_attention_backend(profile, user_backend, cfg, ctx, raise_on_invalid=True)
@@ -292,7 +292,7 @@ def strip_unknown_inputs(profile: RuleProfile, inputs: SelectorInputs) -> tuple[
 
 
 def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> Explanation:
-    """What vLLM would do at start-up with these inputs on this GPU (vllm-rules §5)."""
+    """What vLLM would do at start-up with these inputs on this GPU (docs/vllm-rules.md §5)."""
     user_backend = profile.resolve_backend_name(ctx.user_backend) if ctx.user_backend else None
     inputs, notes = strip_unknown_inputs(profile, inputs)
     check_inputs(profile, inputs, ctx)
@@ -372,7 +372,7 @@ def _kv_cache_split(
 def _runtime_flash_attn_version(run: Run, inputs: SelectorInputs, selected: Optional[str]) -> Optional[int]:
     fa_runtime = run.profile.code.flash_attn_version(run.ctx, inputs.head_size, inputs)
     if selected == "FLASH_ATTN":
-        # FlashAttentionImpl resolves the version again, now with the head size (vllm-rules §3c)
+        # FlashAttentionImpl resolves the version again, now with the head size (docs/vllm-rules.md §3c)
         for message in fa_runtime.warnings:
             run.log("warning", message, "fa_utils.get_flash_attn_version", once=True)
     return fa_runtime.version

@@ -40,7 +40,7 @@ class SelectionRequest:
     flashinfer_cubin: bool = True
     hybrid: Optional[bool] = None
     mamba_cache_float32: Optional[bool] = None
-    # later selector inputs (vllm-rules §9)
+    # later selector inputs (docs/vllm-rules.md §9)
     sliding_window: Optional[bool] = None
     non_causal: bool = False
     kv_connector: bool = False
@@ -49,7 +49,7 @@ class SelectionRequest:
     per_head_quant_scales: bool = False
     rswa: bool = False
     adaptive_verification: bool = False
-    # model facts later rules read from vLLM's VllmConfig (vllm-rules §9)
+    # model facts later rules read from vLLM's VllmConfig (docs/vllm-rules.md §9)
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     num_kv_heads: Optional[int] = None
@@ -147,7 +147,7 @@ def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability
         use_mm_prefix=bool(_pick(req.use_mm_prefix, getattr(facts, "use_mm_prefix", None), False)),
         attn_type=_pick(req.attn_type, getattr(facts, "attn_type", None), "decoder"),
         use_per_head_quant_scales=req.per_head_quant_scales,
-        # later inputs (vllm-rules §9): a config `sliding_window` means sliding-window layers
+        # later inputs (docs/vllm-rules.md §9): a config `sliding_window` means sliding-window layers
         has_sliding_window=bool(_pick(req.sliding_window, _has_window(facts), False)),
         use_non_causal=req.non_causal,
         # VLLM_BATCH_INVARIANT is also a selector input where the version has the field
@@ -198,7 +198,7 @@ def _selection_context(
         mamba_cache_float32=bool(_pick(req.mamba_cache_float32, model_float32, False)),
         qk_nope_head_dim=_pick(req.qk_nope_head_dim, getattr(facts, "qk_nope_head_dim", None), None),
         model_dims_known=facts is not None or any(getattr(req, name) is not None for name in MODEL_DIM_FIELDS),
-        # vLLM's use_sparse *is* `hasattr(hf_config, "index_topk")` for MLA models (vllm-rules §6)
+        # vLLM's use_sparse *is* `hasattr(hf_config, "index_topk")` for MLA models (docs/vllm-rules.md §6)
         has_index_topk=bool(_pick(req.has_index_topk, getattr(facts, "has_index_topk", None), use_sparse)),
         use_trtllm_attention=req.use_trtllm_attention,
         batch_invariant=req.batch_invariant,

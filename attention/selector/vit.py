@@ -1,9 +1,9 @@
-"""vLLM's ViT (vision tower) attention backend, `CudaPlatformBase.get_vit_attn_backend` (vllm-rules §8).
+"""vLLM's ViT (vision tower) attention backend, `CudaPlatformBase.get_vit_attn_backend` (docs/vllm-rules.md §8).
 
 The version's data (`vit`) gives the supported list (and one for CC < 8.0 where the version has
 it), the backends the automatic loop skips, the one it returns as soon as it reaches it, and the
 fallback. An explicit backend (--mm-encoder-attn-backend) must be in the list; otherwise the first
-backend whose head size, dtype and compute capability pass wins (vllm-rules §8, §9 ViT).
+backend whose head size, dtype and compute capability pass wins (docs/vllm-rules.md §8, §9 ViT).
 """
 
 from __future__ import annotations

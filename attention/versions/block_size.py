@@ -1,9 +1,9 @@
 """How a vLLM version settles the KV-cache block size around the layers' backend choice: a strategy
 object per start-up path, named by the version's data (`"block_size_flow": {"kind": ...}`).
 
-- `config_time` (vllm-rules §5f, Feb 2026 main): cuda.py `check_and_update_config` ->
+- `config_time` (docs/vllm-rules.md §5f, Feb 2026 main): cuda.py `check_and_update_config` ->
   `_update_block_size_for_backend` picks the block size first, then the layers select with it.
-- `layer_backends` (vllm-rules §9): the layers select first (with the user's --block-size only),
+- `layer_backends` (docs/vllm-rules.md §9): the layers select first (with the user's --block-size only),
   then `Platform.update_block_size_for_backend` picks one size their backends accept.
 
 A release with a new path adds a flow class here (or in its own module) and names it in its data.
@@ -82,7 +82,7 @@ class BlockSizeFlow:
 
 
 class ConfigTimeFlow(BlockSizeFlow):
-    """vllm-rules §5f then §5d: the block size is settled at config time, then the layers select.
+    """docs/vllm-rules.md §5f then §5d: the block size is settled at config time, then the layers select.
     Hybrid models are skipped there (HybridAttentionMambaModelConfig sets their block size)."""
 
     kind = "config_time"
@@ -104,7 +104,7 @@ class ConfigTimeFlow(BlockSizeFlow):
 
 
 class LayerBackendsFlow(BlockSizeFlow):
-    """vllm-rules §9: each layer calls get_attn_backend_cls with block_size set only when the user
+    """docs/vllm-rules.md §9: each layer calls get_attn_backend_cls with block_size set only when the user
     gave --block-size; then update_block_size_for_backend picks one size. Params:
     `log_precluded_by_block_size` (the warning about higher-priority backends --block-size excluded),
     `log_format` (the "Setting kv cache block size" line, with {size} and {backends})."""
@@ -148,7 +148,7 @@ def flow_from_data(data: dict) -> BlockSizeFlow:
 def update_block_size_for_backend_at_config_time(
     run: Run, inputs: SelectorInputs, user_backend: Optional[str]
 ) -> int:
-    """cuda.py `_update_block_size_for_backend` (vllm-rules §5f). Returns the block size it leaves."""
+    """cuda.py `_update_block_size_for_backend` (docs/vllm-rules.md §5f). Returns the block size it leaves."""
     profile, ctx = run.profile, run.ctx
     default = profile.params["default_block_size"]
     user_block_size = inputs.block_size
@@ -199,7 +199,7 @@ def update_block_size_for_backend_at_config_time(
 
 
 def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
-    """`get_attn_backend_cls` (vllm-rules §9): higher-priority backends whose ONLY reason was the block size."""
+    """`get_attn_backend_cls` (docs/vllm-rules.md §9): higher-priority backends whose ONLY reason was the block size."""
     priorities = run.profile.priority_list(cfg, run.ctx)
     chosen_priority = dict(valid)[chosen]
     excluded = [
@@ -220,7 +220,7 @@ def common_block_size(
     profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None,
     inputs: Optional[SelectorInputs] = None,
 ) -> int:
-    """`Platform.update_block_size_for_backend` (vllm-rules §9): one block size every layer's backend accepts.
+    """`Platform.update_block_size_for_backend` (docs/vllm-rules.md §9): one block size every layer's backend accepts.
 
     One backend: its `get_preferred_block_size(16)`. Several: the smallest LCM of their kernel
     sizes that every backend accepts (starting from the LCM of their preferred sizes); none ->
@@ -260,7 +260,7 @@ def aligned_block_size_error(
 
 
 def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: list[str], log_format: str) -> int:
-    """The user's --block-size is kept; otherwise one size for every layer backend (vllm-rules §9).
+    """The user's --block-size is kept; otherwise one size for every layer backend (docs/vllm-rules.md §9).
     vLLM logs the size only when it is not the default 16."""
     if inputs.block_size is not None:
         return inputs.block_size  # cache_config.user_specified_block_size

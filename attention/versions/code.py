@@ -9,7 +9,7 @@ attention/versions/; a release that changed nothing but data names no module at 
 its predecessor's `Rules` (the data's `"code"` key is inherited like any other key).
 
 What every version must provide (abstract here): the FlashAttention version resolution and the
-priority list. Facts: shared/reference/vllm-rules.md §2, §3, §3c, §5a.
+priority list. Facts: docs/vllm-rules.md §2, §3, §3c, §5a.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class RuleCode:
 
         return flow_from_data(self.profile.data["block_size_flow"])
 
-    # --- import failures (vllm-rules §5b) -----------------------------------------------------
+    # --- import failures (docs/vllm-rules.md §5b) -----------------------------------------------------
     def import_failure_reason(self, module: str) -> str:
         # the data's `import_failure_format`: "ImportError" (the literal), or e.g.
         # "ModuleNotFoundError: No module named '{module}'" where vLLM prints the exception
@@ -109,6 +109,6 @@ class RuleCode:
     ) -> Optional[int]:
         return None
 
-    # --- FlashInfer's TRT-LLM path and artifactory (vllm-rules §3a, §7) ------------------------
+    # --- FlashInfer's TRT-LLM path and artifactory (docs/vllm-rules.md §3a, §7) ------------------------
     def has_nvidia_artifactory(self, ctx: "SelectionContext") -> bool:
         return bool(ctx.has_flashinfer_cubin)

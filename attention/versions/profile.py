@@ -1,7 +1,7 @@
 """The version object: one vLLM version's attention rules, its data (attention/versions/*.json)
 and its code (the `Rules` class the data names). Pure: (inputs, ctx) -> answer; no torch.
 
-Facts: shared/reference/vllm-rules.md §2 (validate_configuration), §3 (backends), §4 (literals).
+Facts: docs/vllm-rules.md §2 (validate_configuration), §3 (backends), §4 (literals).
 Everything that differs between vLLM versions is asked of this object -- never a version string.
 """
 
@@ -106,7 +106,7 @@ class RuleProfile:
 
     @property
     def flash_attn_version_choices(self) -> tuple[int, ...]:
-        """The values `--attention-config.flash_attn_version` accepts (vllm-rules §3c)."""
+        """The values `--attention-config.flash_attn_version` accepts (docs/vllm-rules.md §3c)."""
         return self.code.flash_attn_version_choices()
 
     # --- data access ------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class RuleProfile:
     def has_selector_field(self, field_name: str) -> bool:
         return field_name in self.params["selector_fields"]
 
-    # --- name lookup (vllm-rules §7: the name is upper-cased and looked up in the enum) --------
+    # --- name lookup (docs/vllm-rules.md §7: the name is upper-cased and looked up in the enum) --------
     def resolve_backend_name(self, name: str) -> str:
         upper = name.strip().upper()
         if upper in self.registry:
@@ -179,7 +179,7 @@ class RuleProfile:
             return self.code.kernel_block_sizes_rule(spec, ctx, inputs)
         if spec.kernel_block_sizes_hybrid_float32_mamba and ctx.is_hybrid and ctx.mamba_cache_float32:
             # FlashAttention: only these sizes avoid the NaN problem with float32 Mamba state
-            # (vllm-rules §3a FLASH_ATTN; flash-attention issue #1974)
+            # (docs/vllm-rules.md §3a FLASH_ATTN; flash-attention issue #1974)
             return list(spec.kernel_block_sizes_hybrid_float32_mamba)
         return list(spec.kernel_block_sizes)
 
@@ -187,7 +187,7 @@ class RuleProfile:
         self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
         inputs: Optional["SelectorInputs"] = None,
     ) -> bool:
-        # AttentionBackend.supports_block_size (vllm-rules §2, seeds/002)
+        # AttentionBackend.supports_block_size (docs/vllm-rules.md §2)
         if block_size is None:
             return True
         if self.block_sizes and block_size not in self.block_sizes:
@@ -203,7 +203,7 @@ class RuleProfile:
         self, backend: str, ctx: "SelectionContext", default: Optional[int] = None,
         inputs: Optional["SelectorInputs"] = None,
     ) -> int:
-        # get_preferred_block_size(default) as quoted in vllm-rules §2
+        # get_preferred_block_size(default) as quoted in docs/vllm-rules.md §2
         default = self.params["default_block_size"] if default is None else default
         override = self.code.preferred_block_size_override(self.backend(backend), ctx, inputs, default)
         if override is not None:
@@ -377,7 +377,7 @@ class RuleProfile:
         return reasons
 
 
-# (selector field, BackendSpec attribute, vLLM's reason) in vLLM's order (vllm-rules §9)
+# (selector field, BackendSpec attribute, vLLM's reason) in vLLM's order (docs/vllm-rules.md §9)
 _NEW_INPUT_CHECKS = (
     ("has_sliding_window", "sliding_window", "sliding window not supported"),
     ("use_rswa", "rswa", "R-SWA not supported"),
@@ -397,7 +397,7 @@ _NEW_INPUT_CHECKS = (
 
 def block_size_cli_error(profile: RuleProfile, block_size: Optional[int]) -> Optional[str]:
     """vLLM's argument-parser error for --block-size where the version has the BlockSize Literal
-    (vllm-rules §4); without it (0.18 on, §9) any int > 0 is accepted."""
+    (docs/vllm-rules.md §4); without it (0.18 on, §9) any int > 0 is accepted."""
     if block_size is None or not profile.block_sizes or block_size in profile.block_sizes:
         return None
     choices = ", ".join(str(s) for s in profile.block_sizes)

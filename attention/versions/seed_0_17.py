@@ -1,10 +1,11 @@
 """Rules that are code as of vLLM main in February 2026 (≈ 0.17.0): the oldest version attnsel models,
 and the base every later release's `Rules` extends.
 
-Facts: shared/reference/vllm-rules.md §3 (backends), §3b (FlashMLA helper), §3c (FlashAttention
-version), §5a (priorities); shared/seeds/000 (cuda.py) and 002 (backend.py). The data's
+Facts: docs/vllm-rules.md §3 (backends), §3b (FlashMLA helper), §3c (FlashAttention
+version), §5a (priorities); the seed's vllm/platforms/cuda.py and vllm/v1/attention/backend.py
+(docs/vllm-rules.md §1). The data's
 `flash_attn_version_rules` picks the fa_utils revision: "0.17.0" (FA4 default on Blackwell) or
-"0.16.0" (none), the two revisions the seed may have carried (vllm-rules §1).
+"0.16.0" (none), the two revisions the seed may have carried (docs/vllm-rules.md §1).
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from typing import Optional
 from attnsel.attention.versions.code import RuleCode
 from attnsel.attention.rules import FlashAttnResolution
 
-FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # vllm-rules §3c, v0.16.0 column
+FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # docs/vllm-rules.md §3c, v0.16.0 column
 
 
 class Rules(RuleCode):
-    # --- FlashAttention version (vllm-rules §3c) -------------------------------------------
+    # --- FlashAttention version (docs/vllm-rules.md §3c) -------------------------------------------
     def _fa_rules_without_fa4(self) -> bool:
         return self.profile.params["flash_attn_version_rules"] == FA_RULES_WITHOUT_FA4_DEFAULT
 
     def flash_attn_version_choices(self) -> tuple[int, ...]:
-        # AttentionConfig.flash_attn_version: Literal[2, 3], or [2, 3, 4] with FA4 (vllm-rules §3c)
+        # AttentionConfig.flash_attn_version: Literal[2, 3], or [2, 3, 4] with FA4 (docs/vllm-rules.md §3c)
         return (2, 3) if self._fa_rules_without_fa4() else (2, 3, 4)
 
     def fa_version_supported(self, version: int, ctx) -> bool:
@@ -92,7 +93,7 @@ class Rules(RuleCode):
             return list(prio["mla_blackwell"]) + list(tail)
         return list(prio["blackwell"] if blackwell else prio["other"])
 
-    # --- FlashInfer sinks through TRT-LLM (vllm-rules §3a, §7) ----------------------------
+    # --- FlashInfer sinks through TRT-LLM (docs/vllm-rules.md §3a, §7) ----------------------------
     def supports_trtllm_attention(self, ctx) -> bool:
         if ctx.batch_invariant:
             return False
@@ -144,7 +145,7 @@ class Rules(RuleCode):
         return None
 
     def _combination_flashmla(self, inputs, ctx) -> Optional[str]:
-        """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (vllm-rules §3b)."""
+        """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (docs/vllm-rules.md §3b)."""
         unavailable = self._flashmla_available_reason(ctx)
         if unavailable is not None:
             return unavailable

@@ -1,5 +1,5 @@
 """Rules that are code in vLLM 0.18.0 (the first release with the block size settled after the
-layers chose, vllm-rules §9): what differs from 0.19 (this profile's base, the release after). Read in
+layers chose, docs/vllm-rules.md §9): what differs from 0.19 (this profile's base, the release after). Read in
 the release's own source (bench/tools/selection_source.py), checked with bench/tools/parity_live.py;
 each method names the file of vllm/ it follows (restated, not copied).
 """

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class Rules(seed_0_17.Rules):
-    FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell DC devices"  # ops/flashmla.py (vllm-rules §9)
+    FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell DC devices"  # ops/flashmla.py (docs/vllm-rules.md §9)
 
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
     def fa_version(

@@ -1,4 +1,4 @@
-"""Rules that are code in vLLM 0.33.0 (4ba787ec9): what changed since 0.24 (vllm-rules §9). Checked
+"""Rules that are code in vLLM 0.33.0 (4ba787ec9): what changed since 0.24 (docs/vllm-rules.md §9). Checked
 against the real vLLM 0.33.0 with bench/tools/parity_live.py; each method names the file of vllm/
 it follows (read in site-packages, restated here, not copied). The MLA backends' new
 `supports_combination` texts are in vllm_0_33_mla.py.

@@ -1,5 +1,5 @@
 """vLLM 0.33.0's MLA backends: the `supports_combination` texts that changed or are new since 0.24
-(vllm/v1/attention/backends/mla/*.py), a mixin of vllm_0_33.Rules (vllm-rules §9: the sparse MLA
+(vllm/v1/attention/backends/mla/*.py), a mixin of vllm_0_33.Rules (docs/vllm-rules.md §9: the sparse MLA
 backends)."""
 
 from __future__ import annotations

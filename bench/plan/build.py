@@ -4,7 +4,7 @@ Before anything runs, every (backend, --block-size) pair is checked with the `ex
 this GPU (bench/plan/rules.py): a pair vLLM would refuse is listed as skipped with vLLM's own
 reason and never timed. This module is torch-free (`--dry-run` works without a GPU).
 
-Default grid: backends FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION (vllm-rules §5a,
+Default grid: backends FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION (docs/vllm-rules.md §5a,
 non-MLA); block sizes 16, 32, 64, 128, 256 (FLEX_ATTENTION: 16 only, unless --full or
 --block-sizes: it recompiles per shape and block size); the workload shapes are in
 bench/plan/workloads.py, the shape in bench/plan/shape.py.
@@ -30,7 +30,7 @@ from attnsel.errors import UserInputError
 BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
 # FlexAttention recompiles per shape and block size; the default/quick grids keep vLLM's own
-# preferred size (16, vllm-rules §5f) so the sweep stays inside its time budget.
+# preferred size (16, docs/vllm-rules.md §5f) so the sweep stays inside its time budget.
 LIMITED_DEFAULT_BLOCK_SIZES: dict[str, tuple[int, ...]] = {"FLEX_ATTENTION": (16,)}
 
 

@@ -1,7 +1,7 @@
 """What the tune plan does for MLA models and fp8 KV caches (torch-free; bench/plan/build.py calls it).
 
 MLA (DeepSeek-V2/V3/R1, Kimi-K2, GLM-4.x-MoE-Lite...): vLLM chooses among its MLA backends
-(vllm-rules §3b, §5a: FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA), so those
+(docs/vllm-rules.md §3b, §5a: FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA), so those
 are the grid; the rule profile filters them per GPU and block size exactly as for dense models
 (FLASHMLA: kernel pages of 64, so --block-size 64/128/256; FLASHINFER_MLA and CUTLASS_MLA: CC 10.x).
 One layer per GPU holds `num_heads // TP` query heads over ONE latent cache of
@@ -21,7 +21,7 @@ from attnsel.errors import UserInputError
 
 MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
-# (it sets the softmax scale and FLASHINFER_MLA's validity, vllm-rules §3b/§9)
+# (it sets the softmax scale and FLASHINFER_MLA's validity, docs/vllm-rules.md §3b/§9)
 DEFAULT_QK_NOPE_HEAD_DIM = 128
 
 PREFILL_NOTE = ("MLA: decode is timed; prefill and mixed batches are not. vLLM runs MLA prefill non-absorbed "
@@ -60,7 +60,7 @@ def make_mla_shape(
     qk_nope_head_dim: Optional[int] = None,
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
-    query heads per GPU = total // TP over one latent cache (vllm-rules §6)."""
+    query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
 
     if num_heads <= 0 or tensor_parallel_size <= 0:

@@ -105,12 +105,12 @@ def _hybrid_runs_as_given(profile, selector, backend: str, block_size: int, shap
 
 def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
                  vllm_version: Optional[str] = None) -> tuple[list[str], Optional[int]]:
-    """What vLLM says about `--attention-backend BACKEND --block-size N` (vllm-rules §2, §5f):
+    """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
     profile, versions, selector = _rules(vllm_version)
     cli_error = versions.block_size_cli_error(profile, block_size)
     if cli_error:
-        # where the version has the BlockSize literal its argument parser refuses other sizes (vllm-rules §4, §9)
+        # where the version has the BlockSize literal its argument parser refuses other sizes (docs/vllm-rules.md §4, §9)
         return [cli_error], None
     ctx = _selection_context(selector, shape, capability, backend)
     try:

@@ -15,7 +15,7 @@ DTYPE_ALIASES = {
     "fp16": "float16", "half": "float16", "float16": "float16",
     "fp32": "float32", "float": "float32", "float32": "float32",
 }
-# vllm-rules §4 CacheDType.
+# docs/vllm-rules.md §4 CacheDType.
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 
 
@@ -32,7 +32,7 @@ class TuneShape:
     model: Optional[str] = None
     assumed: Optional[str] = None  # what tune assumed that the user did not say (default head layout)
     tensor_parallel_size: int = 1
-    # Model-derived selector facts that change vLLM's verdict (vllm-rules §2, §6); the kernels
+    # Model-derived selector facts that change vLLM's verdict (docs/vllm-rules.md §2, §6); the kernels
     # timed here do not model them (no sinks, no sliding window): rows say so in their notes.
     has_sink: bool = False
     use_sparse: bool = False

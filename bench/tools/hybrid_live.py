@@ -4,7 +4,7 @@
 
 For each bundled hybrid config, GPU and flag set, on a stand-in VllmConfig (attention/explain/live_runtime.py,
 offline) with the backend attnsel selected as every attention layer's (`_find_non_ssm_backend(s)` reads
-a built model: vllm-rules §10; GLM-5-Next's indexer cache backends ahead of it) and the model's real class from vLLM's registry, vLLM decides:
+a built model: docs/vllm-rules.md §10; GLM-5-Next's indexer cache backends ahead of it) and the model's real class from vLLM's registry, vLLM decides:
 - prefix caching (`ModelConfig.is_prefix_caching_supported` unless the flag is given), the Mamba cache
   mode and the state dtypes (`MambaModelConfig` and the architecture's own hook in `MODELS_CONFIG_MAP`;
   0.33 parses --mamba-cache-mode and drops it: `_MAMBA_CACHE_MODE_DEPRECATION_MESSAGE`);

@@ -114,7 +114,7 @@ FA_HEADS = [64, 72, 80, 96, 128, 160, 192, 200, 256, 320, 512, 576]
 
 def fp8_blackwell_case(rng: random.Random, cc: tuple[int, int]) -> tuple[dict, dict]:
     """The corner vLLM's FLASH_ATTN validity is most intricate in: CC 10.x/11.x (and 9.0), an fp8 KV
-    cache, FA version overrides, FA4's head-size and block-size rules (vllm-rules §3c, §9)."""
+    cache, FA version overrides, FA4's head-size and block-size rules (docs/vllm-rules.md §3c, §9)."""
     inputs, ctx = dense_case(rng, rng.choice([(10, 0), (10, 0), (10, 3), (11, 0), (9, 0), (12, 0)]))
     inputs["head_size"] = rng.choice(FA_HEADS)
     inputs["kv_cache_dtype"] = rng.choice(FP8_KV_DTYPES * 3 + ["auto", "bfloat16", "float16"])

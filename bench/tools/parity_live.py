@@ -14,7 +14,7 @@ config time (0.17 and older), `get_attn_backend_cls` for the layers' choice, `ge
 with the selector config the layers really pass, `validate_configuration` of an explicit
 `--attention-backend`, and `Platform.update_block_size_for_backend` (0.18 on) with the selected
 backend as every layer's (`_find_non_ssm_backend(s)` reads the built model, which a harness without a
-model lacks: vllm-rules §10; a hybrid model's Mamba alignment is left out, phase 1 only).
+model lacks: docs/vllm-rules.md §10; a hybrid model's Mamba alignment is left out, phase 1 only).
 attention/explain/live_runtime.py (`offline=True`) sets up what a real start-up on the target GPU would give
 those functions, and nothing else:
 - `current_platform` is a `CudaPlatformBase` subclass reporting the target capability;
@@ -23,7 +23,7 @@ those functions, and nothing else:
   head counts and MLA dims, the cache dtype and block size, the DCP/PCP sizes);
   VLLM_BATCH_INVARIANT follows the case; vLLM's functools caches are cleared when the target changes.
 Assumptions aligned with attnsel's default `SelectionContext` ("every package vLLM ships with is
-present"), because this machine has no GPU driver (vllm-rules §10):
+present"), because this machine has no GPU driver (docs/vllm-rules.md §10):
 - compiled vLLM extensions that cannot be loaded without libcuda.so.1 are empty stand-in modules
   (the selection path only imports them);
 - `VLLM_HAS_FLASHINFER_CUBIN=1`, and `FLASHINFER_CUBINS_REPOSITORY` points at a closed local port,

@@ -12,7 +12,7 @@ site-packages adds the base's as a further site dir (a .pth line), so pip counts
 packages as installed: `pip install vllm==X` then installs only what the base lacks or pins
 differently (pip leaves the base's own copies alone: "outside environment"), and the layer's
 site-packages comes first on sys.path. Installs use PyPI only (`PIP_FIND_LINKS` empty: a local
-`+cpu` torch wheel there would break vLLM's extensions, vllm-rules §10) and no pip cache.
+`+cpu` torch wheel there would break vLLM's extensions, docs/vllm-rules.md §10) and no pip cache.
 `pins` reads the release wheel's Requires-Dist without downloading it (HTTP range reads).
 
 `run` starts the layer's Python with this checkout importable as `attnsel` and the rest of the

@@ -50,7 +50,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     since the flags we recommend make vLLM run its own kernel."""
     adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
     out = []
-    # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, vllm-rules §3c)
+    # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, docs/vllm-rules.md §3c)
     if tuple(capability)[0] == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
         out.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
                    "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")

@@ -118,7 +118,7 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> Tu
         return shape
     dtype = req.dtype
     if dtype == "auto":
-        # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (vllm-rules §5g/§6)
+        # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (docs/vllm-rules.md §5g/§6)
         dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
     if req.use_mla or req.kv_lora_rank is not None:
         return mla_shape(req, dtype)

@@ -1,7 +1,7 @@
 """`explain` for a model without attention layers (pure Mamba: mamba, mamba2, falcon_mamba...):
 there is no backend to pick, so the answer says that instead of a table of head-size verdicts.
 
-vLLM marks these model classes `IsAttentionFree` (vllm-rules §6 "hybrid / attention-free"); no
+vLLM marks these model classes `IsAttentionFree` (docs/vllm-rules.md §6 "hybrid / attention-free"); no
 layer calls the attention selector, and the KV cache holds Mamba states, whose block size
 `MambaModelConfig.verify_and_update_config` sets (vllm/model_executor/models/config.py):
 max_model_len without prefix caching (one state per request), --block-size with it.

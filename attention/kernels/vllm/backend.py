@@ -49,7 +49,7 @@ def _device_memory_and_name(device: Any) -> tuple[int, str]:
 
 def class_reason(cls: Any, w: Any) -> Optional[str]:
     """vLLM's own class checks for a workload, in vLLM's words (validate_configuration's first
-    reasons, vllm-rules §2): head size, dtype, KV-cache dtype."""
+    reasons, docs/vllm-rules.md §2): head size, dtype, KV-cache dtype."""
     import torch
 
     if not cls.supports_head_size(w.head_size):
@@ -133,7 +133,7 @@ class VllmBackendAdapter:
         return module_missing("vllm")
 
     def unsupported_reason(self, w: Any, block_size: int, device: str) -> Optional[str]:
-        """vLLM's own class checks, in vLLM's words (vllm-rules §2)."""
+        """vLLM's own class checks, in vLLM's words (docs/vllm-rules.md §2)."""
         try:
             from attnsel.attention.kernels.vllm.stack import backend_class
 
