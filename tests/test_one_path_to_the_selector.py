@@ -61,7 +61,8 @@ GRID = [
     # GQA: KV heads per GPU reach the rules (later FlashInfer: TRT-LLM and big kernel blocks only for GQA)
     *[Request(f"llama-3.1-8b B200 0.33 tp{tp}", "B200", "0.33", DENSE, model="llama-3.1-8b", tp=tp)
       for tp in (1, 2, 4, 8)],
-    *[Request(f"GQA flags 32/8 B200 0.33 tp{tp}", "B200", "0.33", DENSE, shape=GQA_FLAGS, tp=tp) for tp in (1, 2, 4, 8)],
+    *[Request(f"GQA flags 32/8 B200 0.33 tp{tp}", "B200", "0.33", DENSE, shape=GQA_FLAGS, tp=tp)
+      for tp in (1, 2, 4, 8)],
     Request("qwen3-8b H100 0.24 tp4", "H100", "0.24", DENSE, model="qwen3-8b", tp=4),
     # hybrid attention + Mamba: vLLM aligns the block size to the Mamba state page
     Request("qwen3-next H100 0.24 --mamba-cache-mode align", "H100", "0.24", DENSE, model="qwen3-next-80b-a3b",
@@ -101,7 +102,8 @@ def tune_plan(req: Request) -> dict:
 
 def verdict(explanation: dict, backend: str, block_size: int) -> tuple[bool, int | None]:
     """(vLLM runs BACKEND at exactly --block-size N, the kernel block size it splits it into)."""
-    runs = explanation["error"] is None and explanation["selected"] == backend and explanation["block_size"] == block_size
+    runs = (explanation["error"] is None and explanation["selected"] == backend
+            and explanation["block_size"] == block_size)
     return runs, explanation["kernel_block_size"] if runs else None
 
 

@@ -287,7 +287,7 @@ def _kv_heads_per_gpu(facts: Any) -> Optional[int]:
     total = getattr(facts, "num_kv_heads", None)
     if not total:
         return None
-    return max(1, int(total) // int(getattr(facts, "tensor_parallel_size", 1) or 1))
+    return heads_per_gpu(None, int(total), int(getattr(facts, "tensor_parallel_size", 1) or 1))[1]
 
 
 def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContext, notes: Sequence[str] = ()) -> Any:
