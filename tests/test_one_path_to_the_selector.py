@@ -65,10 +65,13 @@ GRID = [
       for tp in (1, 2, 4, 8)],
     Request("qwen3-8b H100 0.24 tp4", "H100", "0.24", DENSE, model="qwen3-8b", tp=4),
     # hybrid attention + Mamba: vLLM aligns the block size to the Mamba state page
+    # (--mamba-cache-mode all: Jamba pages of 2048 tokens, align: 80; granite on 0.24: align 400, all 512)
+    Request("jamba-v0.1 H100 0.29 --mamba-cache-mode all", "H100", "0.29", ("FLASH_ATTN", "TRITON_ATTN"),
+            model="jamba-v0.1", hybrid_flags=("--mamba-cache-mode", "all")),
+    Request("granite-4.0-h H100 0.24 --mamba-cache-mode align", "H100", "0.24", DENSE, model="granite-4.0-h-350m",
+            hybrid_flags=("--mamba-cache-mode", "align", "--enable-prefix-caching")),
     Request("qwen3-next H100 0.24 --mamba-cache-mode align", "H100", "0.24", DENSE, model="qwen3-next-80b-a3b",
             hybrid_flags=("--mamba-cache-mode", "align")),
-    Request("qwen3-next H100 0.24 --mamba-cache-mode all", "H100", "0.24", ("FLASH_ATTN", "TRITON_ATTN"),
-            model="qwen3-next-80b-a3b", hybrid_flags=("--mamba-cache-mode", "all", "--enable-prefix-caching")),
     Request("granite-4.0-h H100 0.33", "H100", "0.33", ("FLASH_ATTN", "FLASHINFER"), model="granite-4.0-h-350m"),
     # MLA and sparse MLA
     Request("deepseek-v2-lite H100 0.33", "H100", "0.33", MLA, block_sizes=(16, 64), model="deepseek-v2-lite"),
