@@ -85,6 +85,8 @@ def selection_request(shape: TuneShape, backend: Optional[str], block_size: Opti
     from attnsel.attention.selector import SelectionRequest
 
     hybrid = shape.hybrid or {}
+    # mamba_cache_float32 is the model's (shape_from_model), stated here because a hybrid shape
+    # without a recorded layout keeps no Mamba cache dtypes for build_selection to read it from
     return SelectionRequest(
         kv_cache_dtype=shape.kv_cache_dtype, block_size=block_size, attention_backend=backend,
         tensor_parallel_size=shape.tensor_parallel_size, mamba_cache_float32=shape.mamba_cache_float32,
