@@ -44,15 +44,15 @@ def register(app: typer.Typer) -> None:
     def tune_command(
         model: Optional[str] = typer.Option(None, "--model", "-m", help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
         head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size (alone: a representative head layout for it, named in the output)."),
-        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads of the model (divided by --tensor-parallel-size); default: a representative layout for --head-size."),
-        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads (GQA); default = --num-heads."),
+        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total (vLLM runs total // TP per GPU), as `attnsel explain --num-heads` reads them; default: a representative layout for --head-size."),
+        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (GQA; per GPU: max(1, total // TP), replicated when fewer than TP); default = --num-heads."),
         dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
         kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype: auto, or fp8 / fp8_e4m3 / fp8_e5m2 (an fp8 cache with per-tensor scales; backends vLLM refuses it for are skipped with vLLM's reason)."),
         use_mla: bool = typer.Option(False, "--use-mla", help="An MLA layer without --model: with --kv-lora-rank, --qk-rope-head-dim, --num-heads (DeepSeek-V3: 512, 64, 128)."),
         kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA latent width (head size = this + --qk-rope-head-dim)."),
         qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA rope part of the cache and query."),
         qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA query's no-rope width (default 128: sets the scale and FLASHINFER_MLA's validity)."),
-        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="Heads per GPU = total // TP."),
+        tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size: heads per GPU = total // TP, KV heads per GPU = max(1, KV heads // TP), for --model and --num-heads/--num-kv-heads alike (as in `attnsel explain`)."),
         backends: Optional[str] = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION, or for an MLA model FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA."),
         block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
@@ -76,6 +76,7 @@ def register(app: typer.Typer) -> None:
         capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
         enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Hybrid models: vLLM's prefix caching, which decides the Mamba cache mode and so vLLM's block size (default: vLLM's for the version)."),
         mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="Hybrid models: vLLM --mamba-ssm-cache-dtype (sizes the state page vLLM aligns the block to)."),
+        mamba_cache_mode: Optional[str] = typer.Option(None, "--mamba-cache-mode", help="Hybrid models: vLLM --mamba-cache-mode, which decides the block size vLLM aligns to (as in `attnsel explain`)."),
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
             eager=eager, timer=timer, hot_l2=hot_l2, check=check, tolerance=tolerance, timeout=timeout, gpus=gpus,
             output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability,
             vllm_version=vllm_version, prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+            mamba_cache_mode=mamba_cache_mode,
         )
         check_flags(flags)
         req = request_from_flags(flags)

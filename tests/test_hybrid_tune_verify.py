@@ -65,3 +65,15 @@ def test_tune_takes_vllms_prefix_caching_and_ssm_dtype_flags_for_a_hybrid():
     assert default() == 576 and default(prefix_caching=False) == 544
     # a float32 SSM state doubles the recurrent part of the page: a larger aligned block
     assert default(mamba_ssm_cache_dtype="float32") > 576
+
+
+def test_tune_plans_a_hybrid_with_vllms_mamba_cache_mode_and_verify_engines_run_without_it():
+    # Jamba on 0.29 (prefix caching on by default): --mamba-cache-mode all keeps one Mamba state per
+    # 2048-token block; align (the default) pages attention at 80. verify's engines pass no mode.
+    plan = make_plan(TuneRequest(model="jamba-v0.1", vllm_version="0.29", mamba_cache_mode="all"), H100, "H100")
+    assert (plan.vllm_default_backend, plan.vllm_default_block_size) == ("FLASH_ATTN", 2048)
+    shape = VP.shape_from_document(plan.to_dict())
+    assert shape.hybrid["mamba_cache_mode"] == "all"
+    assert hybrid_block_size("FLASH_ATTN", shape, H100, vllm_version="0.29") == 2048
+    assert VP.engine_shape(shape).hybrid["mamba_cache_mode"] is None
+    assert hybrid_block_size("FLASH_ATTN", VP.engine_shape(shape), H100, vllm_version="0.29") == 80

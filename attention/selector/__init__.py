@@ -10,11 +10,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         explain,
         get_attn_backend_cls,
         get_valid_backends,
+        kernel_block_size_for,
         reasons_str,
         select_attention_backend,
         strip_unknown_inputs,
+        validate_backend,
     )
-    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection, heads_per_gpu
     from attnsel.attention.selector.vit import vit_backend
 
 __all__ = [
@@ -25,9 +27,12 @@ __all__ = [
     "explain_selection",
     "get_attn_backend_cls",
     "get_valid_backends",
+    "heads_per_gpu",
+    "kernel_block_size_for",
     "reasons_str",
     "select_attention_backend",
     "strip_unknown_inputs",
+    "validate_backend",
     "vit_backend",
 ]
 __getattr__ = lazy_door(__name__, {
@@ -38,8 +43,11 @@ __getattr__ = lazy_door(__name__, {
     "explain_selection": "request",
     "get_attn_backend_cls": "engine",
     "get_valid_backends": "engine",
+    "heads_per_gpu": "request",
+    "kernel_block_size_for": "engine",
     "reasons_str": "engine",
     "select_attention_backend": "engine",
     "strip_unknown_inputs": "engine",
+    "validate_backend": "engine",
     "vit_backend": "vit",
 })

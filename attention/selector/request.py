@@ -31,7 +31,10 @@ class SelectionRequest:
     use_sparse: Optional[bool] = None
     use_mm_prefix: Optional[bool] = None
     attn_type: Optional[str] = None
+    # the model's totals, as vLLM's flags and configs state them; build_selection divides them by
+    # tensor_parallel_size (heads_per_gpu), as vLLM's ModelConfig does
     num_heads: Optional[int] = None
+    tensor_parallel_size: int = 1
     qk_nope_head_dim: Optional[int] = None
     has_index_topk: Optional[bool] = None
     flash_attn_version: Optional[int] = None
@@ -52,7 +55,7 @@ class SelectionRequest:
     # model facts later rules read from vLLM's VllmConfig (docs/vllm-rules.md §9)
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
-    num_kv_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None  # total, like num_heads
     kv_lora_rank: Optional[int] = None
     index_topk: Optional[int] = None
     # hybrid models (attention/hybrid): --enable-prefix-caching / --no-enable-prefix-caching and
@@ -99,6 +102,33 @@ def _has_window(facts: Any) -> Optional[bool]:
     return getattr(facts, "sliding_window", None) is not None
 
 
+def heads_per_gpu(num_heads: Optional[int], num_kv_heads: Optional[int],
+                  tensor_parallel_size: int) -> tuple[Optional[int], Optional[int]]:
+    """(query heads, KV heads) per GPU from the model's totals, as vLLM splits them (None stays None).
+
+    config/model.py: `get_num_attention_heads` is total // TP, after `verify_with_parallel_config`
+    refused a total TP does not divide; `get_num_kv_heads` is max(1, total_kv // TP): fewer KV heads
+    than GPUs are replicated, which the model code (models/llama.py and the other decoders) asserts
+    is an even replication (TP % KV == 0), and more are split evenly (KV % TP == 0).
+
+    >>> heads_per_gpu(32, 8, 2), heads_per_gpu(64, 4, 8)
+    ((16, 4), (8, 1))
+    """
+    tp = int(tensor_parallel_size or 1)
+    if num_heads is not None and num_heads % tp:
+        raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tp}")
+    if num_kv_heads is not None and num_kv_heads > 0:
+        if num_kv_heads >= tp and num_kv_heads % tp:
+            raise UserInputError(f"--num-kv-heads {num_kv_heads} cannot be split over --tensor-parallel-size {tp} "
+                                 f"(vLLM's model code asserts total_num_kv_heads % tp_size == 0)")
+        if num_kv_heads < tp and tp % num_kv_heads:
+            raise UserInputError(f"--tensor-parallel-size {tp} is not a multiple of --num-kv-heads {num_kv_heads} "
+                                 f"to replicate (vLLM's model code asserts tp_size % total_num_kv_heads == 0)")
+    per_gpu = None if num_heads is None else num_heads // tp
+    kv_per_gpu = None if num_kv_heads is None else max(1, num_kv_heads // tp)
+    return per_gpu, kv_per_gpu
+
+
 def build_selection(
     profile: Any,
     request: SelectionRequest = SelectionRequest(),
@@ -110,21 +140,25 @@ def build_selection(
 ) -> tuple[SelectorInputs, SelectionContext, list[str]]:
     """(SelectorInputs, SelectionContext, notes) for `profile`'s rules.
 
-    `model_facts`: a `ModelFacts` (its dtype is already resolved against the GPU), or None for
-    explicit inputs only. Notes name explicit inputs this profile's rules do not read (ignored).
+    `model_facts`: a `ModelFacts` (its dtype is already resolved against the GPU), an object with the
+    same selector-facing attributes (tune's shape: bench/plan/rules.py), or None for explicit inputs
+    only. Notes name explicit inputs this profile's rules do not read (ignored).
     Raises UserInputError when neither a head size nor a model is given.
     """
     req, facts = request, model_facts
     if req.head_size is None and facts is None:
         raise UserInputError("pass --head-size N (or --model PATH)")
+    heads, kv_heads = heads_per_gpu(req.num_heads, req.num_kv_heads, req.tensor_parallel_size)
     # the heads that will run, flags over the model's: 64 KV heads for 32 query heads is no model
-    check_heads(_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
-                _pick(req.num_kv_heads, _kv_heads_per_gpu(facts), None), " (flags and model config together)")
+    check_heads(_pick(heads, getattr(facts, "num_heads_per_gpu", None), None),
+                _pick(kv_heads, _kv_heads_per_gpu(facts), None), " (flags and model config together)")
     inputs = _selector_inputs(profile, req, facts, capability)
     model_float32 = _model_mamba_cache_float32(req, facts)
-    extra, notes = _context_inputs_read_by(profile, req)
-    ctx = _selection_context(req, facts, extra, use_sparse=inputs.use_sparse, model_float32=model_float32,
-                             capability=capability, gpu_name=gpu_name, importable=importable)
+    stated = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
+    extra, notes = _context_inputs_read_by(profile, dict(stated, num_kv_heads=kv_heads))
+    ctx = _selection_context(req, facts, extra, heads=heads, use_sparse=inputs.use_sparse,
+                             model_float32=model_float32, capability=capability, gpu_name=gpu_name,
+                             importable=importable)
     if inputs.use_mla and not ctx.model_dims_known:
         notes.append(unknown_model_dims_note(profile, inputs, ctx))
     return inputs, ctx, notes
@@ -169,10 +203,11 @@ def _model_mamba_cache_float32(req: SelectionRequest, facts: Any) -> Optional[bo
     return None
 
 
-def _context_inputs_read_by(profile: Any, req: SelectionRequest) -> tuple[dict[str, Any], list[str]]:
-    """The CONTEXT_INPUTS flags as given, those `profile`'s rules do not read set to None, with a note each."""
+def _context_inputs_read_by(profile: Any, stated: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The CONTEXT_INPUTS flags as given (KV heads per GPU), those `profile`'s rules do not read set
+    to None, with a note each."""
     notes: list[str] = []
-    extra = {name: getattr(req, name) for name, _flag, _what in CONTEXT_INPUTS}
+    extra = dict(stated)
     for name, flag, what in CONTEXT_INPUTS:
         if name not in profile.context_inputs and extra[name] is not None:
             notes.append(
@@ -184,14 +219,14 @@ def _context_inputs_read_by(profile: Any, req: SelectionRequest) -> tuple[dict[s
 
 
 def _selection_context(
-    req: SelectionRequest, facts: Any, extra: Mapping[str, Any], *, use_sparse: bool,
+    req: SelectionRequest, facts: Any, extra: Mapping[str, Any], *, heads: Optional[int], use_sparse: bool,
     model_float32: Optional[bool], capability: tuple[int, int], gpu_name: Optional[str],
     importable: Optional[Mapping[str, bool]],
 ) -> SelectionContext:
     """What vLLM's rules read besides the selector config: flag, else model, else default."""
     return SelectionContext(
         capability=tuple(capability),
-        num_heads=_pick(req.num_heads, getattr(facts, "num_heads_per_gpu", None), None),
+        num_heads=_pick(heads, getattr(facts, "num_heads_per_gpu", None), None),
         user_backend=req.attention_backend,
         is_hybrid=bool(_pick(req.hybrid, getattr(facts, "is_hybrid", None), False)),
         is_attention_free=bool(getattr(facts, "is_attention_free", False)),
@@ -252,7 +287,7 @@ def _kv_heads_per_gpu(facts: Any) -> Optional[int]:
     total = getattr(facts, "num_kv_heads", None)
     if not total:
         return None
-    return max(1, int(total) // int(getattr(facts, "tensor_parallel_size", 1) or 1))
+    return heads_per_gpu(None, int(total), int(getattr(facts, "tensor_parallel_size", 1) or 1))[1]
 
 
 def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContext, notes: Sequence[str] = ()) -> Any:
@@ -272,4 +307,4 @@ def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContex
     return expl
 
 
-__all__ = ["CONTEXT_INPUTS", "SelectionRequest", "build_selection", "explain_selection"]
+__all__ = ["CONTEXT_INPUTS", "SelectionRequest", "build_selection", "explain_selection", "heads_per_gpu"]

@@ -63,13 +63,14 @@ def make_mla_shape(
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
 
+    from attnsel.attention.selector import heads_per_gpu
+
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
-    if num_heads % tensor_parallel_size:
-        raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tensor_parallel_size}")
+    q_per_gpu, _kv = heads_per_gpu(num_heads, None, tensor_parallel_size)  # MLA: one latent KV head per GPU
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
-    return TuneShape(num_q_heads=num_heads // tensor_parallel_size, dtype=normalize_dtype(dtype),
+    return TuneShape(num_q_heads=q_per_gpu, dtype=normalize_dtype(dtype),
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
@@ -82,7 +83,7 @@ def mla_fields_from_facts(facts) -> dict:
         return {}
     rope = int(facts.qk_rope_head_dim or 0)
     return dict(kv_lora_rank=int(facts.head_size) - rope, qk_rope_head_dim=rope,
-                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim)
+                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim, index_topk=facts.index_topk)
 
 
 def mla_assumption(qk_nope_head_dim: Optional[int]) -> Optional[str]:
@@ -120,12 +121,13 @@ def shape_notes(shape) -> list[str]:
     return notes
 
 
-def selection_context_fields(shape) -> dict:
-    """The MLA sizes vLLM's rules read (FLASHINFER_MLA: qk_nope_head_dim; 0.33: kv_lora_rank, rope)."""
+def model_dims(shape) -> dict:
+    """The MLA sizes vLLM's rules read from the model config (FLASHINFER_MLA: qk_nope_head_dim; 0.33:
+    kv_lora_rank, rope, v_head_dim, sparse MLA's index_topk), in the names of attention/model `ModelFacts`."""
     if not shape.use_mla:
         return {}
     return dict(qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
-                kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, num_kv_heads=1)
+                kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, index_topk=shape.index_topk)
 
 
 def describe(shape) -> str:

@@ -1,13 +1,16 @@
-"""Tune's rules boundary: the ONE place that talks to the `explain` rules engine.
+"""Tune's rules boundary: the ONE place where tune asks vLLM's selector.
 
 `vllm_verdict` / `vllm_default_choice` answer, for one GPU and shape, what vLLM says about a
-(backend, --block-size) pair and what it picks with neither flag; if the rules API changes,
-adapt it here. Torch-free.
+(backend, --block-size) pair and what it picks with neither flag. They build the selector's inputs
+with attention/selector/request.py `build_selection`, the function `explain` and `preflight` use:
+the tune shape is the model's facts (`ShapeFacts`), the pair and the hybrid flags are the request,
+so the three commands cannot disagree about the same deployment. Torch-free.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from attnsel.bench.plan.shape import TuneShape
 
@@ -26,57 +29,82 @@ def rule_profile_choice(vllm_version: Optional[str] = None):
     return versions.select_profile(vllm_version)
 
 
-def _rules(vllm_version: Optional[str] = None):
-    """(profile, versions package, selector module) for this vLLM version (attention/rules.py)."""
-    from attnsel.attention import versions
-    from attnsel.attention.selector import engine as selector
+@dataclass(frozen=True)
+class ShapeFacts:
+    """A tune shape in the names of attention/model `ModelFacts` that `build_selection` reads: the
+    facts of the model it was derived from (shape_from_model), or of the layer the shape flags state.
+    Counts are per GPU in a TuneShape; `num_kv_heads` here is a total that vLLM's split
+    (max(1, total // TP)) turns back into the shape's KV heads per GPU."""
 
-    return rule_profile_choice(vllm_version).profile, versions, selector
+    head_size: int
+    dtype: str
+    num_heads_per_gpu: int
+    num_kv_heads: int
+    tensor_parallel_size: int
+    use_mla: bool
+    has_sink: bool
+    use_sparse: bool
+    use_mm_prefix: bool
+    attn_type: str
+    is_hybrid: bool
+    sliding_window: Optional[int]
+    mamba_ssm_cache_dtype: str
+    mamba_cache_dtype: str
+    hybrid_layout: Any = None
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    index_topk: Optional[int] = None
+    is_attention_free: bool = False  # tune refuses attention-free models before any plan
+    # the shape states the cache dtype vLLM uses (a forced one included): the request carries it
+    kv_cache_dtype_forced: Optional[str] = None
+
+    @classmethod
+    def of(cls, shape: TuneShape) -> "ShapeFacts":
+        from attnsel.bench.plan import mla as plan_mla
+
+        hybrid = shape.hybrid or {}
+        layout = None
+        if hybrid.get("layout"):
+            from attnsel.attention.hybrid import HybridLayout
+
+            layout = HybridLayout.from_json(hybrid["layout"])
+        tp = max(1, int(shape.tensor_parallel_size or 1))
+        return cls(head_size=shape.head_size, dtype=shape.dtype, num_heads_per_gpu=shape.num_q_heads,
+                   num_kv_heads=shape.num_kv_heads * tp, tensor_parallel_size=tp, use_mla=shape.use_mla,
+                   has_sink=shape.has_sink, use_sparse=shape.use_sparse, use_mm_prefix=shape.use_mm_prefix,
+                   attn_type=shape.attn_type, is_hybrid=shape.is_hybrid, sliding_window=shape.sliding_window,
+                   mamba_ssm_cache_dtype=hybrid.get("mamba_ssm_cache_dtype") or "auto",
+                   mamba_cache_dtype=hybrid.get("mamba_cache_dtype") or "auto", hybrid_layout=layout,
+                   **plan_mla.model_dims(shape))
 
 
-def _selector_inputs(selector, shape: TuneShape, block_size: Optional[int]):
-    return selector.SelectorInputs(
-        head_size=shape.head_size,
-        dtype=shape.dtype,
-        kv_cache_dtype=shape.kv_cache_dtype,
-        block_size=block_size,
-        use_mla=shape.use_mla,
-        has_sink=shape.has_sink,
-        use_sparse=shape.use_sparse,
-        use_mm_prefix=shape.use_mm_prefix,
-        attn_type=shape.attn_type,
+def selection_request(shape: TuneShape, backend: Optional[str], block_size: Optional[int]):
+    """The deployment's flags for one tune row: the pair, the cache dtype, the hybrid flags."""
+    from attnsel.attention.selector import SelectionRequest
+
+    hybrid = shape.hybrid or {}
+    # mamba_cache_float32 is the model's (shape_from_model), stated here because a hybrid shape
+    # without a recorded layout keeps no Mamba cache dtypes for build_selection to read it from
+    return SelectionRequest(
+        kv_cache_dtype=shape.kv_cache_dtype, block_size=block_size, attention_backend=backend,
+        tensor_parallel_size=shape.tensor_parallel_size, mamba_cache_float32=shape.mamba_cache_float32,
+        prefix_caching=hybrid.get("prefix_caching"), mamba_cache_mode=hybrid.get("mamba_cache_mode"),
     )
 
 
-def _selection_context(selector, shape: TuneShape, capability: tuple[int, int], backend: Optional[str]):
-    # importable=None: judge the target machine as vLLM ships (every package present), the way
-    # `explain` does by default; tune times its own adapters, not vLLM's imports.
-    from attnsel.bench.plan import mla as plan_mla
+def _selection(shape: TuneShape, capability: tuple[int, int], backend: Optional[str], block_size: Optional[int],
+               vllm_version: Optional[str]):
+    """(profile, SelectorInputs, SelectionContext) as `explain` builds them for this shape and pair.
+    importable=None: judge the target machine as vLLM ships (every package present), the way
+    `explain` does by default; tune times its own adapters, not vLLM's imports."""
+    from attnsel.attention.selector import build_selection
 
-    return selector.SelectionContext(
-        capability=tuple(capability),
-        num_heads=shape.num_q_heads,
-        user_backend=backend,
-        is_hybrid=shape.is_hybrid,
-        mamba_cache_float32=shape.mamba_cache_float32,
-        hybrid=_hybrid_setup(shape),
-        **plan_mla.selection_context_fields(shape),
-    )
-
-
-def _hybrid_setup(shape: TuneShape):
-    """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py HybridSetup)."""
-    if not shape.hybrid:
-        return None
-    from attnsel.attention.hybrid import HybridLayout
-    from attnsel.attention.hybrid import HybridSetup
-
-    doc = shape.hybrid
-    return HybridSetup(layout=HybridLayout.from_json(doc["layout"]),
-                       mamba_ssm_cache_dtype=doc.get("mamba_ssm_cache_dtype") or "auto",
-                       mamba_cache_dtype=doc.get("mamba_cache_dtype") or "auto",
-                       tensor_parallel_size=shape.tensor_parallel_size, num_kv_heads=shape.num_kv_heads,
-                       prefix_caching=doc.get("prefix_caching"))
+    profile = rule_profile_choice(vllm_version).profile
+    inputs, ctx, _notes = build_selection(profile, selection_request(shape, backend, block_size),
+                                          model_facts=ShapeFacts.of(shape), capability=capability)
+    return profile, inputs, ctx
 
 
 def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int], *,
@@ -85,16 +113,18 @@ def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int
     --block-size (interface.py `_align_hybrid_block_size`); None for other models or when vLLM raises."""
     if not shape.hybrid:
         return None
-    profile, _rules_module, selector = _rules(vllm_version)
-    ctx = _selection_context(selector, shape, capability, backend)
-    explanation = selector.explain(profile, _selector_inputs(selector, shape, None), ctx)
+    from attnsel.attention.selector import explain
+
+    explanation = explain(*_selection(shape, capability, backend, None, vllm_version))
     return None if explanation.error else explanation.block_size
 
 
-def _hybrid_runs_as_given(profile, selector, backend: str, block_size: int, shape: TuneShape, ctx) -> list[str]:
+def _hybrid_runs_as_given(profile, inputs, ctx, block_size: int) -> list[str]:
     """A hybrid model's --block-size N is raised when one attention page of N tokens holds no Mamba
     state (or, 0.18-0.32, to the next multiple of N): vLLM then never runs N."""
-    explanation = selector.explain(profile, _selector_inputs(selector, shape, block_size), ctx)
+    from attnsel.attention.selector import explain
+
+    explanation = explain(profile, inputs, ctx)
     if explanation.error:
         return [explanation.error]
     if explanation.block_size != block_size:
@@ -107,22 +137,24 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
                  vllm_version: Optional[str] = None) -> tuple[list[str], Optional[int]]:
     """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
-    profile, versions, selector = _rules(vllm_version)
+    from attnsel.attention import versions
+    from attnsel.attention.selector import kernel_block_size_for, validate_backend
+
+    profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
     cli_error = versions.block_size_cli_error(profile, block_size)
     if cli_error:
         # where the version has the BlockSize literal its argument parser refuses other sizes (docs/vllm-rules.md §4, §9)
         return [cli_error], None
-    ctx = _selection_context(selector, shape, capability, backend)
     try:
-        reasons = list(selector.validate_backend(profile, backend, _selector_inputs(selector, shape, block_size), ctx))
+        reasons = list(validate_backend(profile, backend, inputs, ctx))
     except Exception as exc:  # noqa: BLE001 -- VllmRaises / not modelled: vLLM's message is the reason
         return [getattr(exc, "message", str(exc))], None
     if not reasons and shape.hybrid:
-        reasons = _hybrid_runs_as_given(profile, selector, backend, block_size, shape, ctx)
+        reasons = _hybrid_runs_as_given(profile, inputs, ctx, block_size)
     if reasons:
         return reasons, None
     try:
-        return [], int(selector.kernel_block_size_for(profile, backend, block_size, ctx))
+        return [], int(kernel_block_size_for(profile, backend, block_size, ctx, inputs))
     except Exception as exc:  # noqa: BLE001 -- "No common block size for N."
         return [getattr(exc, "message", str(exc)).strip()], None
 
@@ -130,7 +162,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
 def vllm_default_choice(shape: TuneShape, capability: tuple[int, int], *,
                         vllm_version: Optional[str] = None) -> tuple[Optional[str], Optional[int], Optional[str]]:
     """What `explain` says vLLM picks with neither flag: (backend, block size, error)."""
-    profile, _rules_module, selector = _rules(vllm_version)
-    ctx = _selection_context(selector, shape, capability, None)
-    explanation = selector.explain(profile, _selector_inputs(selector, shape, None), ctx)
+    from attnsel.attention.selector import explain
+
+    explanation = explain(*_selection(shape, capability, None, None, vllm_version))
     return explanation.selected, explanation.block_size, explanation.error

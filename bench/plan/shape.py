@@ -46,8 +46,10 @@ class TuneShape:
     qk_rope_head_dim: Optional[int] = None
     qk_nope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
+    index_topk: Optional[int] = None  # sparse MLA: the indexer's top-k, which later releases' rules check
     # hybrid models: {"layout": HybridLayout.to_json(), "mamba_ssm_cache_dtype", "mamba_cache_dtype",
-    # "prefix_caching"}: what vLLM's block-size alignment reads (attention/hybrid; plan_rules.py)
+    # "prefix_caching", "mamba_cache_mode"}: what vLLM's block-size alignment reads (attention/hybrid;
+    # bench/plan/rules.py)
     hybrid: Optional[dict] = None
 
     def describe(self) -> str:
@@ -105,7 +107,7 @@ def make_shape(
     tensor_parallel_size: int = 1,
 ) -> TuneShape:
     """A shape from explicit flags; heads are model totals, divided by TP like vLLM does
-    (heads per GPU = total // TP, KV heads per GPU = max(1, kv // TP))."""
+    (heads per GPU = total // TP, KV heads per GPU = max(1, kv // TP): attention/selector heads_per_gpu)."""
     kv = num_heads if num_kv_heads is None else num_kv_heads
     if head_size <= 0 or num_heads <= 0 or kv <= 0:
         raise UserInputError("--head-size, --num-heads and --num-kv-heads must be positive")
@@ -113,14 +115,15 @@ def make_shape(
         raise UserInputError("--tensor-parallel-size must be positive")
     if num_heads % kv:
         raise UserInputError(f"--num-heads {num_heads} is not a multiple of --num-kv-heads {kv} (GQA groups must be equal)")
-    if num_heads % tensor_parallel_size:
-        raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tensor_parallel_size}")
+    from attnsel.attention.selector import heads_per_gpu  # vLLM's split, the one explain uses
+
+    q_per_gpu, kv_per_gpu = heads_per_gpu(num_heads, kv, tensor_parallel_size)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
     return TuneShape(
         head_size=head_size,
-        num_q_heads=num_heads // tensor_parallel_size,
-        num_kv_heads=max(1, kv // tensor_parallel_size),
+        num_q_heads=q_per_gpu,
+        num_kv_heads=kv_per_gpu,
         dtype=normalize_dtype(dtype),
         kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size,
@@ -152,10 +155,12 @@ def shape_from_model(
     if facts.is_attention_free:
         raise UserInputError(f"{model} has no attention layers (model_type {facts.model_type}): vLLM picks no "
                              "attention backend for it, so there is nothing to tune")
+    from attnsel.attention.selector import heads_per_gpu
+
     return TuneShape(
         head_size=int(facts.head_size),
         num_q_heads=int(facts.num_heads_per_gpu),
-        num_kv_heads=max(1, int(facts.num_kv_heads) // tensor_parallel_size),
+        num_kv_heads=heads_per_gpu(None, int(facts.num_kv_heads), tensor_parallel_size)[1],
         dtype=normalize_dtype(str(facts.dtype)),
         kv_cache_dtype=(getattr(facts, "kv_cache_dtype_forced", None) if kv_cache_dtype == "auto" else None)
         or kv_cache_dtype,
@@ -179,7 +184,7 @@ def _hybrid_fields(facts) -> Optional[dict]:
     if layout is None:
         return None
     return {"layout": layout.to_json(), "mamba_ssm_cache_dtype": facts.mamba_ssm_cache_dtype,
-            "mamba_cache_dtype": facts.mamba_cache_dtype, "prefix_caching": None}
+            "mamba_cache_dtype": facts.mamba_cache_dtype, "prefix_caching": None, "mamba_cache_mode": None}
 
 
 def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:

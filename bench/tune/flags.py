@@ -57,6 +57,7 @@ class TuneFlags:
     vllm_version: Optional[str]
     prefix_caching: Optional[bool] = None  # hybrid models: --enable-prefix-caching / --no-enable-prefix-caching
     mamba_ssm_cache_dtype: Optional[str] = None
+    mamba_cache_mode: Optional[str] = None  # hybrid models: vLLM --mamba-cache-mode
 
 
 def check_flags(flags: TuneFlags) -> None:
@@ -110,6 +111,7 @@ def request_from_flags(flags: TuneFlags) -> TuneRequest:
         vllm_version=flags.vllm_version, gpus=flags.gpus, use_mla=flags.use_mla, kv_lora_rank=flags.kv_lora_rank,
         qk_rope_head_dim=flags.qk_rope_head_dim, qk_nope_head_dim=flags.qk_nope_head_dim,
         prefix_caching=flags.prefix_caching, mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
+        mamba_cache_mode=flags.mamba_cache_mode,
         options=_sweep_options(flags),
     )
 

@@ -19,6 +19,7 @@ from attnsel.bench.plan import hybrid_block_size, rule_profile_choice, vllm_defa
 from attnsel.bench.sweep import SweepOptions
 from attnsel.bench.plan import TuneShape, default_head_layout, make_shape, shape_from_model
 from attnsel.bench.plan import WORKLOAD_KINDS
+from attnsel.attention.model import check_hybrid_flags
 from attnsel.errors import UserInputError
 
 PLAN_SCHEMA = "attnsel-tune-plan/1"
@@ -53,6 +54,7 @@ class TuneRequest:
     # hybrid models (--model): vLLM's --enable-prefix-caching / --mamba-ssm-cache-dtype; None: vLLM's default
     prefix_caching: Optional[bool] = None
     mamba_ssm_cache_dtype: Optional[str] = None
+    mamba_cache_mode: Optional[str] = None  # --mamba-cache-mode
 
 
 MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
@@ -109,12 +111,15 @@ def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
     check_shape_flags(req)
     if req.model:
+        profile = rule_profile_choice(req.vllm_version).profile
+        check_hybrid_flags(req, profile)  # the --mamba-* values this vLLM parses, as `explain` checks them
         shape = shape_from_model(req.model, capability=capability, dtype=req.dtype,
                                  kv_cache_dtype=req.kv_cache_dtype, tensor_parallel_size=req.tensor_parallel_size,
-                                 model_rules=rule_profile_choice(req.vllm_version).profile.model_rules,
+                                 model_rules=profile.model_rules,
                                  mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype or "auto")
         if shape.hybrid:
-            shape = dataclasses.replace(shape, hybrid={**shape.hybrid, "prefix_caching": req.prefix_caching})
+            shape = dataclasses.replace(shape, hybrid={**shape.hybrid, "prefix_caching": req.prefix_caching,
+                                                       "mamba_cache_mode": req.mamba_cache_mode})
         return shape
     dtype = req.dtype
     if dtype == "auto":

@@ -203,11 +203,12 @@ def check_refusals(candidates: Sequence[Candidate], shape: TuneShape, capability
 
 
 def engine_shape(shape: TuneShape) -> TuneShape:
-    """The shape as verify's engines run it: prefix caching off (engine_worker.py), which for a hybrid
-    model decides the Mamba cache mode and so the block size vLLM aligns to."""
+    """The shape as verify's engines run it: prefix caching off and no --mamba-cache-mode
+    (engine_worker.py), which for a hybrid model decide the Mamba cache mode and so the block size
+    vLLM aligns to."""
     if not shape.hybrid:
         return shape
-    return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False})
+    return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False, "mamba_cache_mode": None})
 
 
 def shape_from_document(plan: dict) -> TuneShape:
