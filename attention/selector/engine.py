@@ -23,7 +23,6 @@ from attnsel.attention.rules import (
     SelectionContext,
     SelectorInputs,
     VllmRaises,
-    normalize_dtype,
 )
 from attnsel.errors import UserInputError
 
@@ -393,7 +392,6 @@ __all__ = [
     "explain",
     "get_valid_backends",
     "kernel_block_size_for",
-    "normalize_dtype",
     "select_attention_backend",
     "validate_backend",
 ]

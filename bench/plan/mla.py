@@ -61,7 +61,8 @@ def make_mla_shape(
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (vllm-rules §6)."""
-    from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
+    from attnsel.attention.rules import parse_dtype
+    from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
@@ -69,7 +70,7 @@ def make_mla_shape(
         raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tensor_parallel_size}")
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
-    return TuneShape(num_q_heads=num_heads // tensor_parallel_size, dtype=normalize_dtype(dtype),
+    return TuneShape(num_q_heads=num_heads // tensor_parallel_size, dtype=parse_dtype(dtype),
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
