@@ -74,7 +74,7 @@ def test_every_command_gives_a_spelling_the_same_answer(spelling, canonical):
     (message,) = messages
     if spelling:  # an unknown spelling is told what is accepted
         assert message.startswith(f"Unknown dtype: {spelling!r}.")
-        assert message.endswith("Valid: auto, half, float16, bfloat16, float, float32, bf16, fp16, fp32")
+        assert message.endswith("Valid: auto, half, float16, float, float32, bfloat16, bf16, fp16, fp32")
     else:
         assert message == "--dtype is empty: give a value or leave the flag out"
 

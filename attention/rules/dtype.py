@@ -25,9 +25,9 @@ DTYPE_SPELLINGS: Mapping[str, str] = MappingProxyType(
     {
         "half": "float16",
         "float16": "float16",
-        "bfloat16": "bfloat16",
         "float": "float32",
         "float32": "float32",
+        "bfloat16": "bfloat16",
         "bf16": "bfloat16",
         "fp16": "float16",
         "fp32": "float32",

@@ -227,8 +227,3 @@ def build_plan(
         notes=tuple(notes),
     )
 
-
-def parse_capability(value: str) -> tuple[int, int]:
-    from attnsel.probe import parse_capability as parse  # the one parser (range-checked)
-
-    return parse(value, "--capability")
