@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from attnsel.attention.kernels import flash_attn_adapter as fa
-from attnsel.attention.kernels.base import KernelAdapter, kernel_block_size_for
+from attnsel.attention.kernels.base import KernelAdapter
+from attnsel.attention.rules import kernel_block_size_for
 from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter, paged_kv_metadata, vllm_kv_layout
 from attnsel.attention.kernels.registry import adapters_for, all_backends, first_available
 

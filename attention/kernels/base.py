@@ -138,16 +138,6 @@ def shape_kind_reason(w: "Workload", *, mla: bool = False, fp8: bool = False) ->
     return None
 
 
-def kernel_block_size_for(block_size: int, supported: "tuple[int, ...] | list[int]") -> int | None:
-    """The page size a kernel runs with for a KV-cache block size, the way vLLM splits cache blocks
-    into kernel blocks: the block size itself if supported, else the largest supported size that
-    divides it (one cache block = several kernel blocks); None if none does."""
-    if block_size in supported:
-        return block_size
-    divisors = [s for s in supported if s < block_size and block_size % s == 0]
-    return max(divisors) if divisors else None
-
-
 def compute_capability(device: str = "cuda") -> tuple[int, int] | None:
     try:
         import torch

@@ -122,7 +122,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     if reasons:
         return reasons, None
     try:
-        return [], int(selector.kernel_block_size_for(profile, backend, block_size, ctx))
+        return [], int(selector.backend_kernel_block_size(profile, backend, block_size, ctx))
     except Exception as exc:  # noqa: BLE001 -- "No common block size for N."
         return [getattr(exc, "message", str(exc)).strip()], None
 
