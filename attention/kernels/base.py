@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.kernels.paged import PagedBatch, Workload
 
-BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+# The dense backends tune times, in the order its plan and reports list them
+BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 # vLLM's dense MLA backends (vllm-rules §3b), timed at decode over a latent cache (kernels/mla.py)
-MLA_BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
+MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 
 
 @dataclass

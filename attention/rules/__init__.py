@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.attention.rules.spec import (
         BackendSpec,
         DEFAULT_INDEX_TOPK,
+        FP8_KV_CACHE_DTYPES,
         FlashAttnResolution,
         IMPORT_ERROR_REASON,
         KernelBlockSize,
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_INDEX_TOPK",
     "DTYPE_SPELLINGS",
     "Explanation",
+    "FP8_KV_CACHE_DTYPES",
     "FlashAttnResolution",
     "IMPORT_ERROR_REASON",
     "KernelBlockSize",
@@ -86,6 +88,7 @@ __getattr__ = lazy_door(__name__, {
     "DEFAULT_INDEX_TOPK": "spec",
     "DTYPE_SPELLINGS": "dtype",
     "Explanation": "selection",
+    "FP8_KV_CACHE_DTYPES": "spec",
     "FlashAttnResolution": "spec",
     "IMPORT_ERROR_REASON": "spec",
     "KernelBlockSize": "spec",

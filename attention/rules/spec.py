@@ -13,7 +13,11 @@ IMPORT_ERROR_REASON = "ImportError"  # vllm-rules §5b: the literal reason for a
 # the same value: MHA, no GQA).
 MODEL_HEADS_WHEN_UNKNOWN = 8
 DEFAULT_INDEX_TOPK = 2048  # DeepSeek V3.2's index_topk: used when only has_index_topk is known
+# vLLM's --kv-cache-dtype values whose cache holds the model dtype (nothing quantized)
 UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
+# The plain fp8 caches (per-tensor scales; STR_DTYPE_TO_TORCH_DTYPE in vllm/utils/torch_utils.py):
+# the quantized caches attnsel's kernels build and time (attention/kernels/kv_quant.py).
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(frozen=True)

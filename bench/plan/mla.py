@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from attnsel.attention.kernels import MLA_BACKENDS  # vLLM's dense MLA backends (one list)
 from attnsel.errors import UserInputError
 
-MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
 # (it sets the softmax scale and FLASHINFER_MLA's validity, vllm-rules §3b/§9)
 DEFAULT_QK_NOPE_HEAD_DIM = 128

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
-from attnsel.attention.rules import parse_dtype
+from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, parse_dtype
 from attnsel.errors import UserInputError
 
 # vllm-rules §4 CacheDType.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+KV_CACHE_DTYPES = ("auto", "bfloat16", *FP8_KV_CACHE_DTYPES, "fp8_inc", "fp8_ds_mla")
 
 
 @dataclass(frozen=True)
