@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.rules import TORCH_DTYPES
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
 DEFAULT_SM_COUNT = 132
@@ -111,7 +112,7 @@ def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_s
 
     if kv_cache_dtype not in TIMED_KV_CACHE_DTYPES:
         return f"kv cache dtype {kv_cache_dtype} not supported"
-    if dtype not in ("bfloat16", "float16", "float32"):
+    if dtype not in TORCH_DTYPES:
         return f"dtype {dtype} not supported (fp16, bf16, fp32)"
     if block_size % 16:
         # vLLM's TRITON_ATTN: kernel block sizes [MultipleOf(16)] (vllm-rules §3a).
