@@ -101,3 +101,13 @@ def test_preflight_shows_the_vllm_command_line_in_vllms_spelling(spelling, vllm_
     result = CliRunner().invoke(app, ["preflight", "--model", "llama-3.1-8b", "--dtype", spelling, *H100])
     flags = json.loads(result.stdout)["deployment"]["vllm_flags"]
     assert flags[flags.index("--dtype") + 1] == vllm_spelling
+
+
+@pytest.mark.parametrize("capability, dtype", [("9.0", "bfloat16"), ("7.5", "float16"), ("5.2", "float32")])
+def test_auto_without_a_model_is_the_gpus_first_supported_dtype(capability, dtype):
+    # CudaPlatform.supported_dtypes (vllm-rules §5g): bf16 from CC 8.0, fp16 from 6.0, else fp32 only
+    for command, read in ((["explain", "--head-size", "128"], lambda doc: doc["inputs"]["dtype"]),
+                          (["tune", "--dry-run", "--head-size", "128"], lambda doc: doc["shape"]["dtype"])):
+        result = CliRunner().invoke(app, [*command, "--dtype", "auto", "--capability", capability, "--json"])
+        assert result.exit_code == 0, result.stderr
+        assert read(json.loads(result.stdout)) == dtype, command
