@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from attnsel.errors import UserInputError
+from attnsel.probe import capability as capability_facts
 
 # The dtypes the selector and the kernels run in (torch's names).
 TORCH_DTYPES = ("float16", "bfloat16", "float32")
@@ -58,9 +59,7 @@ def parse_dtype(text: str) -> str:
 
 def preferred_dtype(capability: tuple[int, int]) -> str:
     """What `--dtype auto` becomes without a model config: the platform's first supported dtype
-    (`CudaPlatform.supported_dtypes`, vllm-rules §5g/§6: bf16 on CC >= 8.0, fp16 on 6.x-7.x)."""
-    from attnsel.probe import capability as capability_facts
-
+    (`CudaPlatform.supported_dtypes`, vllm-rules §5g/§6: bf16 from CC 8.0, fp16 on 6.x-7.x, else fp32)."""
     return capability_facts.supported_dtypes(tuple(capability))[0]
 
 
