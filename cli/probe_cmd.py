@@ -16,12 +16,7 @@ import typer
 from attnsel.cli.common import handle_errors, print_json, stdout_console
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
 from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserInputError
-
-
-def _parse_capability(text: str) -> tuple[int, int]:
-    from attnsel.probe import parse_capability  # the one parser (range-checked)
-
-    return parse_capability(text, "--require-capability")
+from attnsel.probe import parse_capability  # the one parser (range-checked); the door loads it on first use
 
 
 def check_requirements(report, gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> list:
@@ -36,7 +31,7 @@ def check_requirements(report, gpus: Optional[int], capability: Optional[str], n
         extra = f" ({broken} more visible but failing)" if broken else ""
         results.append(RequirementResult(f"--require-gpus {gpus}", ok, f"{len(healthy)} usable GPU(s) visible{extra}, need {gpus}"))
     if capability is not None:
-        want = _parse_capability(capability)
+        want = parse_capability(capability, "--require-capability")
         low = [g for g in report.gpus if g.compute_capability is None or g.compute_capability < want]
         if not report.gpus:
             results.append(RequirementResult(f"--require-capability {capability}", False, "no GPU visible"))
@@ -80,7 +75,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """GPUs seen through NVML (no CUDA context), the CUDA_VISIBLE_DEVICES mapping, NVLink/P2P and vLLM's verdicts."""
         if require_capability is not None:
-            _parse_capability(require_capability)  # bad input fails before any probing
+            parse_capability(require_capability, "--require-capability")  # bad input fails before any probing
         refuse_timeout_without_ray(ray, timeout)
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_probe

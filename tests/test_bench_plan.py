@@ -12,6 +12,7 @@ from attnsel.bench.plan import make_shape
 from attnsel.bench.plan.workloads import WorkloadSpec, parse_workloads, workload_grid
 from attnsel.bench.sweep import SweepOptions, items_for, skipped_rows
 from attnsel.errors import UserInputError
+from attnsel.probe import parse_capability
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 _spec = importlib.util.spec_from_file_location("tune_fake_rules", FIXTURES / "fake_rules.py")
@@ -89,7 +90,7 @@ def test_flag_parsers_reject_bad_values():
     assert P.parse_backends("flashinfer") == ["FLASHINFER"]
     for bad in (lambda: P.parse_block_sizes("16,x"), lambda: P.parse_block_sizes("-16"),
                 lambda: parse_workloads("train"), lambda: P.parse_backends("XFORMERS"),
-                lambda: P.parse_capability("99.9"), lambda: P.parse_capability("9.x")):
+                lambda: parse_capability("99.9"), lambda: parse_capability("9.x")):
         with pytest.raises(UserInputError):
             bad()
 

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from attnsel.attention.kernels import flash_attn_adapter as fa
-from attnsel.attention.kernels.base import KernelAdapter, kernel_block_size_for
+from attnsel.attention.kernels.base import KernelAdapter
+from attnsel.attention.rules import kernel_block_size_for
 from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter, paged_kv_metadata, vllm_kv_layout
 from attnsel.attention.kernels.registry import adapters_for, all_backends, first_available
 
@@ -25,7 +26,7 @@ BAR = Workload("decode", 64, 4096, 1, 32, 8, 128, "bfloat16")
 
 
 def test_registry_lists_the_vllm_backends_with_best_provider_first():
-    assert all_backends() == ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION",
+    assert all_backends() == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION",
                               "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA"]
     # vLLM's own classes first wherever vLLM is installed; stand-ins after (issue "tune measures what vLLM runs")
     assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm", "vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]

@@ -22,7 +22,7 @@ from attnsel.attention.kernels.paged import (
     relative_error,
     split_into_kernel_blocks,
 )
-from attnsel.attention.kernels.base import kernel_block_size_for
+from attnsel.attention.rules import MultipleOf, kernel_block_size_for
 
 
 def decode_workload(**kw):
@@ -137,6 +137,8 @@ def test_cache_blocks_split_into_kernel_blocks_like_vllm():
     assert kernel_block_size_for(128, (16, 32, 64)) == 64
     assert kernel_block_size_for(32, (16, 32, 64)) == 32
     assert kernel_block_size_for(8, (16, 32, 64)) is None
+    # FLASH_ATTN's MultipleOf(16) takes a 128-token cache block whole, as vLLM does
+    assert kernel_block_size_for(128, [MultipleOf(16)]) == 128
     w = decode_workload(dtype="float32", context_len=300)
     b = make_paged_batch(w, 128, device="cpu", seed=6)
     split = split_into_kernel_blocks(b, 64)

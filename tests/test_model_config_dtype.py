@@ -3,7 +3,8 @@
 import pytest
 
 from attnsel.attention.model import derive_model_facts, load_model_config
-from attnsel.attention.model.dtype import check_dtype_supported, normalize_dtype_flag, supported_dtypes
+from attnsel.attention.model.dtype import check_dtype_supported, supported_dtypes
+from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed, UserInputError
 
 
@@ -102,7 +103,7 @@ def test_no_capability_resolves_as_cc80_and_says_so():
     ],
 )
 def test_explicit_dtype_strings(flag, expected):
-    assert normalize_dtype_flag(flag) == expected
+    assert parse_dtype(flag) == expected
 
 
 def test_explicit_dtype_overrides_the_config_with_vllms_cast_lines():
@@ -115,7 +116,7 @@ def test_explicit_dtype_overrides_the_config_with_vllms_cast_lines():
 
 def test_unknown_dtype_suggests_valid_names():
     with pytest.raises(UserInputError, match=r"Unknown dtype: 'bfloat'\. Did you mean 'bfloat16'"):
-        normalize_dtype_flag("bfloat")
+        parse_dtype("bfloat")
     with pytest.raises(UserInputError, match="Unknown dtype: 'int8'"):
         resolve("llama-3.1-8b", dtype="int8")
 

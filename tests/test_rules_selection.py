@@ -8,7 +8,7 @@ import pytest
 from attnsel.attention.rules import MultipleOf
 from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs, VllmRaises
-from attnsel.attention.selector.engine import explain, kernel_block_size_for, select_attention_backend
+from attnsel.attention.selector.engine import backend_kernel_block_size, explain, select_attention_backend
 from attnsel.attention.selector import vit_backend
 from attnsel.errors import UserInputError
 
@@ -85,7 +85,7 @@ def test_flash_attn_kernel_blocks_for_hybrid_float32_mamba():
 def test_kernel_block_size(backend, block_size, hybrid, expected):
     # vLLM select_common_block_size (vllm/v1/worker/utils.py), one backend per KV-cache group
     ctx = SelectionContext(capability=B200, is_hybrid=hybrid, mamba_cache_float32=hybrid)
-    assert kernel_block_size_for(PROFILE, backend, block_size, ctx) == expected
+    assert backend_kernel_block_size(PROFILE, backend, block_size, ctx) == expected
 
 
 # --- end-to-end selections (§5c, §5d, §5f) ---------------------------------------------------------

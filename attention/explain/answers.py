@@ -18,13 +18,6 @@ DEFAULT_SOURCE = "bundled default"
 
 
 # --- the GPU ---------------------------------------------------------------------------------------
-def parse_capability(text: str) -> tuple[int, int]:
-    """"9.0" / "9" / "sm90" / "90" -> (9, 0) (probe/capability.py, the one parser)."""
-    from attnsel.probe import parse_capability as parse
-
-    return parse(text, "--capability")
-
-
 def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
     """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
     try:
@@ -54,6 +47,8 @@ def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
 def resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> Optional[tuple[Optional[str], tuple[int, int]]]:
     """--capability, --gpu NAME, else the GPU of this machine; None when there is none."""
     if capability is not None:
+        from attnsel.probe import parse_capability  # the one parser: "9.0" / "9" / "sm90" / "90"
+
         cc = parse_capability(capability)
         name = None
         if gpu is not None:

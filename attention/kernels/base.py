@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.kernels.paged import PagedBatch, Workload
 
-BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+# The dense backends tune times, in the order its plan and reports list them
+BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 # vLLM's dense MLA backends (docs/vllm-rules.md §3b), timed at decode over a latent cache (kernels/mla.py)
-MLA_BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
+MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 
 
 @dataclass
@@ -136,16 +137,6 @@ def shape_kind_reason(w: "Workload", *, mla: bool = False, fp8: bool = False) ->
     if is_fp8(kv) and not fp8:
         return f"--kv-cache-dtype {kv}: this provider has no fp8 KV-cache path in attnsel"
     return None
-
-
-def kernel_block_size_for(block_size: int, supported: "tuple[int, ...] | list[int]") -> int | None:
-    """The page size a kernel runs with for a KV-cache block size, the way vLLM splits cache blocks
-    into kernel blocks: the block size itself if supported, else the largest supported size that
-    divides it (one cache block = several kernel blocks); None if none does."""
-    if block_size in supported:
-        return block_size
-    divisors = [s for s in supported if s < block_size and block_size % s == 0]
-    return max(divisors) if divisors else None
 
 
 def compute_capability(device: str = "cuda") -> tuple[int, int] | None:

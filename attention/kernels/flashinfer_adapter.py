@@ -23,8 +23,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version, kernel_block_size_for,
+from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version,
                    module_importable, shape_kind_reason)
+from attnsel.attention.rules import kernel_block_size_for
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
 # vLLM's FlashInferBackend (docs/vllm-rules.md §3a).

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.rules import TORCH_DTYPES
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
 CPU_MAX_KV_TILE = 32
@@ -171,7 +172,7 @@ class FlexAttentionAdapter:
     def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
         # vLLM FLEX_ATTENTION: fp16/bf16/fp32, any head size (docs/vllm-rules.md §3a); the direct
         # BlockMask build needs kv tiles of one page, and Triton tiles need >= 16 tokens.
-        if w.dtype not in ("bfloat16", "float16", "float32"):
+        if w.dtype not in TORCH_DTYPES:
             return f"dtype {w.dtype} not supported (fp16, bf16, fp32)"
         kind = shape_kind_reason(w)  # vLLM's FLEX_ATTENTION takes kv auto/bfloat16 only (docs/vllm-rules.md §3a)
         if kind:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.rules import TORCH_DTYPES
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
 DEFAULT_SM_COUNT = 132
@@ -107,11 +108,11 @@ KV_CAST = {"float16": 1, "bfloat16": 2, "float32": 3}
 
 def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_size: int, dtype: str,
                     kv_cache_dtype: str = "auto") -> str | None:
-    from attnsel.attention.kernels.kv_quant import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES
+    from attnsel.attention.kernels.kv_quant import TIMED_KV_CACHE_DTYPES
 
-    if kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES:
+    if kv_cache_dtype not in TIMED_KV_CACHE_DTYPES:
         return f"kv cache dtype {kv_cache_dtype} not supported"
-    if dtype not in ("bfloat16", "float16", "float32"):
+    if dtype not in TORCH_DTYPES:
         return f"dtype {dtype} not supported (fp16, bf16, fp32)"
     if block_size % 16:
         # vLLM's TRITON_ATTN: kernel block sizes [MultipleOf(16)] (docs/vllm-rules.md §3a).

@@ -1,15 +1,15 @@
 """The model dtype as vLLM settles it (docs/vllm-rules.md §6 `_get_and_verify_dtype`, §5g): the `--dtype`
-flag's spellings (the one dtype parser), the GPU's supported dtypes and bf16 error (from
-probe/capability.py), the config's checkpoint dtype and `--dtype auto`."""
+flag (read by the one dtype parser, attention/rules/dtype.py), the GPU's supported dtypes and bf16
+error (from probe/capability.py), the config's checkpoint dtype and `--dtype auto`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from attnsel.attention.model.rules import ATTNSEL_DTYPE_ALIASES, VLLM_DTYPE_STRINGS, ModelRules
-from attnsel.attention.model.source import closest_names
-from attnsel.errors import CheckFailed, UserInputError
+from attnsel.attention.model.rules import ModelRules
+from attnsel.attention.rules import DTYPE_SPELLINGS, parse_dtype
+from attnsel.errors import CheckFailed
 from attnsel.probe import capability as capability_facts
 
 
@@ -19,24 +19,6 @@ def supported_dtypes(capability: Optional[tuple[int, int]]) -> tuple[str, ...]:
     return tuple(capability_facts.supported_dtypes((8, 0) if capability is None else tuple(capability)))
 
 
-def normalize_dtype_flag(dtype: str) -> str:
-    """`--dtype` value → "auto" or a canonical dtype name; unknown strings are bad input."""
-    if not isinstance(dtype, str):
-        raise UserInputError(f"Unknown dtype: {dtype}")
-    lowered = dtype.strip().lower()
-    if lowered == "auto":
-        return "auto"
-    if lowered in VLLM_DTYPE_STRINGS:
-        return VLLM_DTYPE_STRINGS[lowered]
-    if lowered in ATTNSEL_DTYPE_ALIASES:
-        return ATTNSEL_DTYPE_ALIASES[lowered]
-    valid = ["auto", *VLLM_DTYPE_STRINGS, *ATTNSEL_DTYPE_ALIASES]
-    close = closest_names(lowered, valid)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    # vLLM's own words first (`Unknown dtype: {dtype!r}`), then our hint.
-    raise UserInputError(f"Unknown dtype: {lowered!r}.{hint} Valid: {', '.join(valid)}")
-
-
 def check_dtype_supported(
     dtype: str, capability: Optional[tuple[int, int]], gpu_name: Optional[str] = None
 ) -> Optional[str]:
@@ -44,7 +26,7 @@ def check_dtype_supported(
 
     A None capability means "not known here", so nothing can be said: None.
     """
-    if normalize_dtype_flag(dtype) != "bfloat16" or capability is None:
+    if parse_dtype(dtype) != "bfloat16" or capability is None:
         return None
     return capability_facts.bf16_error(gpu_name or "GPU", tuple(capability))
 
@@ -81,8 +63,9 @@ def _config_dtype(hf_config: Mapping, text_config: Mapping) -> tuple[Optional[st
 
 
 def _canonical_config_dtype(value: str) -> str:
+    # transformers writes torch's name ("bfloat16"), older configs may say "torch.float16" or "half"
     name = value.strip().lower().removeprefix("torch.")
-    return {"half": "float16", "float": "float32", "bf16": "bfloat16"}.get(name, name)
+    return DTYPE_SPELLINGS.get(name, name)
 
 
 def resolve_dtype(
@@ -96,7 +79,7 @@ def resolve_dtype(
     gpu_name: Optional[str],
     rules: ModelRules,
 ) -> DtypeResolution:
-    flag = normalize_dtype_flag(requested)
+    flag = parse_dtype(requested)
     config_dtype, config_where = _config_dtype(hf_config, text_config)
     warnings: list[str] = []
     infos: list[str] = []

@@ -18,26 +18,6 @@ from typing import Mapping
 # `PretrainedConfig.get_text_config()` / vLLM's `get_hf_text_config()` look for them.
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
 
-# `--dtype` strings vLLM accepts (`_STR_DTYPE_TO_TORCH_DTYPE`, vllm/config/model.py) plus "auto".
-VLLM_DTYPE_STRINGS: Mapping[str, str] = MappingProxyType(
-    {
-        "half": "float16",
-        "float16": "float16",
-        "float": "float32",
-        "float32": "float32",
-        "bfloat16": "bfloat16",
-    }
-)
-# attnsel's own short spellings (not vLLM's): accepted and shown as what they map to.
-ATTNSEL_DTYPE_ALIASES: Mapping[str, str] = MappingProxyType(
-    {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-)
-
-# CudaPlatform.supported_dtypes (§5g): by compute capability, in preference order.
-SUPPORTED_DTYPES_CC80 = ("bfloat16", "float16", "float32")
-SUPPORTED_DTYPES_CC60 = ("float16", "float32")
-SUPPORTED_DTYPES_OLDER = ("float32",)
-
 # Architecture suffixes → runner, in vLLM's priority order (`_SUFFIX_TO_DEFAULTS`,
 # vllm/config/model.py). "pooling" models prefer float16 under --dtype auto (§6).
 ARCHITECTURE_SUFFIX_RUNNERS = (

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed
 from attnsel.probe import GpuInfo, ProbeReport
 from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
@@ -65,8 +66,9 @@ class Deployment:
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
-        if self.dtype != "auto":
-            flags += ["--dtype", self.dtype]
+        dtype = parse_dtype(self.dtype)  # vLLM's spelling: its CLI refuses attnsel's bf16 / fp16 / fp32
+        if dtype != "auto":
+            flags += ["--dtype", dtype]
         if self.attention_backend:
             flags += ["--attention-backend", self.attention_backend]
         if self.block_size is not None:

@@ -1,6 +1,7 @@
 """The vocabulary of vLLM's attention rules, shared by every release: kernel block sizes and a
-backend's attributes as data (`spec`), what the selector reads and answers (`selection`), and which
-packages are present here, found without importing them (`imports`).
+backend's attributes as data (`spec`), the `--dtype` spellings and their one parser (`dtype`), what
+the selector reads and answers (`selection`), and which packages are present here, found without
+importing them (`imports`).
 
 The version object (`RuleProfile`) and each release's data and code live in attention/versions/.
 Nothing outside attention/versions/ tests for a vLLM version: it asks the version object.
@@ -11,6 +12,14 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.rules.dtype import (
+        ACCEPTED_DTYPES,
+        DTYPE_SPELLINGS,
+        TORCH_DTYPES,
+        parse_dtype,
+        preferred_dtype,
+        shape_dtype,
+    )
     from attnsel.attention.rules.imports import importable_map
     from attnsel.attention.rules.selection import (
         BackendVerdict,
@@ -19,13 +28,12 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         OPTIONAL_SELECTOR_FIELDS,
         SelectionContext,
         SelectorInputs,
-        TORCH_DTYPES,
         VllmRaises,
-        normalize_dtype,
     )
     from attnsel.attention.rules.spec import (
         BackendSpec,
         DEFAULT_INDEX_TOPK,
+        FP8_KV_CACHE_DTYPES,
         FlashAttnResolution,
         IMPORT_ERROR_REASON,
         KernelBlockSize,
@@ -35,16 +43,20 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         attn_type_str,
         intersect_sizes,
         is_quantized_kv_cache,
+        kernel_block_size_for,
         kernel_sizes_display,
         kernel_sizes_repr,
         parse_kernel_sizes,
     )
 
 __all__ = [
+    "ACCEPTED_DTYPES",
     "BackendSpec",
     "BackendVerdict",
     "DEFAULT_INDEX_TOPK",
+    "DTYPE_SPELLINGS",
     "Explanation",
+    "FP8_KV_CACHE_DTYPES",
     "FlashAttnResolution",
     "IMPORT_ERROR_REASON",
     "KernelBlockSize",
@@ -61,16 +73,22 @@ __all__ = [
     "importable_map",
     "intersect_sizes",
     "is_quantized_kv_cache",
+    "kernel_block_size_for",
     "kernel_sizes_display",
     "kernel_sizes_repr",
-    "normalize_dtype",
+    "parse_dtype",
     "parse_kernel_sizes",
+    "preferred_dtype",
+    "shape_dtype",
 ]
 __getattr__ = lazy_door(__name__, {
+    "ACCEPTED_DTYPES": "dtype",
     "BackendSpec": "spec",
     "BackendVerdict": "selection",
     "DEFAULT_INDEX_TOPK": "spec",
+    "DTYPE_SPELLINGS": "dtype",
     "Explanation": "selection",
+    "FP8_KV_CACHE_DTYPES": "spec",
     "FlashAttnResolution": "spec",
     "IMPORT_ERROR_REASON": "spec",
     "KernelBlockSize": "spec",
@@ -80,15 +98,18 @@ __getattr__ = lazy_door(__name__, {
     "OPTIONAL_SELECTOR_FIELDS": "selection",
     "SelectionContext": "selection",
     "SelectorInputs": "selection",
-    "TORCH_DTYPES": "selection",
+    "TORCH_DTYPES": "dtype",
     "UNQUANTIZED_KV_CACHE_DTYPES": "spec",
     "VllmRaises": "selection",
     "attn_type_str": "spec",
     "importable_map": "imports",
     "intersect_sizes": "spec",
     "is_quantized_kv_cache": "spec",
+    "kernel_block_size_for": "spec",
     "kernel_sizes_display": "spec",
     "kernel_sizes_repr": "spec",
-    "normalize_dtype": "selection",
+    "parse_dtype": "dtype",
     "parse_kernel_sizes": "spec",
+    "preferred_dtype": "dtype",
+    "shape_dtype": "dtype",
 })

@@ -14,32 +14,6 @@ from attnsel.errors import UserInputError
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
 
-TORCH_DTYPES = ("float16", "bfloat16", "float32")
-DTYPE_ALIASES = {
-    "float16": "float16", "half": "float16", "fp16": "float16", "f16": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float32": "float32", "float": "float32", "fp32": "float32", "f32": "float32",
-}
-
-
-def normalize_dtype(name: str, capability: Optional[tuple[int, int]] = None) -> str:
-    """Map a user's dtype spelling to a torch dtype name; `auto` needs the capability.
-
-    `auto` without a model resolves to the platform's first supported dtype (docs/vllm-rules.md §6:
-    bf16 on CC >= 8.0, fp16 on 6.x-7.x); with a model the config helper resolves it instead.
-    """
-    key = name.strip().lower().removeprefix("torch.")
-    if key == "auto":
-        if capability is None:
-            raise UserInputError("--dtype auto needs a GPU capability (pass --gpu or --capability)")
-        return "bfloat16" if tuple(capability) >= (8, 0) else "float16"
-    if key not in DTYPE_ALIASES:
-        raise UserInputError(
-            f"Unknown dtype: {name!r}. Use one of float16 (half, fp16), bfloat16 (bf16), float32 (float, fp32), auto."
-        )
-    return DTYPE_ALIASES[key]
-
-
 # Selector inputs that only some versions have (docs/vllm-rules.md §2, §9)
 OPTIONAL_SELECTOR_FIELDS = (
     "use_per_head_quant_scales",

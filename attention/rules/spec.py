@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 IMPORT_ERROR_REASON = "ImportError"  # docs/vllm-rules.md §5b: the literal reason for a missing package
 # Rules that read the model from vLLM's current VllmConfig get it from the SelectionContext; where
@@ -13,7 +13,11 @@ IMPORT_ERROR_REASON = "ImportError"  # docs/vllm-rules.md §5b: the literal reas
 # the same value: MHA, no GQA).
 MODEL_HEADS_WHEN_UNKNOWN = 8
 DEFAULT_INDEX_TOPK = 2048  # DeepSeek V3.2's index_topk: used when only has_index_topk is known
+# vLLM's --kv-cache-dtype values whose cache holds the model dtype (nothing quantized)
 UNQUANTIZED_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16")
+# The plain fp8 caches (per-tensor scales; STR_DTYPE_TO_TORCH_DTYPE in vllm/utils/torch_utils.py):
+# the quantized caches attnsel's kernels build and time (attention/kernels/kv_quant.py).
+FP8_KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,27 @@ def kernel_sizes_display(sizes: list[KernelBlockSize]) -> str:
 
 def parse_kernel_sizes(raw: list) -> tuple[KernelBlockSize, ...]:
     return tuple(MultipleOf(int(x["multiple_of"])) if isinstance(x, dict) else int(x) for x in raw)
+
+
+def kernel_block_size_for(block_size: int, sizes: Sequence[KernelBlockSize]) -> Optional[int]:
+    """The kernel block size vLLM's GPU runner uses for a KV-cache block of `block_size`, given one
+    backend's `get_supported_kernel_block_sizes()`, or None where vLLM raises "No common block size".
+
+    vLLM's `select_common_block_size` (vllm/v1/worker/utils.py, from `prepare_kernel_block_sizes`):
+    the block size itself if an entry accepts it (an int equal to it, or a MultipleOf it is a
+    multiple of); else the largest int entry that divides it, and each cache block is split into
+    block_size // size kernel blocks. (With one backend per KV-cache group an int entry always
+    accepts itself; an empty list accepts nothing.)
+
+    >>> kernel_block_size_for(128, [16, 32, 64]), kernel_block_size_for(128, [MultipleOf(16)])
+    (64, 128)
+    >>> kernel_block_size_for(8, [16, 32, 64]) is None
+    True
+    """
+    if any((block_size % s.base == 0) if isinstance(s, MultipleOf) else block_size == s for s in sizes):
+        return block_size
+    divisors = [s for s in sizes if isinstance(s, int) and block_size % s == 0]
+    return max(divisors) if divisors else None
 
 
 def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:

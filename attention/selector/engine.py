@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from attnsel.attention.rules import MultipleOf
+from attnsel.attention.rules import kernel_block_size_for
 from attnsel.attention.versions import RuleProfile
 from attnsel.attention.rules import (
     OPTIONAL_SELECTOR_FIELDS,
@@ -23,7 +23,6 @@ from attnsel.attention.rules import (
     SelectionContext,
     SelectorInputs,
     VllmRaises,
-    normalize_dtype,
 )
 from attnsel.errors import UserInputError
 
@@ -105,31 +104,16 @@ def select_attention_backend(
 
 
 # --- kernel block size (tune needs it) --------------------------------------------------------------
-def kernel_block_size_for(
+def backend_kernel_block_size(
     profile: RuleProfile, backend: str, block_size: int, ctx: SelectionContext,
     inputs: Optional[SelectorInputs] = None,
 ) -> int:
-    """The kernel block size vLLM's GPU runner uses for a framework block of `block_size`.
-
-    vLLM's `select_common_block_size` (vllm/v1/worker/utils.py, called from
-    `prepare_kernel_block_sizes` for the GPU model runner; one backend per KV-cache group here):
-    the framework block size itself if the backend accepts it exactly (an int entry equal to it,
-    or a MultipleOf it satisfies); otherwise the largest int kernel size that divides it. Each
-    framework block is then split into block_size // kernel_block_size kernel blocks.
-    """
-    sizes = profile.kernel_block_sizes(backend, ctx, inputs)
-
-    def accepted(size: int) -> bool:
-        return any(
-            (size % s.base == 0) if isinstance(s, MultipleOf) else (size == s) for s in sizes
-        )
-
-    if not sizes or accepted(block_size):
-        return block_size
-    for size in sorted({s for s in sizes if isinstance(s, int)}, reverse=True):
-        if block_size % size == 0 and accepted(size):
-            return size
-    raise VllmRaises(f"No common block size for {block_size}. ", phase="kv_cache")
+    """The kernel block size vLLM's GPU runner uses with `backend` for a framework block of
+    `block_size` (attention/rules/spec.py `kernel_block_size_for`); VllmRaises where vLLM does."""
+    size = kernel_block_size_for(block_size, profile.kernel_block_sizes(backend, ctx, inputs))
+    if size is None:
+        raise VllmRaises(f"No common block size for {block_size}. ", phase="kv_cache")
+    return size
 
 
 # --- input checks ---------------------------------------------------------------------------------
@@ -358,7 +342,7 @@ def _kv_cache_split(
     layout = profile.required_kv_cache_layout(selected, ctx)
     if block_size is not None:
         try:
-            kernel_block_size = kernel_block_size_for(profile, selected, block_size, ctx, inputs)
+            kernel_block_size = backend_kernel_block_size(profile, selected, block_size, ctx, inputs)
         except VllmRaises as exc:  # the layers chose, then the KV cache cannot be split (select_common_block_size)
             error = exc
     if selected == "FLASHINFER" and ctx.capability[0] == 10 and inputs.head_size == 256 and kernel_block_size == 16:
@@ -392,8 +376,7 @@ __all__ = [
     "strip_unknown_inputs",
     "explain",
     "get_valid_backends",
-    "kernel_block_size_for",
-    "normalize_dtype",
+    "backend_kernel_block_size",
     "select_attention_backend",
     "validate_backend",
 ]

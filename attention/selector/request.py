@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from attnsel.attention.rules import SelectionContext, SelectorInputs, normalize_dtype
+from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
 from attnsel.attention.model import check_heads
 from attnsel.errors import UserInputError
 
@@ -22,7 +22,7 @@ class SelectionRequest:
     config, then vLLM's default, fills it."""
 
     head_size: Optional[int] = None
-    dtype: Optional[str] = None  # any spelling normalize_dtype accepts, or "auto"
+    dtype: Optional[str] = None  # any spelling parse_dtype accepts (attention/rules/dtype.py), or "auto"
     kv_cache_dtype: Optional[str] = None
     block_size: Optional[int] = None
     attention_backend: Optional[str] = None
@@ -169,7 +169,7 @@ def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability
     if facts is not None:
         dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
     else:
-        dtype = normalize_dtype(req.dtype or "auto", capability)
+        dtype = shape_dtype(req.dtype or "auto", capability)
     return SelectorInputs(
         head_size=_pick(req.head_size, getattr(facts, "head_size", None), None),
         dtype=dtype,

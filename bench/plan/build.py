@@ -25,9 +25,9 @@ from attnsel.bench.plan.rules import (
 )
 from attnsel.bench.plan.shape import TuneShape
 from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
+from attnsel.attention.kernels import BACKENDS  # the dense backends tune times (one list)
 from attnsel.errors import UserInputError
 
-BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
 # FlexAttention recompiles per shape and block size; the default/quick grids keep vLLM's own
 # preferred size (16, docs/vllm-rules.md §5f) so the sweep stays inside its time budget.
@@ -58,7 +58,7 @@ def parse_block_sizes(value: Optional[str]) -> list[int]:
 def parse_backends(value: Optional[str]) -> list[str]:
     """--backends as a list; empty: the model's grid (dense backends, or vLLM's MLA backends for an
     MLA model: bench/plan/mla.py)."""
-    from attnsel.bench.plan.mla import MLA_BACKENDS
+    from attnsel.attention.kernels import MLA_BACKENDS
 
     if not value:
         return []
@@ -227,8 +227,3 @@ def build_plan(
         notes=tuple(notes),
     )
 
-
-def parse_capability(value: str) -> tuple[int, int]:
-    from attnsel.probe import parse_capability as parse  # the one parser (range-checked)
-
-    return parse(value, "--capability")

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from attnsel.attention.kernels import MLA_BACKENDS  # vLLM's dense MLA backends (one list)
 from attnsel.errors import UserInputError
 
-MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
 # (it sets the softmax scale and FLASHINFER_MLA's validity, docs/vllm-rules.md §3b/§9)
 DEFAULT_QK_NOPE_HEAD_DIM = 128
@@ -61,7 +61,8 @@ def make_mla_shape(
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
-    from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape, normalize_dtype
+    from attnsel.attention.rules import parse_dtype
+    from attnsel.bench.plan.shape import KV_CACHE_DTYPES, TuneShape
 
     from attnsel.attention.selector import heads_per_gpu
 
@@ -70,7 +71,7 @@ def make_mla_shape(
     q_per_gpu, _kv = heads_per_gpu(num_heads, None, tensor_parallel_size)  # MLA: one latent KV head per GPU
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
-    return TuneShape(num_q_heads=q_per_gpu, dtype=normalize_dtype(dtype),
+    return TuneShape(num_q_heads=q_per_gpu, dtype=parse_dtype(dtype),
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))

@@ -138,7 +138,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
     from attnsel.attention import versions
-    from attnsel.attention.selector import kernel_block_size_for, validate_backend
+    from attnsel.attention.selector import backend_kernel_block_size, validate_backend
 
     profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
     cli_error = versions.block_size_cli_error(profile, block_size)
@@ -154,7 +154,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     if reasons:
         return reasons, None
     try:
-        return [], int(kernel_block_size_for(profile, backend, block_size, ctx, inputs))
+        return [], int(backend_kernel_block_size(profile, backend, block_size, ctx, inputs))
     except Exception as exc:  # noqa: BLE001 -- "No common block size for N."
         return [getattr(exc, "message", str(exc)).strip()], None
 

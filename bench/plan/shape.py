@@ -8,15 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
+from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, parse_dtype
 from attnsel.errors import UserInputError
 
-DTYPE_ALIASES = {
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp16": "float16", "half": "float16", "float16": "float16",
-    "fp32": "float32", "float": "float32", "float32": "float32",
-}
 # docs/vllm-rules.md §4 CacheDType.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+KV_CACHE_DTYPES = ("auto", "bfloat16", *FP8_KV_CACHE_DTYPES, "fp8_inc", "fp8_ds_mla")
 
 
 @dataclass(frozen=True)
@@ -63,13 +59,6 @@ class TuneShape:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def normalize_dtype(value: str) -> str:
-    key = str(value).strip().lower().replace("torch.", "")
-    if key not in DTYPE_ALIASES:
-        raise UserInputError(f"unknown --dtype {value!r}; use bf16, fp16 or fp32")
-    return DTYPE_ALIASES[key]
 
 
 # `attnsel tune --head-size N --dtype D` with no head counts times one representative layout per
@@ -124,7 +113,7 @@ def make_shape(
         head_size=head_size,
         num_q_heads=q_per_gpu,
         num_kv_heads=kv_per_gpu,
-        dtype=normalize_dtype(dtype),
+        dtype=parse_dtype(dtype),
         kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size,
     )
@@ -161,7 +150,7 @@ def shape_from_model(
         head_size=int(facts.head_size),
         num_q_heads=int(facts.num_heads_per_gpu),
         num_kv_heads=heads_per_gpu(None, int(facts.num_kv_heads), tensor_parallel_size)[1],
-        dtype=normalize_dtype(str(facts.dtype)),
+        dtype=parse_dtype(str(facts.dtype)),
         kv_cache_dtype=(getattr(facts, "kv_cache_dtype_forced", None) if kv_cache_dtype == "auto" else None)
         or kv_cache_dtype,
         use_mla=bool(facts.use_mla),

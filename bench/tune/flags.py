@@ -15,6 +15,7 @@ from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags
 from attnsel.bench.plan import parse_workloads
 from attnsel.errors import UserInputError
+from attnsel.probe import parse_capability
 
 TIMERS = ("auto", "cupti", "events")
 
@@ -107,7 +108,7 @@ def request_from_flags(flags: TuneFlags) -> TuneRequest:
         backends=P.parse_backends(flags.backends), block_sizes=P.parse_block_sizes(flags.block_sizes),
         block_sizes_given=flags.block_sizes is not None, kinds=parse_workloads(flags.workload), grid=_grid(flags),
         weights=REC.parse_weights(flags.weights), min_gain=flags.min_gain / 100.0, gpu_name=flags.gpu,
-        capability=P.parse_capability(flags.capability) if flags.capability else None,
+        capability=parse_capability(flags.capability) if flags.capability else None,
         vllm_version=flags.vllm_version, gpus=flags.gpus, use_mla=flags.use_mla, kv_lora_rank=flags.kv_lora_rank,
         qk_rope_head_dim=flags.qk_rope_head_dim, qk_nope_head_dim=flags.qk_nope_head_dim,
         prefix_caching=flags.prefix_caching, mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from attnsel import __version__
+from attnsel.attention.rules import shape_dtype
 from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
@@ -121,10 +122,8 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> Tu
             shape = dataclasses.replace(shape, hybrid={**shape.hybrid, "prefix_caching": req.prefix_caching,
                                                        "mamba_cache_mode": req.mamba_cache_mode})
         return shape
-    dtype = req.dtype
-    if dtype == "auto":
-        # vLLM's auto for a non-model input: bf16 on CC >= 8.0, else fp16 (docs/vllm-rules.md §5g/§6)
-        dtype = "bfloat16" if capability is None or tuple(capability) >= (8, 0) else "float16"
+    # --dtype auto without a model: the platform's preferred dtype; no GPU known: a CC 8.0+ one (bf16)
+    dtype = shape_dtype(req.dtype, capability or (8, 0))
     if req.use_mla or req.kv_lora_rank is not None:
         return mla_shape(req, dtype)
     heads, kv_heads, assumed = explicit_heads(req)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from attnsel.attention.rules import shape_dtype
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.plan import vllm_verdict
@@ -211,10 +212,13 @@ def engine_shape(shape: TuneShape) -> TuneShape:
     return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False, "mamba_cache_mode": None})
 
 
-def shape_from_document(plan: dict) -> TuneShape:
-    """The TuneShape a tune.json was planned for (fields this version knows; others ignored)."""
+def shape_from_document(plan: dict, capability: Optional[tuple[int, int]] = None) -> TuneShape:
+    """The TuneShape a tune.json was planned for (fields this version knows; others ignored). Its
+    dtype goes to every engine as `dtype=`: read by the one dtype parser (a spelling no command
+    accepts is bad input here too, before any engine starts; "auto" is this GPU's preferred dtype)."""
     known = {f.name for f in fields(TuneShape)}
-    return TuneShape(**{k: v for k, v in (plan.get("shape") or {}).items() if k in known})
+    shape = TuneShape(**{k: v for k, v in (plan.get("shape") or {}).items() if k in known})
+    return replace(shape, dtype=shape_dtype(str(shape.dtype), capability))
 
 
 def decode_shapes_of(plan: dict) -> list[tuple[int, int]]:

@@ -165,7 +165,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
     capability = tuple(gpu["capability"])
     model_name, hf_config = resolve_model(req, tune_doc)
     if tune_doc:
-        shape = VP.shape_from_document(tune_doc["plan"])
+        shape = VP.shape_from_document(tune_doc["plan"], capability)
         default = tune_doc["plan"].get("vllm_default") or {}
         vllm_default = (default["backend"], int(default["block_size"])) if default.get("backend") else None
     else:

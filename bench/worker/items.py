@@ -20,12 +20,8 @@ from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text
 from attnsel.bench.worker.toolkit import Toolkit
 
-# Correctness tolerance on paged.relative_error (||out - ref|| / ||ref|| vs the fp32 reference),
-# by query dtype; the same values as attention/kernels/paged.py TOLERANCE. Measured errors are
-# ~5e-4 for bf16 (docs/gpu-facts.md §1 and §3: FA4 3e-4, flex 5e-4), so this still catches a wrong mask, scale
-# or page mapping. An fp8 KV cache gets kv_quant.FP8_TOLERANCE (its docstring says why).
-DEFAULT_TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
-TIMED_KV_CACHE_DTYPES = kv_quant.UNQUANTIZED_KV_CACHE_DTYPES + kv_quant.FP8_KV_CACHE_DTYPES
+# Correctness tolerance on paged.relative_error (||out - ref|| / ||ref|| vs the fp32 reference):
+# kv_quant.TOLERANCE by query dtype, kv_quant.FP8_TOLERANCE for an fp8 KV cache (their comments say why).
 
 
 def tolerance_for(shape: dict, options: dict) -> float:
@@ -34,7 +30,7 @@ def tolerance_for(shape: dict, options: dict) -> float:
         return float(options["tolerance"])
     if kv_quant.is_fp8(shape.get("kv_cache_dtype", "auto")):
         return kv_quant.FP8_TOLERANCE
-    return DEFAULT_TOLERANCE.get(shape.get("dtype", "bfloat16"), 2e-2)
+    return kv_quant.TOLERANCE.get(shape.get("dtype", "bfloat16"), 2e-2)
 
 
 class ItemRunner:
@@ -147,9 +143,9 @@ class ItemRunner:
     def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict) -> Optional[tuple[Any, Any]]:
         """(adapter, workload) for this row, or None with the row's status and error saying why not."""
         kv = self.shape.get("kv_cache_dtype", "auto")
-        if kv not in TIMED_KV_CACHE_DTYPES:
+        if kv not in kv_quant.TIMED_KV_CACHE_DTYPES:
             row["status"] = R.STATUS_UNSUPPORTED
-            row["error"] = (f"--kv-cache-dtype {kv} is not timed: tune builds {', '.join(TIMED_KV_CACHE_DTYPES)} "
+            row["error"] = (f"--kv-cache-dtype {kv} is not timed: tune builds {', '.join(kv_quant.TIMED_KV_CACHE_DTYPES)} "
                             f"caches (attention/kernels/kv_quant.py)")
             return None
         first_row = self._adapters is None
@@ -235,7 +231,7 @@ class ItemRunner:
         row["rel_error"] = err
         row["tolerance"] = tol
         row["checked"] = True
-        note = kv_quant.tolerance_note(self.shape.get("kv_cache_dtype", "auto"), DEFAULT_TOLERANCE.get(
+        note = kv_quant.tolerance_note(self.shape.get("kv_cache_dtype", "auto"), kv_quant.TOLERANCE.get(
             self.shape.get("dtype", "bfloat16"), 2e-2))
         if note and self.options.get("tolerance") is None:
             row.setdefault("notes", []).append(note)

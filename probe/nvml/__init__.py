@@ -13,19 +13,22 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         query_problems,
         read_gpu,
     )
-    from attnsel.probe.nvml.protocol import NvmlCallError, NvmlFacade, NvmlInitError, TorchFacade, call_key
-    from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
-    from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
-    from attnsel.probe.nvml.session import (
+    from attnsel.probe.nvml.protocol import (
         CLOCK_MEM,
         CLOCK_SM,
         NVLINK_MAX_LINKS,
-        NvmlSession,
         P2P_CAPS_INDEX,
         P2P_STATUS_NAMES,
         P2P_STATUS_OK,
-        facades_from_env,
+        NvmlCallError,
+        NvmlFacade,
+        NvmlInitError,
+        TorchFacade,
+        call_key,
     )
+    from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
+    from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
+    from attnsel.probe.nvml.session import NvmlSession, facades_from_env
     from attnsel.probe.nvml.torch_cuda import RealTorch
 
 __all__ = [
@@ -55,16 +58,16 @@ __all__ = [
     "read_gpu",
 ]
 __getattr__ = lazy_door(__name__, {
-    "CLOCK_MEM": "session",
-    "CLOCK_SM": "session",
-    "NVLINK_MAX_LINKS": "session",
+    "CLOCK_MEM": "protocol",
+    "CLOCK_SM": "protocol",
+    "NVLINK_MAX_LINKS": "protocol",
     "NvmlCallError": "protocol",
     "NvmlFacade": "protocol",
     "NvmlInitError": "protocol",
     "NvmlSession": "session",
-    "P2P_CAPS_INDEX": "session",
-    "P2P_STATUS_NAMES": "session",
-    "P2P_STATUS_OK": "session",
+    "P2P_CAPS_INDEX": "protocol",
+    "P2P_STATUS_NAMES": "protocol",
+    "P2P_STATUS_OK": "protocol",
     "PynvmlFacade": "pynvml_facade",
     "RawGpu": "gpus",
     "RealTorch": "torch_cuda",

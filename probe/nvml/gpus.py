@@ -11,7 +11,8 @@ from typing import Any, Optional, Sequence
 
 from attnsel.probe.facts import GpuInfo
 from attnsel.probe.gpu_table import table_peak_bandwidth
-from attnsel.probe.nvml.session import CLOCK_MEM, CLOCK_SM, NvmlSession, QueryFailure
+from attnsel.probe.nvml.protocol import CLOCK_MEM, CLOCK_SM
+from attnsel.probe.nvml.session import NvmlSession, QueryFailure
 from attnsel.probe.visible_devices import MigChild, PhysicalGpu
 
 # A failure with one of these codes means the whole GPU is unusable (gpustat's InvalidGPU idea).

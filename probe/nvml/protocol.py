@@ -1,7 +1,8 @@
-"""What every NVML facade speaks: device refs, call keys, NVML's error codes and the errors raised.
+"""What every NVML facade speaks: device refs, call keys, NVML's error codes, the constants passed
+to NVML (defined here only) and the errors raised.
 
 The real facade (probe/nvml/pynvml_facade.py), the replay (probe/nvml/replay.py) and the session
-funnel (probe/nvml/session.py, the door callers import from) all build on these.
+funnel (probe/nvml/session.py) all build on these; callers import them from the door (probe/nvml).
 
 Facades speak in plain, JSON-able values so that a recording of the real one can be replayed:
   device refs: the NVML index (int) of a physical GPU, or "i:j" for MIG device j of GPU i;

@@ -6,7 +6,7 @@ nvitop's `nvmlQuery`: any exception from one query -- an `NVMLError`, but also a
 `(0,)`, docs/gpu-facts.md §2) -- becomes "unknown" for that query only and is kept as a `QueryFailure`.
 Only a failing `nvmlInit` is fatal; the collector then falls back to torch.
 
-The door is this module: callers import the facades, the session and the constants from here. Its
+Callers import the facades, the session and NVML's constants from the room's door (probe/nvml). Its
 parts: probe/nvml/protocol.py (device refs, call keys, NVML error codes, the facade protocols),
 probe/nvml/pynvml_facade.py (the real NVML), probe/nvml/replay.py (scenarios: their format, the replay
 facades, loading), probe/nvml/torch_cuda.py (the real torch.cuda fallback).
@@ -39,27 +39,9 @@ __all__ = [
     "facades_from_env", "load_scenario", "SCENARIO_ENV_VAR", "SCENARIO_SCHEMA",
     # the funnel every query goes through
     "NvmlSession", "QueryFailure", "answer_problem", "INVALID_ANSWER", "DeviceRef", "call_key",
-    # NVML's errors and constants
+    # NVML's errors (its constants: probe/nvml/protocol.py)
     "NvmlCallError", "NvmlInitError", "NVML_ERROR_NAMES", "NVML_ERROR_CODES", "NVML_ERROR_MESSAGES", "INIT_HINTS",
-    "P2P_CAPS_INDEX", "P2P_STATUS_NAMES", "P2P_STATUS_OK", "CLOCK_SM", "CLOCK_MEM", "NVLINK_MAX_LINKS",
 ]
-
-# Constants passed to NVML as plain integers on purpose: nvidia-ml-py 13.615.71 has
-# `NVML_P2P_CAPS_INDEX_READ = 0,` (a tuple) and passing it raises ctypes.ArgumentError (docs/gpu-facts.md §2).
-P2P_CAPS_INDEX = {"READ": 0, "WRITE": 1, "NVLINK": 2, "ATOMICS": 3}
-P2P_STATUS_NAMES = {
-    0: "OK",
-    1: "CHIPSET_NOT_SUPPORTED",
-    2: "GPU_NOT_SUPPORTED",
-    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
-    4: "DISABLED_BY_REGKEY",
-    5: "NOT_SUPPORTED",
-    6: "UNKNOWN",
-}
-P2P_STATUS_OK = 0
-CLOCK_SM = 1
-CLOCK_MEM = 2
-NVLINK_MAX_LINKS = 18  # NVLink 4/5 GPUs expose 18 links; we stop at the first link NVML rejects
 
 
 # ---------------------------------------------------------------------------------------------

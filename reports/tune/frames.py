@@ -8,11 +8,12 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from attnsel.attention.kernels import BACKENDS
 from attnsel.bench.sweep import results as R
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 KIND_ORDER = ("decode", "prefill", "mixed")
-BACKEND_ORDER = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+BACKEND_ORDER = BACKENDS  # the plan's order (attention/kernels/base.py)
 
 ROW_COLUMNS = [
     "backend", "block_size", "kernel_block_size", "kind", "workload", "batch", "context_len", "query_len", "status",

@@ -129,9 +129,9 @@ def kernel_block_size(backend_cls: Any, block_size: int) -> int:
     try:
         from vllm.v1.worker.utils import select_common_block_size  # type: ignore
     except ImportError:
-        from attnsel.attention.kernels.base import kernel_block_size_for
+        from attnsel.attention.rules import MultipleOf, kernel_block_size_for  # the same rule, without vLLM's helper
 
-        sizes = [s if isinstance(s, int) else s.base for s in backend_cls.get_supported_kernel_block_sizes()]
+        sizes = [s if isinstance(s, int) else MultipleOf(s.base) for s in backend_cls.get_supported_kernel_block_sizes()]
         found = kernel_block_size_for(block_size, sizes)
         if found is None:
             raise ValueError(f"No common block size for {block_size}. ")
