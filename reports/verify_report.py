@@ -10,10 +10,13 @@ import html as _html
 from typing import Any, Optional, Sequence
 
 from attnsel.bench.tune import advised_flags
+from attnsel.bench.verify import EngineVerdict
 from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
-VERDICT_STYLES = {"holds": "bold green", "within noise": "bold yellow", "reversed": "bold red", "not measured": "bold red"}
+VERDICT_STYLES = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
+                  EngineVerdict.REVERSED: "bold red", EngineVerdict.NOT_MEASURED: "bold red"}
+VERDICT_CLASSES = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
 
 
 def _figure(fig: Optional[dict], fmt: str) -> str:
@@ -35,7 +38,7 @@ def _gib(value: Any) -> str:
 def headline(doc: dict) -> tuple[str, str, Optional[str]]:
     """(verdict word, sentence, flags to paste or None)."""
     verdict = doc.get("verdict") or {}
-    word = verdict.get("verdict") or "not measured"
+    word = verdict.get("verdict") or EngineVerdict.NOT_MEASURED
     flags = verdict.get("flags")
     return word, verdict.get("text") or "no verdict (the run did not finish)", flags
 
@@ -153,7 +156,7 @@ def render_terminal(doc: dict, console) -> None:
             console.print(table)
     for warning in doc.get("warnings") or []:
         console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
-    console.print(f"Verdict: [{VERDICT_STYLES.get(word, 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
+    console.print(f"Verdict: [{VERDICT_STYLES.get(EngineVerdict.read(word), 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
     if flags is not None:
         console.print(f"  vLLM flags: [bold]{flags or '(none: vLLM default)'}[/bold]")
 
@@ -189,7 +192,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def html_section(doc: dict) -> str:
     word, text, flags = headline(doc)
-    cls = {"holds": "good", "reversed": "bad"}.get(word, "meh")
+    cls = VERDICT_CLASSES.get(EngineVerdict.read(word), "meh")
     parts = [f'<section><h2>attnsel verify: <span class="{cls}">{_html.escape(word)}</span></h2>',
              f"<p>{_html.escape(text)}</p>"]
     if flags is not None:

@@ -9,11 +9,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.tune.flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
     from attnsel.bench.tune.run import SUMMARY_FILE
     from attnsel.bench.tune.saved import advised_flags, with_recommendation
+    from attnsel.bench.tune.verdict import Verdict
 
 __all__ = [
     "DOCUMENT_FILE",
     "SUMMARY_FILE",
     "TuneFlags",
+    "Verdict",
     "advised_flags",
     "check_flags",
     "check_real_sweep_flags",
@@ -24,6 +26,7 @@ __getattr__ = lazy_door(__name__, {
     "DOCUMENT_FILE": "document",
     "SUMMARY_FILE": "run",
     "TuneFlags": "flags",
+    "Verdict": "verdict",
     "advised_flags": "saved",
     "check_flags": "flags",
     "check_real_sweep_flags": "flags",

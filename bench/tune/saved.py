@@ -8,15 +8,20 @@ from typing import Optional
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune.recommend import recommend
+from attnsel.bench.tune.verdict import Verdict
 
 
 def advised_flags(decision: dict) -> Optional[str]:
     """The flags a saved recommendation told the user to pass (a tune.json decision, or verify's
     summary of one); None: keep vLLM's default. Documents from before `advised_flags` was written
-    advised their flags only for verdict "faster" (recommend.Decision.above_noise)."""
+    advised their flags only for a verdict that advises them (Verdict.FASTER)."""
     if "advised_flags" in decision:
         return decision["advised_flags"]
-    faster = decision["above_noise"] if "above_noise" in decision else decision.get("verdict") == "faster"
+    if "above_noise" in decision:
+        faster = decision["above_noise"]
+    else:
+        verdict = Verdict.read(decision.get("verdict"))
+        faster = verdict is not None and verdict.advises_flags
     return decision.get("flags") if faster else None
 
 

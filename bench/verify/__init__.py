@@ -5,10 +5,13 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.bench.verify.compare import EngineVerdict, Judgement
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
 __all__ = [
+    "EngineVerdict",
+    "Judgement",
     "VerifyProgress",
     "VerifyRequest",
     "build_comparisons",
@@ -16,6 +19,8 @@ __all__ = [
     "summarize",
 ]
 __getattr__ = lazy_door(__name__, {
+    "EngineVerdict": "compare",
+    "Judgement": "compare",
     "VerifyProgress": "run",
     "VerifyRequest": "run",
     "build_comparisons": "verdict",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from attnsel.bench.verify import compare as EC
+from attnsel.bench.verify.compare import EngineVerdict, Judgement
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
@@ -149,11 +150,11 @@ def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float
     best, best_ratio = None, 1.0
     for row in document["candidates"]:
         mine = [c for c in comparisons if c["candidate"] == row["name"] and c.get("end_to_end")]
-        if not mine or any(c["end_to_end"]["result"] == EC.SLOWER for c in mine):
+        if not mine or any(c["end_to_end"]["result"] == Judgement.SLOWER for c in mine):
             continue
         ratio = EC.geomean_ratio(1 + (c["end_to_end"]["margin_pct"] or 0) / 100 for c in mine)
         if ratio and ratio > best_ratio and (ratio - 1) * 100 >= min_gain_pct \
-                and any(c["end_to_end"]["result"] == EC.FASTER for c in mine):
+                and any(c["end_to_end"]["result"] == Judgement.FASTER for c in mine):
             best, best_ratio = row, ratio
     row = best or default_row(document)
     return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
@@ -191,12 +192,15 @@ def summarize(document: dict) -> dict:
     best = best_end_to_end(document, comparisons, min_gain)
     if keeps_default:
         worth = best if best and best["name"] != default_row(document)["name"] else None
-        word = EC.REVERSED if worth else EC.HOLDS
+        word = EngineVerdict.REVERSED if worth else EngineVerdict.HOLDS
         flags = worth["flags"] if worth else ""
         pick_row = default_row(document)
     else:
         pick_row = subject
-        flags = pick_row["flags"] if word == EC.HOLDS else ("" if word == EC.NOISE else (best or {}).get("flags", ""))
+        if word is EngineVerdict.HOLDS:
+            flags = pick_row["flags"]
+        else:  # within noise: keep the default; reversed: the best pair end to end, if any beat it
+            flags = "" if word.keeps_default else (best or {}).get("flags", "")
     text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
             else _verdict_text(word, pick_row, mine, flags))
     return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
@@ -204,7 +208,7 @@ def summarize(document: dict) -> dict:
             "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
 
 
-def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[str]:
+def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[EngineVerdict]:
     """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
     noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
     result = (comparison or {}).get("result")
@@ -212,11 +216,11 @@ def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: fl
         return EC.recommendation_verdict(result, pick_is_default=False)
     if result is None:
         return None
-    return EC.REVERSED if result == EC.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EC.HOLDS
+    return EngineVerdict.REVERSED if result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EngineVerdict.HOLDS
 
 
 def _not_measured(document: dict, why: str) -> dict:
-    return {"verdict": "not measured", "flags": None, "shapes": [], "best_end_to_end": None,
+    return {"verdict": EngineVerdict.NOT_MEASURED, "flags": None, "shapes": [], "best_end_to_end": None,
             "text": f"no verdict: {why}"}
 
 
@@ -229,23 +233,23 @@ def _gain_words(comparisons: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _verdict_text(word: str, pick: dict, comparisons: list[dict], flags: str) -> str:
+def _verdict_text(word: EngineVerdict, pick: dict, comparisons: list[dict], flags: str) -> str:
     gains = _gain_words(comparisons)
     paste = f"pass {flags}" if flags else "no flags needed (vLLM's default)"
-    if word == EC.HOLDS:
+    if word is EngineVerdict.HOLDS:
         return f"holds end to end: {pick['name']} against vLLM's default: {gains}: {paste}"
-    if word == EC.NOISE:
+    if word is EngineVerdict.WITHIN_NOISE:
         return f"within noise end to end: {pick['name']} against vLLM's default: {gains}: keep vLLM's default, {paste}"
     return f"reversed end to end: {pick['name']} is slower than vLLM's default ({gains}): {paste}"
 
 
-def _keep_default_text(word: str, subject: dict, comparisons: list[dict], pick_is_default: bool,
+def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dict], pick_is_default: bool,
                        best: Optional[dict], min_gain: float, flags: str) -> str:
     gains = _gain_words(comparisons)
     advice = ("vLLM's default, tune's pick" if pick_is_default else
               f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
               f"{min_gain:.0f}% at kernel level)")
-    if word == EC.HOLDS:
+    if word is EngineVerdict.HOLDS:
         return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
                 f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
     return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "

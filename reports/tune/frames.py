@@ -9,6 +9,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import Verdict, advised_flags
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 KIND_ORDER = ("decode", "prefill", "mixed")
@@ -183,10 +184,8 @@ def _decision_summary(decision: Optional[dict]) -> Optional[dict]:
     best = decision.get("best") or {}
     default = decision.get("vllm_default") or {}
     verdict = decision.get("verdict")
-    confidence = {
-        "faster": "above noise", "noisy": "within noise", "default is fastest": "default is fastest",
-        "default not measured": "no baseline", "no valid config": "nothing measured",
-    }.get(verdict, verdict)
+    known = Verdict.read(verdict)
+    confidence = known.confidence if known is not None else verdict  # a newer attnsel's word, as written
     return {
         "scope": decision.get("scope"),
         "best": f"{best['backend']} --block-size {best['block_size']}" if best else None,
@@ -196,7 +195,7 @@ def _decision_summary(decision: Optional[dict]) -> Optional[dict]:
         "noise_threshold_pct": decision.get("noise_threshold_pct"),
         "verdict": verdict,
         "confidence": confidence,
-        "flags": decision.get("flags") if verdict == "faster" else None,
+        "flags": advised_flags(decision),
         "best_flags": decision.get("flags"),
         "advice": decision.get("advice"),
     }

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import advised_flags
+from attnsel.bench.tune import Verdict, advised_flags
 
 STATUS_STYLE = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",
@@ -245,7 +245,7 @@ def render_recommendation(rec: dict, console: Console) -> None:
                 # +5.7% in the kernels, within noise in vLLM's engine: tests/fixtures/verify/)
                 console.print("  (a kernel-level margin: `attnsel verify` checks it in vLLM's own engine)")
             else:
-                best = "" if overall["verdict"] == "default is fastest" else f" (fastest measured: {overall['flags']})"
+                best = "" if Verdict.read(overall["verdict"]) is Verdict.DEFAULT_IS_FASTEST else f" (fastest measured: {overall['flags']})"
                 console.print(f"  vLLM flags: [bold](none: keep vLLM's default)[/bold]{best}")
     for dq in rec.get("disqualified") or []:
         console.print(f"  [bold red]disqualified[/bold red] {dq['backend']} --block-size {dq['block_size']}: {dq['reason']}")
