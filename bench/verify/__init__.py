@@ -6,6 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.bench.verify.compare import EngineVerdict, Judgement
+    from attnsel.bench.verify.records import VerifyDocument
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
@@ -13,6 +14,7 @@ __all__ = [
     "EngineVerdict",
     "Judgement",
     "VerifyProgress",
+    "VerifyDocument",
     "VerifyRequest",
     "build_comparisons",
     "run_verify",
@@ -22,6 +24,7 @@ __getattr__ = lazy_door(__name__, {
     "EngineVerdict": "compare",
     "Judgement": "compare",
     "VerifyProgress": "run",
+    "VerifyDocument": "records",
     "VerifyRequest": "run",
     "build_comparisons": "verdict",
     "run_verify": "run",
