@@ -60,6 +60,11 @@ class Record:
         record._unknown = {k: v for k, v in data.items() if k not in known}
         return record
 
+    def __bool__(self) -> bool:
+        """A record read from an empty object is as falsy as that object (`record or default`
+        reads like the `.get(key) or {}` it replaces); one built in code is true."""
+        return self._keys is None or bool(self._keys)
+
     def to_dict(self) -> dict:
         known = self.json_fields()
         keys = self._keys if self._keys is not None else tuple(known)
