@@ -7,12 +7,13 @@ and never recomputes it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, Union
 
+from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import DecisionRecord, RecommendationRecord, TuneDocument, Workload, advised_flags
+from attnsel.bench.tune import recommend as REC
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.verify.compare import EngineVerdict, Judgement
-from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 
@@ -20,19 +21,28 @@ def _label(batch: int, context: int) -> str:
     return f"decode b={batch} ctx={context}"
 
 
-def kernel_times(tune_doc: Optional[dict]) -> dict[tuple[str, int, int, int], float]:
+TuneInput = Union[Mapping, TuneDocument, None]  # a tune.json as read, or its record
+
+
+def tune_record(tune_doc: TuneInput) -> TuneDocument:
+    """The tune result as its records (an empty one without a tune result: pairs the user named)."""
+    return tune_doc if isinstance(tune_doc, TuneDocument) else TuneDocument.from_dict(tune_doc or {})
+
+
+def kernel_times(tune_doc: TuneInput) -> dict[tuple[str, int, int, int], float]:
     """(backend, block size, batch, context) -> tune's median kernel time (ms) for decode rows."""
     out = {}
-    for row in (tune_doc or {}).get("rows") or []:
-        if row.get("kind") == "decode" and row.get("status") == "ok" and row.get("timing"):
-            w = row.get("workload") or {}
-            out[(row["backend"], int(row["block_size"]), int(w["batch"]), int(w["context_len"]))] = float(row["timing"]["median_ms"])
+    for row in tune_record(tune_doc).rows or []:
+        if row.kind == "decode" and row.status == R.STATUS_OK and row.timing:
+            w = row.workload or Workload()
+            out[(row.backend, int(row.block_size), int(w.batch), int(w.context_len))] = float(row.timing.median_ms)
     return out
 
 
-def decode_geomeans(tune_doc: Optional[dict]) -> dict[tuple[str, int], float]:
-    decode = (((tune_doc or {}).get("recommendation") or {}).get("workloads") or {}).get("decode") or {}
-    return {(c["backend"], int(c["block_size"])): float(c["geomean_ms"]) for c in decode.get("ranking") or []}
+def decode_geomeans(tune_doc: TuneInput) -> dict[tuple[str, int], float]:
+    workloads = (tune_record(tune_doc).recommendation or RecommendationRecord()).workloads or {}
+    decode = workloads.get("decode") or DecisionRecord()
+    return {(c.backend, int(c.block_size)): float(c.geomean_ms) for c in decode.ranking or []}
 
 
 def default_row(document: dict) -> Optional[dict]:
@@ -58,7 +68,7 @@ def _figures(row: Optional[dict], index: int) -> Optional[dict]:
     return shape.get("figures") if shape.get("status") == "ok" else None
 
 
-def annotate_attention(document: dict, tune_doc: Optional[dict]) -> None:
+def annotate_attention(document: dict, tune_doc: TuneInput) -> None:
     """Adds tune's kernel time and the attention share of the decode step to each measured shape."""
     kernels = kernel_times(tune_doc)
     layers = document["model"].get("attention_layers")
@@ -71,7 +81,7 @@ def annotate_attention(document: dict, tune_doc: Optional[dict]) -> None:
             shape["attention_share"] = EC.attention_share(kernel, layers, step)
 
 
-def predicted_margin(tune_doc: Optional[dict], default: Optional[tuple], config: Optional[tuple],
+def predicted_margin(tune_doc: TuneInput, default: Optional[tuple], config: Optional[tuple],
                      batch: int, context: int) -> tuple[Optional[float], Optional[str]]:
     """tune's kernel-level gain of `config` over the default, in % : at this shape if tune timed
     it, else over tune's decode shapes (geometric means)."""
@@ -87,12 +97,14 @@ def predicted_margin(tune_doc: Optional[dict], default: Optional[tuple], config:
     return None, None
 
 
-def build_comparisons(document: dict, tune_doc: Optional[dict]) -> list[dict]:
+def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
     """One entry per (candidate other than vLLM's default) x shape."""
+    tune_doc = tune_record(tune_doc)  # read once: each shape of each candidate looks its kernels up
     annotate_attention(document, tune_doc)
     base = default_row(document)
     base_config = run_config(base) if base else None
     layers = document["model"].get("attention_layers")
+    kernels = kernel_times(tune_doc)
     out = []
     for row in document["candidates"]:
         if row is base:
@@ -107,7 +119,6 @@ def build_comparisons(document: dict, tune_doc: Optional[dict]) -> list[dict]:
                 entry["missing"] = _missing(row, base, index)
             pct, source = predicted_margin(tune_doc, base_config, run_config(row), batch, context)
             entry["predicted_kernel_margin_pct"], entry["predicted_source"] = pct, source
-            kernels = kernel_times(tune_doc)
             k_default = kernels.get((*base_config, batch, context)) if base_config else None
             k_mine = kernels.get((*run_config(row), batch, context)) if run_config(row) else None
             step_default = ((theirs or {}).get("decode_step_ms") or {}).get("median")
