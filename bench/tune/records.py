@@ -110,6 +110,7 @@ class Timing(Record):
     n: Optional[int] = None
     l2: Optional[str] = None
     mode: Optional[str] = None
+    timer: Optional[str] = None  # "cupti" or "events"
 
 
 @dataclass
@@ -146,6 +147,10 @@ class ResultRow(Record):
     first_call_s: Optional[float] = None
     peak_memory_bandwidth_bytes_per_s: Optional[float] = None
     vllm_reasons: Optional[list[str]] = None
+    launch: Optional[str] = None  # "graph" or "eager": how the timed calls were launched
+    kernel_block_size_used: Optional[int] = None
+    setup_s: Optional[float] = None
+    library_import_s: Optional[float] = None
 
 
 # --- the recommendation (bench/tune/recommend.py) ----------------------------------------------
@@ -158,6 +163,19 @@ class Choice(Record):
     backend: str = None
     block_size: int = positive_field()
     geomean_ms: Optional[float] = None
+    kernel_block_size: Optional[int] = None
+    shapes: Optional[int] = None
+    vs_best: Optional[str] = None  # "best", "tie" (within noise of it) or "slower"
+    launch: Optional[str] = None  # "graph", "eager" or "graph+eager"
+
+
+@dataclass
+class Disqualified(Record):
+    """A config whose rows failed the correctness check: reported, never recommended."""
+
+    backend: Optional[str] = None
+    block_size: Optional[int] = None
+    reason: Optional[str] = None
 
 
 @dataclass
@@ -184,6 +202,7 @@ class RecommendationRecord(Record):
     overall: Optional[DecisionRecord] = None
     workloads: Optional[dict[str, Optional[DecisionRecord]]] = None
     vllm_default: Optional[Choice] = None
+    disqualified: Optional[list[Disqualified]] = None
 
 
 # --- the plan and the environment --------------------------------------------------------------
@@ -262,3 +281,5 @@ class TuneDocument(Record):
     note: Optional[str] = renamed_field("_note")
     created: Optional[str] = None
     elapsed_s: Optional[float] = None
+    options: Any = None  # the sweep's options (bench/sweep SweepOptions.to_dict), read as written
+    phases: Any = None  # where the wall time went (bench/tune/phases.py), read as written
