@@ -16,7 +16,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Mapping, Optional, Union
+from typing import Any, Callable, ClassVar, Mapping, Optional, Union
 
 from attnsel.bench.tune.verdict import Verdict
 
@@ -42,6 +42,7 @@ class Record:
     _keys: Optional[tuple[str, ...]] = field(default=None, init=False, repr=False, compare=False)
     _unknown: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _types: ClassVar[dict[type, dict]] = {}
+    _readers: ClassVar[dict[type, dict]] = {}
 
     @classmethod
     def json_fields(cls) -> dict[str, tuple[str, Any, Mapping]]:
@@ -54,10 +55,18 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Record":
-        known = cls.json_fields()
-        record = cls(**{known[k][0]: _read(known[k][1], v) for k, v in data.items() if k in known})
-        record._keys = tuple(data)
-        record._unknown = {k: v for k, v in data.items() if k not in known}
+        readers = Record._readers.get(cls)
+        if readers is None:  # worked out once per record type: a sweep's tune.json holds thousands of rows
+            readers = Record._readers[cls] = {k: (name, _reader(kind)) for k, (name, kind, _m) in cls.json_fields().items()}
+        values, unknown = {}, {}
+        for key, value in data.items():
+            if key in readers:
+                name, read = readers[key]
+                values[name] = value if read is None else read(value)
+            else:
+                unknown[key] = value
+        record = cls(**values)
+        record._keys, record._unknown = tuple(data), unknown
         return record
 
     def __bool__(self) -> bool:
@@ -71,22 +80,25 @@ class Record:
         return {k: _write(getattr(self, known[k][0])) if k in known else self._unknown[k] for k in keys}
 
 
-def _read(kind: Any, value: Any) -> Any:
-    """A JSON value as `kind` says, where it has that shape; anything else as it is (the input
-    checks decide what a report refuses; a record never loses what the file held)."""
+def _reader(kind: Any) -> Optional[Callable[[Any], Any]]:
+    """How a JSON value becomes a field of type `kind` (None: as it is): a record from its object, a
+    verdict from its word, lists and maps item by item. A value of another shape stays as it is:
+    the input checks decide what a report refuses, and a record never loses what the file held."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is Union:
         inner = [a for a in args if a is not type(None)]
-        return _read(inner[0], value) if len(inner) == 1 else value
-    if isinstance(kind, type) and issubclass(kind, Record) and isinstance(value, Mapping):
-        return kind.from_dict(value)
-    if isinstance(kind, type) and issubclass(kind, Enum) and isinstance(value, str):
-        return next((member for member in kind if member.value == value), value)  # a newer word stays a word
-    if origin is list and isinstance(value, list):
-        return [_read(args[0], v) for v in value]
-    if origin is dict and isinstance(value, Mapping):
-        return {k: _read(args[1], v) for k, v in value.items()}
-    return value
+        return _reader(inner[0]) if len(inner) == 1 else None
+    if isinstance(kind, type) and issubclass(kind, Record):
+        return lambda value: kind.from_dict(value) if isinstance(value, Mapping) else value
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        words = {member.value: member for member in kind}
+        return lambda value: words.get(value, value) if isinstance(value, str) else value  # a newer word stays a word
+    item = _reader(args[-1]) if origin in (list, dict) else None
+    if item is None:
+        return None
+    if origin is list:
+        return lambda value: [item(v) for v in value] if isinstance(value, list) else value
+    return lambda value: {k: item(v) for k, v in value.items()} if isinstance(value, Mapping) else value
 
 
 def _write(value: Any) -> Any:
