@@ -11,7 +11,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify import (Candidate, Comparison, EngineFacts, EngineVerdict, Figure, GpuFacts, Judged,
-                                  ModelFacts, ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions, VllmFacts)
+                                  ModelFacts, ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
+                                  VllmFacts)
 from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA

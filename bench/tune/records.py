@@ -57,7 +57,8 @@ class Record:
     def from_dict(cls, data: Mapping) -> "Record":
         readers = Record._readers.get(cls)
         if readers is None:  # worked out once per record type: a sweep's tune.json holds thousands of rows
-            readers = Record._readers[cls] = {k: (name, _reader(kind)) for k, (name, kind, _m) in cls.json_fields().items()}
+            fields = cls.json_fields().items()
+            readers = Record._readers[cls] = {k: (name, _reader(kind)) for k, (name, kind, _m) in fields}
         values, unknown = {}, {}
         for key, value in data.items():
             if key in readers:

@@ -227,7 +227,8 @@ def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: fl
         return EC.recommendation_verdict(result, pick_is_default=False)
     if result is None:
         return None
-    return EngineVerdict.REVERSED if result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EngineVerdict.HOLDS
+    wins = result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain
+    return EngineVerdict.REVERSED if wins else EngineVerdict.HOLDS
 
 
 def _not_measured(document: dict, why: str) -> dict:

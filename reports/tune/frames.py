@@ -212,7 +212,8 @@ def tune_summary(tune: TuneData) -> dict:
     plan = tune.plan
     rec = tune.recommendation or RecommendationRecord()
     overall = _decision_summary(rec.overall)
-    per_kind = [_decision_summary(d) for _k, d in sorted((rec.workloads or {}).items(), key=lambda kv: _kind_order(kv[0]))]
+    by_kind = sorted((rec.workloads or {}).items(), key=lambda kv: _kind_order(kv[0]))
+    per_kind = [_decision_summary(d) for _k, d in by_kind]
     versions = {k: v for k, v in (env.versions or device.versions or {}).items() if v}
     capability = plan.capability or (".".join(str(x) for x in device.capability) if device.capability else None)
     statuses: dict[str, int] = {}

@@ -252,7 +252,8 @@ def render_recommendation(rec: Union[Mapping, RecommendationRecord], console: Co
                 # +5.7% in the kernels, within noise in vLLM's engine: tests/fixtures/verify/)
                 console.print("  (a kernel-level margin: `attnsel verify` checks it in vLLM's own engine)")
             else:
-                best = "" if Verdict.read(overall.verdict) is Verdict.DEFAULT_IS_FASTEST else f" (fastest measured: {overall.flags})"
+                default_won = Verdict.read(overall.verdict) is Verdict.DEFAULT_IS_FASTEST
+                best = "" if default_won else f" (fastest measured: {overall.flags})"
                 console.print(f"  vLLM flags: [bold](none: keep vLLM's default)[/bold]{best}")
     for dq in rec.disqualified or []:
         console.print(f"  [bold red]disqualified[/bold red] {dq.backend} --block-size {dq.block_size}: {dq.reason}")
