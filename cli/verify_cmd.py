@@ -90,7 +90,7 @@ class _Display:
 def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:
     """Runs the verification, prints it (terminal or JSON), returns the exit code. With
     `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
-    from attnsel.bench.verify import run_verify
+    from attnsel.bench.verify import EngineVerdict, run_verify
     from attnsel.reports import verify_report
 
     display = _Display(stderr_console())
@@ -105,7 +105,7 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optio
     else:
         verify_report.render_terminal(document, stdout_console())
         stderr_console().print(f"verify.json and the engines' logs are in {output_dir}/")
-    return EXIT_FAILED if (document.get("verdict") or {}).get("verdict") == "not measured" else 0
+    return EXIT_FAILED if (document.get("verdict") or {}).get("verdict") == EngineVerdict.NOT_MEASURED else 0
 
 
 def _interrupt(signum, frame):

@@ -162,3 +162,18 @@ def test_rows_timed_by_a_stand_in_never_turn_into_flags():
     assert decision.best.backend == "TRITON_ATTN" and decision.verdict == "stand-in"
     assert decision.stand_in == "TRITON_ATTN by attnsel-triton"
     assert "keep vLLM's default" in decision.advice()
+
+
+def test_each_verdict_says_whether_it_advises_flags_and_is_written_as_its_word():
+    import json
+
+    from attnsel.bench.tune import Verdict
+
+    for verdict in Verdict:
+        # never both; "default not measured" and "no valid config" give no margin to advise on
+        assert not (verdict.advises_flags and verdict.keeps_default)
+        assert json.dumps({"verdict": verdict}) == json.dumps({"verdict": verdict.value})
+        assert f"{verdict}" == verdict.value and Verdict.read(verdict.value) is verdict
+    assert [v for v in Verdict if v.advises_flags] == [Verdict.FASTER]
+    assert not Verdict.DEFAULT_NOT_MEASURED.keeps_default and not Verdict.NO_VALID_CONFIG.keeps_default
+    assert Verdict.read("a word from a newer attnsel") is None

@@ -14,6 +14,7 @@ from attnsel.bench.sweep import results as R
 from attnsel.reports.tune import csv_out
 from attnsel.reports.tune import html, html_charts
 from attnsel.reports.tune import markdown
+from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.frames import report_dict
 from attnsel.cli.report_cmd import load_report
 from attnsel.reports.tune import load_inputs
@@ -221,3 +222,33 @@ def test_html_switches_to_a_log_axis_when_one_backend_is_ten_times_slower():
     charts = dict(zip(svgs, re.findall(r'aria-label="[^"]+: median latency vs block size"(.*?)</svg>', page, flags=re.S)))
     for label, body in charts.items():
         assert ("log scale" in body) == (label in wide)
+
+
+def test_markdown_and_html_agree_on_which_verdicts_keep_vllms_default():
+    # "small" (below --min-gain) and "stand-in" (another kernel than vLLM's) keep the default just
+    # as "noisy" does: the HTML card once offered no flags line at all for them
+    from attnsel.bench.tune import Verdict
+
+    tune_fixtures = Path(__file__).parent / "fixtures" / "tune"
+    for run in ("h100_vllm024/warm", "h100_vllm024/standin", "h100_mla_tp8", "h100_mla_tp1"):
+        verdict = Verdict(json.loads((tune_fixtures / run / "tune.json").read_text())["recommendation"]["overall"]["verdict"])
+        data = load_report([str(tune_fixtures / run)])
+        assert verdict.keeps_default and not verdict.advises_flags
+        assert "none needed (keep vLLM's default)" in markdown.render(data), run
+        assert "no flags needed: keep vLLM's default" in html.render(data), run
+    advised = load_report([str(tune_fixtures / "h100_fp8")])
+    assert "keep vLLM" not in html.render(advised) and "--attention-backend FLASH_ATTN --block-size 128" in html.render(advised)
+
+
+def test_every_verdict_gets_the_same_flags_advice_in_markdown_and_html():
+    from attnsel.bench.tune import Verdict
+
+    data = load_report([str(TUNE_DIR)])
+    for verdict in Verdict:
+        summary = F.tune_summary(data.tune)
+        advised = "--attention-backend FLASHINFER --block-size 64" if verdict.advises_flags else None
+        summary["overall"] = dict(summary["overall"], verdict=verdict.value, flags=advised)
+        summary["vllm_flags"] = advised
+        md, page = markdown._flags_text(summary), html._decision_html(summary["overall"])
+        assert ("keep vLLM's default" in md) == ("keep vLLM's default" in page) == verdict.keeps_default, verdict
+        assert (advised is not None and advised in md and advised in page) == verdict.advises_flags, verdict

@@ -29,7 +29,7 @@ def test_a_tune_output_is_found_from_its_folder_document_or_rows(path):
     data = load_inputs([path])
     assert data.tune is not None and data.tune.complete
     assert len(data.tune.rows) == len(_tune_document()["rows"])
-    assert data.tune.recommendation == _tune_document()["recommendation"]
+    assert data.tune.recommendation.to_dict() == _tune_document()["recommendation"]
 
 
 def test_an_explain_answer_is_found_by_content_not_by_name(tmp_path):
@@ -58,9 +58,9 @@ def test_a_cut_short_sweep_without_tune_json_still_gets_advice(tmp_path):
         by_config.setdefault((r["backend"], r["block_size"]), []).append(r["timing"]["median_ms"])
     scores = {c: math.prod(v) ** (1 / len(v)) for c, v in by_config.items() if len(v) == len(shapes)}
     best = min(scores, key=scores.get)
-    decode = data.tune.recommendation["workloads"]["decode"]
-    assert (decode["best"]["backend"], decode["best"]["block_size"]) == best
-    assert data.tune.recommendation["vllm_default"] is None  # unknown without the plan
+    decode = data.tune.recommendation.workloads["decode"]
+    assert (decode.best.backend, decode.best.block_size) == best
+    assert data.tune.recommendation.vllm_default is None  # unknown without the plan
 
 
 @pytest.mark.parametrize(

@@ -71,11 +71,13 @@ def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel()
 
 
 def test_the_timing_line_says_how_the_rows_were_kept_cold():
+    from attnsel.bench.tune import ResultRow
     from attnsel.reports.tune.text import timing_method
 
     rows = [{"backend": "FLASH_ATTN", "status": "ok", "launch": "graph", "timing": {"timer": "cupti"}},
             {"backend": "FLASH_ATTN", "status": "ok", "launch": "eager", "timing": {"timer": "cupti"}},
             {"backend": "FLEX_ATTENTION", "status": "ok", "launch": "eager", "timing": {"timer": "cupti"}}]
+    rows = [ResultRow.from_dict(row) for row in rows]
     line = timing_method({"launch": "vllm", "cold_l2": True}, rows)
     assert "as vLLM launches them" in line and "(FLASH_ATTN decode)" in line and "CUPTI" in line
     assert "2 x L2 flushed" in line

@@ -73,8 +73,9 @@ def rederive(folder: Path) -> dict:
     doc = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
     tune = json.loads((folder / "tune.json").read_text(encoding="utf-8")) if (folder / "tune.json").is_file() else None
     if tune and doc.get("tune"):  # the two fields verify's tune summary gained for the verdict rules
-        scope = VP.tune_scope(tune.get("recommendation")) or {}
-        doc["tune"].update(advised_flags=advised_flags(scope), min_gain_pct=scope.get("min_gain_pct"))
+        scope = VP.tune_scope(tune.get("recommendation"))
+        doc["tune"].update(advised_flags=advised_flags(scope) if scope else None,
+                           min_gain_pct=scope.min_gain_pct if scope else None)
     doc["comparisons"] = build_comparisons(doc, tune)
     # the verdict the run itself printed, kept through later re-derivations
     recorded = doc.setdefault("_recorded_verdict", (doc.get("verdict") or {}).get("verdict"))

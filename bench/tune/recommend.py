@@ -26,6 +26,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
+from attnsel.bench.tune.verdict import Verdict
 from attnsel.errors import UserInputError
 
 DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
@@ -122,7 +123,7 @@ class Decision:
     default: Optional[ConfigScore]
     speedup_vs_default: Optional[float]  # > 1: best is faster than the default
     noise_threshold: Optional[float]  # relative margin the speedup had to exceed
-    verdict: str  # "faster", "noisy", "small", "stand-in", "default is fastest", "default not measured", "no valid config"
+    verdict: Verdict  # what the margin advises (bench/tune/verdict.py)
     ranking: list[ConfigScore] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: Optional[dict] = None
@@ -131,7 +132,7 @@ class Decision:
 
     @property
     def above_noise(self) -> bool:
-        return self.verdict == "faster"
+        return self.verdict.advises_flags
 
     @property
     def flags(self) -> Optional[str]:
@@ -147,17 +148,17 @@ class Decision:
         if self.best is None:
             return "no valid configuration was measured"
         best = f"{self.best.backend} with --block-size {self.best.block_size}"
-        if self.verdict == "default is fastest":
+        if self.verdict is Verdict.DEFAULT_IS_FASTEST:
             return f"vLLM's default ({best}) is the fastest measured: no flags needed"
-        if self.verdict == "default not measured":
+        if self.verdict is Verdict.DEFAULT_NOT_MEASURED:
             return f"fastest measured: {best}; vLLM's default could not be measured, so no margin"
         margin = (self.speedup_vs_default - 1) * 100 if self.speedup_vs_default else 0.0
-        if self.verdict == "faster":
+        if self.verdict is Verdict.FASTER:
             return f"{best} is {margin:.1f}% faster than vLLM's default: pass {self.flags}{self._ties_text()}"
-        if self.verdict == "small":
+        if self.verdict is Verdict.SMALL:
             return (f"{best} measured {margin:.1f}% faster than vLLM's default: above noise, but below the "
                     f"{self.min_gain * 100:.0f}% worth changing flags for (--min-gain): keeping the default is as good")
-        if self.verdict == "stand-in":
+        if self.verdict is Verdict.STAND_IN:
             return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
                     f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
         return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
@@ -283,25 +284,25 @@ def decide_workload(
         _mark_ties(scores, by_config, shape_labels)
     default = next((s for s in scores if s.config == vllm_default), None)
     if best is None:
-        return Decision(kind, None, None, None, None, "no valid config", scores, incomplete)
+        return Decision(kind, None, None, None, None, Verdict.NO_VALID_CONFIG, scores, incomplete)
     if default is None:
-        return Decision(kind, best, None, None, None, "default not measured", scores, incomplete)
+        return Decision(kind, best, None, None, None, Verdict.DEFAULT_NOT_MEASURED, scores, incomplete)
     if best.config == default.config:
-        return Decision(kind, best, default, 1.0, None, "default is fastest", scores, incomplete)
+        return Decision(kind, best, default, 1.0, None, Verdict.DEFAULT_IS_FASTEST, scores, incomplete)
     per_shape_best = [by_config[best.config][l] for l in shape_labels]
     per_shape_default = [by_config[default.config][l] for l in shape_labels]
     threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
     speedup = default.geomean_ms / best.geomean_ms
-    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
     decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
 
 
 def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
     decision.min_gain = min_gain
-    if decision.verdict == "faster" and decision.speedup_vs_default is not None and \
+    if decision.verdict is Verdict.FASTER and decision.speedup_vs_default is not None and \
             decision.speedup_vs_default - 1 < min_gain:
-        decision.verdict = "small"
+        decision.verdict = Verdict.SMALL
     return decision
 
 
@@ -310,11 +311,11 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
     for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
     where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
     still ranked and shown; the flags stay vLLM's default."""
-    if decision.verdict != "faster":
+    if decision.verdict is not Verdict.FASTER:
         return decision
     stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in compared_rows) if p})
     if stand_ins:
-        decision.verdict = "stand-in"
+        decision.verdict = Verdict.STAND_IN
         decision.stand_in = "; ".join(stand_ins)
     return decision
 
@@ -343,7 +344,7 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     norm = {k: weights[k] / total for k in kinds}
     common = set.intersection(*({s.config for s in decisions[k].ranking} for k in kinds))
     if not common:
-        return Decision("overall", None, None, None, None, "no valid config", [], [], norm)
+        return Decision("overall", None, None, None, None, Verdict.NO_VALID_CONFIG, [], [], norm)
 
     def score(config: Config) -> float:
         return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
@@ -378,12 +379,12 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
         other.vs_best = "slower" if enough and other.geomean_ms / best.geomean_ms - 1 > bar else "tie"
     default = next((s for s in ranking if s.config == vllm_default), None)
     if default is None:
-        return Decision("overall", best, None, None, None, "default not measured", ranking, [], norm)
+        return Decision("overall", best, None, None, None, Verdict.DEFAULT_NOT_MEASURED, ranking, [], norm)
     if default.config == best.config:
-        return Decision("overall", best, default, 1.0, None, "default is fastest", ranking, [], norm)
+        return Decision("overall", best, default, 1.0, None, Verdict.DEFAULT_IS_FASTEST, ranking, [], norm)
     speedup = default.geomean_ms / best.geomean_ms
     threshold, enough = pair_bar(default)
-    verdict = "faster" if enough and speedup - 1 > threshold else "noisy"
+    verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
     compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
                 and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
     decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)

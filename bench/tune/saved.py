@@ -4,19 +4,27 @@ recommendation is made here, by bench, from the rows -- reports/ only render (do
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, Union
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune.recommend import recommend
+from attnsel.bench.tune.records import Record
+from attnsel.bench.tune.verdict import Verdict
 
 
-def advised_flags(decision: dict) -> Optional[str]:
+def advised_flags(decision: Union[Mapping, Record]) -> Optional[str]:
     """The flags a saved recommendation told the user to pass (a tune.json decision, or verify's
-    summary of one); None: keep vLLM's default. Documents from before `advised_flags` was written
-    advised their flags only for verdict "faster" (recommend.Decision.above_noise)."""
+    summary of one, as JSON or as its record); None: keep vLLM's default. Documents from before
+    `advised_flags` was written advised their flags only for a verdict that advises them (Verdict.FASTER)."""
+    if isinstance(decision, Record):
+        decision = decision.to_dict()  # the keys the document held: absent and null differ here
     if "advised_flags" in decision:
         return decision["advised_flags"]
-    faster = decision["above_noise"] if "above_noise" in decision else decision.get("verdict") == "faster"
+    if "above_noise" in decision:
+        faster = decision["above_noise"]
+    else:
+        verdict = Verdict.read(decision.get("verdict"))
+        faster = verdict is not None and verdict.advises_flags
     return decision.get("flags") if faster else None
 
 

@@ -5,19 +5,53 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.bench.verify.compare import EngineVerdict, Judgement
+    from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, Figure, GpuFacts, Judged, ModelFacts,
+                                              ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
+                                              VllmFacts)
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
 __all__ = [
+    "Candidate",
+    "Comparison",
+    "EngineFacts",
+    "EngineVerdict",
+    "Figure",
+    "GpuFacts",
+    "Judged",
+    "Judgement",
+    "ModelFacts",
+    "ShapeFigures",
+    "ShapeResult",
+    "VerdictRecord",
+    "VerifyDocument",
+    "VerifyOptions",
     "VerifyProgress",
     "VerifyRequest",
+    "VllmFacts",
     "build_comparisons",
     "run_verify",
     "summarize",
 ]
 __getattr__ = lazy_door(__name__, {
+    "Candidate": "records",
+    "Comparison": "records",
+    "EngineFacts": "records",
+    "EngineVerdict": "compare",
+    "Figure": "records",
+    "GpuFacts": "records",
+    "Judged": "records",
+    "Judgement": "compare",
+    "ModelFacts": "records",
+    "ShapeFigures": "records",
+    "ShapeResult": "records",
+    "VerdictRecord": "records",
+    "VerifyDocument": "records",
+    "VerifyOptions": "records",
     "VerifyProgress": "run",
     "VerifyRequest": "run",
+    "VllmFacts": "records",
     "build_comparisons": "verdict",
     "run_verify": "run",
     "summarize": "verdict",

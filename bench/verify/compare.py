@@ -28,12 +28,53 @@ from __future__ import annotations
 
 import math
 import statistics
+from enum import Enum
 from typing import Iterable, Optional, Sequence
 
 from attnsel.bench.timing import stats as T
 
-HOLDS, NOISE, REVERSED = "holds", "within noise", "reversed"
-FASTER, SLOWER = "faster", "slower"
+
+class Judgement(str, Enum):
+    """One figure of a candidate against vLLM's default at one shape (verify.json "result")."""
+
+    FASTER = "faster"
+    SLOWER = "slower"
+    WITHIN_NOISE = "within noise"
+
+    __str__ = str.__str__  # prints as its word, as the JSON holds it
+    __format__ = str.__format__
+
+
+class EngineVerdict(str, Enum):
+    """verify.json "verdict": what vLLM's own engine says about tune's advice (module docstring).
+    str-valued, so the document holds the words it always did."""
+
+    HOLDS = "holds"
+    WITHIN_NOISE = "within noise"
+    REVERSED = "reversed"
+    NOT_MEASURED = "not measured"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def keeps_default(self) -> bool:
+        """The engine saw no pair worth changing flags for against vLLM's default."""
+        return self is EngineVerdict.WITHIN_NOISE
+
+    @property
+    def measured(self) -> bool:
+        """False: no pair could be compared, so nothing was checked (`attnsel verify` exits 1)."""
+        return self is not EngineVerdict.NOT_MEASURED
+
+    @classmethod
+    def read(cls, word: object) -> Optional["EngineVerdict"]:
+        """The verdict a saved verify.json names; None for a word this version does not know."""
+        try:
+            return cls(word)
+        except ValueError:
+            return None
+
 
 
 def relative_spread(values: Sequence[float]) -> Optional[float]:
@@ -106,15 +147,15 @@ def margin(candidate: Optional[dict], default: Optional[dict], *, lower_is_bette
     return d / c - 1.0 if lower_is_better else c / d - 1.0
 
 
-def judge(gain: Optional[float], bar: float) -> Optional[str]:
+def judge(gain: Optional[float], bar: float) -> Optional[Judgement]:
     """faster / slower / within noise, for a gain against its noise bar."""
     if gain is None:
         return None
     if gain > bar:
-        return FASTER
+        return Judgement.FASTER
     if gain < -bar:
-        return SLOWER
-    return NOISE
+        return Judgement.SLOWER
+    return Judgement.WITHIN_NOISE
 
 
 def compare_shape(candidate: dict, default: dict) -> dict:
@@ -130,23 +171,24 @@ def compare_shape(candidate: dict, default: dict) -> dict:
     return out
 
 
-def recommendation_verdict(result: Optional[str], pick_is_default: bool) -> Optional[str]:
+def recommendation_verdict(result: Optional[str], pick_is_default: bool) -> Optional[EngineVerdict]:
     """What one shape's comparison says about tune's recommendation (module docstring)."""
     if result is None:
         return None
     if pick_is_default:  # the comparison was runner-up vs default
-        return REVERSED if result == FASTER else HOLDS
-    return {FASTER: HOLDS, SLOWER: REVERSED}.get(result, NOISE)
+        return EngineVerdict.REVERSED if result == Judgement.FASTER else EngineVerdict.HOLDS
+    return {Judgement.FASTER: EngineVerdict.HOLDS, Judgement.SLOWER: EngineVerdict.REVERSED}.get(
+        result, EngineVerdict.WITHIN_NOISE)
 
 
-def overall_verdict(verdicts: Iterable[Optional[str]]) -> Optional[str]:
+def overall_verdict(verdicts: Iterable[Optional[str]]) -> Optional[EngineVerdict]:
     """reversed if any shape is reversed, holds if one holds, within noise otherwise (None: nothing measured)."""
     seen = [v for v in verdicts if v]
     if not seen:
         return None
-    if REVERSED in seen:
-        return REVERSED
-    return HOLDS if HOLDS in seen else NOISE
+    if EngineVerdict.REVERSED in seen:
+        return EngineVerdict.REVERSED
+    return EngineVerdict.HOLDS if EngineVerdict.HOLDS in seen else EngineVerdict.WITHIN_NOISE
 
 
 def attention_share(kernel_ms: Optional[float], attention_layers: Optional[int], step_ms: Optional[float]) -> Optional[float]:

@@ -20,13 +20,13 @@ import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 from attnsel.attention.rules import shape_dtype
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.plan import vllm_verdict
-from attnsel.bench.tune import advised_flags
+from attnsel.bench.tune import DecisionRecord, RecommendationRecord, advised_flags
 from attnsel.bench.plan import TuneShape
 from attnsel.errors import UserInputError
 
@@ -149,20 +149,22 @@ def parse_shapes(text: Optional[str]) -> Optional[list[tuple[int, int]]]:
     return list(dict.fromkeys(out))
 
 
-def tune_scope(recommendation: Optional[dict]) -> Optional[dict]:
+def tune_scope(recommendation: Union[Mapping, RecommendationRecord, None]) -> Optional[DecisionRecord]:
     """The decision whose flags tune prints: overall, else decode, else the first workload."""
+    if isinstance(recommendation, Mapping):
+        recommendation = RecommendationRecord.from_dict(recommendation)
     if not recommendation:
         return None
-    if recommendation.get("overall") and (recommendation["overall"].get("ranking") or []):
-        return recommendation["overall"]
-    workloads = recommendation.get("workloads") or {}
+    if recommendation.overall and recommendation.overall.ranking:
+        return recommendation.overall
+    workloads = recommendation.workloads or {}
     for kind in ("decode", *workloads):
-        if workloads.get(kind) and workloads[kind].get("ranking"):
+        if workloads.get(kind) and workloads[kind].ranking:
             return workloads[kind]
     return None
 
 
-def choose_candidates(recommendation: Optional[dict], vllm_default: Optional[tuple[str, int]],
+def choose_candidates(recommendation: Union[Mapping, RecommendationRecord, None], vllm_default: Optional[tuple[str, int]],
                       named: Optional[Sequence[tuple[str, int]]] = None) -> list[Candidate]:
     """vLLM's default first, then tune's pick and runner-up (or the named pairs); see the module doc."""
     default = Candidate([ROLE_DEFAULT], predicted=vllm_default)
@@ -179,11 +181,11 @@ def choose_candidates(recommendation: Optional[dict], vllm_default: Optional[tup
             add(ROLE_NAMED, config)
         return out
     scope = tune_scope(recommendation)
-    ranking = [(c["backend"], int(c["block_size"])) for c in (scope or {}).get("ranking") or []]
+    ranking = [(c.backend, int(c.block_size)) for c in (scope.ranking if scope else None) or []]
     if not ranking:
         return out
     pick = ranking[0]
-    advised = advised_flags(scope or {}) is not None
+    advised = advised_flags(scope) is not None
     is_default = bool(vllm_default) and tuple(pick) == tuple(vllm_default)
     add(ROLE_PICK if advised or is_default else ROLE_FASTEST, pick)
     others = [c for c in ranking[1:] if c != pick and c != (tuple(vllm_default) if vllm_default else None)]

@@ -25,7 +25,7 @@ from attnsel.attention import versions
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
 from attnsel.bench.plan import vllm_default_choice
-from attnsel.bench.tune import advised_flags
+from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, advised_flags
 from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify.compare import shape_figures
@@ -209,13 +209,13 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
 def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict]:
     if not tune_doc:
         return None
-    scope = VP.tune_scope(tune_doc.get("recommendation")) or {}
-    env = tune_doc.get("environment") or {}
-    return {"source": str(req.tune_dir), "scope": scope.get("scope"), "verdict": scope.get("verdict"),
-            "margin_pct": scope.get("margin_pct"), "flags": scope.get("flags"), "advice": scope.get("advice"),
-            "advised_flags": advised_flags(scope), "min_gain_pct": scope.get("min_gain_pct"),
-            "gpu": (env.get("gpu") or {}).get("name") or (tune_doc.get("plan") or {}).get("gpu"),
-            "created": tune_doc.get("created")}
+    tune = TuneDocument.from_dict(tune_doc)
+    scope = VP.tune_scope(tune.recommendation) or DecisionRecord()
+    gpu = (tune.environment.gpu if tune.environment else None) or GpuEnvironment()
+    return {"source": str(req.tune_dir), "scope": scope.scope, "verdict": scope.verdict,
+            "margin_pct": scope.margin_pct, "flags": scope.flags, "advice": scope.advice,
+            "advised_flags": advised_flags(scope), "min_gain_pct": scope.min_gain_pct,
+            "gpu": gpu.name or (tune.plan.gpu if tune.plan else None), "created": tune.created}
 
 
 def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, context: dict, util: float) -> dict:

@@ -7,11 +7,13 @@ and never recomputes it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, Union
 
-from attnsel.bench.verify import compare as EC
+from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import DecisionRecord, RecommendationRecord, TuneDocument, Workload, advised_flags
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune import advised_flags
+from attnsel.bench.verify import compare as EC
+from attnsel.bench.verify.compare import EngineVerdict, Judgement
 from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
 
 
@@ -19,19 +21,28 @@ def _label(batch: int, context: int) -> str:
     return f"decode b={batch} ctx={context}"
 
 
-def kernel_times(tune_doc: Optional[dict]) -> dict[tuple[str, int, int, int], float]:
+TuneInput = Union[Mapping, TuneDocument, None]  # a tune.json as read, or its record
+
+
+def tune_record(tune_doc: TuneInput) -> TuneDocument:
+    """The tune result as its records (an empty one without a tune result: pairs the user named)."""
+    return tune_doc if isinstance(tune_doc, TuneDocument) else TuneDocument.from_dict(tune_doc or {})
+
+
+def kernel_times(tune_doc: TuneInput) -> dict[tuple[str, int, int, int], float]:
     """(backend, block size, batch, context) -> tune's median kernel time (ms) for decode rows."""
     out = {}
-    for row in (tune_doc or {}).get("rows") or []:
-        if row.get("kind") == "decode" and row.get("status") == "ok" and row.get("timing"):
-            w = row.get("workload") or {}
-            out[(row["backend"], int(row["block_size"]), int(w["batch"]), int(w["context_len"]))] = float(row["timing"]["median_ms"])
+    for row in tune_record(tune_doc).rows or []:
+        if row.kind == "decode" and row.status == R.STATUS_OK and row.timing:
+            w = row.workload or Workload()
+            out[(row.backend, int(row.block_size), int(w.batch), int(w.context_len))] = float(row.timing.median_ms)
     return out
 
 
-def decode_geomeans(tune_doc: Optional[dict]) -> dict[tuple[str, int], float]:
-    decode = (((tune_doc or {}).get("recommendation") or {}).get("workloads") or {}).get("decode") or {}
-    return {(c["backend"], int(c["block_size"])): float(c["geomean_ms"]) for c in decode.get("ranking") or []}
+def decode_geomeans(tune_doc: TuneInput) -> dict[tuple[str, int], float]:
+    workloads = (tune_record(tune_doc).recommendation or RecommendationRecord()).workloads or {}
+    decode = workloads.get("decode") or DecisionRecord()
+    return {(c.backend, int(c.block_size)): float(c.geomean_ms) for c in decode.ranking or []}
 
 
 def default_row(document: dict) -> Optional[dict]:
@@ -57,7 +68,7 @@ def _figures(row: Optional[dict], index: int) -> Optional[dict]:
     return shape.get("figures") if shape.get("status") == "ok" else None
 
 
-def annotate_attention(document: dict, tune_doc: Optional[dict]) -> None:
+def annotate_attention(document: dict, tune_doc: TuneInput) -> None:
     """Adds tune's kernel time and the attention share of the decode step to each measured shape."""
     kernels = kernel_times(tune_doc)
     layers = document["model"].get("attention_layers")
@@ -70,7 +81,7 @@ def annotate_attention(document: dict, tune_doc: Optional[dict]) -> None:
             shape["attention_share"] = EC.attention_share(kernel, layers, step)
 
 
-def predicted_margin(tune_doc: Optional[dict], default: Optional[tuple], config: Optional[tuple],
+def predicted_margin(tune_doc: TuneInput, default: Optional[tuple], config: Optional[tuple],
                      batch: int, context: int) -> tuple[Optional[float], Optional[str]]:
     """tune's kernel-level gain of `config` over the default, in % : at this shape if tune timed
     it, else over tune's decode shapes (geometric means)."""
@@ -86,12 +97,14 @@ def predicted_margin(tune_doc: Optional[dict], default: Optional[tuple], config:
     return None, None
 
 
-def build_comparisons(document: dict, tune_doc: Optional[dict]) -> list[dict]:
+def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
     """One entry per (candidate other than vLLM's default) x shape."""
+    tune_doc = tune_record(tune_doc)  # read once: each shape of each candidate looks its kernels up
     annotate_attention(document, tune_doc)
     base = default_row(document)
     base_config = run_config(base) if base else None
     layers = document["model"].get("attention_layers")
+    kernels = kernel_times(tune_doc)
     out = []
     for row in document["candidates"]:
         if row is base:
@@ -106,7 +119,6 @@ def build_comparisons(document: dict, tune_doc: Optional[dict]) -> list[dict]:
                 entry["missing"] = _missing(row, base, index)
             pct, source = predicted_margin(tune_doc, base_config, run_config(row), batch, context)
             entry["predicted_kernel_margin_pct"], entry["predicted_source"] = pct, source
-            kernels = kernel_times(tune_doc)
             k_default = kernels.get((*base_config, batch, context)) if base_config else None
             k_mine = kernels.get((*run_config(row), batch, context)) if run_config(row) else None
             step_default = ((theirs or {}).get("decode_step_ms") or {}).get("median")
@@ -149,11 +161,11 @@ def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float
     best, best_ratio = None, 1.0
     for row in document["candidates"]:
         mine = [c for c in comparisons if c["candidate"] == row["name"] and c.get("end_to_end")]
-        if not mine or any(c["end_to_end"]["result"] == EC.SLOWER for c in mine):
+        if not mine or any(c["end_to_end"]["result"] == Judgement.SLOWER for c in mine):
             continue
         ratio = EC.geomean_ratio(1 + (c["end_to_end"]["margin_pct"] or 0) / 100 for c in mine)
         if ratio and ratio > best_ratio and (ratio - 1) * 100 >= min_gain_pct \
-                and any(c["end_to_end"]["result"] == EC.FASTER for c in mine):
+                and any(c["end_to_end"]["result"] == Judgement.FASTER for c in mine):
             best, best_ratio = row, ratio
     row = best or default_row(document)
     return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
@@ -191,12 +203,15 @@ def summarize(document: dict) -> dict:
     best = best_end_to_end(document, comparisons, min_gain)
     if keeps_default:
         worth = best if best and best["name"] != default_row(document)["name"] else None
-        word = EC.REVERSED if worth else EC.HOLDS
+        word = EngineVerdict.REVERSED if worth else EngineVerdict.HOLDS
         flags = worth["flags"] if worth else ""
         pick_row = default_row(document)
     else:
         pick_row = subject
-        flags = pick_row["flags"] if word == EC.HOLDS else ("" if word == EC.NOISE else (best or {}).get("flags", ""))
+        if word is EngineVerdict.HOLDS:
+            flags = pick_row["flags"]
+        else:  # within noise: keep the default; reversed: the best pair end to end, if any beat it
+            flags = "" if word.keeps_default else (best or {}).get("flags", "")
     text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
             else _verdict_text(word, pick_row, mine, flags))
     return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
@@ -204,7 +219,7 @@ def summarize(document: dict) -> dict:
             "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
 
 
-def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[str]:
+def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[EngineVerdict]:
     """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
     noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
     result = (comparison or {}).get("result")
@@ -212,11 +227,12 @@ def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: fl
         return EC.recommendation_verdict(result, pick_is_default=False)
     if result is None:
         return None
-    return EC.REVERSED if result == EC.FASTER and (comparison.get("margin_pct") or 0) >= min_gain else EC.HOLDS
+    wins = result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain
+    return EngineVerdict.REVERSED if wins else EngineVerdict.HOLDS
 
 
 def _not_measured(document: dict, why: str) -> dict:
-    return {"verdict": "not measured", "flags": None, "shapes": [], "best_end_to_end": None,
+    return {"verdict": EngineVerdict.NOT_MEASURED, "flags": None, "shapes": [], "best_end_to_end": None,
             "text": f"no verdict: {why}"}
 
 
@@ -229,23 +245,23 @@ def _gain_words(comparisons: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _verdict_text(word: str, pick: dict, comparisons: list[dict], flags: str) -> str:
+def _verdict_text(word: EngineVerdict, pick: dict, comparisons: list[dict], flags: str) -> str:
     gains = _gain_words(comparisons)
     paste = f"pass {flags}" if flags else "no flags needed (vLLM's default)"
-    if word == EC.HOLDS:
+    if word is EngineVerdict.HOLDS:
         return f"holds end to end: {pick['name']} against vLLM's default: {gains}: {paste}"
-    if word == EC.NOISE:
+    if word is EngineVerdict.WITHIN_NOISE:
         return f"within noise end to end: {pick['name']} against vLLM's default: {gains}: keep vLLM's default, {paste}"
     return f"reversed end to end: {pick['name']} is slower than vLLM's default ({gains}): {paste}"
 
 
-def _keep_default_text(word: str, subject: dict, comparisons: list[dict], pick_is_default: bool,
+def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dict], pick_is_default: bool,
                        best: Optional[dict], min_gain: float, flags: str) -> str:
     gains = _gain_words(comparisons)
     advice = ("vLLM's default, tune's pick" if pick_is_default else
               f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
               f"{min_gain:.0f}% at kernel level)")
-    if word == EC.HOLDS:
+    if word is EngineVerdict.HOLDS:
         return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
                 f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
     return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "

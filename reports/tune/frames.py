@@ -10,6 +10,8 @@ import pandas as pd
 
 from attnsel.attention.kernels import BACKENDS
 from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import (Choice, DecisionRecord, DeviceEnvironment, GpuEnvironment, RecommendationRecord, Timing,
+                                Verdict, Workload, advised_flags)
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 KIND_ORDER = ("decode", "prefill", "mixed")
@@ -36,35 +38,34 @@ def rows_frame(tune: TuneData) -> pd.DataFrame:
     """One line per result row, flat, in a stable order (backend, block size, kind, shape)."""
     records = []
     for row in tune.rows:
-        timing = row.get("timing") or {}
-        w = row.get("workload") or {}
-        bandwidth = _num(row.get("bandwidth_bytes_per_s"))
+        timing, w = row.timing or Timing(), row.workload or Workload()
+        bandwidth = _num(row.bandwidth_bytes_per_s)
         records.append({
-            "backend": row.get("backend"),
-            "block_size": row.get("block_size"),
-            "kernel_block_size": row.get("kernel_block_size"),
-            "kind": row.get("kind"),
-            "workload": row.get("workload_label"),
-            "batch": w.get("batch"),
-            "context_len": w.get("context_len"),
-            "query_len": w.get("query_len"),
-            "status": row.get("status"),
-            "median_ms": _num(timing.get("median_ms")),
-            "p20_ms": _num(timing.get("p20_ms")),
-            "p80_ms": _num(timing.get("p80_ms")),
-            "n": timing.get("n"),
+            "backend": row.backend,
+            "block_size": row.block_size,
+            "kernel_block_size": row.kernel_block_size,
+            "kind": row.kind,
+            "workload": row.workload_label,
+            "batch": w.batch,
+            "context_len": w.context_len,
+            "query_len": w.query_len,
+            "status": row.status,
+            "median_ms": _num(timing.median_ms),
+            "p20_ms": _num(timing.p20_ms),
+            "p80_ms": _num(timing.p80_ms),
+            "n": timing.n,
             "bandwidth_tb_s": bandwidth / 1e12 if bandwidth else None,
-            "pct_of_peak": _num(row.get("pct_of_peak_bandwidth")),
-            "tflops": _num(row.get("tflops")),
-            "rel_error": _num(row.get("rel_error")),
-            "checked": row.get("checked"),
-            "adapter": row.get("adapter"),
-            "provider": row.get("provider"),
-            "first_call_s": _num(row.get("first_call_s")),
-            "mode": row.get("mode"),
-            "dtype": row.get("dtype"),
-            "kv_cache_dtype": row.get("kv_cache_dtype"),
-            "error": row.get("error"),
+            "pct_of_peak": _num(row.pct_of_peak_bandwidth),
+            "tflops": _num(row.tflops),
+            "rel_error": _num(row.rel_error),
+            "checked": row.checked,
+            "adapter": row.adapter,
+            "provider": row.provider,
+            "first_call_s": _num(row.first_call_s),
+            "mode": row.mode,
+            "dtype": row.dtype,
+            "kv_cache_dtype": row.kv_cache_dtype,
+            "error": row.error,
         })
     frame = pd.DataFrame.from_records(records, columns=ROW_COLUMNS)
     if frame.empty:
@@ -122,18 +123,18 @@ def problems_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 def skipped_configs(tune: TuneData) -> pd.DataFrame:
     """(backend, --block-size) pairs vLLM's rules refuse, with vLLM's reasons."""
-    configs = (tune.plan.get("configs") or [])
+    configs = tune.plan.configs or []
     records = [
-        {"backend": c["backend"], "block_size": c["block_size"], "reasons": list(c.get("reasons") or [])}
-        for c in configs if c.get("status") == "skipped"
+        {"backend": c.backend, "block_size": c.block_size, "reasons": list(c.reasons or [])}
+        for c in configs if c.status == "skipped"
     ]
     if not configs:  # no plan (bare results.jsonl): the skipped rows carry the same reasons
         seen = set()
         for row in tune.rows:
-            key = (row.get("backend"), row.get("block_size"))
-            if row.get("status") == R.STATUS_SKIPPED_BY_VLLM and key not in seen:
+            key = (row.backend, row.block_size)
+            if row.status == R.STATUS_SKIPPED_BY_VLLM and key not in seen:
                 seen.add(key)
-                reasons = row.get("vllm_reasons") or [r for r in str(row.get("error") or "").split("; ") if r]
+                reasons = row.vllm_reasons or [r for r in str(row.error or "").split("; ") if r]
                 records.append({"backend": key[0], "block_size": key[1], "reasons": reasons})
     return pd.DataFrame.from_records(records, columns=["backend", "block_size", "reasons"])
 
@@ -178,71 +179,70 @@ def _tb(value: Optional[float]) -> Optional[str]:
     return f"{value / 1e12:.2f} TB/s" if value else None
 
 
-def _decision_summary(decision: Optional[dict]) -> Optional[dict]:
+def _pair(choice: Optional[Choice]) -> Optional[str]:
+    return f"{choice.backend} --block-size {choice.block_size}" if choice else None
+
+
+def _decision_summary(decision: Optional[DecisionRecord]) -> Optional[dict]:
     if not decision:
         return None
-    best = decision.get("best") or {}
-    default = decision.get("vllm_default") or {}
-    verdict = decision.get("verdict")
-    confidence = {
-        "faster": "above noise", "noisy": "within noise", "default is fastest": "default is fastest",
-        "default not measured": "no baseline", "no valid config": "nothing measured",
-    }.get(verdict, verdict)
+    known = Verdict.read(decision.verdict)
     return {
-        "scope": decision.get("scope"),
-        "best": f"{best['backend']} --block-size {best['block_size']}" if best else None,
-        "best_geomean_ms": best.get("geomean_ms"),
-        "default": f"{default['backend']} --block-size {default['block_size']}" if default else None,
-        "margin_pct": decision.get("margin_pct"),
-        "noise_threshold_pct": decision.get("noise_threshold_pct"),
-        "verdict": verdict,
-        "confidence": confidence,
-        "flags": decision.get("flags") if verdict == "faster" else None,
-        "best_flags": decision.get("flags"),
-        "advice": decision.get("advice"),
+        "scope": decision.scope,
+        "best": _pair(decision.best),
+        "best_geomean_ms": decision.best.geomean_ms if decision.best else None,
+        "default": _pair(decision.vllm_default),
+        "margin_pct": decision.margin_pct,
+        "noise_threshold_pct": decision.noise_threshold_pct,
+        "verdict": decision.verdict,
+        "confidence": known.confidence if known is not None else decision.verdict,  # a newer word, as written
+        "flags": advised_flags(decision),
+        "best_flags": decision.flags,
+        "advice": decision.advice,
     }
+
+
+def _kind_order(kind: str) -> int:
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else 9
 
 
 def tune_summary(tune: TuneData) -> dict:
     """GPU, environment, shape, vLLM's default, the recommendation with margin and confidence."""
     env = tune.environment
-    gpu = env.get("gpu") or {}
-    device = env.get("device") or {}
+    gpu, device = env.gpu or GpuEnvironment(), env.device or DeviceEnvironment()
     plan = tune.plan
-    rec = tune.recommendation or {}
-    overall = _decision_summary(rec.get("overall"))
-    per_kind = [_decision_summary(d) for _k, d in sorted((rec.get("workloads") or {}).items(),
-                                                          key=lambda kv: KIND_ORDER.index(kv[0]) if kv[0] in KIND_ORDER else 9)]
-    versions = {k: v for k, v in (env.get("versions") or device.get("versions") or {}).items() if v}
-    capability = plan.get("capability") or (".".join(str(x) for x in device["capability"]) if device.get("capability") else None)
+    rec = tune.recommendation or RecommendationRecord()
+    overall = _decision_summary(rec.overall)
+    by_kind = sorted((rec.workloads or {}).items(), key=lambda kv: _kind_order(kv[0]))
+    per_kind = [_decision_summary(d) for _k, d in by_kind]
+    versions = {k: v for k, v in (env.versions or device.versions or {}).items() if v}
+    capability = plan.capability or (".".join(str(x) for x in device.capability) if device.capability else None)
     statuses: dict[str, int] = {}
     for row in tune.rows:
-        statuses[row.get("status") or "?"] = statuses.get(row.get("status") or "?", 0) + 1
-    default = (rec.get("vllm_default") or {})
-    flags = (overall or {}).get("flags")
+        statuses[row.status or "?"] = statuses.get(row.status or "?", 0) + 1
     return {
-        "gpu": gpu.get("name") or device.get("name") or plan.get("gpu"),
+        "gpu": gpu.name or device.name or plan.gpu,
         "capability": capability,
-        "memory_gib": (gpu.get("memory_total_bytes") or device.get("total_memory_bytes") or 0) / 2**30 or None,
-        "peak_bandwidth": _tb(gpu.get("peak_memory_bandwidth_bytes_per_s")),
-        "peak_bandwidth_source": gpu.get("peak_bandwidth_source"),
-        "driver": gpu.get("driver_version"),
-        "cuda": gpu.get("cuda_driver_version") or device.get("torch_cuda"),
+        "memory_gib": (gpu.memory_total_bytes or device.total_memory_bytes or 0) / 2**30 or None,
+        "peak_bandwidth": _tb(gpu.peak_memory_bandwidth_bytes_per_s),
+        "peak_bandwidth_source": gpu.peak_bandwidth_source,
+        "driver": gpu.driver_version,
+        "cuda": gpu.cuda_driver_version or device.torch_cuda,
         "versions": versions,
-        "shape": plan.get("shape") or {},
-        "grid": plan.get("grid"),
-        "timing_mode": (tune.rows[0].get("mode") if tune.rows else None),
-        "vllm_default": f"{default['backend']} --block-size {default['block_size']}" if default else None,
+        "shape": plan.shape.to_dict() if plan.shape else {},
+        "grid": plan.grid,
+        "timing_mode": (tune.rows[0].mode if tune.rows else None),
+        "vllm_default": _pair(rec.vllm_default),
         "overall": overall,
         "per_kind": [d for d in per_kind if d],
-        "vllm_flags": flags,  # only when the winner beats vLLM's default above noise
-        "fastest_flags": (rec.get("overall") or {}).get("flags"),
+        "vllm_flags": (overall or {}).get("flags"),  # only when tune advised them (bench's advised_flags)
+        "fastest_flags": rec.overall.flags if rec.overall else None,
         "statuses": statuses,
-        "warnings": list(tune.document.get("warnings") or []),
+        "warnings": list(tune.record.warnings or []),
         "note": tune.note,
         "complete": tune.complete,
-        "created": tune.document.get("created"),
-        "elapsed_s": tune.document.get("elapsed_s"),
+        "created": tune.record.created,
+        "elapsed_s": tune.record.elapsed_s,
         "source": tune.source,
     }
 

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
+from attnsel.bench.tune import Verdict
 from attnsel.reports.tune import frames as F
 from attnsel.reports.cells import formatted
 from attnsel.reports.tune.html_charts import bandwidth_svg, latency_svg
@@ -137,14 +138,15 @@ def render(data: ReportData) -> str:
 def _decision_html(d: Optional[dict]) -> str:
     if not d:
         return "<p>No recommendation: nothing could be compared.</p>"
-    cls = "good" if d["verdict"] == "faster" else "meh"
+    verdict = Verdict.read(d["verdict"])
+    cls = "good" if verdict is Verdict.FASTER else "meh"
     margin = "" if d["margin_pct"] is None else f'<span class="big {cls}">{d["margin_pct"]:+.1f}%</span> vs vLLM\'s default'
     noise = "" if d["noise_threshold_pct"] is None else f" · noise bar {d['noise_threshold_pct']:.1f}%"
     if d["flags"]:
         flags = f'<code class="flags">vllm serve … {_e(d["flags"])}</code>'
-    elif d["verdict"] == "default not measured" and d["best_flags"]:
+    elif verdict is Verdict.DEFAULT_NOT_MEASURED and d["best_flags"]:
         flags = f'<code class="flags">vllm serve … {_e(d["best_flags"])}  # fastest measured, no baseline</code>'
-    elif d["verdict"] in ("noisy", "default is fastest"):
+    elif verdict is not None and verdict.keeps_default:  # as the Markdown says: "small", "stand-in" too
         flags = '<code class="flags"># no flags needed: keep vLLM\'s default</code>'
     else:
         flags = ""

@@ -4,16 +4,21 @@ a string, an explain answer without its backends: one line naming the file and t
 never a traceback and never a garbage row rendered as a result.
 
 Fields nobody renders may hold anything (future versions add fields); a field that is read must
-have its type or be absent/null. The schema follows what bench/sweep/results.py, bench/tune/document.py and
-reports/explain/table.py write.
+have its type or be absent/null. tune.json, its rows and verify.json are checked against their
+typed records (bench/tune/records.py, bench/verify/records.py): the one description of those
+formats; an explain answer against the schema below, after reports/explain/table.py.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+import typing
+from enum import Enum
+from typing import Any, Callable, Mapping, Optional, Union
 
 from attnsel.attention.model import kind_of
+from attnsel.bench.tune import Record, ResultRow, TuneDocument
+from attnsel.bench.verify import VerifyDocument
 from attnsel.errors import UserInputError
 
 Check = Callable[[Any, str], None]
@@ -87,47 +92,51 @@ def obj(fields: Mapping[str, Check], required: tuple[str, ...] = ()) -> Check:
     return check
 
 
-# --- a results row (bench/sweep/results.py) ---------------------------------------------------------
-ROW = obj({
-    "backend": STR, "block_size": POS_INT, "status": STR, "key": STR, "kind": opt(STR),
-    "workload_label": opt(STR), "error": opt(STR), "adapter": opt(STR), "provider": opt(STR), "mode": opt(STR),
-    "dtype": opt(STR), "kv_cache_dtype": opt(STR), "checked": opt(BOOL), "kernel_block_size": opt(INT),
-    "workload": opt(obj({"batch": opt(INT), "context_len": opt(INT), "query_len": opt(INT), "kind": opt(STR),
-                         "label": opt(STR)})),
-    "timing": opt(obj({"median_ms": opt(NUM), "p20_ms": opt(NUM), "p80_ms": opt(NUM), "n": opt(INT),
-                       "l2": opt(STR), "mode": opt(STR)})),
-    "bandwidth_bytes_per_s": opt(NUM), "pct_of_peak_bandwidth": opt(NUM), "tflops": opt(NUM), "rel_error": opt(NUM),
-    "first_call_s": opt(NUM), "peak_memory_bandwidth_bytes_per_s": opt(NUM), "vllm_reasons": opt(list_of(STR)),
-}, required=("backend", "block_size", "status"))
+# --- tune.json, results.jsonl rows and verify.json: from their records -----------------------------
+_SCALARS = {str, int, float}
 
-_CHOICE = obj({"backend": STR, "block_size": POS_INT, "geomean_ms": opt(NUM)})
-_DECISION = obj({
-    "scope": opt(STR), "best": opt(_CHOICE), "vllm_default": opt(_CHOICE), "margin_pct": opt(NUM),
-    "noise_threshold_pct": opt(NUM), "verdict": opt(STR), "flags": opt(STR), "advice": opt(STR),
-})
-RECOMMENDATION = obj({"overall": opt(_DECISION), "workloads": opt(map_of(opt(_DECISION))),
-                      "vllm_default": opt(_CHOICE)})
-PLAN = obj({
-    "capability": opt(SCALAR), "gpu": opt(STR), "grid": opt(STR),
-    "shape": opt(obj({"model": opt(STR), "tensor_parallel_size": opt(INT), "head_size": opt(INT),
-                      "num_q_heads": opt(INT), "num_kv_heads": opt(INT), "dtype": opt(STR),
-                      "kv_cache_dtype": opt(STR)})),
-    "configs": opt(list_of(obj({"backend": STR, "block_size": POS_INT, "status": opt(STR),
-                                "reasons": opt(list_of(STR))}))),
-    "vllm_default": opt(obj({"backend": opt(STR), "block_size": opt(INT)})),
-})
-ENVIRONMENT = obj({
-    "gpu": opt(obj({"name": opt(STR), "memory_total_bytes": opt(NUM), "peak_memory_bandwidth_bytes_per_s": opt(NUM),
-                    "peak_bandwidth_source": opt(STR), "driver_version": opt(SCALAR),
-                    "cuda_driver_version": opt(SCALAR)})),
-    "device": opt(obj({"name": opt(STR), "capability": opt(list_of(INT)), "total_memory_bytes": opt(NUM),
-                       "torch_cuda": opt(SCALAR), "versions": opt(map_of(opt(SCALAR)))})),
-    "versions": opt(map_of(opt(SCALAR))),
-})
-TUNE_DOCUMENT = obj({
-    "rows": list_of(ROW), "recommendation": opt(RECOMMENDATION), "plan": opt(PLAN), "environment": opt(ENVIRONMENT),
-    "warnings": opt(list_of(STR)), "_note": opt(STR), "created": opt(STR), "elapsed_s": opt(NUM),
-})
+
+def check_of(kind: Any) -> Optional[Check]:
+    """The check a field of this type gets (None: not checked). A record is an object whose
+    fields are checked in the order the document writes them, its required ones first."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Union:
+        inner = [a for a in args if a is not type(None)]
+        check = check_of(inner[0]) if len(inner) == 1 else SCALAR if set(inner) == _SCALARS else None
+        return opt(check) if check and type(None) in args else check
+    if origin is list:
+        return list_of(check_of(args[0]) or _ANYTHING)
+    if origin is dict:
+        return map_of(check_of(args[1]) or _ANYTHING)
+    if not isinstance(kind, type):
+        return None
+    if issubclass(kind, Record):
+        return _record_check(kind)
+    if issubclass(kind, (str, Enum)):  # a verdict: a word, whichever attnsel version wrote it
+        return STR
+    return {bool: BOOL, int: INT, float: NUM}.get(kind)
+
+
+def _record_check(record: type) -> Check:
+    fields: dict[str, Check] = {}
+    needed = []
+    for key, (_name, kind, metadata) in record.json_fields().items():
+        check = POS_INT if metadata.get("positive") else check_of(kind)
+        if check is not None:
+            fields[key] = check
+        if metadata.get("required"):
+            needed.append(key)
+    return obj(fields, required=tuple(needed))
+
+
+def _anything(value: Any, path: str) -> None:
+    pass
+
+
+_ANYTHING: Check = _anything
+ROW = check_of(ResultRow)
+TUNE_DOCUMENT = check_of(TuneDocument)
+VERIFY_DOCUMENT = check_of(VerifyDocument)
 
 # --- an `explain --json` answer (reports/explain/table.py explanation_to_dict) ----------------
 _VERDICT = obj({"name": STR, "valid": BOOL, "priority": opt(INT), "reasons": opt(list_of(STR))}, required=("name",))
@@ -140,36 +149,6 @@ EXPLAIN_DOCUMENT = obj({
     "kernel_block_size": opt(INT), "error": opt(STR), "error_type": opt(STR), "warnings": opt(list_of(STR)),
     "vllm_args": opt(list_of(STR)),
 }, required=("backends",))
-
-
-# --- a verify.json (bench/verify/run.py), the fields reports/verify_report.py reads ---------------------
-_FIGURE = opt(obj({"median": opt(NUM), "spread": opt(NUM)}))
-_ENGINE = obj({"vllm_version": opt(STR), "backend_used": opt(STR), "block_size_used": opt(SCALAR),
-               "torch_compile_s": opt(NUM), "compile_cache": opt(STR), "graph_capture_s": opt(NUM),
-               "flashinfer_autotune_s": opt(NUM), "kv_cache_tokens": opt(NUM), "num_gpu_blocks": opt(NUM), "cudagraph_mode": opt(STR)})
-_SHAPE = obj({"batch": opt(INT), "context": opt(INT), "n1": opt(INT), "n2": opt(INT), "status": opt(STR),
-              "error": opt(STR), "label": opt(STR), "requests_fit": opt(NUM), "kernel_ms": opt(NUM),
-              "attention_share": opt(NUM),
-              "figures": opt(obj({"decode_step_ms": _FIGURE, "output_tokens_per_s": _FIGURE,
-                                  "prefill_tokens_per_s": _FIGURE}))})
-_CANDIDATE = obj({"short": opt(STR), "name": opt(STR), "status": opt(STR), "error": opt(STR), "start_s": opt(NUM),
-                  "roles": opt(list_of(STR)), "engine": opt(_ENGINE), "shapes": opt(list_of(_SHAPE))})
-_JUDGED = opt(obj({"margin_pct": opt(NUM), "noise_pct": opt(NUM), "result": opt(STR)}))
-_COMPARISON = obj({"short": opt(STR), "candidate": opt(STR), "batch": opt(INT), "context": opt(INT),
-                   "missing": opt(STR), "predicted_kernel_margin_pct": opt(NUM), "predicted_source": opt(STR),
-                   "expected_step_margin_pct": opt(NUM), "decode": _JUDGED, "end_to_end": _JUDGED,
-                   "prefill": _JUDGED}, required=("batch", "context"))
-VERIFY_DOCUMENT = obj({
-    "candidates": list_of(_CANDIDATE), "comparisons": opt(list_of(_COMPARISON)), "warnings": opt(list_of(STR)),
-    "verdict": opt(obj({"verdict": opt(STR), "text": opt(STR), "flags": opt(STR)})),
-    "model": opt(obj({"name": opt(STR), "model_type": opt(STR), "attention_layers": opt(SCALAR),
-                      "is_hybrid": opt(BOOL), "tensor_parallel_size": opt(SCALAR)})),
-    "gpu": opt(obj({"name": opt(STR), "memory_total_bytes": opt(NUM), "memory_used_bytes": opt(NUM)})),
-    "vllm": opt(obj({"installed_version": opt(STR), "rule_profile": opt(STR)})),
-    "options": obj({"gpu_memory_utilization": opt(NUM), "max_model_len": opt(SCALAR), "repeats": opt(SCALAR)}),
-    "tune": opt(obj({"margin_pct": opt(NUM), "verdict": opt(STR), "scope": opt(STR), "source": opt(STR),
-                     "flags": opt(STR)})),
-}, required=("candidates", "options"))
 
 
 def _raise(where: str, bad: _Bad, what: str) -> None:

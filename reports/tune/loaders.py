@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from attnsel import files
 from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import Environment, PlanRecord, RecommendationRecord, ResultRow, TuneDocument
 from attnsel.errors import UserInputError
 from attnsel.reports.tune.input_checks import (check_explain_document, check_rows, check_tune_document,
                                           check_verify_document)
@@ -33,26 +34,34 @@ class TuneData:
     # (bench/tune/saved.py with_recommendation, called by `attnsel report`): reports only render.
     document: dict
     complete: bool  # False: tune.json missing (the sweep was cut short)
+    _read: Optional[tuple[dict, TuneDocument]] = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def rows(self) -> list[dict]:
-        return self.document.get("rows") or []
+    def record(self) -> TuneDocument:
+        """The document as typed records (bench/tune/records.py), read once per document."""
+        if self._read is None or self._read[0] is not self.document:
+            self._read = (self.document, TuneDocument.from_dict(self.document))
+        return self._read[1]
 
     @property
-    def recommendation(self) -> Optional[dict]:
-        return self.document.get("recommendation")
+    def rows(self) -> list[ResultRow]:
+        return self.record.rows or []
 
     @property
-    def plan(self) -> dict:
-        return self.document.get("plan") or {}
+    def recommendation(self) -> Optional[RecommendationRecord]:
+        return self.record.recommendation
 
     @property
-    def environment(self) -> dict:
-        return self.document.get("environment") or {}
+    def plan(self) -> PlanRecord:
+        return self.record.plan or PlanRecord()
+
+    @property
+    def environment(self) -> Environment:
+        return self.record.environment or Environment()
 
     @property
     def note(self) -> Optional[str]:
-        return self.document.get("_note")
+        return self.record.note
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
+from attnsel.bench.tune import Verdict
 from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
@@ -95,12 +96,12 @@ def _summary_rows(s: dict) -> list[tuple[str, str]]:
 
 
 def _flags_text(s: dict) -> str:
-    verdict = (s["overall"] or {}).get("verdict")
+    verdict = Verdict.read((s["overall"] or {}).get("verdict"))
     if s["vllm_flags"]:
         return _code(s["vllm_flags"])
-    if verdict in ("noisy", "small", "stand-in", "default is fastest"):
+    if verdict is not None and verdict.keeps_default:
         return "none needed (keep vLLM's default)"
-    if verdict == "default not measured" and s["fastest_flags"]:
+    if verdict is Verdict.DEFAULT_NOT_MEASURED and s["fastest_flags"]:
         return f"{_code(s['fastest_flags'])} (fastest measured; vLLM's default was not measured, so no margin)"
     return "–"
 

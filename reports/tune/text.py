@@ -3,13 +3,14 @@ or CUDA; everything comes from the plan / document dicts, so recorded results re
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 from rich.console import Console
 from rich.table import Table
 
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import advised_flags
+from attnsel.bench.tune import (DecisionRecord, Environment, GpuEnvironment, RecommendationRecord, ResultRow, Timing,
+                                TuneDocument, Verdict, advised_flags)
 
 STATUS_STYLE = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",
@@ -67,17 +68,21 @@ def workloads_table(plan: dict) -> Table:
     return table
 
 
-def timing_method(opts: dict, rows: Sequence[dict] = ()) -> str:
+def _launch(row: ResultRow) -> Optional[str]:
+    return row.launch or (row.timing or Timing()).mode  # older rows: the timing's mode
+
+
+def timing_method(opts: dict, rows: Sequence[ResultRow] = ()) -> str:
     """How rows were launched and timed, in words, from what the rows recorded (bench/timing/gpu.py)."""
     policy = opts.get("launch") or ("graph" if opts.get("mode") == "graph" else "eager" if opts.get("mode") else "vllm")
-    timed = [r for r in rows if r.get("status") == R.STATUS_OK]
-    graph = sorted({r["backend"] for r in timed if (r.get("launch") or (r.get("timing") or {}).get("mode")) in ("graph", "cuda_graph")})
+    timed = [r for r in rows if r.status == R.STATUS_OK]
+    graph = sorted({r.backend for r in timed if _launch(r) in ("graph", "cuda_graph")})
     if policy == "vllm":
         launched = ("launched as vLLM launches them: CUDA-graph replay where vLLM captures the batch"
                     + (f" ({', '.join(graph)} decode)" if graph else "") + ", eager elsewhere")
     else:
         launched = "all rows " + ("replayed from CUDA graphs (--cuda-graph)" if policy == "graph" else "launched eagerly (--eager)")
-    timers = sorted({(r.get("timing") or {}).get("timer") or "events" for r in timed})
+    timers = sorted({(r.timing or Timing()).timer or "events" for r in timed})
     names = {"cupti": "kernel time by CUPTI", "events": "CUDA events behind a GPU spin"}
     read = " and ".join(names.get(t, t) for t in timers) if timers else {"cupti": names["cupti"]}.get(
         opts.get("timer"), "CUPTI where available, else CUDA events")
@@ -126,63 +131,63 @@ def _us(ms: Optional[float]) -> str:
     return "-" if ms is None else f"{ms * 1000:.1f}"
 
 
-def ranking_table(decision: dict, title: str, limit: int = 8) -> Table:
+def ranking_table(decision: DecisionRecord, title: str, limit: int = 8) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("#", "backend", "--block-size", "kernel block", "geomean us", "vs vLLM default", "vs best"):
         table.add_column(col, justify="right" if col in ("#", "geomean us", "vs vLLM default") else "left")
-    default = decision.get("vllm_default")
-    for i, c in enumerate(decision["ranking"][:limit], 1):
+    default = decision.vllm_default
+    for i, c in enumerate(decision.ranking[:limit], 1):
         rel = "-"
         if default:
-            rel = f"{default['geomean_ms'] / c['geomean_ms']:.2f}x"
-        is_default = default and (c["backend"], c["block_size"]) == (default["backend"], default["block_size"])
-        name = c["backend"] + (" (vLLM default)" if is_default else "")
-        vs_best = {"best": "best", "tie": "tie (within noise)"}.get(c.get("vs_best"), c.get("vs_best") or "")
-        table.add_row(str(i), name, str(c["block_size"]), str(c["kernel_block_size"] or "-"),
-                      _us(c["geomean_ms"]), rel, vs_best)
+            rel = f"{default.geomean_ms / c.geomean_ms:.2f}x"
+        is_default = default and (c.backend, c.block_size) == (default.backend, default.block_size)
+        name = c.backend + (" (vLLM default)" if is_default else "")
+        vs_best = {"best": "best", "tie": "tie (within noise)"}.get(c.vs_best, c.vs_best or "")
+        table.add_row(str(i), name, str(c.block_size), str(c.kernel_block_size or "-"),
+                      _us(c.geomean_ms), rel, vs_best)
     return table
 
 
-def rows_table(rows: Sequence[dict], title: str = "All rows") -> Table:
+def rows_table(rows: Sequence[ResultRow], title: str = "All rows") -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("backend", "bs", "kbs", "workload", "status", "median us", "p20-p80 us", "TB/s", "% peak",
                 "TFLOP/s", "setup s"):
         table.add_column(col)
     for r in rows:
-        t = r.get("timing") or {}
-        bw = r.get("bandwidth_bytes_per_s")
-        pct = r.get("pct_of_peak_bandwidth")
-        style = STATUS_STYLE.get(r.get("status"), "")
+        t = r.timing or Timing()
+        bw, pct = r.bandwidth_bytes_per_s, r.pct_of_peak_bandwidth
+        style = STATUS_STYLE.get(r.status, "")
         table.add_row(
-            r["backend"], str(r["block_size"]), str(r.get("kernel_block_size_used") or r.get("kernel_block_size") or "-"),
-            r.get("workload_label", ""), f"[{style}]{r.get('status')}[/{style}]" if style else str(r.get("status")),
-            _us(t.get("median_ms")),
-            f"{_us(t.get('p20_ms'))}-{_us(t.get('p80_ms'))}" if t else "-",
+            r.backend, str(r.block_size), str(r.kernel_block_size_used or r.kernel_block_size or "-"),
+            r.workload_label if r.workload_label is not None else "",
+            f"[{style}]{r.status}[/{style}]" if style else str(r.status),
+            _us(t.median_ms),
+            f"{_us(t.p20_ms)}-{_us(t.p80_ms)}" if r.timing else "-",
             f"{bw / 1e12:.2f}" if bw else "-", f"{pct:.0f}%" if pct else "-",
-            f"{r['tflops']:.1f}" if r.get("tflops") else "-",
-            f"{r['setup_s']:.1f}" if isinstance(r.get("setup_s"), (int, float)) else "-",
+            f"{r.tflops:.1f}" if r.tflops else "-",
+            f"{r.setup_s:.1f}" if isinstance(r.setup_s, (int, float)) else "-",
         )
     return table
 
 
-def group_problems(rows: Sequence[dict]) -> list[dict]:
+def group_problems(rows: Sequence[ResultRow]) -> list[dict]:
     """Rows without a timing, grouped by (backend, status, error) so that a missing library or a
     crashing config is one line, not one per shape."""
     groups: dict[tuple, dict] = {}
     for r in rows:
-        if r.get("status") in (R.STATUS_OK, R.STATUS_SKIPPED_BY_VLLM):
+        if r.status in (R.STATUS_OK, R.STATUS_SKIPPED_BY_VLLM):
             continue
-        key = (r["backend"], r["status"], r.get("error") or "")
-        g = groups.setdefault(key, {"backend": r["backend"], "status": r["status"], "error": r.get("error") or "",
+        key = (r.backend, r.status, r.error or "")
+        g = groups.setdefault(key, {"backend": r.backend, "status": r.status, "error": r.error or "",
                                     "block_sizes": [], "shapes": []})
-        if r["block_size"] not in g["block_sizes"]:
-            g["block_sizes"].append(r["block_size"])
-        if r.get("workload_label") not in g["shapes"]:
-            g["shapes"].append(r.get("workload_label"))
+        if r.block_size not in g["block_sizes"]:
+            g["block_sizes"].append(r.block_size)
+        if r.workload_label not in g["shapes"]:
+            g["shapes"].append(r.workload_label)
     return list(groups.values())
 
 
-def problems_table(rows: Sequence[dict]) -> Optional[Table]:
+def problems_table(rows: Sequence[ResultRow]) -> Optional[Table]:
     groups = group_problems(rows)
     if not groups:
         return None
@@ -197,14 +202,14 @@ def problems_table(rows: Sequence[dict]) -> Optional[Table]:
     return table
 
 
-def setup_lines(rows: Sequence[dict]) -> list[str]:
+def setup_lines(rows: Sequence[ResultRow]) -> list[str]:
     """Compile/JIT cost per backend, reported apart from run time (issue "attnsel tune")."""
     out = []
-    backends = list(dict.fromkeys(r["backend"] for r in rows if r.get("setup_s") is not None))
+    backends = list(dict.fromkeys(r.backend for r in rows if r.setup_s is not None))
     for backend in backends:
-        mine = [r for r in rows if r["backend"] == backend]
-        setups = [r["setup_s"] for r in mine if isinstance(r.get("setup_s"), (int, float))]
-        imports = [r["library_import_s"] for r in mine if isinstance(r.get("library_import_s"), (int, float))]
+        mine = [r for r in rows if r.backend == backend]
+        setups = [r.setup_s for r in mine if isinstance(r.setup_s, (int, float))]
+        imports = [r.library_import_s for r in mine if isinstance(r.library_import_s, (int, float))]
         out.append(f"setup {backend}: library import {max(imports, default=0):.1f} s; plan + JIT + first call: "
                    f"max {max(setups):.2f} s, total {sum(setups):.1f} s over {len(setups)} rows (not in the timings)")
     return out
@@ -229,15 +234,17 @@ def phase_line(phases: Optional[dict]) -> Optional[str]:
     return f"time: {_s(phases.get('total_s'))} s = " + " + ".join(parts)
 
 
-def render_recommendation(rec: dict, console: Console) -> None:
+def render_recommendation(rec: Union[Mapping, RecommendationRecord], console: Console) -> None:
+    if isinstance(rec, Mapping):
+        rec = RecommendationRecord.from_dict(rec)
     console.print("[bold]Recommendation[/bold]")
-    for kind, decision in rec["workloads"].items():
-        console.print(f"  {kind:8s} {decision['advice']}")
-    overall = rec.get("overall")
+    for kind, decision in rec.workloads.items():
+        console.print(f"  {kind:8s} {decision.advice}")
+    overall = rec.overall
     if overall:
-        weights = ", ".join(f"{k}={v:.2f}" for k, v in (overall.get("weights") or {}).items())
-        console.print(f"  overall  ({weights}) {overall['advice']}")
-        if overall.get("best"):
+        weights = ", ".join(f"{k}={v:.2f}" for k, v in (overall.weights or {}).items())
+        console.print(f"  overall  ({weights}) {overall.advice}")
+        if overall.best:
             advised = advised_flags(overall)
             if advised:
                 console.print(f"  vLLM flags: [bold]{advised}[/bold]")
@@ -245,46 +252,48 @@ def render_recommendation(rec: dict, console: Console) -> None:
                 # +5.7% in the kernels, within noise in vLLM's engine: tests/fixtures/verify/)
                 console.print("  (a kernel-level margin: `attnsel verify` checks it in vLLM's own engine)")
             else:
-                best = "" if overall["verdict"] == "default is fastest" else f" (fastest measured: {overall['flags']})"
+                default_won = Verdict.read(overall.verdict) is Verdict.DEFAULT_IS_FASTEST
+                best = "" if default_won else f" (fastest measured: {overall.flags})"
                 console.print(f"  vLLM flags: [bold](none: keep vLLM's default)[/bold]{best}")
-    for dq in rec.get("disqualified") or []:
-        console.print(f"  [bold red]disqualified[/bold red] {dq['backend']} --block-size {dq['block_size']}: {dq['reason']}")
+    for dq in rec.disqualified or []:
+        console.print(f"  [bold red]disqualified[/bold red] {dq.backend} --block-size {dq.block_size}: {dq.reason}")
 
 
-def render_results(document: dict, console: Console, *, show_rows: bool = False) -> None:
-    plan = document["plan"]
-    env = document.get("environment") or {}
-    gpu = env.get("gpu") or {}
-    peak = gpu.get("peak_memory_bandwidth_bytes_per_s")
-    versions = env.get("versions") or {}
-    console.print(f"[bold]attnsel tune[/bold]: {gpu.get('name') or plan.get('gpu')} (compute capability "
-                  f"{plan['capability']}), driver {gpu.get('driver_version') or '?'}, peak "
+def render_results(document: Union[Mapping, TuneDocument], console: Console, *, show_rows: bool = False) -> None:
+    doc = document if isinstance(document, TuneDocument) else TuneDocument.from_dict(document)
+    plan = doc.plan.to_dict()  # the plan lines are shared with --dry-run, which prints a plan dict
+    env = doc.environment or Environment()
+    gpu = env.gpu or GpuEnvironment()
+    peak = gpu.peak_memory_bandwidth_bytes_per_s
+    versions = env.versions or {}
+    console.print(f"[bold]attnsel tune[/bold]: {gpu.name or plan.get('gpu')} (compute capability "
+                  f"{plan['capability']}), driver {gpu.driver_version or '?'}, peak "
                   f"{peak / 1e12:.2f} TB/s" if peak else f"[bold]attnsel tune[/bold]: {plan.get('gpu')}")
     libs = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
     if libs:
         console.print(f"libraries: {libs}")
-    opts = document.get("options") or {}
+    opts = doc.options or {}
     console.print(_shape_line(plan["shape"]))
-    console.print(f"timing: {timing_method(opts, document['rows'])}, p20/p80 band; {_default_line(plan)}")
-    rec = document["recommendation"]
-    for kind, decision in rec["workloads"].items():
-        if decision["ranking"]:
+    console.print(f"timing: {timing_method(opts, doc.rows)}, p20/p80 band; {_default_line(plan)}")
+    rec = doc.recommendation
+    for kind, decision in rec.workloads.items():
+        if decision.ranking:
             console.print(ranking_table(decision, f"{kind}: configs by geometric-mean time over "
-                                                  f"{decision['ranking'][0]['shapes']} shapes"))
-    rows = document["rows"]
+                                                  f"{decision.ranking[0].shapes} shapes"))
+    rows = doc.rows
     if show_rows:
-        console.print(rows_table([r for r in rows if r.get("status") != R.STATUS_SKIPPED_BY_VLLM]))
+        console.print(rows_table([r for r in rows if r.status != R.STATUS_SKIPPED_BY_VLLM]))
     problems = problems_table(rows)
     if problems is not None:
         console.print(problems)
-    skipped = {(r["backend"], r["block_size"]): r.get("error") for r in rows if r.get("status") == R.STATUS_SKIPPED_BY_VLLM}
+    skipped = {(r.backend, r.block_size): r.error for r in rows if r.status == R.STATUS_SKIPPED_BY_VLLM}
     for (backend, bs), why in sorted(skipped.items()):
         console.print(f"[dim]skipped (vLLM would refuse): {backend} --block-size {bs}: {why}[/dim]")
     for line in setup_lines(rows):
         console.print(line)
-    timeline = phase_line(document.get("phases"))
+    timeline = phase_line(doc.phases)
     if timeline:
         console.print(timeline, soft_wrap=True)
     render_recommendation(rec, console)
-    for warning in document.get("warnings") or []:
+    for warning in doc.warnings or []:
         console.print(f"[yellow]warning:[/yellow] {warning}")

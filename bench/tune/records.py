@@ -1,0 +1,298 @@
+"""tune.json as typed records: a result row, a decision, the recommendation, the plan and
+environment fields the reports read, and the document that holds them.
+
+Each record is a dataclass read from the JSON with `from_dict` and written back with `to_dict`,
+byte for byte: a field keeps its place in the object, a field this version does not know is kept
+as it was (documents from newer attnsel versions add fields), and an absent field stays absent
+(absent and null are not the same to a reader of the file). The field types are the one
+description of the format: reports/tune/input_checks.py derives what `attnsel report` accepts
+from them. Metadata on a field: "key" (its JSON name where that is no Python name), "required"
+(it must be present and not null), "positive" (a whole number above 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, ClassVar, Mapping, Optional, Union
+
+from attnsel.bench.tune.verdict import Verdict
+
+Scalar = Union[str, int, float]  # a version or a capability: "9.0", 12.4, 550
+
+
+def required_field(**metadata: Any) -> Any:
+    return field(default=None, metadata={"required": True, **metadata})
+
+
+def positive_field(**metadata: Any) -> Any:
+    return field(default=None, metadata={"positive": True, **metadata})
+
+
+def renamed_field(name: str) -> Any:
+    return field(default=None, metadata={"key": name})
+
+
+@dataclass
+class Record:
+    """The base of every record: the JSON keys in their order, and the keys this version does not know."""
+
+    _keys: Optional[tuple[str, ...]] = field(default=None, init=False, repr=False, compare=False)
+    _unknown: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _types: ClassVar[dict[type, dict]] = {}
+    _readers: ClassVar[dict[type, dict]] = {}
+
+    @classmethod
+    def json_fields(cls) -> dict[str, tuple[str, Any, Mapping]]:
+        """JSON key -> (attribute, type, metadata), in the order the document writes them."""
+        if cls not in Record._types:
+            hints = typing.get_type_hints(cls)
+            Record._types[cls] = {f.metadata.get("key", f.name): (f.name, hints[f.name], f.metadata)
+                                  for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        return Record._types[cls]
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Record":
+        readers = Record._readers.get(cls)
+        if readers is None:  # worked out once per record type: a sweep's tune.json holds thousands of rows
+            fields = cls.json_fields().items()
+            readers = Record._readers[cls] = {k: (name, _reader(kind)) for k, (name, kind, _m) in fields}
+        values, unknown = {}, {}
+        for key, value in data.items():
+            if key in readers:
+                name, read = readers[key]
+                values[name] = value if read is None else read(value)
+            else:
+                unknown[key] = value
+        record = cls(**values)
+        record._keys, record._unknown = tuple(data), unknown
+        return record
+
+    def __bool__(self) -> bool:
+        """A record read from an empty object is as falsy as that object (`record or default`
+        reads like the `.get(key) or {}` it replaces); one built in code is true."""
+        return self._keys is None or bool(self._keys)
+
+    def to_dict(self) -> dict:
+        known = self.json_fields()
+        keys = self._keys if self._keys is not None else tuple(known)
+        return {k: _write(getattr(self, known[k][0])) if k in known else self._unknown[k] for k in keys}
+
+
+def _reader(kind: Any) -> Optional[Callable[[Any], Any]]:
+    """How a JSON value becomes a field of type `kind` (None: as it is): a record from its object, a
+    verdict from its word, lists and maps item by item. A value of another shape stays as it is:
+    the input checks decide what a report refuses, and a record never loses what the file held."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Union:
+        inner = [a for a in args if a is not type(None)]
+        return _reader(inner[0]) if len(inner) == 1 else None
+    if isinstance(kind, type) and issubclass(kind, Record):
+        return lambda value: kind.from_dict(value) if isinstance(value, Mapping) else value
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        words = {member.value: member for member in kind}
+        return lambda value: words.get(value, value) if isinstance(value, str) else value  # a newer word stays a word
+    item = _reader(args[-1]) if origin in (list, dict) else None
+    if item is None:
+        return None
+    if origin is list:
+        return lambda value: [item(v) for v in value] if isinstance(value, list) else value
+    return lambda value: {k: item(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+
+
+def _write(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_write(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _write(v) for k, v in value.items()}
+    return value
+
+
+# --- a results row (bench/sweep/results.py) ----------------------------------------------------
+
+
+@dataclass
+class Timing(Record):
+    median_ms: Optional[float] = None
+    p20_ms: Optional[float] = None
+    p80_ms: Optional[float] = None
+    n: Optional[int] = None
+    l2: Optional[str] = None
+    mode: Optional[str] = None
+    timer: Optional[str] = None  # "cupti" or "events"
+
+
+@dataclass
+class Workload(Record):
+    batch: Optional[int] = None
+    context_len: Optional[int] = None
+    query_len: Optional[int] = None
+    kind: Optional[str] = None
+    label: Optional[str] = None
+
+
+@dataclass
+class ResultRow(Record):
+    backend: str = required_field()
+    block_size: int = positive_field(required=True)
+    status: str = required_field()
+    key: str = None
+    kind: Optional[str] = None
+    workload_label: Optional[str] = None
+    error: Optional[str] = None
+    adapter: Optional[str] = None
+    provider: Optional[str] = None
+    mode: Optional[str] = None
+    dtype: Optional[str] = None
+    kv_cache_dtype: Optional[str] = None
+    checked: Optional[bool] = None
+    kernel_block_size: Optional[int] = None
+    workload: Optional[Workload] = None
+    timing: Optional[Timing] = None
+    bandwidth_bytes_per_s: Optional[float] = None
+    pct_of_peak_bandwidth: Optional[float] = None
+    tflops: Optional[float] = None
+    rel_error: Optional[float] = None
+    first_call_s: Optional[float] = None
+    peak_memory_bandwidth_bytes_per_s: Optional[float] = None
+    vllm_reasons: Optional[list[str]] = None
+    launch: Optional[str] = None  # "graph" or "eager": how the timed calls were launched
+    kernel_block_size_used: Optional[int] = None
+    setup_s: Optional[float] = None
+    library_import_s: Optional[float] = None
+
+
+# --- the recommendation (bench/tune/recommend.py) ----------------------------------------------
+
+
+@dataclass
+class Choice(Record):
+    """A (backend, block size) pair with its score: a decision's best, vLLM's default, a ranked config."""
+
+    backend: str = None
+    block_size: int = positive_field()
+    geomean_ms: Optional[float] = None
+    kernel_block_size: Optional[int] = None
+    shapes: Optional[int] = None
+    vs_best: Optional[str] = None  # "best", "tie" (within noise of it) or "slower"
+    launch: Optional[str] = None  # "graph", "eager" or "graph+eager"
+
+
+@dataclass
+class Disqualified(Record):
+    """A config whose rows failed the correctness check: reported, never recommended."""
+
+    backend: Optional[str] = None
+    block_size: Optional[int] = None
+    reason: Optional[str] = None
+
+
+@dataclass
+class DecisionRecord(Record):
+    """One workload kind's (or the overall) decision as tune.json holds it."""
+
+    scope: Optional[str] = None
+    best: Optional[Choice] = None
+    vllm_default: Optional[Choice] = None
+    margin_pct: Optional[float] = None
+    noise_threshold_pct: Optional[float] = None
+    verdict: Optional[Verdict] = None
+    flags: Optional[str] = None
+    advice: Optional[str] = None
+    above_noise: Optional[bool] = None
+    advised_flags: Optional[str] = None
+    min_gain_pct: Optional[float] = None
+    ranking: Optional[list[Choice]] = None
+    weights: Optional[dict[str, float]] = None
+
+
+@dataclass
+class RecommendationRecord(Record):
+    overall: Optional[DecisionRecord] = None
+    workloads: Optional[dict[str, Optional[DecisionRecord]]] = None
+    vllm_default: Optional[Choice] = None
+    disqualified: Optional[list[Disqualified]] = None
+
+
+# --- the plan and the environment --------------------------------------------------------------
+
+
+@dataclass
+class PlanShape(Record):
+    model: Optional[str] = None
+    tensor_parallel_size: Optional[int] = None
+    head_size: Optional[int] = None
+    num_q_heads: Optional[int] = None
+    num_kv_heads: Optional[int] = None
+    dtype: Optional[str] = None
+    kv_cache_dtype: Optional[str] = None
+
+
+@dataclass
+class PlanConfig(Record):
+    backend: str = None
+    block_size: int = positive_field()
+    status: Optional[str] = None
+    reasons: Optional[list[str]] = None
+
+
+@dataclass
+class PlanDefault(Record):
+    backend: Optional[str] = None
+    block_size: Optional[int] = None
+
+
+@dataclass
+class PlanRecord(Record):
+    capability: Optional[Scalar] = None
+    gpu: Optional[str] = None
+    grid: Optional[str] = None
+    shape: Optional[PlanShape] = None
+    configs: Optional[list[PlanConfig]] = None
+    vllm_default: Optional[PlanDefault] = None
+
+
+@dataclass
+class GpuEnvironment(Record):
+    name: Optional[str] = None
+    memory_total_bytes: Optional[float] = None
+    peak_memory_bandwidth_bytes_per_s: Optional[float] = None
+    peak_bandwidth_source: Optional[str] = None
+    driver_version: Optional[Scalar] = None
+    cuda_driver_version: Optional[Scalar] = None
+
+
+@dataclass
+class DeviceEnvironment(Record):
+    name: Optional[str] = None
+    capability: Optional[list[int]] = None
+    total_memory_bytes: Optional[float] = None
+    torch_cuda: Optional[Scalar] = None
+    versions: Optional[dict[str, Optional[Scalar]]] = None
+
+
+@dataclass
+class Environment(Record):
+    gpu: Optional[GpuEnvironment] = None
+    device: Optional[DeviceEnvironment] = None
+    versions: Optional[dict[str, Optional[Scalar]]] = None
+
+
+@dataclass
+class TuneDocument(Record):
+    """tune.json (bench/tune/document.py), or a bare results.jsonl read as {"rows": [...]}."""
+
+    rows: list[ResultRow] = None
+    recommendation: Optional[RecommendationRecord] = None
+    plan: Optional[PlanRecord] = None
+    environment: Optional[Environment] = None
+    warnings: Optional[list[str]] = None
+    note: Optional[str] = renamed_field("_note")
+    created: Optional[str] = None
+    elapsed_s: Optional[float] = None
+    options: Any = None  # the sweep's options (bench/sweep SweepOptions.to_dict), read as written
+    phases: Any = None  # where the wall time went (bench/tune/phases.py), read as written
