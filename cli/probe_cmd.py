@@ -15,7 +15,7 @@ import typer
 
 from attnsel.cli.common import handle_errors, print_json, stdout_console
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
-from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserInputError
+from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem
 
 
 def _parse_capability(text: str) -> tuple[int, int]:

@@ -55,9 +55,9 @@ def parse_kernel_sizes(raw: list) -> tuple[KernelBlockSize, ...]:
 
 def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:
     """composite.py _intersect_kernel_block_sizes for one pair of entries."""
-    if isinstance(lhs, MultipleOf) and isinstance(rhs, MultipleOf):
-        return MultipleOf(math.lcm(lhs.base, rhs.base))
     if isinstance(lhs, MultipleOf):
+        if isinstance(rhs, MultipleOf):
+            return MultipleOf(math.lcm(lhs.base, rhs.base))
         return rhs if rhs % lhs.base == 0 else None
     if isinstance(rhs, MultipleOf):
         return lhs if lhs % rhs.base == 0 else None

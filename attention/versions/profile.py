@@ -318,6 +318,8 @@ class RuleProfile:
 
     # --- single checks; a composite backend combines its two children's (composite.py) ---------
     def _children(self, spec: BackendSpec) -> list[BackendSpec]:
+        if spec.composite is None:
+            raise ValueError(f"profile {self.name}: {spec.name} is not a composite backend")
         return [self.backend(spec.composite["general"]), self.backend(spec.composite["causal"])]
 
     def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: "SelectionContext") -> bool:
