@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
@@ -12,6 +13,8 @@ __all__ = [
     "VerifyProgress",
     "VerifyRequest",
     "build_comparisons",
+    "check_verify_flags",
+    "check_verify_possible",
     "run_verify",
     "summarize",
 ]
@@ -19,6 +22,8 @@ __getattr__ = lazy_door(__name__, {
     "VerifyProgress": "run",
     "VerifyRequest": "run",
     "build_comparisons": "verdict",
+    "check_verify_flags": "flags",
+    "check_verify_possible": "flags",
     "run_verify": "run",
     "summarize": "verdict",
 })
