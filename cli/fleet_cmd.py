@@ -14,6 +14,7 @@ from typing import Optional
 from typer.core import TyperCommand
 
 from attnsel.errors import UserInputError
+from attnsel.cli.common import print_json, stdout_console
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -88,7 +89,6 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
 
 def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
               gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
-    from attnsel.cli.common import print_json, stdout_console
     from attnsel.probe import fleet_requirements, raise_if_unmet
     from attnsel.probe.fleet import probe_fleet
     from attnsel.probe.fleet import fleet_verdict

@@ -7,13 +7,12 @@ from typing import Any, Optional
 
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import ProbeReport
+from attnsel.attention.preflight.deployment import target_report
 
 
 def machine_report(gpu: Optional[str], num_gpus: Optional[int], tp: int) -> ProbeReport:
     """The GPUs to check: a target machine described by --gpu/--num-gpus (default: TP such GPUs), else
     this one, probed as `attnsel probe` does (NVML first; torch.cuda only if NVML is unavailable)."""
-    from attnsel.attention.preflight.deployment import target_report
-
     if gpu is not None:
         return target_report(gpu, num_gpus if num_gpus is not None else tp)
     if num_gpus is not None:
