@@ -159,6 +159,30 @@ def explain_one(profile, inputs, ctx, choice, notes=()):
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuAnswer:
+    """`explain` on one GPU: the model's facts (None: flags only), the selector inputs and context
+    vLLM's rules read, and the explanation."""
+
+    facts: Any
+    inputs: Any
+    ctx: Any
+    explanation: Explanation
+
+
+def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
+                cc: tuple[int, int], choice: Any, importable: Optional[dict]) -> GpuAnswer:
+    """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection."""
+    profile = choice.profile
+    facts = None
+    if model is not None:
+        facts = model_facts(model.config, req.dtype, tp, cc, gpu_name, profile.model_rules,
+                            (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
+    inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
+                                         importable=importable)
+    return GpuAnswer(facts, inputs, ctx, explain_one(profile, inputs, ctx, choice, notes))
+
+
+@dataclasses.dataclass(frozen=True)
 class MatrixRow:
     """One GPU family of `explain --gpu all`. `explanation` is None when vLLM already refuses the
     model config on this GPU (`model_error`, e.g. a model type without float16 support)."""
