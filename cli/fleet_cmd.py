@@ -111,7 +111,7 @@ def run_probe(address: str, timeout: Optional[float], json_output: bool, measure
 # preflight --ray
 
 
-def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
+def run_ray_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
     from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings

@@ -95,9 +95,10 @@ def register(app: typer.Typer) -> None:
             strict=strict,
         )
         if ray is not None:
-            from attnsel.cli.fleet_cmd import run_preflight
+            from attnsel.cli.fleet_cmd import run_ray_preflight
 
-            return run_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+            run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+            return
         report = machine_report(gpu, num_gpus, tensor_parallel_size)
         names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
         settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
