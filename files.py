@@ -10,6 +10,7 @@ care: nesting too deep, numbers of thousands of digits and invalid JSON are one 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -17,6 +18,7 @@ import select
 import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from attnsel.errors import UserInputError
@@ -210,3 +212,44 @@ def check_output_folder(path: str, flag: str = "--output") -> None:
 def optional_info(path: str, flag: str = "path") -> Optional[PathInfo]:
     """path_info, or None for `-`."""
     return None if path == STDIN else path_info(path, flag)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a file the user named
+
+
+def write_whole(text: str, output: Path, flag: str = "-o") -> None:
+    """Whole or not at all: a temporary file next to the target, renamed over it once written
+    (a Ctrl-C or a full disk never leaves half a file under the name). A device or a FIFO the user
+    named (/dev/stdout, /dev/full, `mkfifo`) is written in place. Failures: one line, exit 2."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if output.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        if output.exists() and not output.is_file():
+            _write_in_place(text, output, flag)
+            return
+        partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, output)
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        raise UserInputError(f"cannot write {str(output)[:200]!r}: {getattr(exc, 'strerror', None) or exc}; "
+                             f"choose another {flag} path") from None
+
+
+def _write_in_place(text: str, output: Path, flag: str) -> None:
+    # non-blocking open: a named pipe nobody reads is refused at once (ENXIO) instead of waiting
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserInputError(f"{flag} {str(output)[:200]!r} is a named pipe that nobody reads: start its reader "
+                                 "first, or choose a file") from None
+        raise
+    os.set_blocking(fd, True)
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)

@@ -9,6 +9,9 @@ import typer
 from typer.core import TyperGroup
 
 from attnsel import __version__
+from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
+from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout, reserve_standard_streams
+from attnsel.cli.fast_params import install
 
 
 class AttnselGroup(TyperGroup):
@@ -17,23 +20,18 @@ class AttnselGroup(TyperGroup):
     through one funnel (cli/common.py `exit_for`): one line on stderr, a documented exit code."""
 
     def get_command(self, ctx, cmd_name):
-        from attnsel.cli.fast_params import install
-
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
         return command
 
     def make_context(self, info_name, args, parent=None, **extra):
-        from attnsel.cli.fast_params import install
-
         install(self)
         return super().make_context(info_name, args, parent=parent, **extra)
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
-        from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout
 
         drop_unusable_terminal_size()
         with guarded_stdout():
@@ -80,8 +78,6 @@ def _root(
 
 def _register_commands() -> None:
     # Each module adds its command(s) to `app`; none of them imports torch at import time.
-    from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
-
     for module in (probe_cmd, explain_cmd, tune_cmd, verify_cmd, report_cmd, preflight_cmd):
         module.register(app)
 
@@ -91,8 +87,6 @@ _register_commands()
 
 def main() -> None:
     import signal
-
-    from attnsel.cli.common import reserve_standard_streams
 
     reserve_standard_streams()
     # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE

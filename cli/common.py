@@ -33,6 +33,7 @@ from attnsel.errors import (
     AttnselError,
     OutputUnwritable,
 )
+from attnsel import __version__
 
 EXIT_SIGPIPE = 141  # what a shell reports for a process killed by SIGPIPE (`attnsel explain | head`)
 _MAX_LINE = 400  # an error line stays readable whatever the exception carried
@@ -150,8 +151,6 @@ def _where(exc: BaseException) -> str:
 
 def internal_error(exc: BaseException) -> "typer.Exit":
     """The safety net: an exception nobody foresaw. One line, exit 70, never read as a verdict."""
-    from attnsel import __version__
-
     if _debug():
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     detail = " ".join(str(exc).split())[:_MAX_LINE]

@@ -228,21 +228,14 @@ def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: O
 
 def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
                     cc: tuple[int, int], route: _Route) -> None:
-    from attnsel.attention.explain import explain_one, model_facts, model_section
-    from attnsel.attention.selector import build_selection
+    from attnsel.attention.explain import explain_gpu, model_section
 
-    profile = route.choice.profile
-    facts = None
-    if model is not None:
-        facts = model_facts(model.config, req.dtype, tp, cc, gpu_name, profile.model_rules,
-                            (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
-    inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
-                                         importable=route.importable)
-    expl = explain_one(profile, inputs, ctx, route.choice, notes)
+    answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable)
+    expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
-        _run_live(expl, inputs, ctx, route.compare_live, route.as_json)
+        _run_live(expl, answer.inputs, answer.ctx, route.compare_live, route.as_json)
         return
-    section = model_section(model, facts, profile, cc, route.vit_override, route.importable)
+    section = model_section(model, facts, route.choice.profile, cc, route.vit_override, route.importable)
     if facts is not None and facts.is_attention_free:
         _output_attention_free(expl, section, req, route.as_json)
         return

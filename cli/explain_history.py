@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from attnsel.cli.common import print_json, stdout_console
 from attnsel.errors import UserInputError
+from attnsel.attention.rules import importable_map
 
 ALL_VERSIONS = "all"
 
@@ -19,7 +20,6 @@ def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optio
                 as_json: bool, model_doc: Optional[dict]) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
     from attnsel.attention.explain import explain_for_release, release_history
-    from attnsel.attention.rules import importable_map
     from attnsel.reports.explain import history_to_dict, render_history
 
     if resolved is None:

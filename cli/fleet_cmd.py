@@ -13,7 +13,8 @@ from typing import Optional
 
 from typer.core import TyperCommand
 
-from attnsel.errors import CheckFailed, UserInputError
+from attnsel.errors import UserInputError
+from attnsel.cli.common import print_json, stdout_console
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -88,7 +89,7 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
 
 def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
               gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
-    from attnsel.cli.common import print_json, stdout_console
+    from attnsel.probe import fleet_requirements, raise_if_unmet
     from attnsel.probe.fleet import probe_fleet
     from attnsel.probe.fleet import fleet_verdict
     from attnsel.reports import fleet_probe_json, print_fleet
@@ -103,53 +104,14 @@ def run_probe(address: str, timeout: Optional[float], json_output: bool, measure
         print_json(fleet_probe_json(fleet, verdict, results))
     else:
         print_fleet(fleet, verdict, stdout_console(), results)
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise CheckFailed("requirement failed: " + "; ".join(f"{r.check}: {r.detail}" for r in failed))
-
-
-def fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model) -> list:
-    """Each --require-* option on every GPU node (a GPU node that did not answer fails them all);
-    --require-same-model across the nodes too."""
-    from attnsel.cli.probe_cmd import check_requirements
-    from attnsel.reports import RequirementResult
-
-    failures: dict[str, list[str]] = {name: [] for name in _requirement_names(gpus, capability, nvlink, same_model)}
-    if not failures:
-        return []
-    gpu_nodes = [n for n in fleet.nodes if n.has_gpus]
-    for node in gpu_nodes:
-        if node.report is None:
-            for bad in failures.values():
-                bad.append(f"{node.node.label} did not answer")
-            continue
-        for r in check_requirements(node.report, gpus, capability, nvlink, same_model):
-            if not r.ok:
-                failures[r.check].append(f"{node.node.label}: {r.detail}")
-    model = next((d for d in verdict.differences if d.attribute in ("GPU model", "compute capability")), None)
-    if same_model and model is not None:
-        failures["--require-same-model"].append(
-            f"GPU nodes differ: {model.common} on {model.common_count}; "
-            + ", ".join(f"{label}: {value}" for label, value in model.others))
-    if not gpu_nodes:
-        for bad in failures.values():
-            bad.append("no GPU node in the cluster")
-    return [RequirementResult(name, not bad, "; ".join(bad) if bad else f"met on all {len(gpu_nodes)} GPU node(s)")
-            for name, bad in failures.items()]
-
-
-def _requirement_names(gpus, capability, nvlink, same_model) -> list[str]:
-    names = [f"--require-gpus {gpus}"] if gpus is not None else []
-    names += [f"--require-capability {capability}"] if capability is not None else []
-    names += ["--require-nvlink"] if nvlink else []
-    return names + (["--require-same-model"] if same_model else [])
+    raise_if_unmet(results)
 
 
 # ---------------------------------------------------------------------------------------------
 # preflight --ray
 
 
-def run_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
+def run_ray_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
     from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings

@@ -16,20 +16,7 @@ import typer
 
 from attnsel.cli.common import handle_errors, print_json
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
-from attnsel.errors import CheckFailed, UserInputError
-
-
-def _probe(gpu: Optional[str], num_gpus: Optional[int], tp: int):
-    from attnsel.attention.preflight import target_report
-
-    if gpu is not None:
-        return target_report(gpu, num_gpus if num_gpus is not None else tp)
-    if num_gpus is not None:
-        raise UserInputError("--num-gpus describes a target machine: pass it with --gpu NAME (e.g. --gpu H100 --num-gpus 8)")
-    from attnsel.probe import collect_probe
-
-    # NVML first; torch.cuda is imported only if NVML is unavailable (and only if installed)
-    return collect_probe()
+from attnsel.errors import UserInputError
 
 
 def _normalize_format(output_format: str, as_json: bool) -> str:
@@ -45,6 +32,7 @@ def _normalize_format(output_format: str, as_json: bool) -> str:
 
 def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
     """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed."""
+    from attnsel.attention.preflight import raise_if_failed
     from attnsel.cli import settings
 
     if fmt == "json":
@@ -55,11 +43,7 @@ def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callab
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
     sys.stdout.flush()
-    if not result.ok:  # the checks are on stdout; stderr gets the one line a CI log shows
-        failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
-        failed = [(scope, c) for scope, c in failed if c.status == "fail"]
-        raise CheckFailed(f"preflight: {len(failed)} check(s) failed: " + "; ".join(
-            f"{scope + ' ' if scope else ''}{c.name}: {c.message}" for scope, c in failed))
+    raise_if_failed(result)
 
 
 def register(app: typer.Typer) -> None:
@@ -85,7 +69,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
-        from attnsel.attention.preflight import Deployment, run_preflight
+        from attnsel.attention.preflight import Deployment, machine_report, run_preflight
         from attnsel.attention.model import load_model_config
         from attnsel.attention.versions import select_profile
         from attnsel.cli import settings
@@ -111,10 +95,11 @@ def register(app: typer.Typer) -> None:
             strict=strict,
         )
         if ray is not None:
-            from attnsel.cli.fleet_cmd import run_preflight
+            from attnsel.cli.fleet_cmd import run_ray_preflight
 
-            return run_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
-        report = _probe(gpu, num_gpus, tensor_parallel_size)
+            run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+            return
+        report = machine_report(gpu, num_gpus, tensor_parallel_size)
         names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
         settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,

@@ -15,39 +15,7 @@ import typer
 
 from attnsel.cli.common import handle_errors, print_json, stdout_console
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
-from attnsel.errors import AttnselError, CheckFailed, EnvironmentProblem, UserInputError
-from attnsel.probe import parse_capability  # the one parser (range-checked); the door loads it on first use
-
-
-def check_requirements(report, gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> list:
-    """One RequirementResult per --require-* option given (pure: reads the report only)."""
-    from attnsel.reports import RequirementResult
-
-    results = []
-    healthy = [g for g in report.gpus if g.error is None]
-    if gpus is not None:
-        ok = len(healthy) >= gpus
-        broken = len(report.gpus) - len(healthy)
-        extra = f" ({broken} more visible but failing)" if broken else ""
-        results.append(RequirementResult(f"--require-gpus {gpus}", ok, f"{len(healthy)} usable GPU(s) visible{extra}, need {gpus}"))
-    if capability is not None:
-        want = parse_capability(capability, "--require-capability")
-        low = [g for g in report.gpus if g.compute_capability is None or g.compute_capability < want]
-        if not report.gpus:
-            results.append(RequirementResult(f"--require-capability {capability}", False, "no GPU visible"))
-        else:
-            detail = ", ".join(f"GPU {g.index} {g.name} has {g.capability_str or 'unknown'}" for g in low)
-            results.append(RequirementResult(
-                f"--require-capability {capability}", not low, detail or f"every visible GPU has CC >= {capability}"))
-    if nvlink:
-        fully = report.nvlink.fully_connected
-        detail = f"vLLM's is_fully_connected would be {fully}: {report.nvlink.reason}"
-        results.append(RequirementResult("--require-nvlink", fully is True, detail))
-    if same_model:
-        names = ", ".join(sorted({g.name for g in report.gpus})) or "no GPU"
-        detail = f"visible models differ: {names}" if report.mixed_gpus else f"one model: {names}"
-        results.append(RequirementResult("--require-same-model", not report.mixed_gpus, detail))
-    return results
+from attnsel.errors import AttnselError, EnvironmentProblem
 
 
 def register(app: typer.Typer) -> None:
@@ -74,15 +42,17 @@ def register(app: typer.Typer) -> None:
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """GPUs seen through NVML (no CUDA context), the CUDA_VISIBLE_DEVICES mapping, NVLink/P2P and vLLM's verdicts."""
+        from attnsel.probe import parse_required_capability
+
         if require_capability is not None:
-            parse_capability(require_capability, "--require-capability")  # bad input fails before any probing
+            parse_required_capability(require_capability)  # bad input fails before any probing
         refuse_timeout_without_ray(ray, timeout)
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_probe
 
             return run_probe(ray, timeout, json_output, measure_p2p, require_gpus, require_capability,
                              require_nvlink, require_same_model)
-        from attnsel.probe import collect_probe
+        from attnsel.probe import check_requirements, collect_probe, raise_if_unmet
         from attnsel.reports import print_probe, probe_json
 
         try:
@@ -96,6 +66,4 @@ def register(app: typer.Typer) -> None:
             print_json(probe_json(report, results))
         else:
             print_probe(report, stdout_console(), results)
-        failed = [r for r in results if not r.ok]
-        if failed:
-            raise CheckFailed("requirement failed: " + "; ".join(f"{r.check}: {r.detail}" for r in failed))
+        raise_if_unmet(results)

@@ -6,15 +6,13 @@ Reads files only: no NVML, no CUDA, no torch.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from attnsel import files
 from attnsel.cli.common import handle_errors, print_json, sigint_deferred
 from attnsel.errors import UserInputError
 
@@ -71,42 +69,6 @@ def render(data, fmt: str) -> str:
     return json.dumps(report_dict(data), indent=2, default=str) + "\n"
 
 
-def _write(text: str, output: Path) -> None:
-    """Whole or not at all: a temporary file next to the target, renamed over it once written
-    (a Ctrl-C or a full disk never leaves half a report under the name)."""
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        if output.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "Is a directory")
-        if output.exists() and not output.is_file():  # /dev/stdout, /dev/full, a FIFO: written in place
-            _write_special(text, output)
-            return
-        partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
-        try:
-            partial.write_text(text, encoding="utf-8")
-            os.replace(partial, output)
-        finally:
-            with contextlib.suppress(OSError):
-                partial.unlink()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
-        raise UserInputError(f"cannot write {str(output)[:200]!r}: {getattr(exc, 'strerror', None) or exc}; "
-                             "choose another -o path") from None
-
-
-def _write_special(text: str, output: Path) -> None:
-    # non-blocking open: a named pipe nobody reads is refused at once (ENXIO) instead of waiting
-    try:
-        fd = os.open(output, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise UserInputError(f"-o {str(output)[:200]!r} is a named pipe that nobody reads: start its reader "
-                                 "first, or choose a file") from None
-        raise
-    os.set_blocking(fd, True)
-    with open(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("report")
     @handle_errors
@@ -136,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return
-        _write(text, output)
+        files.write_whole(text, output, flag="-o")
         settings.log(f"wrote {output} ({fmt}, {len(text.encode('utf-8')) // 1024} KiB)", quiet=quiet)
         if as_json:
             print_json({"output": str(output), "format": fmt})

@@ -105,7 +105,9 @@ def register(app: typer.Typer) -> None:
             return
         check_real_sweep_flags(flags, req)
         if verify:
-            verify_cmd.check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
+            from attnsel.bench.verify import check_verify_possible
+
+            check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
         outcome = _sweep(req, output, resume=resume, retry_failed=retry_failed)
         _show_outcome(outcome, as_json=as_json, verify=verify, show_rows=show_rows)
 

@@ -9,10 +9,8 @@ from typing import Optional
 
 import typer
 
-from attnsel import files
-from attnsel.attention.model import check_names, check_positive_number, check_size
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
-from attnsel.errors import EXIT_FAILED, UserInputError
+from attnsel.errors import EXIT_FAILED
 
 
 class _Display:
@@ -121,17 +119,6 @@ def verify_after_tune(output_dir: Path, as_json: bool, tune_document: Optional[d
                           tune_document=tune_document)
 
 
-def check_verify_possible() -> None:
-    """`tune --verify` fails before its sweep when the engine could not run afterwards (exit 3)."""
-    from attnsel.bench.verify import run as verify
-
-    verify.vllm_version_or_fail(verify.VerifyRequest().engine)
-
-
-MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
-MAX_REPEATS = 100
-
-
 def register(app: typer.Typer) -> None:
     @app.command("verify")
     @handle_errors
@@ -153,24 +140,11 @@ def register(app: typer.Typer) -> None:
         weights and say whether tune's recommendation holds end to end (exit 0: verdict given; 1: nothing to compare;
         2: bad input; 3: no vLLM or no GPU)."""
         from attnsel.bench.verify import plan as VP
-        from attnsel.bench.verify import VerifyRequest
+        from attnsel.bench.verify import VerifyRequest, check_verify_flags
 
-        if run_dir is None and output is None:
-            raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
-        if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
-            raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
-        check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
-        if repeats > MAX_REPEATS:  # too few: bench/verify/run.py says why two are needed
-            raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
-        check_positive_number("--start-timeout", start_timeout)
-        check_positive_number("--timeout", timeout)
-        check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))
-        kind = files.path_info(str(run_dir), "RUN_DIR").kind if run_dir is not None else "dir"
-        if kind != "dir":
-            raise UserInputError(f"RUN_DIR {files.shown_path(str(run_dir))} "
-                                 f"{'does not exist' if kind == 'missing' else 'is not a folder'}: pass the folder "
-                                 "`attnsel tune --output` wrote (it holds tune.json)")
-        files.check_output_folder(str(output or run_dir))
+        check_verify_flags(run_dir, output, model=model, candidates=candidates, shapes=shapes, repeats=repeats,
+                           decode_steps=decode_steps, gpu_memory_utilization=gpu_memory_utilization,
+                           start_timeout=start_timeout, timeout=timeout)
         req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
                             shapes=VP.parse_shapes(shapes), repeats=repeats, decode_steps=decode_steps,
                             gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,

@@ -7,7 +7,7 @@ initialise CUDA) and the reason becomes the report's error.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import table_peak_bandwidth
@@ -27,6 +27,9 @@ class NotAsked:
 
     def inventory(self) -> Optional[dict]:
         raise _FallbackNotAsked(self.reason)
+
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
+        return {pair: f"not measured: {TORCH_NOT_ASKED}{self.reason}" for pair in pairs}
 
 
 class _FallbackNotAsked(Exception):

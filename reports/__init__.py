@@ -7,11 +7,10 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.reports.fleet_report import fleet_probe_json, print_fleet, render_preflight_text
     from attnsel.reports.preflight_report import FORMATS
-    from attnsel.reports.probe_report import RequirementResult, print_probe, probe_json
+    from attnsel.reports.probe_report import print_probe, probe_json
 
 __all__ = [
     "FORMATS",
-    "RequirementResult",
     "fleet_probe_json",
     "print_fleet",
     "print_probe",
@@ -20,7 +19,6 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "FORMATS": "preflight_report",
-    "RequirementResult": "probe_report",
     "fleet_probe_json": "fleet_report",
     "print_fleet": "fleet_report",
     "print_probe": "probe_report",

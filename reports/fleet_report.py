@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +16,11 @@ from attnsel.attention.preflight import FleetPreflightResult, ScopedCheck
 from attnsel.probe.fleet import FleetProbe, NodeProbe
 from attnsel.probe.fleet import MAX_LISTED, Difference, FleetVerdict, NodeSummary
 from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
-from attnsel.reports.probe_report import RequirementResult, probe_json
+from attnsel.reports.probe_report import probe_json
+from attnsel.reports.explain import explanation_to_dict
+
+if TYPE_CHECKING:
+    from attnsel.probe import RequirementResult
 
 FLEET_PROBE_SCHEMA = "attnsel-fleet-probe/1"
 FLEET_PREFLIGHT_SCHEMA = "attnsel-fleet-preflight/1"
@@ -134,8 +138,6 @@ def print_fleet(fleet: FleetProbe, verdict: FleetVerdict, console: Console,
 
 
 def fleet_preflight_json(result: FleetPreflightResult) -> dict:
-    from attnsel.reports.explain import explanation_to_dict
-
     head = result_fields(result)
     pp = result.pipeline_parallel_size
     head["deployment"]["pipeline_parallel_size"] = pp

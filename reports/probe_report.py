@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from rich.console import Console, Group
 from rich.table import Table
@@ -14,18 +13,11 @@ from attnsel.reports.cells import dash
 from attnsel.probe import capability_facts
 from attnsel.probe import GpuInfo, P2PPair, ProbeReport
 
+if TYPE_CHECKING:
+    from attnsel.probe import RequirementResult
+
 TOPOLOGY_LEGEND = "NV# = NVLink (# active links); PIX/PXB/PHB/NODE/SYS = PCIe path, as in nvidia-smi topo -m"
 PAIR_TABLE_MAX = 10  # above this many pairs, show the nvidia-smi-style matrix only
-
-
-@dataclass(frozen=True)
-class RequirementResult:
-    check: str  # "--require-gpus 8"
-    ok: bool
-    detail: str
-
-    def to_dict(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "detail": self.detail}
 
 
 def probe_json(report: ProbeReport, requirements: Sequence[RequirementResult] = ()) -> dict:

@@ -18,7 +18,10 @@ BROKEN = f"{FIXTURES / 'fake_toolkit.py'}:BrokenToolkit"
 SHAPE = {"head_size": 128, "num_q_heads": 32, "num_kv_heads": 8, "dtype": "bfloat16", "kv_cache_dtype": "auto"}
 
 
-def _items(block_sizes, workload=WorkloadSpec("decode", 4, 1024)):
+DECODE = WorkloadSpec("decode", 4, 1024)
+
+
+def _items(block_sizes, workload=DECODE):
     return [
         {"key": f"FAKE|bs={bs}", "block_size": bs, "kernel_block_size": bs, "workload": workload.to_dict(), "check": True}
         for bs in block_sizes

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.cli.app import app
-from attnsel.cli.fleet_cmd import fleet_requirements
+from attnsel.probe import fleet_requirements
 from attnsel.probe.fleet import fleet_verdict
 from test_fleet_verdict import fleet, node
 

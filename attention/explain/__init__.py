@@ -7,8 +7,10 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.explain.answers import (
         DEFAULT_SOURCE,
+        GpuAnswer,
         MatrixRow,
         ModelChoice,
+        explain_gpu,
         explain_matrix,
         explain_one,
         ignored_flags,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 
 __all__ = [
     "DEFAULT_SOURCE",
+    "GpuAnswer",
     "MatrixRow",
     "Mismatch",
     "ModelChoice",
@@ -39,6 +42,7 @@ __all__ = [
     "ask_vllm",
     "compare",
     "explain_for_release",
+    "explain_gpu",
     "explain_matrix",
     "explain_one",
     "ignored_flags",
@@ -53,6 +57,7 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "DEFAULT_SOURCE": "answers",
+    "GpuAnswer": "answers",
     "MatrixRow": "answers",
     "Mismatch": "live",
     "ModelChoice": "answers",
@@ -62,6 +67,7 @@ __getattr__ = lazy_door(__name__, {
     "ask_vllm": "live",
     "compare": "live",
     "explain_for_release": "history",
+    "explain_gpu": "answers",
     "explain_matrix": "answers",
     "explain_one": "answers",
     "ignored_flags": "answers",

@@ -9,6 +9,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
 from attnsel.errors import CheckFailed
+from attnsel.attention.model import config as model_config
+from attnsel.attention.selector import build_selection, explain_selection
+from attnsel.probe import families
 
 if TYPE_CHECKING:
     from attnsel.attention.selector import SelectionRequest
@@ -76,8 +79,6 @@ class ModelChoice:
 
 
 def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[ModelChoice]:
-    from attnsel.attention.model import config as model_config
-
     if model is not None:
         source, config = model_config.load_model_source(model)
         return ModelChoice(model, source.source, config)
@@ -90,8 +91,6 @@ def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[Mod
 def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules,
                 mamba_dtypes: tuple[Optional[str], Optional[str]] = (None, None)):
     """`mamba_dtypes`: (--mamba-ssm-cache-dtype, --mamba-cache-dtype), None for "auto"."""
-    from attnsel.attention.model import config as model_config
-
     ssm, conv = mamba_dtypes
     return model_config.derive_model_facts(
         hf_config, capability=capability, dtype=dtype or "auto", tensor_parallel_size=tp,
@@ -144,8 +143,6 @@ def ignored_flags(req: SelectionRequest) -> list[str]:
 # --- the explanation -------------------------------------------------------------------------------
 def explain_one(profile, inputs, ctx, choice, notes=()):
     """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and why."""
-    from attnsel.attention.selector import explain_selection
-
     expl = explain_selection(profile, inputs, ctx, list(notes))
     explicit = ()
     if expl.hybrid is not None and expl.error is None:
@@ -154,6 +151,30 @@ def explain_one(profile, inputs, ctx, choice, notes=()):
         explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
     return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
                                explicit_block_sizes=explicit)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuAnswer:
+    """`explain` on one GPU: the model's facts (None: flags only), the selector inputs and context
+    vLLM's rules read, and the explanation."""
+
+    facts: Any
+    inputs: Any
+    ctx: Any
+    explanation: Explanation
+
+
+def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
+                cc: tuple[int, int], choice: Any, importable: Optional[dict]) -> GpuAnswer:
+    """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection."""
+    profile = choice.profile
+    facts = None
+    if model is not None:
+        facts = model_facts(model.config, req.dtype, tp, cc, gpu_name, profile.model_rules,
+                            (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
+    inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
+                                         importable=importable)
+    return GpuAnswer(facts, inputs, ctx, explain_one(profile, inputs, ctx, choice, notes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +226,6 @@ class Matrix:
 def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
     each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6)."""
-    from attnsel.attention.selector import build_selection
-    from attnsel.probe import families
-
     profile = choice.profile
     hf_config = model.config if model is not None else None
     rows = []

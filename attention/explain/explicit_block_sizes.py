@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from attnsel.attention.selector import explain_selection
+
 SIZES = (16, 32, 64, 128, 256)
 
 
@@ -28,8 +30,6 @@ class ExplicitBlockSize:
 
 def explicit_block_sizes(profile: Any, inputs: Any, ctx: Any, computed: Optional[int]) -> tuple[ExplicitBlockSize, ...]:
     """The answer for each of SIZES and vLLM's own size (`computed`), as if given as --block-size."""
-    from attnsel.attention.selector import explain_selection
-
     out = []
     for size in sorted({*SIZES, *((computed,) if computed else ())}):
         expl = explain_selection(profile, inputs.replace(block_size=size), ctx)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from attnsel.errors import AttnselError, UserInputError
+from attnsel.attention.explain.answers import model_facts
+from attnsel.attention.selector import build_selection, explain_selection
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,6 @@ def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: 
     """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
     profile: model facts derived with that release's model rules, then build_selection and
     explain_selection."""
-    from attnsel.attention.explain.answers import model_facts
-    from attnsel.attention.selector import build_selection, explain_selection
-
     def explain_release(profile: Any) -> Any:
         facts = None
         if hf_config is not None:  # as `explain --vllm-version X` derives them, hybrid state dtypes included

@@ -127,7 +127,8 @@ KDA_KEYS = (("num_heads", "linear_num_heads", "num_heads"), ("head_dim", "linear
 
 
 def _kda(c: Mapping, t: str) -> dict[str, int]:
-    linear = c.get("linear_attn_config") if isinstance(c.get("linear_attn_config"), Mapping) else {}
+    nested_config = c.get("linear_attn_config")
+    linear: Mapping = nested_config if isinstance(nested_config, Mapping) else {}
     sizes = {}
     for name, flat, nested in KDA_KEYS:
         source = linear if nested in linear else c

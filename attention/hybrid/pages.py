@@ -22,9 +22,7 @@ from typing import Any, Optional
 from attnsel.attention.hybrid.groups import KvCacheGroups, kv_cache_groups
 from attnsel.attention.hybrid.layout import HybridLayout
 from attnsel.attention.hybrid.state import state_dtypes, state_shapes
-from attnsel.attention.kernels import is_fp8
-from attnsel.attention.rules import MultipleOf
-from attnsel.attention.rules import VllmRaises
+from attnsel.attention.rules import MultipleOf, VllmRaises, is_fp8
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SOURCE = "interface.py Platform._align_hybrid_block_size"

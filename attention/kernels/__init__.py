@@ -6,7 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS
-    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, is_fp8
+    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
     from attnsel.attention.kernels.registry import adapters_for
 
 __all__ = [
@@ -14,12 +14,10 @@ __all__ = [
     "FP8_TOLERANCE",
     "MLA_BACKENDS",
     "adapters_for",
-    "is_fp8",
 ]
 __getattr__ = lazy_door(__name__, {
     "BACKENDS": "base",
     "FP8_TOLERANCE": "kv_quant",
     "MLA_BACKENDS": "base",
     "adapters_for": "registry",
-    "is_fp8": "kv_quant",
 })

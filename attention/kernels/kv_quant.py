@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES
+from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES, is_fp8  # noqa: F401  (kernels read it here)
 
 # The KV caches the kernels build: the model dtype's, and the plain fp8 ones (attention/rules/spec.py).
 TIMED_KV_CACHE_DTYPES = UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES
@@ -40,16 +40,6 @@ TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 # vllm/envs.py defaults: Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT
 SCALE_CONSTANTS = {"q": 200.0, "k": 200.0, "v": 100.0}
 FP8_TOLERANCE = 1.5e-1
-
-
-def is_fp8(kv_cache_dtype: Optional[str]) -> bool:
-    """True for the fp8 KV caches tune times (attention/rules/spec.py `is_quantized_kv_cache` is
-    vLLM's wider test: every cache but the model dtype's).
-
-    >>> is_fp8("fp8"), is_fp8("auto"), is_fp8("fp8_e5m2")
-    (True, False, True)
-    """
-    return str(kv_cache_dtype or "auto") in FP8_KV_CACHE_DTYPES
 
 
 def fp8_format(kv_cache_dtype: str) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from attnsel.attention.versions import choose_profile, profile_name_for
+
 # Config keys that hold the text (language-model) sub-config, in the order transformers'
 # `PretrainedConfig.get_text_config()` / vLLM's `get_hf_text_config()` look for them.
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
@@ -138,7 +140,6 @@ def rules_for(profile: "str | ModelRules | None" = None) -> ModelRules:
     library default); unknown names are bad input."""
     if isinstance(profile, ModelRules):
         return profile
-    from attnsel.attention.versions import choose_profile, profile_name_for
 
     if profile is None:
         return choose_profile(None).profile.model_rules

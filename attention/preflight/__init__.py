@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         target_report,
     )
     from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck, run_fleet_preflight
+    from attnsel.attention.preflight.outcome import machine_report, raise_if_failed
 
 __all__ = [
     "Check",
@@ -26,6 +27,8 @@ __all__ = [
     "PreflightResult",
     "ScopedCheck",
     "WARN",
+    "machine_report",
+    "raise_if_failed",
     "run_fleet_preflight",
     "run_preflight",
     "target_report",
@@ -39,6 +42,8 @@ __getattr__ = lazy_door(__name__, {
     "PreflightResult": "deployment",
     "ScopedCheck": "fleet",
     "WARN": "deployment",
+    "machine_report": "outcome",
+    "raise_if_failed": "outcome",
     "run_fleet_preflight": "fleet",
     "run_preflight": "deployment",
     "target_report": "deployment",

@@ -19,8 +19,10 @@ from typing import Any, Optional, Sequence
 
 from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed
-from attnsel.probe import GpuInfo, ProbeReport
+from attnsel.probe import GpuInfo, ProbeReport, bf16_error, same_model
 from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
+from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+from attnsel.attention.model import derive_model_facts
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)
@@ -175,8 +177,6 @@ def _model_names(gpus: Sequence[GpuInfo]) -> list[str]:
 
 
 def check_same_model(report: ProbeReport, tp: int, strict: bool = False) -> Check:
-    from attnsel.probe import same_model
-
     group = group_gpus(report, tp)
     order_set = report.cuda_device_order == PCI_BUS_ID or report.device_order == PCI_BUS_ID
     names = ", ".join(_model_names(group))
@@ -262,8 +262,6 @@ def check_interconnect(report: ProbeReport, tp: int) -> Check:
 def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: Optional[str] = None) -> Check:
     """vLLM's check_if_supports_dtype looks at GPU 0 only (docs/vllm-rules.md §5g); other GPUs of the group
     with a lower capability fail later, inside the kernels."""
-    from attnsel.probe import bf16_error
-
     where = f" ({dtype_source})" if dtype_source else ""
     if not group:
         return Check("dtype", WARN, f"dtype {dtype}{where}: not checked, no GPU visible (see gpu-count)")
@@ -322,8 +320,6 @@ def _attention_hint(e: Any) -> str:
 def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: Optional[str]) -> Any:
     """`explain` for the model's derived facts (attention/model/config.py) and the deployment's flags:
     the same inputs `attnsel explain --model` builds (attention/selector/request.py)."""
-    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
-
     request = SelectionRequest(
         kv_cache_dtype=deployment.kv_cache_dtype or None,
         block_size=deployment.block_size,
@@ -344,8 +340,6 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
                   model: Optional[str] = None, profile_reason: Optional[str] = None) -> PreflightResult:
     """Every check, in the order a user fixes them. `hf_config`: the model's config.json dict.
     Bad input (unknown dtype, bad config) raises UserInputError; vLLM refusals become `fail` checks."""
-    from attnsel.attention.model import derive_model_facts
-
     tp = deployment.tensor_parallel_size
     steps = _Steps()
     steps.checks += [check_gpu_count(report, tp), check_same_model(report, tp, deployment.strict),

@@ -60,7 +60,8 @@ def parse_dtype(text: str) -> str:
 def preferred_dtype(capability: tuple[int, int]) -> str:
     """What `--dtype auto` becomes without a model config: the platform's first supported dtype
     (`CudaPlatform.supported_dtypes`, docs/vllm-rules.md §5g/§6: bf16 from CC 8.0, fp16 on 6.x-7.x, else fp32)."""
-    return capability_facts.supported_dtypes(tuple(capability))[0]
+    major, minor = capability  # a list from JSON works too
+    return capability_facts.supported_dtypes((int(major), int(minor)))[0]
 
 
 def shape_dtype(text: str, capability: Optional[tuple[int, int]]) -> str:

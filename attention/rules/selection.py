@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from attnsel.attention.rules.spec import attn_type_str
-from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
@@ -55,12 +54,9 @@ class SelectorInputs:
     def replace(self, **changes: Any) -> "SelectorInputs":
         return dataclasses.replace(self, **changes)
 
-    def vllm_repr(self, profile: Optional["RuleProfile"] = None) -> str:
-        """`AttentionSelectorConfig.__repr__` exactly as vLLM prints it (f-string fields)."""
-        if profile is None:
-            from attnsel.attention.versions import get_profile
-
-            profile = get_profile()
+    def vllm_repr(self, profile: "RuleProfile") -> str:
+        """`AttentionSelectorConfig.__repr__` exactly as vLLM prints it (f-string fields) in the
+        release `profile` describes (the vocabulary sits below the versions, so the caller names it)."""
         values = {
             "head_size": str(self.head_size),
             "dtype": f"torch.{self.dtype}",

@@ -80,9 +80,9 @@ def kernel_block_size_for(block_size: int, sizes: Sequence[KernelBlockSize]) -> 
 
 def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:
     """composite.py _intersect_kernel_block_sizes for one pair of entries."""
-    if isinstance(lhs, MultipleOf) and isinstance(rhs, MultipleOf):
-        return MultipleOf(math.lcm(lhs.base, rhs.base))
     if isinstance(lhs, MultipleOf):
+        if isinstance(rhs, MultipleOf):
+            return MultipleOf(math.lcm(lhs.base, rhs.base))
         return rhs if rhs % lhs.base == 0 else None
     if isinstance(rhs, MultipleOf):
         return lhs if lhs % rhs.base == 0 else None
@@ -138,6 +138,16 @@ class FlashAttnResolution:
     version: Optional[int]  # None: vLLM's function returns None (the chosen version is unsupported)
     warnings: tuple[str, ...] = ()
 
+
+
+def is_fp8(kv_cache_dtype: Optional[str]) -> bool:
+    """True for the fp8 KV caches tune times (`is_quantized_kv_cache` below is
+    vLLM's wider test: every cache but the model dtype's).
+
+    >>> is_fp8("fp8"), is_fp8("auto"), is_fp8("fp8_e5m2")
+    (True, False, True)
+    """
+    return str(kv_cache_dtype or "auto") in FP8_KV_CACHE_DTYPES
 
 
 def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:

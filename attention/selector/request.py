@@ -14,6 +14,8 @@ from typing import Any, Mapping, Optional, Sequence
 from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
 from attnsel.attention.model import check_heads
 from attnsel.errors import UserInputError
+from attnsel.attention.versions import block_size_cli_error
+from attnsel.attention.selector.engine import explain
 
 
 @dataclass(frozen=True)
@@ -294,9 +296,6 @@ def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContex
     """selector.explain plus what vLLM's argument parser says about --block-size first, and the
     build notes in front of the explanation's own."""
     import dataclasses
-
-    from attnsel.attention.versions import block_size_cli_error
-    from attnsel.attention.selector.engine import explain
 
     expl = explain(profile, inputs, ctx)
     cli_error = block_size_cli_error(profile, inputs.block_size)

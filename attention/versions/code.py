@@ -58,7 +58,7 @@ class RuleCode:
         return self.profile.params.get("import_failure_format", IMPORT_ERROR_REASON).format(module=module)
 
     # --- rules named in the data ------------------------------------------------------------
-    def _dispatch(self, kind: str, rule: str) -> Any:
+    def _dispatch(self, kind: str, rule: Optional[str]) -> Any:
         method = getattr(self, f"_{kind}_{rule}", None)
         if method is None:
             raise ValueError(f"profile {self.profile.name}: no {kind} rule {rule!r} in {type(self).__module__}")

@@ -20,6 +20,7 @@ from attnsel.attention.rules import (
     parse_kernel_sizes,
 )
 from attnsel.errors import UserInputError
+from attnsel.attention.versions.registry import code_class
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
     from attnsel.attention.rules import SelectionContext, SelectorInputs
@@ -55,7 +56,6 @@ class RuleProfile:
         self.registry: dict[str, Optional[str]] = {name: path for name, path in data["registry"]}
         self.device_name: str = data["device_name"]
         self._backends = {n: self._parse_backend(n, raw) for n, raw in data["backends"].items()}
-        from attnsel.attention.versions.registry import code_class
 
         self.code: RuleCode = code_class(data["code"])(self)
 
@@ -318,6 +318,8 @@ class RuleProfile:
 
     # --- single checks; a composite backend combines its two children's (composite.py) ---------
     def _children(self, spec: BackendSpec) -> list[BackendSpec]:
+        if spec.composite is None:
+            raise ValueError(f"profile {self.name}: {spec.name} is not a composite backend")
         return [self.backend(spec.composite["general"]), self.backend(spec.composite["causal"])]
 
     def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: "SelectionContext") -> bool:

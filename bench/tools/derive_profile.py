@@ -173,7 +173,7 @@ class Deriver:
 
     def _attribute(self, name: str, attr: str, theirs_fn: Callable, ours_fn: Callable, encode: Callable) -> None:
         contexts = self.contexts() if attr not in ("head_sizes", "capability") else self.contexts()[:: len(CONTEXTS)]
-        theirs = [self._ask(c, lambda: theirs_fn(c)) for c in contexts]
+        theirs = [self._ask(c, lambda c=c: theirs_fn(c)) for c in contexts]
         ours = []
         for c in contexts:
             try:

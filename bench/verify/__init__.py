@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, Figure, GpuFacts, Judged, ModelFacts,
                                               ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
                                               VllmFacts)
+    from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
@@ -31,6 +32,8 @@ __all__ = [
     "VerifyRequest",
     "VllmFacts",
     "build_comparisons",
+    "check_verify_flags",
+    "check_verify_possible",
     "run_verify",
     "summarize",
 ]
@@ -53,6 +56,8 @@ __getattr__ = lazy_door(__name__, {
     "VerifyRequest": "run",
     "VllmFacts": "records",
     "build_comparisons": "verdict",
+    "check_verify_flags": "flags",
+    "check_verify_possible": "flags",
     "run_verify": "run",
     "summarize": "verdict",
 })

@@ -271,7 +271,7 @@ def _read_answer(ray: Any, node: RayNode, ref: Any) -> NodeProbe:
         return NodeProbe(node, problem=task_failure(exc))
     if not isinstance(answer, dict) or answer.get("schema") != NODE_ANSWER_SCHEMA:
         return NodeProbe(node, problem=f"unreadable answer (not {NODE_ANSWER_SCHEMA})")
-    common = {
+    common: dict[str, Any] = {  # the answer's facts every NodeProbe below carries
         "seconds": answer.get("seconds"),
         "hostname": answer.get("hostname"),
         "attnsel_version": answer.get("attnsel_version"),

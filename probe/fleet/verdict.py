@@ -181,6 +181,14 @@ def _problems(node: NodeProbe, report: ProbeReport, usable: list[GpuInfo], drive
     return problems
 
 
+def _visible_devices(node: NodeProbe) -> Optional[str]:
+    """The node's CUDA_VISIBLE_DEVICES as its probe saw it (only nodes with a report are compared)."""
+    if node.report is None:
+        return None
+    visible = node.report.cuda_visible_devices
+    return "unset" if visible is None else repr(visible)
+
+
 def _read_by_nvml(read: Callable[[NodeSummary], str]) -> Callable[[NodeSummary, NodeProbe], Optional[str]]:
     """Facts only NVML gives: a node whose NVML failed differs in "GPU source", not in every row."""
     return lambda s, n: read(s) if s.source == "nvml" else None
@@ -195,8 +203,7 @@ _ATTRIBUTES: tuple[tuple[str, Callable[[NodeSummary, NodeProbe], Optional[str]]]
     ("CUDA", _read_by_nvml(lambda s: s.cuda)),
     ("NVLink (vLLM is_fully_connected)", _read_by_nvml(lambda s: s.nvlink)),
     ("GPU source", lambda s, n: s.source),
-    ("CUDA_VISIBLE_DEVICES", lambda s, n: "unset" if n.report.cuda_visible_devices is None
-     else repr(n.report.cuda_visible_devices)),
+    ("CUDA_VISIBLE_DEVICES", lambda s, n: _visible_devices(n)),
     ("Ray GPUs", lambda s, n: f"{s.ray_gpus:g}"),
 )
 

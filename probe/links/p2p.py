@@ -75,6 +75,7 @@ def query_pair(session: NvmlSession, a: int, b: int, logical: tuple[int, int], l
 
     pcie = topology_name(level)
     count = None
+    topology: Optional[str]  # NV<links>, else the PCIe level (None: unknown)
     if _is_ok(nvlink):
         counts = [link_counts.of(a), link_counts.of(b)]
         count = min(counts) if None not in counts else None  # type: ignore[type-var]

@@ -25,7 +25,7 @@ class PynvmlFacade:
     """NVML through nvidia-ml-py (`import pynvml`). Creates no CUDA context."""
 
     def __init__(self) -> None:
-        self._pynvml = None
+        self._pynvml: Any = None  # the pynvml module once init() loaded it
         self._handles: dict[DeviceRef, Any] = {}
 
     def init(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Union
 
 from attnsel.errors import UserInputError
 from attnsel.probe.nvml.protocol import DeviceRef, NvmlCallError, NvmlInitError, call_key
+from attnsel import files
 
 SCENARIO_ENV_VAR = "ATTNSEL_NVML_SCENARIO"
 SCENARIO_SCHEMA = "attnsel-nvml-scenario/1"
@@ -101,8 +102,6 @@ class ReplayTorch:
 
 
 def load_scenario(path: Union[str, Path]) -> dict:
-    from attnsel import files
-
     if files.path_info(str(path), SCENARIO_ENV_VAR).kind == "missing":
         raise UserInputError(f"{SCENARIO_ENV_VAR}: scenario file not found: {path}")
     try:  # bounded like every input (a FIFO, a device, a huge or deeply nested file: one line)

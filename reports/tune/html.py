@@ -220,7 +220,7 @@ def _tune_charts(frame: pd.DataFrame, backends: list[str], peak: str) -> list[st
     """Latency vs block size per shape, then decode bandwidth as % of peak (each only with data)."""
     out = []
     figures = []
-    for kind, label in F.workloads(frame):
+    for _kind, label in F.workloads(frame):
         svg = latency_svg(frame, label, backends)
         if svg:
             figures.append(f"<figure><figcaption>{_e(label)}</figcaption>{svg}</figure>")

@@ -5,7 +5,6 @@ each input is found from its content, not its name. Bad input -> UserInputError,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence

@@ -156,7 +156,7 @@ def _bandwidth_section(frame: pd.DataFrame) -> list[str]:
 
 def _workload_sections(frame: pd.DataFrame) -> list[str]:
     out = ["## Workloads", "", "Median latency in ms per `--block-size` (p20–p80 in the CSV/JSON); **bold** = fastest.", ""]
-    for kind, label in F.workloads(frame):
+    for _kind, label in F.workloads(frame):
         lat = F.latency_table(frame, label)
         if lat.empty:
             continue

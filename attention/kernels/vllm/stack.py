@@ -134,7 +134,7 @@ def kernel_block_size(backend_cls: Any, block_size: int) -> int:
         sizes = [s if isinstance(s, int) else MultipleOf(s.base) for s in backend_cls.get_supported_kernel_block_sizes()]
         found = kernel_block_size_for(block_size, sizes)
         if found is None:
-            raise ValueError(f"No common block size for {block_size}. ")
+            raise ValueError(f"No common block size for {block_size}. ") from None  # vLLM's own message
         return found
     return int(select_common_block_size(block_size, [backend_cls]))
 

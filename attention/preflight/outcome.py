@@ -1,0 +1,33 @@
+"""What `attnsel preflight` checks against, and how it ends: the machine (this one, or a target
+named by --gpu), and exit 1 with one line naming each failed check once the checks are printed."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from attnsel.errors import CheckFailed, UserInputError
+from attnsel.probe import ProbeReport
+from attnsel.attention.preflight.deployment import target_report
+
+
+def machine_report(gpu: Optional[str], num_gpus: Optional[int], tp: int) -> ProbeReport:
+    """The GPUs to check: a target machine described by --gpu/--num-gpus (default: TP such GPUs), else
+    this one, probed as `attnsel probe` does (NVML first; torch.cuda only if NVML is unavailable)."""
+    if gpu is not None:
+        return target_report(gpu, num_gpus if num_gpus is not None else tp)
+    if num_gpus is not None:
+        raise UserInputError("--num-gpus describes a target machine: pass it with --gpu NAME (e.g. --gpu H100 --num-gpus 8)")
+    from attnsel.probe import collect_probe
+
+    return collect_probe()
+
+
+def raise_if_failed(result: Any) -> None:
+    """Exit 1 when a check failed (one node's result, or a cluster's with scoped checks): the checks
+    are on stdout; this one line goes to stderr, where a CI log shows it."""
+    if result.ok:
+        return
+    failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
+    failed = [(scope, c) for scope, c in failed if c.status == "fail"]
+    raise CheckFailed(f"preflight: {len(failed)} check(s) failed: " + "; ".join(
+        f"{scope + ' ' if scope else ''}{c.name}: {c.message}" for scope, c in failed))

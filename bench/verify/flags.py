@@ -1,0 +1,43 @@
+"""`attnsel verify`'s flags checked before an engine starts (bad input: one line, exit 2), and
+`tune --verify`'s check that vLLM's engine could run after the sweep (exit 3 before it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from attnsel import files
+from attnsel.attention.model import check_names, check_positive_number, check_size
+from attnsel.errors import UserInputError
+
+MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
+MAX_REPEATS = 100
+
+
+def check_verify_flags(run_dir: Optional[Path], output: Optional[Path], *, model: Optional[str],
+                       candidates: Optional[str], shapes: Optional[str], repeats: int, decode_steps: int,
+                       gpu_memory_utilization: float, start_timeout: float, timeout: float) -> None:
+    """Every verify flag, in the order a user reads them; the output folder must be writable."""
+    if run_dir is None and output is None:
+        raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
+    if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
+        raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
+    check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
+    if repeats > MAX_REPEATS:  # too few: bench/verify/run.py says why two are needed
+        raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
+    check_positive_number("--start-timeout", start_timeout)
+    check_positive_number("--timeout", timeout)
+    check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))
+    kind = files.path_info(str(run_dir), "RUN_DIR").kind if run_dir is not None else "dir"
+    if kind != "dir":
+        raise UserInputError(f"RUN_DIR {files.shown_path(str(run_dir))} "
+                             f"{'does not exist' if kind == 'missing' else 'is not a folder'}: pass the folder "
+                             "`attnsel tune --output` wrote (it holds tune.json)")
+    files.check_output_folder(str(output or run_dir))
+
+
+def check_verify_possible() -> None:
+    """`tune --verify` fails before its sweep when the engine could not run afterwards (exit 3)."""
+    from attnsel.bench.verify import run as verify
+
+    verify.vllm_version_or_fail(verify.VerifyRequest().engine)
