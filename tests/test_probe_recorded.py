@@ -1,6 +1,6 @@
 """Replays of real recordings (`python -m attnsel.bench.tools.record_nvml`, saved as
 tests/fixtures/probe/recorded_*.json): the report must be self-consistent, and the H200 recordings
-must show what gpu-facts.md measured on those machines (the peak bandwidth computed from the
+must show what docs/gpu-facts.md measured on those machines (the peak bandwidth computed from the
 recorded clocks and bus width). A missing recording fails the file."""
 
 import pytest

@@ -107,3 +107,21 @@ def test_a_backend_the_release_does_not_model_is_refused_with_a_citation_a_reade
     assert result.exit_code == 2, result.output
     assert _cited_sections(result.output) == ["9"], result.output
     assert not BARE_CITATION.search(result.output) and not OUTSIDE_DOC.search(result.output)
+
+
+# The other notes the code once cited by name alone now live in docs/ (the measuring, GPU-facts and
+# architecture pages), so a bare name or the old note's title leads nowhere.
+BARE_NOTE = re.compile(r"(?<![\w/.-])(?:" + "gpu-" + r"facts\.md|" + "users-and-" + r"measuring|" + "style" + r"\.md)")
+
+
+def test_no_code_or_doc_cites_a_note_outside_docs():
+    offenders = [f"{name}: {match.group(0)}" for name, text in _repository_texts().items()
+                 for match in BARE_NOTE.finditer(text)
+                 if not name.startswith("docs/") and name != "reports/examples/h200-llama-3.1-8b.md"]
+    assert offenders == []
+
+
+def test_every_cited_doc_exists():
+    cited = {m.group(1) for text in _repository_texts().values() for m in re.finditer(r"docs/([\w.-]+\.md)", text)}
+    missing = sorted(name for name in cited if not (ROOT / "docs" / name).is_file())
+    assert cited and missing == []

@@ -34,7 +34,7 @@ from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DT
 # The KV caches the kernels build: the model dtype's, and the plain fp8 ones (attention/rules/spec.py).
 TIMED_KV_CACHE_DTYPES = UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES
 # bf16/fp16 kernels pass below ~1e-2 against the fp32 reference (issue "attnsel tune"); measured
-# errors are ~5e-4 for bf16 (gpu-facts.md: FA4 3e-4, flex 5e-4), so this still catches a wrong
+# errors are ~5e-4 for bf16 (docs/gpu-facts.md: FA4 3e-4, flex 5e-4), so this still catches a wrong
 # mask, scale or page mapping. By query dtype; an fp8 KV cache gets FP8_TOLERANCE below.
 TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-3}
 # vllm/envs.py defaults: Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT

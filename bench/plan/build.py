@@ -206,7 +206,7 @@ def build_plan(
             sizes = [bs for bs in sizes if bs in limited]
             notes.append(f"{backend} is timed at --block-size {', '.join(map(str, limited))} only in the {grid} grid: "
                          f"torch.compile builds flex_attention again for every shape and block size (~11 s each "
-                         f"cold, gpu-facts.md); pass --full or --block-sizes to time more")
+                         f"cold, docs/gpu-facts.md); pass --full or --block-sizes to time more")
         aligned = hybrid_size(backend, shape, capability) if shape.hybrid else None
         if aligned is not None and aligned not in sizes:  # the size vLLM itself picks for a hybrid model
             sizes = sorted([*sizes, aligned])

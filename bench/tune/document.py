@@ -53,7 +53,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, docs/vllm-rules.md §3c)
     if tuple(capability)[0] == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
         out.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
-                   "build on Hopper (gpu-facts.md): vLLM's kernel may be faster or slower")
+                   "build on Hopper (docs/gpu-facts.md): vLLM's kernel may be faster or slower")
     if ("TRITON_ATTN", "attnsel-triton") in adapters:
         out.append("TRITON_ATTN was timed with attnsel's own Triton paged-attention kernel (vLLM is not installed "
                    "here): `--attention-backend TRITON_ATTN` runs vLLM's Triton kernel, which may be faster or slower")
