@@ -99,12 +99,11 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     order and storage dtype (uint8 for fp8), holding the batch's cache; viewed as fp8 for an fp8
     cache, as forward_impl hands it to forward_mqa."""
     from attnsel.attention.kernels.kv_quant import fp8_torch_dtype, is_fp8
-    from attnsel.attention.kernels.vllm.inputs import allocate_like_vllm, as_storage
-    from attnsel.attention.kernels.vllm.stack import call_accepting
+    from attnsel.attention.kernels.vllm.inputs import allocate_like_vllm, as_storage, backend_cache_shape
 
     cls = stack.backend_cls
     nb, bs, d = batch.latent_cache.shape
-    shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, 1, d, cache_dtype_str=stack.spec.kv_cache_dtype))
+    shape = backend_cache_shape(stack, nb, bs, 1, d)
     order = tuple(cls.get_kv_cache_stride_order())
     cache = allocate_like_vllm(stack, shape, order, batch.latent_cache.device)
     cache.copy_(as_storage(batch.latent_cache, cache.dtype).reshape(shape))
@@ -173,6 +172,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
     def prepare(self, b: Any) -> PreparedKernel:
         from attnsel.attention.kernels import mla
         from attnsel.attention.kernels.vllm.inputs import common_metadata, set_layer_scales
+        from attnsel.attention.kernels.vllm.stack import keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -183,13 +183,14 @@ class VllmMlaAdapter(VllmBackendAdapter):
             impl.dcp_world_size = 1  # forward_impl sets it from the DCP group on its first call: none here
         with stack.active():
             notes = set_layer_scales(layer, b)
-            metadata = stack.builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(kb, device))
+            metadata = keyword_call(stack.builder.build, stack.facts.builder_build, 0, common_metadata(kb, device))
             kv_cache = latent_cache_tensor(stack, kb)
             query, quant_note = mqa_query(stack, b)
         result: list[Any] = [None]
+        mqa_arguments = dict(zip(stack.facts.mla_forward_mqa, (query, kv_cache, metadata, layer)))
 
         def run():
-            result[0] = impl.forward_mqa(query, kv_cache, metadata, layer)[0]
+            result[0] = impl.forward_mqa(**mqa_arguments)[0]
             return result[0]
 
         run()

@@ -18,8 +18,10 @@ CompilationConfig whose CUDA-graph mode is then resolved against the backend's A
 exactly as the model runner does, and the builder created from the layer's KV-cache spec at the
 kernel block size (AttentionGroup.create_metadata_builders).
 
-Everything that differs between vLLM releases is found by feature detection (module paths, keyword
-names), never by comparing version strings. torch and vLLM are imported lazily.
+What differs between vLLM releases in how a cache is shaped and how the impl, builder and
+CUDA-graph support are called is the release's adapter facts (attention/versions/adapter_facts.py,
+picked by the installed vLLM's version); module paths and config keywords are found by feature
+detection. Nothing here compares version strings. torch and vLLM are imported lazily.
 """
 
 from __future__ import annotations
@@ -139,6 +141,25 @@ def kernel_block_size(backend_cls: Any, block_size: int) -> int:
     return int(select_common_block_size(block_size, [backend_cls]))
 
 
+def installed_facts() -> Any:
+    """The adapter facts of the installed vLLM's release (its version picks the profile); a
+    release attnsel has none for cannot be driven (ValueError, one line)."""
+    from attnsel.attention.versions import installed_adapter_facts
+
+    installed, facts, _ = installed_adapter_facts()
+    if facts is None:
+        raise ValueError(f"no adapter facts for vLLM {installed or '(version unknown)'}: "
+                         f"attention/versions has none for that release")
+    return facts
+
+
+def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
+    """`fn` called with `values` under this release's parameter names (the adapter facts' list)."""
+    if len(names) != len(values):
+        raise ValueError(f"{getattr(fn, '__qualname__', fn)}: {len(values)} values for the parameters {names}")
+    return fn(**dict(zip(names, values)))
+
+
 @dataclass
 class StackSpec:
     """What one stack is built for (the per-GPU attention shape, one framework block size)."""
@@ -189,6 +210,7 @@ class VllmStack:
     cudagraph_mode: str  # CUDAGraphMode name after vLLM resolved it against that support
     dispatcher: Any = None
     notes: list[str] = field(default_factory=list)
+    facts: Any = None  # the release's AdapterFacts (attention/versions/adapter_facts.py)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -217,9 +239,17 @@ class VllmStack:
 class StackBuilder:
     """Builds VllmStacks in one worker process, each from a config.json synthesized for its head layout."""
 
-    def __init__(self, device: str = "cuda"):
+    def __init__(self, device: str = "cuda", facts: Any = None):
         self.device = device
         self._layer_count = 0
+        self._facts = facts
+
+    @property
+    def facts(self) -> Any:
+        """The installed release's adapter facts (given, or asked of its version object once)."""
+        if self._facts is None:
+            self._facts = installed_facts()
+        return self._facts
 
     def vllm_config(self, spec: StackSpec) -> Any:
         from vllm import config as C  # type: ignore
@@ -257,7 +287,8 @@ class StackBuilder:
             if kernel_bs != spec.block_size and hasattr(kv_spec, "copy_with_new_block_size"):
                 kv_spec = kv_spec.copy_with_new_block_size(kernel_bs)
             builder_cls = backend_cls.get_builder_cls()
-            support = call_accepting(builder_cls.get_cudagraph_support, config, kv_spec)
+            facts = self.facts
+            support = keyword_call(builder_cls.get_cudagraph_support, facts.cudagraph_support, config, kv_spec)
             mode = self._resolve_cudagraph_mode(config, support, spec.backend, notes)
             self._apply_required_layout(backend_cls, notes)
             builder = builder_cls(kv_spec, [layer.layer_name], config, torch.device(self.device))
@@ -265,7 +296,8 @@ class StackBuilder:
         return VllmStack(spec=spec, vllm_config=config, layer=layer, backend_cls=backend_cls, builder=builder,
                          kernel_block_size=kernel_bs, kv_cache_spec=kv_spec,
                          cudagraph_support=getattr(support, "name", str(support)),
-                         cudagraph_mode=getattr(mode, "name", str(mode)), dispatcher=dispatcher, notes=notes)
+                         cudagraph_mode=getattr(mode, "name", str(mode)), dispatcher=dispatcher, notes=notes,
+                         facts=facts)
 
     def _layer(self, spec: StackSpec, config: Any, backend_cls: Any) -> Any:
         """vLLM's own Attention layer (MLAAttention for an MLA spec, vllm_mla.py) on the GPU, built
