@@ -93,6 +93,8 @@ def patch_flashinfer(calls: list[dict]) -> None:
         class RecordingWrapper:
             def __init__(self, *args: Any, **kwargs: Any):
                 self.is_cuda_graph_enabled = bool(kwargs.get("use_cuda_graph", False))
+                # FlashInfer's wrappers take (float_workspace_buffer, kv_layout="NHD", ...)
+                self.kv_layout = kwargs.get("kv_layout", args[1] if len(args) > 1 else "NHD")
                 self._plan: dict = {}
 
             def plan(self, *args: Any, **kwargs: Any) -> None:
@@ -113,11 +115,14 @@ def patch_flashinfer(calls: list[dict]) -> None:
                 indices = p.get("indices", p.get("paged_kv_indices")).tolist()
                 last = p.get("last_page_len", p.get("paged_kv_last_page_len")).tolist()
                 qo = p["qo_indptr"].tolist() if "qo_indptr" in p else list(range(len(indptr)))
-                page = kv.shape[2]
+                k_pages, v_pages = _flashinfer_pages(kv, self.kv_layout)
+                page = k_pages.shape[1]
                 tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
                 lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
-                calls.append({"run": real.__name__, "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale")})
-                ref = reference_from_pages(q, kv[:, 0], kv[:, 1], tables, lens, qo, p.get("sm_scale"),
+                calls.append({"run": real.__name__, "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale"),
+                              "kv": "(k, v) tuple" if isinstance(kv, (tuple, list)) else f"{kv.dim()}-D tensor",
+                              "kv_layout": self.kv_layout})
+                ref = reference_from_pages(q, k_pages, v_pages, tables, lens, qo, p.get("sm_scale"),
                                            k_scale=_scalar(kwargs.get("k_scale")), v_scale=_scalar(kwargs.get("v_scale")))
                 if out is None:
                     return ref.to(q.dtype)
@@ -129,6 +134,20 @@ def patch_flashinfer(calls: list[dict]) -> None:
 
     fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
     fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
+
+
+def _flashinfer_pages(kv: Any, kv_layout: str) -> tuple[Any, Any]:
+    """K and V as (pages, page, heads, dim) from what a FlashInfer wrapper's run() is given: one
+    tensor (pages, 2, page, heads, dim) (NHD; HND swaps page and heads), as vLLM 0.24 passes it, or
+    a (K, V) tuple of (pages, page, heads, dim) tensors (HND: (pages, heads, page, dim)), as 0.26's
+    FlashInferImpl passes its packed cache split in two."""
+    if isinstance(kv, (tuple, list)):
+        k, v = kv
+    else:
+        k, v = kv[:, 0], kv[:, 1]
+    if kv_layout == "HND":
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+    return k, v
 
 
 def patch_flashmla(calls: list[dict]) -> None:
@@ -202,9 +221,14 @@ def patch_flashinfer_mla(calls: list[dict]) -> None:
                                        seq_lens.tolist(), list(range(0, batch * s_q + 1, s_q)), bmm1_scale,
                                        kv_lora_rank) * bmm2_scale
         out_dtype = torch.bfloat16 if query.dtype.itemsize == 1 else query.dtype
-        return ref.reshape(batch, s_q, heads, kv_lora_rank).to(out_dtype)
+        out = ref.reshape(batch, s_q, heads, kv_lora_rank).to(out_dtype)
+        return (out, torch.zeros(batch, s_q, heads)) if kwargs.get("return_lse") else out
 
     fim.trtllm_batch_decode_with_kv_cache_mla = decode
+    if hasattr(fim, "_get_workspace_buffer"):
+        # 0.26 allocates the kernel's workspace on "cuda" on first use (a driver call); the kernel
+        # that reads it is the recorder above
+        fim._get_workspace_buffer = lambda return_lse=False: torch.zeros(1, dtype=torch.int8)
 
 
 PATCHES = {

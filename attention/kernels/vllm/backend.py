@@ -148,7 +148,7 @@ class VllmBackendAdapter:
 
         from attnsel.attention.kernels import paged
         from attnsel.attention.kernels.vllm.inputs import common_metadata, fp8_format_the_impl_reads, kv_cache_tensor, set_layer_scales
-        from attnsel.attention.kernels.vllm.stack import keyword_call
+        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -168,8 +168,8 @@ class VllmBackendAdapter:
         # encoder attention and DCP (not timed here)
         new_kv = torch.zeros(num_tokens, b.num_kv_heads, b.head_size, dtype=b.query.dtype, device=device)
         out = torch.empty_like(b.query)  # vLLM's output keeps the model dtype when the query is fp8
-        forward_arguments = dict(zip(stack.facts.impl_forward, (stack.layer, query, new_kv, new_kv, kv_cache,
-                                                                 metadata, out)))
+        forward_arguments = keyword_arguments(stack.facts.impl_forward, stack.layer, query, new_kv, new_kv, kv_cache,
+                                              metadata, out)
         forward = stack.layer.impl.forward
 
         def run():

@@ -172,7 +172,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
     def prepare(self, b: Any) -> PreparedKernel:
         from attnsel.attention.kernels import mla
         from attnsel.attention.kernels.vllm.inputs import common_metadata, set_layer_scales
-        from attnsel.attention.kernels.vllm.stack import keyword_call
+        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -187,7 +187,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
             kv_cache = latent_cache_tensor(stack, kb)
             query, quant_note = mqa_query(stack, b)
         result: list[Any] = [None]
-        mqa_arguments = dict(zip(stack.facts.mla_forward_mqa, (query, kv_cache, metadata, layer)))
+        mqa_arguments = keyword_arguments(stack.facts.mla_forward_mqa, query, kv_cache, metadata, layer)
 
         def run():
             result[0] = impl.forward_mqa(**mqa_arguments)[0]

@@ -153,11 +153,16 @@ def installed_facts() -> Any:
     return facts
 
 
-def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
-    """`fn` called with `values` under this release's parameter names (the adapter facts' list)."""
+def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict:
+    """`values` under this release's parameter names (one of the adapter facts' lists)."""
     if len(names) != len(values):
-        raise ValueError(f"{getattr(fn, '__qualname__', fn)}: {len(values)} values for the parameters {names}")
-    return fn(**dict(zip(names, values)))
+        raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
+    return dict(zip(names, values))
+
+
+def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
+    """`fn` called with `values` under this release's parameter names."""
+    return fn(**keyword_arguments(names, *values))
 
 
 @dataclass
