@@ -134,6 +134,32 @@ def patch_flashinfer(calls: list[dict]) -> None:
 
     fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
     fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
+    if hasattr(fi, "_get_trtllm_workspace_buffer"):
+        _patch_flashinfer_trtllm_decode(fi, calls)
+
+
+def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
+    """vLLM 0.26 decodes on SM90 with FlashInfer's XQA kernel through trtllm_batch_decode_with_kv_cache
+    (a block table, not a planned wrapper), with a workspace it allocates on "cuda" on first use.
+    bmm1_scale is the softmax scale times the fp8 query and K scales; bmm2_scale the V scale."""
+    import torch
+
+    def decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale=1.0,
+               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, **kwargs):
+        k_pages, v_pages = _flashinfer_pages(kv_cache, kv_layout)
+        calls.append({"trtllm_decode": {"query": tuple(query.shape), "q_dtype": str(query.dtype),
+                                        "k": tuple(k_pages.shape), "kv_layout": kv_layout, "backend": kwargs.get("backend"),
+                                        "bmm1_scale": _scalar(bmm1_scale), "bmm2_scale": _scalar(bmm2_scale)}})
+        q_starts = list(range(0, query.shape[0] + 1, q_len_per_req))
+        ref = reference_from_pages(query, k_pages, v_pages, block_tables.tolist(), seq_lens.tolist(), q_starts,
+                                   _scalar(bmm1_scale), v_scale=_scalar(bmm2_scale))
+        if out is None:
+            return ref.to(query.dtype if query.element_size() > 1 else torch.bfloat16)
+        out.copy_(ref.to(out.dtype))
+        return out
+
+    fi.trtllm_batch_decode_with_kv_cache = decode
+    fi._get_trtllm_workspace_buffer = lambda: torch.zeros(1, dtype=torch.uint8)
 
 
 def _flashinfer_pages(kv: Any, kv_layout: str) -> tuple[Any, Any]:

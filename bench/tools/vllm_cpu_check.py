@@ -190,9 +190,12 @@ def record_stacks(backends: list[str]) -> dict:
 
 
 def _parameters(fn: Any) -> list[str]:
+    """A method's parameter names, "name=" where it has a default ("**kwargs" / "*args" as such)."""
     import inspect
 
-    return [name for name in inspect.signature(fn).parameters if name not in ("self", "cls")]
+    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [f"{marks.get(p.kind, '')}{name}{'=' if p.default is not p.empty else ''}"
+            for name, p in inspect.signature(fn).parameters.items() if name not in ("self", "cls")]
 
 
 def _signatures_and_layout(builder: Any, backend: str) -> dict:
