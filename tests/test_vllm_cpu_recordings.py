@@ -154,3 +154,11 @@ def test_a_release_between_checked_ones_borrows_facts_and_says_whose(tmp_path, m
     _installed(tmp_path, monkeypatch, "0.25.0")
     _, facts, note = installed_adapter_facts()
     assert facts.kv_split == get_profile("0.24").adapter_facts.kv_split and "0.24.0" in note
+
+
+def test_tune_names_the_unchecked_release_in_its_warnings(tmp_path, monkeypatch):
+    from attnsel.bench.tune.run import vllm_adapter_note
+
+    _installed(tmp_path, monkeypatch, "0.33.0")
+    note = vllm_adapter_note()
+    assert note.startswith("vLLM 0.33.0 is installed") and "vllm_0_33" in note

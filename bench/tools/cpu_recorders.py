@@ -119,10 +119,13 @@ def patch_flashinfer(calls: list[dict]) -> None:
                 page = k_pages.shape[1]
                 tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
                 lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
-                calls.append({"run": real.__name__, "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale"),
+                calls.append({"run": real.__name__, "q_dtype": str(q.dtype), "q_scale": kwargs.get("q_scale"),
+                              "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale"),
                               "kv": "(k, v) tuple" if isinstance(kv, (tuple, list)) else f"{kv.dim()}-D tensor",
                               "kv_layout": self.kv_layout})
-                ref = reference_from_pages(q, k_pages, v_pages, tables, lens, qo, p.get("sm_scale"),
+                # an fp8 query (0.26 quantizes the prefill query on SM90) comes with its q_scale
+                q_scale = _scalar(kwargs.get("q_scale")) if q.element_size() == 1 else 1.0
+                ref = reference_from_pages(q, k_pages, v_pages, tables, lens, qo, p.get("sm_scale"), q_scale=q_scale,
                                            k_scale=_scalar(kwargs.get("k_scale")), v_scale=_scalar(kwargs.get("v_scale")))
                 if out is None:
                     return ref.to(q.dtype)
@@ -136,6 +139,30 @@ def patch_flashinfer(calls: list[dict]) -> None:
     fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
     if hasattr(fi, "_get_trtllm_workspace_buffer"):
         _patch_flashinfer_trtllm_decode(fi, calls)
+    if hasattr(fi, "custom_ops"):
+        fi.custom_ops = _NativeFp8Quant(fi.custom_ops)
+
+
+class _NativeFp8Quant:
+    """vllm._custom_ops as one backend module sees it, with scaled_fp8_quant done natively: its CUDA
+    op (torch.ops._C.static_scaled_fp8_quant) is a no-op stand-in here, which left 0.26 FlashInfer's
+    fp8 prefill query (maybe_quant_query) uninitialized. Static scale only, as that call passes."""
+
+    def __init__(self, real: Any):
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    @staticmethod
+    def scaled_fp8_quant(x: Any, scale: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+        import torch
+
+        if scale is None:
+            raise NotImplementedError("the CPU check's scaled_fp8_quant takes a static scale only")
+        fp8 = torch.float8_e4m3fn
+        limit = torch.finfo(fp8).max
+        return (x.float() / _scalar(scale)).clamp(-limit, limit).to(fp8), scale
 
 
 def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
