@@ -10,6 +10,9 @@ about one vLLM release, from the `kernel_adapters` section of the release's data
 - `impl_forward`, `builder_build`, `mla_forward_mqa`, `cudagraph_support`: the keyword names the
   adapters pass AttentionImpl.forward, AttentionMetadataBuilder.build, the MLA impl's forward_mqa
   and the builder's get_cudagraph_support;
+- `mla_kv_b_proj`: what MLAAttention is built with for kv_b_proj (no weights are loaded here):
+  `none` (0.24-0.26 only read it in forward_mha / process_weights_after_loading) or `placeholder`
+  (0.33's __init__ sets kv_b_proj._cpu_skip_gemm_dispatch: an object that takes attributes);
 - `checked_on`: the release whose real classes `python -m attnsel.bench.tools.vllm_cpu_check` drove
   through these facts with every row matching the reference, and `cpu_check`, its recording.
 
@@ -38,6 +41,7 @@ class AdapterFacts:
     builder_build: tuple[str, ...]
     mla_forward_mqa: tuple[str, ...]
     cudagraph_support: tuple[str, ...]
+    mla_kv_b_proj: str = "none"
     checked_on: Optional[str] = None
     cpu_check: Optional[str] = None
 
@@ -53,7 +57,8 @@ class AdapterFacts:
         return cls(profile=data["name"], vllm_version=data["vllm_version"], shape_from=kv["shape_from"],
                    kv_split=kv["kv_split"], impl_forward=tuple(section["impl_forward"]),
                    builder_build=tuple(section["builder_build"]), mla_forward_mqa=tuple(section["mla_forward_mqa"]),
-                   cudagraph_support=tuple(section["cudagraph_support"]), checked_on=section.get("checked_on"),
+                   cudagraph_support=tuple(section["cudagraph_support"]), mla_kv_b_proj=section["mla_kv_b_proj"],
+                   checked_on=section.get("checked_on"),
                    cpu_check=section.get("cpu_check"))
 
     @property

@@ -202,11 +202,11 @@ def _signatures_and_layout(builder: Any, backend: str) -> dict:
     """What the replay test (tests/test_vllm_cpu_recordings.py) checks our calls against: the
     parameter names of the methods the adapters call on this release's classes, and the logical
     cache shape and stride order get_kv_cache_shape gives for 10 blocks."""
-    from attnsel.attention.kernels.vllm.inputs import backend_cache_shape
+    from attnsel.attention.kernels.vllm.inputs import backend_cache_layout
 
     block_size = MLA_BLOCK_SIZES.get(backend, (16,))[0]
     stack = builder.build(_spec(backend, block_size))
-    impl, cls = stack.layer.impl, stack.backend_cls
+    impl = stack.layer.impl
     entry: dict = {"block_size": block_size, "impl": type(impl).__name__, "builder": type(stack.builder).__name__,
                    "builder_build": _parameters(stack.builder.build),
                    "cudagraph_support": _parameters(type(stack.builder).get_cudagraph_support)}
@@ -217,8 +217,9 @@ def _signatures_and_layout(builder: Any, backend: str) -> dict:
         entry["impl_forward"] = _parameters(impl.forward)
         heads, width = stack.spec.num_kv_heads, stack.spec.head_size
     with stack.active():
-        entry["kv_cache_shape_10_blocks"] = list(backend_cache_shape(stack, 10, stack.kernel_block_size, heads, width))
-        entry["stride_order"] = list(cls.get_kv_cache_stride_order())
+        shape, order = backend_cache_layout(stack, 10, stack.kernel_block_size, heads, width,
+                                            latent=backend in MLA_BACKENDS)
+        entry["kv_cache_shape_10_blocks"], entry["stride_order"] = list(shape), list(order)
     return entry
 
 

@@ -50,13 +50,8 @@ def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
     """The layer's KV cache in the backend's own shape and physical layout, as GPUModelRunner
     allocates it in this release (the release's adapter facts say how: stack.facts), holding the
     batch's K and V."""
-    cls = stack.backend_cls
     nb, bs, hkv, d = batch.key_cache.shape
-    shape = backend_cache_shape(stack, nb, bs, hkv, d)
-    try:
-        order = tuple(cls.get_kv_cache_stride_order())
-    except (AttributeError, NotImplementedError):
-        order = tuple(range(len(shape)))
+    shape, order = backend_cache_layout(stack, nb, bs, hkv, d)
     cache = allocate_like_vllm(stack, shape, order, batch.key_cache.device)
     read_as = fp8_format_the_impl_reads(stack, batch.key_cache.dtype)
     for index, values in enumerate(kv_views(cache, stack.facts.kv_split, nb, hkv, d)):
@@ -66,15 +61,31 @@ def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
     return cache
 
 
+def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
+                         latent: bool = False) -> tuple[tuple, tuple]:
+    """(logical shape, stride order) of the backend's cache for `nb` blocks, the way this release's
+    model runner lays it out (stack.facts.shape_from): the backend's get_kv_cache_shape and
+    get_kv_cache_stride_order (0.24-0.26), or 0.33's per-layer view [blocks, heads, block_size,
+    content] in the physical order of the KVCacheLayout vLLM resolves for the backend
+    (get_supported_kv_cache_layouts' first; create_kv_cache_views, vllm/v1/kv_cache_interface.py)."""
+    cls = stack.backend_cls
+    if stack.facts.shape_from == "get_kv_cache_shape":
+        shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, hkv, d, cache_dtype_str=stack.spec.kv_cache_dtype))
+        try:
+            return shape, tuple(cls.get_kv_cache_stride_order())
+        except (AttributeError, NotImplementedError):
+            return shape, tuple(range(len(shape)))
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
+
+    layout = get_supported_kv_cache_layouts([cls])[0]
+    # an MLA latent cache holds one vector per token (no K/V pair)
+    content = 2 * d if stack.facts.kv_split == "packed_content" and not latent else d
+    return (nb, hkv, bs, content), tuple(layout.layer_view_order)
+
+
 def backend_cache_shape(stack: VllmStack, nb: int, bs: int, hkv: int, d: int) -> tuple:
-    """The backend's logical cache shape for `nb` blocks, the way this release's model runner asks
-    for it (stack.facts.shape_from)."""
-    facts = stack.facts
-    if facts.shape_from != "get_kv_cache_shape":
-        raise NotImplementedError(f"vLLM {facts.vllm_version} shapes KV caches with {facts.shape_from} "
-                                  f"(KVCacheLayout): attnsel's adapters do not allocate that way yet")
-    return tuple(call_accepting(stack.backend_cls.get_kv_cache_shape, nb, bs, hkv, d,
-                                cache_dtype_str=stack.spec.kv_cache_dtype))
+    """The backend's logical cache shape for `nb` blocks (backend_cache_layout)."""
+    return backend_cache_layout(stack, nb, bs, hkv, d)[0]
 
 
 def kv_views(cache: Any, kv_split: str, nb: int, hkv: int, d: int) -> tuple[Any, Any]:

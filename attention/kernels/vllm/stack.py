@@ -318,7 +318,7 @@ class StackBuilder:
                 if spec.mla is not None:
                     from attnsel.attention.kernels.vllm.mla import mla_layer
 
-                    return mla_layer(spec, config, backend_cls, prefix)
+                    return mla_layer(spec, config, backend_cls, prefix, self.facts)
                 return call_accepting(attention_layer_class(), spec.num_q_heads, spec.head_size,
                                       spec.head_size ** -0.5, num_kv_heads=spec.num_kv_heads,
                                       cache_config=config.cache_config, prefix=prefix, attn_backend=backend_cls)
