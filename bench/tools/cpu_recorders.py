@@ -141,6 +141,16 @@ def patch_flashinfer(calls: list[dict]) -> None:
         _patch_flashinfer_trtllm_decode(fi, calls)
     if hasattr(fi, "custom_ops"):
         fi.custom_ops = _NativeFp8Quant(fi.custom_ops)
+    if hasattr(fi, "get_device_sm_count"):
+        fi.get_device_sm_count = lambda device=None: 132  # 0.33's FlashInferImpl asks the GPU: the H100 SXM's
+    if hasattr(fi, "_get_multi_ctas_kv_counter_buffer"):  # 0.33: a kernel scratch buffer on "cuda"
+        fi._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device=None: _zeros_on_cpu(min_bytes)
+
+
+def _zeros_on_cpu(num_bytes: int) -> Any:
+    import torch
+
+    return torch.zeros(num_bytes, dtype=torch.uint8)
 
 
 class _NativeFp8Quant:

@@ -153,6 +153,18 @@ def installed_facts() -> Any:
     return facts
 
 
+def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> None:
+    """What the engine core does once in a release that lays caches out by KVCacheLayout (0.33):
+    the layout every backend supports, most preferred first, recorded in the cache config, where
+    builders and impls read it (CacheConfig.get_resolved_kv_cache_layout)."""
+    from vllm.v1.attention.backends import utils as U  # type: ignore
+
+    layout = U.get_supported_kv_cache_layouts([backend_cls])[0]
+    if getattr(config.cache_config, "kv_cache_layout", None) is None:
+        U.record_kv_cache_layout(config.cache_config, layout.name)
+    notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
+
+
 def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict:
     """`values` under this release's parameter names (one of the adapter facts' lists)."""
     if len(names) != len(values):
@@ -296,6 +308,8 @@ class StackBuilder:
             support = keyword_call(builder_cls.get_cudagraph_support, facts.cudagraph_support, config, kv_spec)
             mode = self._resolve_cudagraph_mode(config, support, spec.backend, notes)
             self._apply_required_layout(backend_cls, notes)
+            if facts.shape_from == "kv_cache_layouts":
+                resolve_kv_cache_layout(config, backend_cls, notes)
             builder = builder_cls(kv_spec, [layer.layer_name], config, torch.device(self.device))
             dispatcher = self._dispatcher(config, mode, notes)
         return VllmStack(spec=spec, vllm_config=config, layer=layer, backend_cls=backend_cls, builder=builder,
