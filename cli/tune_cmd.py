@@ -136,6 +136,9 @@ def _sweep(req, output: Optional[str], *, resume: bool, retry_failed: bool):
     out_dir = Path(output) if output is not None else TUNE.default_output_dir()
     files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
     err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
+    adapter_note = TUNE.vllm_adapter_note()
+    if adapter_note:  # before anything is timed
+        err.print(adapter_note, markup=False)
     bar, progress = _progress(err)
     try:
         return TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,

@@ -192,6 +192,8 @@ def test_a_prespawned_worker_imports_vllms_modules_before_go(fake_vllm):
 def _stack_reading_fp8_as(read_as):
     from types import SimpleNamespace
 
+    from attnsel.attention.versions import get_profile
+
     class TritonLikeBackend:  # vLLM 0.24 TritonAttentionBackend's cache shape: (nb, 2, bs, hkv, d)
         @staticmethod
         def get_kv_cache_shape(nb, bs, hkv, d, cache_dtype_str="auto"):
@@ -199,7 +201,7 @@ def _stack_reading_fp8_as(read_as):
 
     return SimpleNamespace(backend_cls=TritonLikeBackend, layer=SimpleNamespace(impl=SimpleNamespace(fp8_dtype=read_as)),
                            spec=SimpleNamespace(kv_cache_dtype="fp8_e5m2", dtype="bfloat16"),
-                           kv_cache_spec=SimpleNamespace(dtype=torch.uint8))
+                           kv_cache_spec=SimpleNamespace(dtype=torch.uint8), facts=get_profile("0.24").adapter_facts)
 
 
 def test_an_e5m2_cache_is_filled_in_the_fp8_format_vllms_triton_impl_reads():

@@ -4,6 +4,8 @@ add a release.
 
 - `profile`: `RuleProfile`, the version object -- a release's data plus the `Rules` class it names;
 - `code`: the base of every release's `Rules` (dispatch from rule names in the data to code);
+- `adapter_facts`: what tune's adapters of vLLM's own classes need from a release (its KV-cache
+  layout, the call signatures), and whether the CPU check drove that release through them;
 - `block_size`: how a release settles the KV-cache block size around the layers' backend choice;
 - `registry` reads the files; `choice` picks the version that answers.
 """
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.versions.adapter_facts import AdapterFacts, installed_adapter_facts
     from attnsel.attention.versions.choice import (
         installed_vllm_version,
         choose_profile,
@@ -34,6 +37,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
 
 __all__ = [
+    "AdapterFacts",
     "OWN_KEYS",
     "RuleProfile",
     "VERSIONS_DIR",
@@ -42,6 +46,7 @@ __all__ = [
     "choose_profile",
     "diff_patch",
     "get_profile",
+    "installed_adapter_facts",
     "installed_vllm_version",
     "load_profile",
     "parse_vllm_version",
@@ -52,6 +57,7 @@ __all__ = [
     "select_profile",
 ]
 __getattr__ = lazy_door(__name__, {
+    "AdapterFacts": "adapter_facts",
     "OWN_KEYS": "registry",
     "RuleProfile": "profile",
     "VERSIONS_DIR": "registry",
@@ -60,6 +66,7 @@ __getattr__ = lazy_door(__name__, {
     "choose_profile": "choice",
     "diff_patch": "registry",
     "get_profile": "choice",
+    "installed_adapter_facts": "adapter_facts",
     "installed_vllm_version": "choice",
     "load_profile": "choice",
     "parse_vllm_version": "choice",

@@ -98,6 +98,13 @@ class RuleProfile:
         builder's AttentionCGSupport): attention/selector/cudagraph.py reads it for tune's launch modes."""
         return self.data.get("cudagraph")
 
+    @cached_property
+    def adapter_facts(self) -> Any:
+        """What tune's adapters of vLLM's own classes need from this release (adapter_facts.py)."""
+        from attnsel.attention.versions.adapter_facts import AdapterFacts
+
+        return AdapterFacts.from_data(self.data)
+
     @property
     def context_inputs(self) -> tuple[str, ...]:
         """SelectionContext fields beyond the common ones that this version's rules read (e.g. KV

@@ -93,6 +93,8 @@ def patch_flashinfer(calls: list[dict]) -> None:
         class RecordingWrapper:
             def __init__(self, *args: Any, **kwargs: Any):
                 self.is_cuda_graph_enabled = bool(kwargs.get("use_cuda_graph", False))
+                # FlashInfer's wrappers take (float_workspace_buffer, kv_layout="NHD", ...)
+                self.kv_layout = kwargs.get("kv_layout", args[1] if len(args) > 1 else "NHD")
                 self._plan: dict = {}
 
             def plan(self, *args: Any, **kwargs: Any) -> None:
@@ -113,11 +115,17 @@ def patch_flashinfer(calls: list[dict]) -> None:
                 indices = p.get("indices", p.get("paged_kv_indices")).tolist()
                 last = p.get("last_page_len", p.get("paged_kv_last_page_len")).tolist()
                 qo = p["qo_indptr"].tolist() if "qo_indptr" in p else list(range(len(indptr)))
-                page = kv.shape[2]
+                k_pages, v_pages = _flashinfer_pages(kv, self.kv_layout)
+                page = k_pages.shape[1]
                 tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
                 lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
-                calls.append({"run": real.__name__, "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale")})
-                ref = reference_from_pages(q, kv[:, 0], kv[:, 1], tables, lens, qo, p.get("sm_scale"),
+                calls.append({"run": real.__name__, "q_dtype": str(q.dtype), "q_scale": kwargs.get("q_scale"),
+                              "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale"),
+                              "kv": "(k, v) tuple" if isinstance(kv, (tuple, list)) else f"{kv.dim()}-D tensor",
+                              "kv_layout": self.kv_layout})
+                # an fp8 query (0.26 quantizes the prefill query on SM90) comes with its q_scale
+                q_scale = _scalar(kwargs.get("q_scale")) if q.element_size() == 1 else 1.0
+                ref = reference_from_pages(q, k_pages, v_pages, tables, lens, qo, p.get("sm_scale"), q_scale=q_scale,
                                            k_scale=_scalar(kwargs.get("k_scale")), v_scale=_scalar(kwargs.get("v_scale")))
                 if out is None:
                     return ref.to(q.dtype)
@@ -129,6 +137,80 @@ def patch_flashinfer(calls: list[dict]) -> None:
 
     fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
     fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
+    if hasattr(fi, "_get_trtllm_workspace_buffer"):
+        _patch_flashinfer_trtllm_decode(fi, calls)
+    if hasattr(fi, "custom_ops"):
+        fi.custom_ops = _NativeFp8Quant(fi.custom_ops)
+    if hasattr(fi, "get_device_sm_count"):
+        fi.get_device_sm_count = lambda device=None: 132  # 0.33's FlashInferImpl asks the GPU: the H100 SXM's
+    if hasattr(fi, "_get_multi_ctas_kv_counter_buffer"):  # 0.33: a kernel scratch buffer on "cuda"
+        fi._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device=None: _zeros_on_cpu(min_bytes)
+
+
+def _zeros_on_cpu(num_bytes: int) -> Any:
+    import torch
+
+    return torch.zeros(num_bytes, dtype=torch.uint8)
+
+
+class _NativeFp8Quant:
+    """vllm._custom_ops as one backend module sees it, with scaled_fp8_quant done natively: its CUDA
+    op (torch.ops._C.static_scaled_fp8_quant) is a no-op stand-in here, which left 0.26 FlashInfer's
+    fp8 prefill query (maybe_quant_query) uninitialized. Static scale only, as that call passes."""
+
+    def __init__(self, real: Any):
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    @staticmethod
+    def scaled_fp8_quant(x: Any, scale: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+        import torch
+
+        if scale is None:
+            raise NotImplementedError("the CPU check's scaled_fp8_quant takes a static scale only")
+        fp8 = torch.float8_e4m3fn
+        limit = torch.finfo(fp8).max
+        return (x.float() / _scalar(scale)).clamp(-limit, limit).to(fp8), scale
+
+
+def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
+    """vLLM 0.26 decodes on SM90 with FlashInfer's XQA kernel through trtllm_batch_decode_with_kv_cache
+    (a block table, not a planned wrapper), with a workspace it allocates on "cuda" on first use.
+    bmm1_scale is the softmax scale times the fp8 query and K scales; bmm2_scale the V scale."""
+    import torch
+
+    def decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale=1.0,
+               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, **kwargs):
+        k_pages, v_pages = _flashinfer_pages(kv_cache, kv_layout)
+        calls.append({"trtllm_decode": {"query": tuple(query.shape), "q_dtype": str(query.dtype),
+                                        "k": tuple(k_pages.shape), "kv_layout": kv_layout, "backend": kwargs.get("backend"),
+                                        "bmm1_scale": _scalar(bmm1_scale), "bmm2_scale": _scalar(bmm2_scale)}})
+        q_starts = list(range(0, query.shape[0] + 1, q_len_per_req))
+        ref = reference_from_pages(query, k_pages, v_pages, block_tables.tolist(), seq_lens.tolist(), q_starts,
+                                   _scalar(bmm1_scale), v_scale=_scalar(bmm2_scale))
+        if out is None:
+            return ref.to(query.dtype if query.element_size() > 1 else torch.bfloat16)
+        out.copy_(ref.to(out.dtype))
+        return out
+
+    fi.trtllm_batch_decode_with_kv_cache = decode
+    fi._get_trtllm_workspace_buffer = lambda: torch.zeros(1, dtype=torch.uint8)
+
+
+def _flashinfer_pages(kv: Any, kv_layout: str) -> tuple[Any, Any]:
+    """K and V as (pages, page, heads, dim) from what a FlashInfer wrapper's run() is given: one
+    tensor (pages, 2, page, heads, dim) (NHD; HND swaps page and heads), as vLLM 0.24 passes it, or
+    a (K, V) tuple of (pages, page, heads, dim) tensors (HND: (pages, heads, page, dim)), as 0.26's
+    FlashInferImpl passes its packed cache split in two."""
+    if isinstance(kv, (tuple, list)):
+        k, v = kv
+    else:
+        k, v = kv[:, 0], kv[:, 1]
+    if kv_layout == "HND":
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+    return k, v
 
 
 def patch_flashmla(calls: list[dict]) -> None:
@@ -202,9 +284,14 @@ def patch_flashinfer_mla(calls: list[dict]) -> None:
                                        seq_lens.tolist(), list(range(0, batch * s_q + 1, s_q)), bmm1_scale,
                                        kv_lora_rank) * bmm2_scale
         out_dtype = torch.bfloat16 if query.dtype.itemsize == 1 else query.dtype
-        return ref.reshape(batch, s_q, heads, kv_lora_rank).to(out_dtype)
+        out = ref.reshape(batch, s_q, heads, kv_lora_rank).to(out_dtype)
+        return (out, torch.zeros(batch, s_q, heads)) if kwargs.get("return_lse") else out
 
     fim.trtllm_batch_decode_with_kv_cache_mla = decode
+    if hasattr(fim, "_get_workspace_buffer"):
+        # 0.26 allocates the kernel's workspace on "cuda" on first use (a driver call); the kernel
+        # that reads it is the recorder above
+        fim._get_workspace_buffer = lambda return_lse=False: torch.zeros(1, dtype=torch.int8)
 
 
 PATCHES = {

@@ -189,6 +189,61 @@ def record_stacks(backends: list[str]) -> dict:
     return doc
 
 
+def _parameters(fn: Any) -> list[str]:
+    """A method's parameter names, "name=" where it has a default ("**kwargs" / "*args" as such)."""
+    import inspect
+
+    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [f"{marks.get(p.kind, '')}{name}{'=' if p.default is not p.empty else ''}"
+            for name, p in inspect.signature(fn).parameters.items() if name not in ("self", "cls")]
+
+
+def _signatures_and_layout(builder: Any, backend: str) -> dict:
+    """What the replay test (tests/test_vllm_cpu_recordings.py) checks our calls against: the
+    parameter names of the methods the adapters call on this release's classes, and the logical
+    cache shape and stride order get_kv_cache_shape gives for 10 blocks."""
+    from attnsel.attention.kernels.vllm.inputs import backend_cache_layout
+
+    block_size = MLA_BLOCK_SIZES.get(backend, (16,))[0]
+    stack = builder.build(_spec(backend, block_size))
+    impl = stack.layer.impl
+    entry: dict = {"block_size": block_size, "impl": type(impl).__name__, "builder": type(stack.builder).__name__,
+                   "builder_build": _parameters(stack.builder.build),
+                   "cudagraph_support": _parameters(type(stack.builder).get_cudagraph_support)}
+    if backend in MLA_BACKENDS:
+        entry["mla_forward_mqa"] = _parameters(impl.forward_mqa)
+        heads, width = 1, stack.spec.head_size
+    else:
+        entry["impl_forward"] = _parameters(impl.forward)
+        heads, width = stack.spec.num_kv_heads, stack.spec.head_size
+    with stack.active():
+        shape, order = backend_cache_layout(stack, 10, stack.kernel_block_size, heads, width,
+                                            latent=backend in MLA_BACKENDS)
+        entry["kv_cache_shape_10_blocks"], entry["stride_order"] = list(shape), list(order)
+    return entry
+
+
+def save_check(path: str, backends: list[str], rows: list[dict]) -> None:
+    """The check's recording: the release, the adapter facts it drove the classes with, per backend
+    the signatures and cache layout (_signatures_and_layout), and every row's outcome."""
+    import dataclasses
+    import json
+
+    import vllm  # type: ignore
+
+    from attnsel.attention.kernels.vllm import StackBuilder
+
+    builder = StackBuilder(device="cpu")
+    doc = {"vllm": getattr(vllm, "__version__", "?"), "gpu": "H100 stand-in (CC 9.0)",
+           "adapter_facts": dataclasses.asdict(builder.facts),
+           "backends": {b: _signatures_and_layout(builder, b) for b in backends},
+           "rows": [{k: row.get(k) for k in ("backend", "kv_cache_dtype", "shape", "block_size", "ok", "skipped",
+                                             "rel_error", "launch", "error")} for row in rows]}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+    print(f"saved the check of vLLM {doc['vllm']} ({len(rows)} rows) into {path}")
+
+
 def _print_row(row: dict) -> None:
     if row["ok"] is None:
         print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped: {row['skipped']}")
@@ -206,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-dtype", action="append", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
                         help="default: auto and fp8")
     parser.add_argument("--record", help="write what vLLM's classes answered (JSON) to this file and exit")
+    parser.add_argument("--save", help="run the check and write its recording (JSON) to this file: "
+                                       "tests/fixtures/vllm_cpu/vllm_0_X.json, replayed without vLLM")
     args = parser.parse_args(argv)
     stand_in_gpu()
     backends = args.backend or list(DENSE + MLA_CHECKED)
@@ -218,11 +275,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {', '.join(doc['backends'])} from vLLM {doc['vllm']} into {args.record}")
         return 0
     failed = 0
+    rows = []
     for backend in backends:
         for kv in args.kv_cache_dtype or ["auto", "fp8"]:
             for row in check_backend(backend, kv):
                 failed += row["ok"] is False
                 _print_row(row)
+                rows.append({**row, "kv_cache_dtype": kv})
+    if args.save:
+        save_check(args.save, backends, rows)
     return 1 if failed else 0
 
 

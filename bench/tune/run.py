@@ -134,12 +134,21 @@ def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, devic
     document = build_document(plan, options, rows, req.weights, min_gain=req.min_gain, device=device,
                               gpu_env=measured.gpu_env, clocks=measured.clocks, worker_info=measured.worker_info,
                               elapsed_s=measured.elapsed_s)
-    document["warnings"] = device_warnings + prespawn_warnings(measured.outcomes) + document["warnings"]
+    adapters = [note] if (note := vllm_adapter_note()) else []
+    document["warnings"] = adapters + device_warnings + prespawn_warnings(measured.outcomes) + document["warnings"]
     document["phases"] = phase_breakdown(measured.outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
     if options.gpus:
         _add_gpus_section(document, options.gpus, measured.facts)
     return document
+
+
+def vllm_adapter_note() -> Optional[str]:
+    """One line when the installed vLLM's release has no adapter facts that the CPU check drove its
+    classes through (attention/versions/adapter_facts.py); None without vLLM or when it has."""
+    from attnsel.attention.versions import installed_adapter_facts
+
+    return installed_adapter_facts()[2]
 
 
 def _add_gpus_section(document: dict, gpus: list[str], facts: dict) -> None:

@@ -1,6 +1,7 @@
 """FLASH_ATTN, FLASHINFER and TRITON_ATTN run by the installed vLLM's own backend classes.
 
-One call of a prepared kernel is `layer.impl.forward(layer, q, k, v, kv_cache, metadata, output)`:
+One call of a prepared kernel is `layer.impl.forward(layer, q, k, v, kv_cache, metadata, output)`
+(keyword names and the cache layout from the installed release's adapter facts, stack.py):
 vLLM's AttentionImpl with the metadata its own builder built for the batch (vllm_stack.py explains
 what is constructed and why). That is the attention op vLLM's model runner calls per layer and step,
 minus the KV-cache write, which vLLM does in a separate op (not timed; our cache is pre-filled).
@@ -147,6 +148,7 @@ class VllmBackendAdapter:
 
         from attnsel.attention.kernels import paged
         from attnsel.attention.kernels.vllm.inputs import common_metadata, fp8_format_the_impl_reads, kv_cache_tensor, set_layer_scales
+        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -154,7 +156,7 @@ class VllmBackendAdapter:
         device = b.query.device
         with stack.active():  # the builder and the cache layout read the current config
             notes = set_layer_scales(stack.layer, b)
-            metadata = stack.builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(kb, device))
+            metadata = keyword_call(stack.builder.build, stack.facts.builder_build, 0, common_metadata(kb, device))
             kv_cache = kv_cache_tensor(stack, kb)
             read_as = fp8_format_the_impl_reads(stack, kb.key_cache.dtype)
             if read_as is not None:
@@ -166,10 +168,12 @@ class VllmBackendAdapter:
         # encoder attention and DCP (not timed here)
         new_kv = torch.zeros(num_tokens, b.num_kv_heads, b.head_size, dtype=b.query.dtype, device=device)
         out = torch.empty_like(b.query)  # vLLM's output keeps the model dtype when the query is fp8
-        impl, layer = stack.layer.impl, stack.layer
+        forward_arguments = keyword_arguments(stack.facts.impl_forward, stack.layer, query, new_kv, new_kv, kv_cache,
+                                              metadata, out)
+        forward = stack.layer.impl.forward
 
         def run():
-            impl.forward(layer, query, new_kv, new_kv, kv_cache, metadata, out)
+            forward(**forward_arguments)
             return out
 
         run()
@@ -235,6 +239,7 @@ class VllmBackendAdapter:
     def details(self, stack: Any, metadata: Any, launch: tuple[str, str], kv_cache: Any) -> dict:
         facts: dict[str, Any] = {
             "vllm": installed_version("vllm"),
+            "adapter_facts": stack.facts.describe(),
             "impl": type(stack.layer.impl).__name__,
             "builder": type(stack.builder).__name__,
             "cudagraph_support": stack.cudagraph_support,

@@ -47,23 +47,61 @@ def _cumulative(values: list[int]) -> Iterator[int]:
 
 
 def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
-    """The layer's KV cache in the backend's own shape and physical layout (get_kv_cache_shape +
-    get_kv_cache_stride_order, as GPUModelRunner allocates it), holding the batch's K and V."""
-    cls = stack.backend_cls
+    """The layer's KV cache in the backend's own shape and physical layout, as GPUModelRunner
+    allocates it in this release (the release's adapter facts say how: stack.facts), holding the
+    batch's K and V."""
     nb, bs, hkv, d = batch.key_cache.shape
-    shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, hkv, d,
-                                 cache_dtype_str=stack.spec.kv_cache_dtype))
-    try:
-        order = tuple(cls.get_kv_cache_stride_order())
-    except (AttributeError, NotImplementedError):
-        order = tuple(range(len(shape)))
+    shape, order = backend_cache_layout(stack, nb, bs, hkv, d)
     cache = allocate_like_vllm(stack, shape, order, batch.key_cache.device)
-    kv_dim = kv_axis(shape, nb)
     read_as = fp8_format_the_impl_reads(stack, batch.key_cache.dtype)
-    for index, values in ((0, batch.key_cache), (1, batch.value_cache)):
-        values = values if read_as is None else values.float().to(read_as)
-        cache.select(kv_dim, index).copy_(as_storage(values, cache.dtype))
+    for index, values in enumerate(kv_views(cache, stack.facts.kv_split, nb, hkv, d)):
+        source = (batch.key_cache, batch.value_cache)[index]
+        source = source if read_as is None else source.float().to(read_as)
+        values.copy_(as_storage(source, cache.dtype))
     return cache
+
+
+def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
+                         latent: bool = False) -> tuple[tuple, tuple]:
+    """(logical shape, stride order) of the backend's cache for `nb` blocks, the way this release's
+    model runner lays it out (stack.facts.shape_from): the backend's get_kv_cache_shape and
+    get_kv_cache_stride_order (0.24-0.26), or 0.33's per-layer view [blocks, heads, block_size,
+    content] in the physical order of the KVCacheLayout vLLM resolves for the backend
+    (get_supported_kv_cache_layouts' first; create_kv_cache_views, vllm/v1/kv_cache_interface.py)."""
+    cls = stack.backend_cls
+    if stack.facts.shape_from == "get_kv_cache_shape":
+        shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, hkv, d, cache_dtype_str=stack.spec.kv_cache_dtype))
+        try:
+            return shape, tuple(cls.get_kv_cache_stride_order())
+        except (AttributeError, NotImplementedError):
+            return shape, tuple(range(len(shape)))
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
+
+    layout = get_supported_kv_cache_layouts([cls])[0]
+    # an MLA latent cache holds one vector per token (no K/V pair)
+    content = 2 * d if stack.facts.kv_split == "packed_content" and not latent else d
+    return (nb, hkv, bs, content), tuple(layout.layer_view_order)
+
+
+def backend_cache_shape(stack: VllmStack, nb: int, bs: int, hkv: int, d: int) -> tuple:
+    """The backend's logical cache shape for `nb` blocks (backend_cache_layout)."""
+    return backend_cache_layout(stack, nb, bs, hkv, d)[0]
+
+
+def kv_views(cache: Any, kv_split: str, nb: int, hkv: int, d: int) -> tuple[Any, Any]:
+    """(K, V) as (blocks, block_size, heads, head_size) views of a cache of the backend's logical
+    shape: `kv_axis` selects K and V on the size-2 axis of a 5-D shape (vLLM 0.24); `packed_content`
+    takes them from the last axis of (blocks, heads, block_size, 2 * head_size), K first, as 0.26's
+    impls read it (kv_cache.transpose(1, 2).split(head_size, dim=-1))."""
+    shape = tuple(cache.shape)
+    if kv_split == "kv_axis":
+        axis = kv_axis(shape, nb)
+        return cache.select(axis, 0), cache.select(axis, 1)
+    if len(shape) != 4 or shape[0] != nb or shape[1] != hkv or shape[3] != 2 * d:
+        raise ValueError(f"expected a packed KV cache shape (blocks {nb}, heads {hkv}, block size, 2 x {d}), "
+                         f"got {shape}")
+    by_token = cache.transpose(1, 2)
+    return by_token.narrow(-1, 0, d), by_token.narrow(-1, d, d)
 
 
 def fp8_format_the_impl_reads(stack: VllmStack, stored: Any) -> Any:

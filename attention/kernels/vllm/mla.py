@@ -80,16 +80,20 @@ def mla_scale(mla: Any) -> float:
     return (mla.qk_nope_head_dim + mla.qk_rope_head_dim) ** -0.5
 
 
-def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str) -> Any:
+def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any) -> Any:
     """vLLM's MLAAttention with the spec's sizes and no kv_b_proj (only forward_mha and
     process_weights_after_loading read it; neither runs here)."""
     from attnsel.attention.kernels.vllm.stack import call_accepting
 
+    from types import SimpleNamespace
+
     mla = spec.mla
+    # no weights either way; a release whose __init__ marks kv_b_proj gets an object to mark (adapter facts)
+    kv_b_proj = SimpleNamespace() if facts.mla_kv_b_proj == "placeholder" else None
     return call_accepting(
         mla_layer_class(), num_heads=spec.num_q_heads, scale=mla_scale(mla), qk_nope_head_dim=mla.qk_nope_head_dim,
         qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim, q_lora_rank=1536,
-        kv_lora_rank=mla.kv_lora_rank, kv_b_proj=None, cache_config=config.cache_config, prefix=prefix,
+        kv_lora_rank=mla.kv_lora_rank, kv_b_proj=kv_b_proj, cache_config=config.cache_config, prefix=prefix,
         attn_backend=backend_cls,
     )
 
@@ -99,15 +103,14 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     order and storage dtype (uint8 for fp8), holding the batch's cache; viewed as fp8 for an fp8
     cache, as forward_impl hands it to forward_mqa."""
     from attnsel.attention.kernels.kv_quant import fp8_torch_dtype, is_fp8
-    from attnsel.attention.kernels.vllm.inputs import allocate_like_vllm, as_storage
-    from attnsel.attention.kernels.vllm.stack import call_accepting
+    from attnsel.attention.kernels.vllm.inputs import allocate_like_vllm, as_storage, backend_cache_layout
 
-    cls = stack.backend_cls
     nb, bs, d = batch.latent_cache.shape
-    shape = tuple(call_accepting(cls.get_kv_cache_shape, nb, bs, 1, d, cache_dtype_str=stack.spec.kv_cache_dtype))
-    order = tuple(cls.get_kv_cache_stride_order())
+    shape, order = backend_cache_layout(stack, nb, bs, 1, d, latent=True)
     cache = allocate_like_vllm(stack, shape, order, batch.latent_cache.device)
     cache.copy_(as_storage(batch.latent_cache, cache.dtype).reshape(shape))
+    if stack.facts.shape_from == "kv_cache_layouts":
+        cache = cache.squeeze(1)  # 0.33's MLAAttention binds its [blocks, 1, block_size, width] view squeezed
     if is_fp8(batch.kv_cache_dtype):
         return cache.view(fp8_torch_dtype(batch.kv_cache_dtype))
     return cache
@@ -173,6 +176,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
     def prepare(self, b: Any) -> PreparedKernel:
         from attnsel.attention.kernels import mla
         from attnsel.attention.kernels.vllm.inputs import common_metadata, set_layer_scales
+        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
@@ -183,13 +187,14 @@ class VllmMlaAdapter(VllmBackendAdapter):
             impl.dcp_world_size = 1  # forward_impl sets it from the DCP group on its first call: none here
         with stack.active():
             notes = set_layer_scales(layer, b)
-            metadata = stack.builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(kb, device))
+            metadata = keyword_call(stack.builder.build, stack.facts.builder_build, 0, common_metadata(kb, device))
             kv_cache = latent_cache_tensor(stack, kb)
             query, quant_note = mqa_query(stack, b)
         result: list[Any] = [None]
+        mqa_arguments = keyword_arguments(stack.facts.mla_forward_mqa, query, kv_cache, metadata, layer)
 
         def run():
-            result[0] = impl.forward_mqa(query, kv_cache, metadata, layer)[0]
+            result[0] = impl.forward_mqa(**mqa_arguments)[0]
             return result[0]
 
         run()

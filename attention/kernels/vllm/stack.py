@@ -18,8 +18,10 @@ CompilationConfig whose CUDA-graph mode is then resolved against the backend's A
 exactly as the model runner does, and the builder created from the layer's KV-cache spec at the
 kernel block size (AttentionGroup.create_metadata_builders).
 
-Everything that differs between vLLM releases is found by feature detection (module paths, keyword
-names), never by comparing version strings. torch and vLLM are imported lazily.
+What differs between vLLM releases in how a cache is shaped and how the impl, builder and
+CUDA-graph support are called is the release's adapter facts (attention/versions/adapter_facts.py,
+picked by the installed vLLM's version); module paths and config keywords are found by feature
+detection. Nothing here compares version strings. torch and vLLM are imported lazily.
 """
 
 from __future__ import annotations
@@ -139,6 +141,42 @@ def kernel_block_size(backend_cls: Any, block_size: int) -> int:
     return int(select_common_block_size(block_size, [backend_cls]))
 
 
+def installed_facts() -> Any:
+    """The adapter facts of the installed vLLM's release (its version picks the profile); a
+    release attnsel has none for cannot be driven (ValueError, one line)."""
+    from attnsel.attention.versions import installed_adapter_facts
+
+    installed, facts, _ = installed_adapter_facts()
+    if facts is None:
+        raise ValueError(f"no adapter facts for vLLM {installed or '(version unknown)'}: "
+                         f"attention/versions has none for that release")
+    return facts
+
+
+def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> None:
+    """What the engine core does once in a release that lays caches out by KVCacheLayout (0.33):
+    the layout every backend supports, most preferred first, recorded in the cache config, where
+    builders and impls read it (CacheConfig.get_resolved_kv_cache_layout)."""
+    from vllm.v1.attention.backends import utils as U  # type: ignore
+
+    layout = U.get_supported_kv_cache_layouts([backend_cls])[0]
+    if getattr(config.cache_config, "kv_cache_layout", None) is None:
+        U.record_kv_cache_layout(config.cache_config, layout.name)
+    notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
+
+
+def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict:
+    """`values` under this release's parameter names (one of the adapter facts' lists)."""
+    if len(names) != len(values):
+        raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
+    return dict(zip(names, values))
+
+
+def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
+    """`fn` called with `values` under this release's parameter names."""
+    return fn(**keyword_arguments(names, *values))
+
+
 @dataclass
 class StackSpec:
     """What one stack is built for (the per-GPU attention shape, one framework block size)."""
@@ -189,6 +227,7 @@ class VllmStack:
     cudagraph_mode: str  # CUDAGraphMode name after vLLM resolved it against that support
     dispatcher: Any = None
     notes: list[str] = field(default_factory=list)
+    facts: Any = None  # the release's AdapterFacts (attention/versions/adapter_facts.py)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -217,9 +256,17 @@ class VllmStack:
 class StackBuilder:
     """Builds VllmStacks in one worker process, each from a config.json synthesized for its head layout."""
 
-    def __init__(self, device: str = "cuda"):
+    def __init__(self, device: str = "cuda", facts: Any = None):
         self.device = device
         self._layer_count = 0
+        self._facts = facts
+
+    @property
+    def facts(self) -> Any:
+        """The installed release's adapter facts (given, or asked of its version object once)."""
+        if self._facts is None:
+            self._facts = installed_facts()
+        return self._facts
 
     def vllm_config(self, spec: StackSpec) -> Any:
         from vllm import config as C  # type: ignore
@@ -257,15 +304,19 @@ class StackBuilder:
             if kernel_bs != spec.block_size and hasattr(kv_spec, "copy_with_new_block_size"):
                 kv_spec = kv_spec.copy_with_new_block_size(kernel_bs)
             builder_cls = backend_cls.get_builder_cls()
-            support = call_accepting(builder_cls.get_cudagraph_support, config, kv_spec)
+            facts = self.facts
+            support = keyword_call(builder_cls.get_cudagraph_support, facts.cudagraph_support, config, kv_spec)
             mode = self._resolve_cudagraph_mode(config, support, spec.backend, notes)
             self._apply_required_layout(backend_cls, notes)
+            if facts.shape_from == "kv_cache_layouts":
+                resolve_kv_cache_layout(config, backend_cls, notes)
             builder = builder_cls(kv_spec, [layer.layer_name], config, torch.device(self.device))
             dispatcher = self._dispatcher(config, mode, notes)
         return VllmStack(spec=spec, vllm_config=config, layer=layer, backend_cls=backend_cls, builder=builder,
                          kernel_block_size=kernel_bs, kv_cache_spec=kv_spec,
                          cudagraph_support=getattr(support, "name", str(support)),
-                         cudagraph_mode=getattr(mode, "name", str(mode)), dispatcher=dispatcher, notes=notes)
+                         cudagraph_mode=getattr(mode, "name", str(mode)), dispatcher=dispatcher, notes=notes,
+                         facts=facts)
 
     def _layer(self, spec: StackSpec, config: Any, backend_cls: Any) -> Any:
         """vLLM's own Attention layer (MLAAttention for an MLA spec, vllm_mla.py) on the GPU, built
@@ -281,7 +332,7 @@ class StackBuilder:
                 if spec.mla is not None:
                     from attnsel.attention.kernels.vllm.mla import mla_layer
 
-                    return mla_layer(spec, config, backend_cls, prefix)
+                    return mla_layer(spec, config, backend_cls, prefix, self.facts)
                 return call_accepting(attention_layer_class(), spec.num_q_heads, spec.head_size,
                                       spec.head_size ** -0.5, num_kv_heads=spec.num_kv_heads,
                                       cache_config=config.cache_config, prefix=prefix, attn_backend=backend_cls)

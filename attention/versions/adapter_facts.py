@@ -1,0 +1,97 @@
+"""What tune's adapters that drive vLLM's own backend classes (attention/kernels/vllm/) need to know
+about one vLLM release, from the `kernel_adapters` section of the release's data file:
+
+- `kv_cache.shape_from`: how the model runner shapes a layer's cache: `get_kv_cache_shape` (the
+  backend's static method plus `get_kv_cache_stride_order`, 0.24-0.26) or `kv_cache_layouts`
+  (`supported_kv_cache_layouts()` / `KVCacheLayout` of vllm/v1/kv_cache_layout.py, 0.33);
+- `kv_cache.kv_split`: where K and V sit in that shape: `kv_axis` (a 5-D shape with a size-2 axis,
+  0.24: (num_blocks, 2, block_size, heads, head_size)) or `packed_content` (a 4-D shape whose last
+  axis holds K then V, 0.26: (num_blocks, heads, block_size, 2 * head_size));
+- `impl_forward`, `builder_build`, `mla_forward_mqa`, `cudagraph_support`: the keyword names the
+  adapters pass AttentionImpl.forward, AttentionMetadataBuilder.build, the MLA impl's forward_mqa
+  and the builder's get_cudagraph_support;
+- `mla_kv_b_proj`: what MLAAttention is built with for kv_b_proj (no weights are loaded here):
+  `none` (0.24-0.26 only read it in forward_mha / process_weights_after_loading) or `placeholder`
+  (0.33's __init__ sets kv_b_proj._cpu_skip_gemm_dispatch: an object that takes attributes);
+- `checked_on`: the release whose real classes `python -m attnsel.bench.tools.vllm_cpu_check` drove
+  through these facts with every row matching the reference, and `cpu_check`, its recording.
+
+The section is inherited like every other key (registry.py), so a release nobody checked answers
+with its nearest neighbour's facts and `checked` is False: tune says so before timing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+SHAPES_FROM = ("get_kv_cache_shape", "kv_cache_layouts")
+KV_SPLITS = ("kv_axis", "packed_content")
+
+
+@dataclass(frozen=True)
+class AdapterFacts:
+    """One release's facts for the adapters (this module's docstring says what each means)."""
+
+    profile: str
+    vllm_version: str
+    shape_from: str
+    kv_split: str
+    impl_forward: tuple[str, ...]
+    builder_build: tuple[str, ...]
+    mla_forward_mqa: tuple[str, ...]
+    cudagraph_support: tuple[str, ...]
+    mla_kv_b_proj: str = "none"
+    checked_on: Optional[str] = None
+    cpu_check: Optional[str] = None
+
+    @classmethod
+    def from_data(cls, data: dict) -> Optional["AdapterFacts"]:
+        """The facts of a resolved data file; None where it has no `kernel_adapters` section."""
+        section = data.get("kernel_adapters")
+        if not section:
+            return None
+        kv = section["kv_cache"]
+        if kv["shape_from"] not in SHAPES_FROM or kv["kv_split"] not in KV_SPLITS:
+            raise ValueError(f"{data['name']}: unknown kernel_adapters.kv_cache {kv!r}")
+        return cls(profile=data["name"], vllm_version=data["vllm_version"], shape_from=kv["shape_from"],
+                   kv_split=kv["kv_split"], impl_forward=tuple(section["impl_forward"]),
+                   builder_build=tuple(section["builder_build"]), mla_forward_mqa=tuple(section["mla_forward_mqa"]),
+                   cudagraph_support=tuple(section["cudagraph_support"]), mla_kv_b_proj=section["mla_kv_b_proj"],
+                   checked_on=section.get("checked_on"),
+                   cpu_check=section.get("cpu_check"))
+
+    @property
+    def checked(self) -> bool:
+        """True when the CPU check drove this very release's classes through these facts."""
+        return self.checked_on == self.vllm_version
+
+    def describe(self) -> str:
+        """One line for tune's rows and documents: whose facts, and whether they were checked."""
+        if self.checked:
+            return f"{self.profile} (checked on vLLM {self.checked_on} by the CPU check)"
+        origin = f"vLLM {self.checked_on}'s checked facts" if self.checked_on else "facts read from vLLM's source"
+        return f"{self.profile} (not checked on vLLM {self.vllm_version}: {origin})"
+
+
+def installed_adapter_facts() -> tuple[Optional[str], Optional[AdapterFacts], Optional[str]]:
+    """(the installed vLLM's version, the facts its profile holds, one line when those facts were not
+    checked on that release); (None, None, None) without vLLM. The installed version picks the
+    profile as the CLI does (choice.py): the same major.minor, else the nearest older one."""
+    from attnsel.attention.versions.choice import installed_vllm_version, profile_for_version
+
+    installed = installed_vllm_version()
+    if installed is None:
+        return None, None, None
+    try:
+        choice = profile_for_version(installed)
+    except Exception:  # noqa: BLE001 -- an unreadable version string: no facts to offer
+        return installed, None, f"vLLM {installed} is installed: attnsel cannot tell its release, so no adapter facts were checked on it"
+    facts = choice.profile.adapter_facts
+    if facts is None:
+        return installed, None, (f"vLLM {installed} is installed: {choice.profile.name} has no adapter facts, "
+                                 f"so tune cannot drive vLLM's own classes with checked facts")
+    if facts.checked and choice.note is None:
+        return installed, facts, None
+    return installed, facts, (f"vLLM {installed} is installed and attnsel's adapters were not checked on it: "
+                              f"tune drives its classes with the facts of {facts.describe()}")
