@@ -13,7 +13,7 @@
 #   after the last:   bash bench/tools/gpu_session.sh unpack       (/tmp/site, /tmp/site-standin)
 #   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh sweeps OUT
 #
-# Sets: "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
+# Sets (VLLM_RELEASE=0.24.0 by default, or 0.26.0): "vllm" = the release alone; "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
 # timed), flashinfer 0.6.12 (vLLM's pin; flashinfer-cubin left out, so FlashInfer JIT-compiles),
 # the pure-Python modules `import vllm` needs, cupti-python; plus the stand-ins tune uses without
 # vLLM (flashinfer 0.7.2, FlashAttention 4) in a second folder. "engine" = what `vllm.LLM` needs
@@ -22,9 +22,16 @@
 set -euo pipefail
 cmd=${1:-help}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-PART_MIB=${PART_MIB:-59}
+PART_MIB=${PART_MIB:-48}  # a device call carries 64 MiB with the tree (~13 MiB)
 
-VLLM_SET="vllm==0.24.0 flashinfer-python==0.6.12 apache-tvm-ffi==0.1.9 pydantic==2.12.5 pydantic-core==2.41.5
+# The release whose wheels are packed: its own pins (`python -m attnsel.bench.tools.release_env pins X`
+# reads them from the wheel). Releases after 0.26 pin another torch than the device's 2.11: not packed here.
+case "${VLLM_RELEASE:-0.24.0}" in
+  0.24.0) VLLM_PINS="vllm==0.24.0 flashinfer-python==0.6.12 apache-tvm-ffi==0.1.9" ;;
+  0.26.0) VLLM_PINS="vllm==0.26.0 flashinfer-python==0.6.14 apache-tvm-ffi==0.1.10" ;;
+  *) echo "no wheel set for vLLM ${VLLM_RELEASE} here (0.24.0, 0.26.0: the releases that pin torch 2.11)" >&2; exit 2 ;;
+esac
+VLLM_SET="$VLLM_PINS pydantic==2.12.5 pydantic-core==2.41.5
  annotated-types typing-inspection msgspec cachetools cbor2 pybase64 blake3 setproctitle pyzmq gguf diskcache==5.6.3
  partial-json-parser ijson python-json-logger watchfiles depyf==0.20.0 lark==1.2.2 compressed-tensors==0.17.0
  jsonschema jsonschema-specifications referencing rpds-py openai-harmony openai<3 httpx httpcore h11 anyio sniffio
@@ -63,7 +70,9 @@ pack() {
   rm -f "$work/site-vllm/vllm/vllm-rs" "$work/site-vllm/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so
   rm -rf "$work/site-vllm/vllm/third_party/fmha_sm100"   # Blackwell-only headers
   local drop=(--exclude=./vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so)
-  if [ "$set" = kernels ]; then
+  if [ "$set" = vllm ]; then
+    drop+=(--exclude=./vllm/_moe_C_stable_libtorch.abi3.so)   # vLLM's own kernels only: no stand-ins, no engine
+  elif [ "$set" = kernels ]; then
     drop+=(--exclude=./vllm/_moe_C_stable_libtorch.abi3.so)
     # shellcheck disable=SC2086
     site "$work/site-standin" $STANDIN_SET
