@@ -19,9 +19,9 @@ from attnsel.bench.tools import verify_fixture
 from attnsel.cli.app import app
 from recordings import recorded
 
-# the H100 runs README's "attnsel verify" section quotes
+# the H100 runs docs/verify.md quotes (vLLM 0.24.0), and the vLLM 0.26.0 run of issue 21
 RECORDED = [recorded("verify", run, "verify.json")
-            for run in ("h100_llama8b", "h100_qwen06", "h100_nemotron_h", "h100_llama8b_fp8")]
+            for run in ("h100_llama8b", "h100_qwen06", "h100_nemotron_h", "h100_llama8b_fp8", "h100_vllm026_dense")]
 
 
 def check_replay(folder: Path) -> dict:
