@@ -26,6 +26,7 @@ from attnsel.attention.model import heads
 from attnsel.attention.model import kind
 from attnsel.attention.model.rules import ModelRules, rules_for
 from attnsel.attention.model.source import CATALOG_DIR, WHAT, ModelSource, catalog_names, closest_names, read_model
+from attnsel.attention.model.hybrid_keys import check_hybrid_config
 from attnsel.attention.model.validation import check_heads, validate_config
 from attnsel.errors import UserInputError
 
@@ -114,6 +115,7 @@ def derive_model_facts(
     hf_config = {k: v for k, v in hf_config.items() if k != SOURCE_KEY}
     validate_config(hf_config)  # types and ranges first: no rule below meets a value no model has
     model = _ModelKind.read(hf_config, rules, os.environ if env is None else env, allow_unknown_model_type, notes)
+    check_hybrid_config(model.text, model.text_model_type)  # the keys attention/hybrid reads, as transformers checks them
     shape = _heads(model, tensor_parallel_size, rules, notes)
     resolution = resolve_dtype(
         dtype, model.model_type, hf_config, model.text, is_pooling_model=model.is_pooling,

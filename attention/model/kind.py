@@ -10,6 +10,7 @@ from typing import Mapping, Optional
 from attnsel.attention.model.facts import VisionFacts
 from attnsel.attention.model.heads import positive_int
 from attnsel.attention.model.rules import ARCHITECTURE_SUFFIX_RUNNERS, TEXT_CONFIG_KEYS, ModelRules
+from attnsel.attention.model.validation import shown
 from attnsel.errors import UserInputError
 
 
@@ -137,13 +138,16 @@ def mamba_cache_dtypes(
             raise UserInputError(f"Unknown {name} {value!r}. Valid: {', '.join(rules.mamba_dtypes)}")
     ssm = ssm_flag
     if ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_config_architectures:
-        ssm = str(hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default))
+        ssm = hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default)
         notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (NemotronH config hook)")
     elif ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_text_config_architectures:
         text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
-        if isinstance(text.get("mamba_ssm_dtype"), str):
+        if text.get("mamba_ssm_dtype") is not None:
             ssm = text["mamba_ssm_dtype"]
             notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (Qwen3.5 config hook: text config mamba_ssm_dtype)")
+    if ssm not in rules.mamba_dtypes:  # the config hook hands it to CacheConfig, whose MambaDType refuses others
+        raise UserInputError(f"the model config's Mamba SSM cache dtype {shown(ssm)} (mamba_ssm_cache_dtype / "
+                             f"mamba_ssm_dtype) is not one vLLM takes: use one of {', '.join(rules.mamba_dtypes)}")
     if is_hybrid and "float32" in (ssm, conv_flag):
         notes.append("mamba cache float32 on a hybrid model: FLASH_ATTN kernel blocks become [16, 32, 64]")
     return ssm, conv_flag
@@ -234,7 +238,7 @@ def attention_layer_count(hf_config: Mapping) -> Optional[int]:
         return len(indices)
     period, offset = text.get("attn_layer_period"), text.get("attn_layer_offset")
     if isinstance(layers, int) and isinstance(period, int) and period > 0 and isinstance(offset, int):
-        return sum(1 for i in range(layers) if i % period == offset)
+        return 0 if not 0 <= offset < layers else (layers - 1 - offset) // period + 1  # no loop: layers may be 2**31
     if str(text.get("model_type") or hf_config.get("model_type") or "") in ("mamba", "mamba2", "falcon_mamba"):
         return 0
     return layers if isinstance(layers, int) and layers > 0 else None
