@@ -32,19 +32,23 @@ def model_type(hf_config: Mapping) -> str:
 
 def text_config(hf_config: Mapping, model_type: str, rules: ModelRules) -> tuple[dict, str]:
     """`hf_text_config` (§6: every head/heads rule reads it), with transformers defaults."""
-    where = ""
+    where, section_key = "", ""
     section: Mapping = hf_config
     for key in TEXT_CONFIG_KEYS:
         nested = hf_config.get(key)
         if isinstance(nested, Mapping):
-            section, where = nested, f"nested {key!r}"
+            section, where, section_key = nested, f"nested {key!r}", key
             break
-    text_model_type = section.get("model_type", model_type)
+    sub_types = rules.sub_config_model_types.get(model_type, {})
+    if not section_key and "text_config" in hf_config and hf_config["text_config"] is None and sub_types:
+        section, where, section_key = {}, "nested 'text_config' (null)", "text_config"  # LlavaConfig: LlamaConfig()
+    built_as = sub_types.get(section_key)  # LlavaConfig: "llama"
+    text_model_type = section.get("model_type") or built_as or model_type
     defaults = rules.transformers_defaults.get(text_model_type, {})
     merged = dict(defaults)
     merged.update({k: v for k, v in section.items() if v is not None or k not in defaults})
     if where and "model_type" not in merged:
-        merged["model_type"] = model_type
+        merged["model_type"] = built_as or model_type
     filled = sorted(k for k in defaults if section.get(k) is None)
     if filled:
         shown = ", ".join(f"{k}={defaults[k]}" for k in filled)
@@ -195,9 +199,12 @@ def sliding_window(text_config: Mapping, notes: list[str]) -> Optional[int]:
 
 def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[str]) -> Optional[VisionFacts]:
     vision = hf_config.get("vision_config")
+    built_as = rules.sub_config_model_types.get(str(hf_config.get("model_type")), {}).get("vision_config")
+    if vision is None and "vision_config" in hf_config and built_as:
+        vision = {}  # LlavaConfig(vision_config=None): the default vision tower
     if not isinstance(vision, Mapping):
         return None
-    vision_type = vision.get("model_type")
+    vision_type = vision.get("model_type") or built_as  # LlavaConfig: a CLIP vision config
     merged = dict(rules.transformers_defaults.get(vision_type, {}))
     merged.update({k: v for k, v in vision.items() if v is not None})
     heads_key = "num_attention_heads" if merged.get("num_attention_heads") is not None else "num_heads"
