@@ -79,3 +79,25 @@ def test_a_terminal_without_unicode_gets_ascii_glyphs(encoding, args):
     assert done.returncode == 0, done.stderr[-1500:]
     stdout = done.stdout.decode(encoding)  # every byte is one the terminal's encoding holds
     assert "FLASH_ATTN" in stdout and b"Traceback" not in done.stderr
+
+
+# --- messages that name the culprit ------------------------------------------------------------
+
+
+def test_preflight_names_the_cuda_visible_devices_that_hides_every_gpu():
+    result, elapsed = invoke(["preflight", "--model", "llama-3.1-8b"], {"CUDA_VISIBLE_DEVICES": "-1"})
+    assert_promise(result, elapsed, 1, "none is visible to CUDA with CUDA_VISIBLE_DEVICES='-1'")
+
+
+@pytest.mark.parametrize("flag", ["--install-completion", "--show-completion"])
+def test_completion_without_a_shell_among_the_parents_says_so(monkeypatch, flag):
+    shellingham = pytest.importorskip("shellingham")
+
+    def no_shell(*args, **kwargs):
+        raise shellingham.ShellDetectionFailure()
+
+    monkeypatch.setattr(shellingham, "detect_shell", no_shell)
+    monkeypatch.delenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", raising=False)
+    result, elapsed = invoke([flag])
+    assert_promise(result, elapsed, 3, f"{flag}: no bash, zsh, fish or PowerShell among the parent processes")
+    assert "not supported" not in result.stdout
