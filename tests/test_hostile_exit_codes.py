@@ -43,6 +43,8 @@ EXIT_CODE_CASES = [
     ("scenario-garbage-explain-model", ["explain", "--model", "qwen3-8b"], {"ATTNSEL_NVML_SCENARIO": "/nowhere.json"},
      2, "scenario file not found"),
     ("scenario-garbage-probe", ["probe"], {"ATTNSEL_NVML_SCENARIO": "garbage"}, 2, "ATTNSEL_NVML_SCENARIO"),
+    ("scenario-garbage-tune-dry-run", ["tune", "--dry-run", "--head-size", "128"], {"ATTNSEL_NVML_SCENARIO": "garbage"},
+     2, "ATTNSEL_NVML_SCENARIO: scenario file not found"),
 ]
 
 
