@@ -53,6 +53,7 @@ HYBRID_MUTATIONS = [
     ("nemotron-groups-zero", "nemotron-h-8b", {"n_groups": 0}, "Impossible n_groups 0"),
     ("falcon-d_ssm-string", "falcon-h1-7b", {"mamba_d_ssm": "3072"}, "Impossible mamba_d_ssm '3072'"),
     ("falcon-d_head-mismatch", "falcon-h1-7b", {"mamba_d_head": 100}, "do not match the model intermediate_size"),
+    ("falcon-heads-not-dividing-d_ssm", "falcon-h1-7b", {"mamba_n_heads": 7}, "must divide mamba_d_ssm (3072)"),
     ("qwen3-next-layer_types-banana", "qwen3-next-80b-a3b", {"layer_types": ["banana"] * 48},
      "the `layer_types` entries must be in full_attention, linear_attention"),
     ("qwen3-next-interval-zero", "qwen3-next-80b-a3b", {"full_attention_interval": 0},

@@ -53,7 +53,7 @@ def check_hybrid_config(text: Mapping[str, Any], model_type: str, where: str = "
         raise UserInputError(f"{where}: mamba_expand is null; transformers needs a number (default 2)")
     _check_layer_plan(text, model_type, where)
     if model_type in MAMBA2_HEADS:
-        _check_mamba2_heads(text, where)
+        _check_mamba2_heads(text, where, model_type)
     if model_type.startswith("glm5_next"):
         _check_linear_attn_config(text, where)
     _check_state_size(text, model_type, where)
@@ -111,27 +111,28 @@ def _check_jamba_offset(text: Mapping, where: str) -> None:
                              "(transformers refuses it)")
 
 
-def _check_mamba2_heads(text: Mapping, where: str) -> None:
-    """GraniteMoeHybridConfig / BambaConfig: mamba_d_head is "auto" or mamba_expand x hidden_size over the heads."""
+def _check_mamba2_heads(text: Mapping, where: str, model_type: str) -> None:
+    """GraniteMoeHybridConfig / BambaConfig: mamba_d_head is "auto" or mamba_expand x hidden_size over the
+    heads. Falcon-H1's Mamba-2 mixer is built from mamba_d_ssm the same way (heads x head dim)."""
+    who = "vLLM's Mamba-2 mixer needs it" if model_type == "falcon_h1" else "transformers refuses it"
     heads, head_dim = text.get("mamba_n_heads"), text.get("mamba_d_head")
     if head_dim is not None and head_dim != "auto":
         check_config_int(text, "mamba_d_head", "", where, minimum=1)
-    intermediate = text.get("mamba_d_ssm")
-    if not isinstance(intermediate, int):
+    intermediate, named = text.get("mamba_d_ssm"), "mamba_d_ssm"  # Falcon-H1 only (as attention/hybrid/layout.py)
+    if model_type != "falcon_h1" or not isinstance(intermediate, int):
         expand, hidden = text.get("mamba_expand", 2), text.get("hidden_size")
         intermediate = expand * hidden if isinstance(expand, int) and isinstance(hidden, int) else None
+        named = "mamba_expand * hidden_size"
     if not isinstance(heads, int) or intermediate is None:
         return
     if intermediate > INT32_MAX:
-        raise UserInputError(f"{where}: mamba_expand x hidden_size is {intermediate}: larger than any model "
-                             f"(at most {INT32_MAX})")
+        raise UserInputError(f"{where}: {named} is {intermediate}: larger than any model (at most {INT32_MAX})")
     if intermediate % heads:
-        raise UserInputError(f"{where}: mamba_n_heads ({heads}) must divide mamba_expand * hidden_size "
-                             f"({intermediate}) (transformers refuses it)")
+        raise UserInputError(f"{where}: mamba_n_heads ({heads}) must divide {named} ({intermediate}) ({who})")
     if isinstance(head_dim, int) and head_dim * heads != intermediate:
         raise UserInputError(f"{where}: mamba_d_head {head_dim} x mamba_n_heads {heads} is not {intermediate}: "
                              "the dimensions for the Mamba head state do not match the model intermediate_size "
-                             "(transformers refuses it)")
+                             f"({who})")
 
 
 def _check_linear_attn_config(text: Mapping, where: str) -> None:
