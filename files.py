@@ -218,10 +218,22 @@ def optional_info(path: str, flag: str = "path") -> Optional[PathInfo]:
 # Writing a file the user named
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (the same path, a symlink to it or a hard link)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
 def write_whole(text: str, output: Path, flag: str = "-o") -> None:
     """Whole or not at all: a temporary file next to the target, renamed over it once written
     (a Ctrl-C or a full disk never leaves half a file under the name). A device or a FIFO the user
     named (/dev/stdout, /dev/full, `mkfifo`) is written in place. Failures: one line, exit 2."""
+    not_a_folder = next((p for p in reversed(output.parents) if p.exists() and not p.is_dir()), None)
+    if not_a_folder is not None:  # mkdir would say only "File exists"
+        raise UserInputError(f"cannot write {str(output)[:200]!r}: {str(not_a_folder)[:200]} is not a folder; "
+                             f"choose another {flag} path")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         if output.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -10,8 +11,10 @@ from typer.core import TyperGroup
 
 from attnsel import __version__
 from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
-from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout, reserve_standard_streams
+from attnsel.cli.common import (degrade_unencodable_glyphs, drop_unusable_terminal_size, exit_for, guarded_stdout,
+                                 reserve_standard_streams)
 from attnsel.cli.fast_params import install
+from attnsel.errors import EnvironmentProblem
 
 
 class AttnselGroup(TyperGroup):
@@ -36,6 +39,7 @@ class AttnselGroup(TyperGroup):
         drop_unusable_terminal_size()
         with guarded_stdout():
             try:
+                _check_completion_shell(kwargs.get("args", args[0] if args else None))
                 returned = super().main(*args, standalone_mode=False, **kwargs)
                 code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
             except SystemExit as exc:  # shell completion and the like exit on their own
@@ -43,6 +47,28 @@ class AttnselGroup(TyperGroup):
             except BaseException as exc:  # noqa: BLE001 -- the funnel
                 code = exit_for(exc).exit_code
         sys.exit(code)
+
+
+COMPLETION_FLAGS = ("--install-completion", "--show-completion")
+COMPLETION_SHELLS = "bash, zsh, fish or PowerShell"
+
+
+def _check_completion_shell(argv) -> None:
+    """Typer finds the shell to complete for among the parent processes (shellingham); where none
+    is one (a cron job, a container's entry point) it would print `Shell  not supported.`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    flag = next((a for a in argv if a in COMPLETION_FLAGS), None)
+    if flag is None or os.getenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"):  # then Typer asks for the name
+        return
+    try:
+        import shellingham
+    except ImportError:  # Typer then asks for the shell by name (--install-completion SHELL)
+        return
+    try:
+        shellingham.detect_shell()
+    except shellingham.ShellDetectionFailure:
+        raise EnvironmentProblem(f"{flag}: no {COMPLETION_SHELLS} among the parent processes, so the shell to "
+                                 "complete for is unknown; run it from that shell") from None
 
 
 app = typer.Typer(
@@ -89,9 +115,12 @@ def main() -> None:
     import signal
 
     reserve_standard_streams()
+    degrade_unencodable_glyphs()
     # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
     # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
-    # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself.
-    if hasattr(signal, "SIGPIPE") and not {"tune", "verify"} & set(sys.argv[1:]):
+    # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself
+    # (`tune --dry-run` starts none).
+    starts_workers = bool({"tune", "verify"} & set(sys.argv[1:])) and "--dry-run" not in sys.argv[1:]
+    if hasattr(signal, "SIGPIPE") and not starts_workers:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()

@@ -11,6 +11,7 @@ line on stderr and a documented exit code (README "Exit codes"; errors.py).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import functools
@@ -300,6 +301,34 @@ def reserve_standard_streams() -> None:
         sys.stdout = _ClosedStdout()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 -- lives as long as the process
+
+
+# What a terminal or pipe that cannot show our glyphs gets instead (PYTHONIOENCODING=ascii, a
+# latin-1 locale): the same meaning in ASCII, "?" for anything else, never a UnicodeEncodeError.
+ASCII_GLYPHS = {"·": "-", "→": "->", "←": "<-", "≈": "~", "≥": ">=", "≤": "<=", "×": "x", "…": "...", "—": "-",
+                "–": "-", "✓": "ok", "✗": "x", "─": "-", "━": "-", "│": "|", "┃": "|", "µ": "u", "±": "+/-",
+                "“": '"', "”": '"', "‘": "'", "’": "'", "\u25c0": "<", "\u2705": "ok", "\u274c": "x",
+                "\u26a0": "!", "\ufe0f": "", "\u00a7": "S"}
+
+
+def _ascii_glyphs(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(ASCII_GLYPHS.get(ch, "?") for ch in text), error.end
+
+
+codecs.register_error("attnsel-ascii", _ascii_glyphs)
+
+
+def degrade_unencodable_glyphs() -> None:
+    """stdout / stderr whose encoding cannot hold "·" or "→" write ASCII stand-ins for them."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        if codecs.lookup(encoding).name.startswith("utf") or not hasattr(stream, "reconfigure"):
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            stream.reconfigure(errors="attnsel-ascii")
 
 
 class _ClosedStdout(io.StringIO):

@@ -90,6 +90,10 @@ def register(app: typer.Typer) -> None:
             raise UserInputError("--output is empty: give a file name or leave the flag out (stdout)")
         output = Path(output_text) if output_text is not None else None
         fmt = pick_format(output_format, as_json, output)
+        if output is not None:
+            from attnsel.reports.tune import refuse_to_overwrite
+
+            refuse_to_overwrite(output, inputs)
         data = load_report(inputs)
         settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")
         text = render(data, fmt)

@@ -247,3 +247,32 @@ def test_bad_environment_variables(corpus):
             assert_promise(result, elapsed, case.exit_code, case.fragment)
         except AssertionError as exc:
             raise AssertionError(f"{case.id}: {exc}") from None
+
+
+# transformers fills an empty (or null) text_config / vision_config of a composite config from the
+# defaults of the type it builds it as (LlavaConfig: LlamaConfig, CLIPVisionConfig; Gemma3Config:
+# Gemma3TextConfig, SiglipVisionConfig); vLLM serves that model. (bundled model, changes, head size,
+# vision head size)
+EMPTY_SUB_CONFIGS = [
+    ("llava-1.5-7b", {"text_config": {}}, 128, 64),
+    ("llava-1.5-7b", {"text_config": None}, 128, 64),
+    ("llava-1.5-7b", {"vision_config": {}}, 128, 64),  # CLIPVisionConfig(): 768 / 12 heads
+    ("llava-1.5-7b", {"text_config": {}, "vision_config": {}}, 128, 64),
+    ("gemma-3-12b", {"text_config": {}}, 256, 72),  # Gemma3TextConfig(): head_dim 256
+    ("gemma-3-12b", {"text_config": None}, 256, 72),
+    ("gemma-3-12b", {"vision_config": {}}, 256, 64),  # SiglipVisionConfig(): 768 / 12 heads
+    ("gemma-3-12b", {"vision_config": None}, 256, 64),
+]
+
+
+@pytest.mark.parametrize("model,changes,head_size,vision_head_size", EMPTY_SUB_CONFIGS)
+def test_an_empty_sub_config_is_filled_with_transformers_defaults(tmp_path, model, changes, head_size,
+                                                                   vision_head_size):
+    config = {**json.loads((CATALOG / f"{model}.json").read_text()), **changes}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result, elapsed = invoke(["explain", "--json", "--gpu", "H100", "--model", str(path)])
+    assert_promise(result, elapsed, 0)
+    answer = json.loads(result.stdout)
+    assert answer["inputs"]["head_size"] == head_size
+    assert f"head_size {vision_head_size}," in " ".join(answer["model"]["notes"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
-from attnsel.errors import CheckFailed
+from attnsel.errors import CheckFailed, UserInputError
 from attnsel.attention.model import config as model_config
 from attnsel.attention.selector import build_selection, explain_selection
 from attnsel.probe import families
@@ -39,6 +39,8 @@ def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
 
         try:
             report = collect_probe(torch=_NoTorch())
+        except UserInputError:  # an unreadable ATTNSEL_NVML_SCENARIO: refused as `probe` refuses it (exit 2)
+            raise
         except Exception:  # noqa: BLE001 -- detection is best effort; the caller says what to do
             report = None
     gpus = [g for g in (report.gpus if report else ()) if g.compute_capability is not None]

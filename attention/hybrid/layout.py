@@ -64,6 +64,16 @@ def _chunk_size(config: Mapping) -> int:
     return 2048
 
 
+def every_period(layers: int, period: int, offset: int) -> int:
+    """How many of layers 0..layers-1 have i % period == offset, counted without a loop over the
+    layers (a config may say 2**31 - 1 of them).
+
+    >>> every_period(32, 8, 4), every_period(48, 4, 3), every_period(3, 4, 3)
+    (4, 12, 0)
+    """
+    return 0 if offset >= layers else (layers - 1 - offset) // period + 1
+
+
 def _split_layers(config: Mapping, model_type: str) -> tuple[int, int]:
     """(attention layers, state layers), from whichever key the model uses."""
     layers = _int(config, "num_hidden_layers", model_type)
@@ -79,14 +89,15 @@ def _split_layers(config: Mapping, model_type: str) -> tuple[int, int]:
         return attention, layers - attention
     interval = config.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:  # Qwen3-Next: layer i attends when (i + 1) % interval == 0
-        attention = sum(1 for i in range(layers) if (i + 1) % interval == 0)
+        attention = every_period(layers, interval, interval - 1)
         return attention, layers - attention
     period, offset = config.get("attn_layer_period"), config.get("attn_layer_offset")
     if isinstance(period, int) and period > 0 and isinstance(offset, int):
-        attention = sum(1 for i in range(layers) if i % period == offset)
+        attention = every_period(layers, period, offset)
         return attention, layers - attention
-    raise UserInputError(f"hybrid {model_type!r} config says not which layers attend "
-                         "(layer_types, hybrid_override_pattern, attn_layer_indices, full_attention_interval)")
+    raise UserInputError(f"hybrid {model_type!r} config says not which layers attend: it needs layer_types, "
+                         "hybrid_override_pattern, attn_layer_indices, full_attention_interval or "
+                         "attn_layer_period with attn_layer_offset")
 
 
 def _mamba1(c: Mapping, t: str) -> dict[str, int]:
@@ -153,7 +164,7 @@ def _kda_layers(config: Mapping, model_type: str) -> tuple[int, int]:
         return len(full), len(kda)
     if not config.get("layer_types"):  # Glm5NextTextConfig's default: every 4th layer attends (i % 4 == 3)
         layers = _int(config, "num_hidden_layers", model_type)
-        attention = sum(1 for i in range(layers) if i % 4 == 3)
+        attention = every_period(layers, 4, 3)
         return attention, layers - attention
     return _split_layers(config, model_type)
 

@@ -24,8 +24,9 @@ from attnsel.attention.model.dtype import check_dtype_supported, resolve_dtype
 from attnsel.attention.model.facts import ModelFacts
 from attnsel.attention.model import heads
 from attnsel.attention.model import kind
-from attnsel.attention.model.rules import ModelRules, rules_for
+from attnsel.attention.model.rules import TEXT_CONFIG_KEYS, ModelRules, rules_for
 from attnsel.attention.model.source import CATALOG_DIR, WHAT, ModelSource, catalog_names, closest_names, read_model
+from attnsel.attention.model.hybrid_keys import check_hybrid_config
 from attnsel.attention.model.validation import check_heads, validate_config
 from attnsel.errors import UserInputError
 
@@ -114,6 +115,9 @@ def derive_model_facts(
     hf_config = {k: v for k, v in hf_config.items() if k != SOURCE_KEY}
     validate_config(hf_config)  # types and ranges first: no rule below meets a value no model has
     model = _ModelKind.read(hf_config, rules, os.environ if env is None else env, allow_unknown_model_type, notes)
+    nested = next((key for key in TEXT_CONFIG_KEYS if isinstance(hf_config.get(key), Mapping)), None)
+    where = f"the model config's {nested}" if nested else "the model config"
+    check_hybrid_config(model.text, model.text_model_type, where)  # the keys attention/hybrid reads, as transformers does
     shape = _heads(model, tensor_parallel_size, rules, notes)
     resolution = resolve_dtype(
         dtype, model.model_type, hf_config, model.text, is_pooling_model=model.is_pooling,

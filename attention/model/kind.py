@@ -10,6 +10,7 @@ from typing import Mapping, Optional
 from attnsel.attention.model.facts import VisionFacts
 from attnsel.attention.model.heads import positive_int
 from attnsel.attention.model.rules import ARCHITECTURE_SUFFIX_RUNNERS, TEXT_CONFIG_KEYS, ModelRules
+from attnsel.attention.model.validation import shown
 from attnsel.errors import UserInputError
 
 
@@ -31,19 +32,23 @@ def model_type(hf_config: Mapping) -> str:
 
 def text_config(hf_config: Mapping, model_type: str, rules: ModelRules) -> tuple[dict, str]:
     """`hf_text_config` (§6: every head/heads rule reads it), with transformers defaults."""
-    where = ""
+    where, section_key = "", ""
     section: Mapping = hf_config
     for key in TEXT_CONFIG_KEYS:
         nested = hf_config.get(key)
         if isinstance(nested, Mapping):
-            section, where = nested, f"nested {key!r}"
+            section, where, section_key = nested, f"nested {key!r}", key
             break
-    text_model_type = section.get("model_type", model_type)
+    sub_types = rules.sub_config_model_types.get(model_type, {})
+    if not section_key and "text_config" in hf_config and hf_config["text_config"] is None and sub_types:
+        section, where, section_key = {}, "nested 'text_config' (null)", "text_config"  # LlavaConfig: LlamaConfig()
+    built_as = sub_types.get(section_key)  # LlavaConfig: "llama"
+    text_model_type = section.get("model_type") or built_as or model_type
     defaults = rules.transformers_defaults.get(text_model_type, {})
     merged = dict(defaults)
     merged.update({k: v for k, v in section.items() if v is not None or k not in defaults})
     if where and "model_type" not in merged:
-        merged["model_type"] = model_type
+        merged["model_type"] = built_as or model_type
     filled = sorted(k for k in defaults if section.get(k) is None)
     if filled:
         shown = ", ".join(f"{k}={defaults[k]}" for k in filled)
@@ -137,13 +142,16 @@ def mamba_cache_dtypes(
             raise UserInputError(f"Unknown {name} {value!r}. Valid: {', '.join(rules.mamba_dtypes)}")
     ssm = ssm_flag
     if ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_config_architectures:
-        ssm = str(hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default))
+        ssm = hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default)
         notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (NemotronH config hook)")
     elif ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_text_config_architectures:
         text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
-        if isinstance(text.get("mamba_ssm_dtype"), str):
+        if text.get("mamba_ssm_dtype") is not None:
             ssm = text["mamba_ssm_dtype"]
             notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (Qwen3.5 config hook: text config mamba_ssm_dtype)")
+    if ssm not in rules.mamba_dtypes:  # the config hook hands it to CacheConfig, whose MambaDType refuses others
+        raise UserInputError(f"the model config's Mamba SSM cache dtype {shown(ssm)} (mamba_ssm_cache_dtype / "
+                             f"mamba_ssm_dtype) is not one vLLM takes: use one of {', '.join(rules.mamba_dtypes)}")
     if is_hybrid and "float32" in (ssm, conv_flag):
         notes.append("mamba cache float32 on a hybrid model: FLASH_ATTN kernel blocks become [16, 32, 64]")
     return ssm, conv_flag
@@ -191,9 +199,12 @@ def sliding_window(text_config: Mapping, notes: list[str]) -> Optional[int]:
 
 def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[str]) -> Optional[VisionFacts]:
     vision = hf_config.get("vision_config")
+    built_as = rules.sub_config_model_types.get(str(hf_config.get("model_type")), {}).get("vision_config")
+    if vision is None and "vision_config" in hf_config and built_as:
+        vision = {}  # LlavaConfig(vision_config=None): the default vision tower
     if not isinstance(vision, Mapping):
         return None
-    vision_type = vision.get("model_type")
+    vision_type = vision.get("model_type") or built_as  # LlavaConfig: a CLIP vision config
     merged = dict(rules.transformers_defaults.get(vision_type, {}))
     merged.update({k: v for k, v in vision.items() if v is not None})
     heads_key = "num_attention_heads" if merged.get("num_attention_heads") is not None else "num_heads"
@@ -234,7 +245,7 @@ def attention_layer_count(hf_config: Mapping) -> Optional[int]:
         return len(indices)
     period, offset = text.get("attn_layer_period"), text.get("attn_layer_offset")
     if isinstance(layers, int) and isinstance(period, int) and period > 0 and isinstance(offset, int):
-        return sum(1 for i in range(layers) if i % period == offset)
+        return 0 if not 0 <= offset < layers else (layers - 1 - offset) // period + 1  # no loop: layers may be 2**31
     if str(text.get("model_type") or hf_config.get("model_type") or "") in ("mamba", "mamba2", "falcon_mamba"):
         return 0
     return layers if isinstance(layers, int) and layers > 0 else None

@@ -77,6 +77,9 @@ class ModelRules:
     # transformers config-class defaults that config.json files rely on by omission
     # (e.g. gemma-3 text configs omit head_dim: Gemma3TextConfig(head_dim=256)).
     transformers_defaults: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # transformers' composite configs (LlavaConfig, Gemma3Config): the type a text_config /
+    # vision_config without "model_type" is built as, whose defaults then fill it
+    sub_config_model_types: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # §9 use_mla / head_size: MLA model types that need `head_dim` (not kv_lora_rank)
     # and take it as the head size (DeepSeek-V4 with compress ratios).
     mla_head_dim_model_types: frozenset[str] = frozenset()
@@ -125,6 +128,10 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
         transformers_defaults=MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
         ),
+        sub_config_model_types=MappingProxyType({
+            k: MappingProxyType(dict(v))  # type: ignore[arg-type]
+            for k, v in data.get("sub_config_model_types", {}).items() if not k.startswith("_")  # type: ignore[union-attr]
+        }),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
         mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
         sm10x_kv_cache_dtype_architectures=MappingProxyType({

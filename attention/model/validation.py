@@ -73,7 +73,7 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**12:
         return f"a {len(str(abs(value)))}-digit number" if abs(value) < 10**4000 else "a number of thousands of digits"
     text = repr(value)
@@ -94,7 +94,7 @@ def validate_config(config: Mapping, where: str = "the model config") -> None:
             scheme = section.get("kv_cache_scheme")
             if scheme is not None and not isinstance(scheme, Mapping):
                 raise UserInputError(f"{where}: quantization_config.kv_cache_scheme must be an object or null, "
-                                     f"not {kind_of(scheme)} ({_shown(scheme)})")
+                                     f"not {kind_of(scheme)} ({shown(scheme)})")
 
 
 def _check_depth(value: Any, where: str) -> None:
@@ -115,45 +115,45 @@ def _check_section(section: Mapping, prefix: str, where: str) -> None:
     model_type = section.get("model_type")
     if "model_type" in section and model_type is not None and not isinstance(model_type, str):
         raise UserInputError(f"{where}: {prefix}model_type must be a name such as \"llama\", not "
-                             f"{kind_of(model_type)} ({_shown(model_type)})")
+                             f"{kind_of(model_type)} ({shown(model_type)})")
     for key in NOT_NULL_KEYS:
         if key in section and section[key] is None:
             raise UserInputError(f"{where}: {prefix}{key} is null; transformers refuses it (expected int, got None) "
                                  "and vLLM needs a number")
     for key in POSITIVE_INT_KEYS:
-        _check_int(section, key, prefix, where, minimum=1)
+        check_config_int(section, key, prefix, where, minimum=1)
     for key in NON_NEGATIVE_INT_KEYS:
-        _check_int(section, key, prefix, where, minimum=0)
+        check_config_int(section, key, prefix, where, minimum=0)
     for key in BOOL_KEYS:
         value = section.get(key)
         if value is not None and not isinstance(value, bool):
-            raise UserInputError(f"{where}: {prefix}{key} must be true or false, not {kind_of(value)} ({_shown(value)})")
+            raise UserInputError(f"{where}: {prefix}{key} must be true or false, not {kind_of(value)} ({shown(value)})")
     for key in OBJECT_KEYS:
         value = section.get(key)
         if value is not None and not isinstance(value, Mapping):
             raise UserInputError(f"{where}: {prefix}{key} must be an object (or absent), not {kind_of(value)} "
-                                 f"({_shown(value)})")
+                                 f"({shown(value)})")
     for key in STRING_LIST_KEYS:
         value = section.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise UserInputError(f"{where}: {prefix}{key} must be a list of names (strings), not {kind_of(value)} "
-                                 f"({_shown(value)})")
+                                 f"({shown(value)})")
     for key in DTYPE_KEYS:
         _check_dtype_key(section, key, prefix, where)
 
 
-def _check_int(section: Mapping, key: str, prefix: str, where: str, *, minimum: int) -> None:
+def check_config_int(section: Mapping, key: str, prefix: str, where: str, *, minimum: int) -> None:
     value = section.get(key)
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserInputError(f"Impossible {prefix}{key} {_shown(value)} in {where}: it must be a whole number, "
+        raise UserInputError(f"Impossible {prefix}{key} {shown(value)} in {where}: it must be a whole number, "
                              f"not {kind_of(value)} (transformers refuses it too)")
     if value < minimum:
-        raise UserInputError(f"Impossible {prefix}{key} {_shown(value)} in {where}: it must be "
+        raise UserInputError(f"Impossible {prefix}{key} {shown(value)} in {where}: it must be "
                              f"{'a positive' if minimum else 'a non-negative'} integer")
     if value > INT32_MAX:
-        raise UserInputError(f"Impossible {prefix}{key} {_shown(value)} in {where}: larger than any model "
+        raise UserInputError(f"Impossible {prefix}{key} {shown(value)} in {where}: larger than any model "
                              f"(at most {INT32_MAX})")
 
 
@@ -163,10 +163,10 @@ def _check_dtype_key(section: Mapping, key: str, prefix: str, where: str) -> Non
         return
     if not isinstance(value, str):
         raise UserInputError(f"{where}: {prefix}{key} must be a dtype name such as \"bfloat16\", not {kind_of(value)} "
-                             f"({_shown(value)})")
+                             f"({shown(value)})")
     name = value.strip().removeprefix("torch.")
     if name not in TORCH_DTYPE_NAMES:
-        raise UserInputError(f"{where}: {prefix}{key} {_shown(value)} names no torch dtype, so transformers cannot "
+        raise UserInputError(f"{where}: {prefix}{key} {shown(value)} names no torch dtype, so transformers cannot "
                              f"load this config (module 'torch' has no attribute {name!r}); use e.g. \"bfloat16\"")
 
 
@@ -179,12 +179,12 @@ def check_size(flag: str, value: Optional[int], *, minimum: int = 1, maximum: in
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserInputError(f"{flag} must be a whole number, got {_shown(value)}")
+        raise UserInputError(f"{flag} must be a whole number, got {shown(value)}")
     if value < minimum:
-        raise UserInputError(f"{flag} must be >= {minimum}, got {_shown(value)}")
+        raise UserInputError(f"{flag} must be >= {minimum}, got {shown(value)}")
     if value > maximum:
         what = {MAX_PARALLEL: "is more GPUs than any deployment", INT32_MAX: "is more than any model or KV cache"}
-        raise UserInputError(f"{flag} {_shown(value)} {what.get(maximum, 'is too large')} (at most {maximum})")
+        raise UserInputError(f"{flag} {shown(value)} {what.get(maximum, 'is too large')} (at most {maximum})")
 
 
 def check_parallel(flag: str, value: Optional[int]) -> None:

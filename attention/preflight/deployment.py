@@ -150,7 +150,9 @@ def check_gpu_count(report: ProbeReport, tp: int) -> Check:
     usable_ids = {id(g) for g in usable}  # identity, not ==: linear in the GPU count
     broken = [g for g in report.gpus if id(g) not in usable_ids]
     if not report.gpus:
-        why = report.fallback_reason or "NVML and torch.cuda see no GPU"
+        # the probe's note names CUDA_VISIBLE_DEVICES when it hides every GPU NVML sees (probe/collect.py)
+        hidden = next((note for note in report.notes if "CUDA_VISIBLE_DEVICES=" in note), None)
+        why = report.fallback_reason or hidden or "NVML and torch.cuda see no GPU"
         return Check(
             "gpu-count", FAIL, f"no GPU visible ({why}); --tensor-parallel-size {tp} needs {tp}",
             hint="run preflight on the GPU machine, or pass --gpu NAME --num-gpus N to check a target machine",

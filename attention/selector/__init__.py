@@ -7,6 +7,7 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.selector.engine import (
         Run,
+        check_supports_dtype,
         explain,
         get_attn_backend_cls,
         get_valid_backends,
@@ -23,6 +24,7 @@ __all__ = [
     "Run",
     "SelectionRequest",
     "build_selection",
+    "check_supports_dtype",
     "explain",
     "explain_selection",
     "get_attn_backend_cls",
@@ -37,6 +39,7 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "Run": "engine",
+    "check_supports_dtype": "engine",
     "SelectionRequest": "request",
     "build_selection": "request",
     "explain": "engine",

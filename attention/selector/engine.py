@@ -171,7 +171,7 @@ class Run:
         self.logs.append(LogLine(level, message, source))
 
 
-def _bf16_check(inputs: SelectorInputs, ctx: SelectionContext) -> None:
+def check_supports_dtype(inputs: SelectorInputs, ctx: SelectionContext) -> None:
     # CudaPlatformBase.check_if_supports_dtype (docs/vllm-rules.md §5g), run while the model config is built
     if inputs.dtype == "bfloat16" and tuple(ctx.capability) < (8, 0):
         gpu = ctx.gpu_name or "CUDA"
@@ -322,7 +322,7 @@ def _start_up(
     """(block size, selected, layer config, error): the flow up to the layers' choice; an error
     stops it with the block size as far as it got and nothing selected."""
     try:
-        _bf16_check(inputs, run.ctx)
+        check_supports_dtype(inputs, run.ctx)
         _fa_warnings(run, inputs, user_backend)
         block_size, selected, layer_cfg = run.profile.block_size_flow.run(run, inputs, user_backend, notes)
     except VllmRaises as exc:

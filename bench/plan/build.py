@@ -63,6 +63,8 @@ def parse_backends(value: Optional[str]) -> list[str]:
     if not value:
         return []
     names = [v.strip().upper() for v in value.split(",") if v.strip()]
+    if not names:  # "--backends ,,," names none, as --backends "" does: not the default grid
+        raise UserInputError(f"--backends {value!r} names no backend; leave the flag out for the default grid")
     bad = [n for n in names if n not in BACKENDS + MLA_BACKENDS]
     if bad:
         raise UserInputError(f"unknown backend(s) {', '.join(bad)}; tune supports {', '.join(BACKENDS + MLA_BACKENDS)}")

@@ -138,7 +138,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
     from attnsel.attention import versions
-    from attnsel.attention.selector import backend_kernel_block_size, validate_backend
+    from attnsel.attention.selector import backend_kernel_block_size, check_supports_dtype, validate_backend
 
     profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
     cli_error = versions.block_size_cli_error(profile, block_size)
@@ -146,6 +146,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
         # where the version has the BlockSize literal its argument parser refuses other sizes (docs/vllm-rules.md §4, §9)
         return [cli_error], None
     try:
+        check_supports_dtype(inputs, ctx)  # raised while the model config is built: before any backend (§5g)
         reasons = list(validate_backend(profile, backend, inputs, ctx))
     except Exception as exc:  # noqa: BLE001 -- VllmRaises / not modelled: vLLM's message is the reason
         return [getattr(exc, "message", str(exc))], None

@@ -6,6 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.bench.sweep.multi_gpu import gpu_ordinals
+    from attnsel.bench.sweep.results import STATUS_OK, STATUSES
     from attnsel.bench.sweep.run import (
         CHECK_POLICIES,
         SweepOptions,
@@ -18,6 +19,8 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 
 __all__ = [
     "CHECK_POLICIES",
+    "STATUSES",
+    "STATUS_OK",
     "SweepOptions",
     "SweepProgress",
     "gpu_ordinals",
@@ -28,6 +31,8 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "CHECK_POLICIES": "run",
+    "STATUSES": "results",
+    "STATUS_OK": "results",
     "SweepOptions": "run",
     "SweepProgress": "run",
     "gpu_ordinals": "multi_gpu",

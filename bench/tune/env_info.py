@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 
 from attnsel.probe.nvml import CLOCK_MEM, CLOCK_SM, NvmlSession, facades_from_env
 from attnsel.probe.nvml import NvmlCallError
+from attnsel.errors import UserInputError
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 # nvmlClocksEventReasons bits (nvml.h); the first two are benign.
@@ -161,6 +162,8 @@ class NvmlReader:
             self.session = NvmlSession(facade)
         except NvmlCallError as exc:
             self.error = str(exc)
+        except UserInputError:  # an unreadable ATTNSEL_NVML_SCENARIO: refused as `probe` refuses it (exit 2)
+            raise
         except Exception as exc:  # noqa: BLE001 -- no NVML: the sweep still runs, without clocks
             self.error = f"{type(exc).__name__}: {exc}"
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attnsel.attention.model import check_names, check_size, check_tune_flags
+from attnsel.attention.model import check_hybrid_flags, check_names, check_size, check_tune_flags
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.sweep import gpu_ordinals
 from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags
-from attnsel.bench.plan import parse_workloads
+from attnsel.bench.plan import parse_workloads, rule_profile_choice
 from attnsel.errors import UserInputError
 from attnsel.probe import parse_capability
 
@@ -98,6 +98,10 @@ def _check_values(flags: TuneFlags) -> None:
     check_size("--qk-nope-head-dim", flags.qk_nope_head_dim, minimum=0)
     check_names((("--gpus", flags.gpus),))
     gpu_ordinals(flags.gpus)  # its form now, whether the GPUs exist when the sweep asks them
+    if flags.mamba_ssm_cache_dtype is not None or flags.mamba_cache_mode is not None:
+        # the --mamba-* values the target vLLM parses, as `explain` checks them: with or without a
+        # model, before a GPU is asked (an unknown value is bad input, exit 2, not a missing GPU)
+        check_hybrid_flags(flags, rule_profile_choice(flags.vllm_version).profile)
 
 
 def request_from_flags(flags: TuneFlags) -> TuneRequest:

@@ -7,7 +7,9 @@ as it was (documents from newer attnsel versions add fields), and an absent fiel
 (absent and null are not the same to a reader of the file). The field types are the one
 description of the format: reports/tune/input_checks.py derives what `attnsel report` accepts
 from them. Metadata on a field: "key" (its JSON name where that is no Python name), "required"
-(it must be present and not null), "positive" (a whole number above 0).
+(it must be present and not null), "positive" (a whole number above 0), "above_zero" (a number
+above 0: a time; NaN stays "not measured"), "one_of" (the words it may hold), "required_if"
+((key, value): required when the record's key holds value).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, ClassVar, Mapping, Optional, Union
 
+from attnsel.bench.sweep import STATUS_OK, STATUSES
 from attnsel.bench.tune.verdict import Verdict
 
 Scalar = Union[str, int, float]  # a version or a capability: "9.0", 12.4, 550
@@ -115,11 +118,16 @@ def _write(value: Any) -> Any:
 # --- a results row (bench/sweep/results.py) ----------------------------------------------------
 
 
+def time_field(**metadata: Any) -> Any:
+    return field(default=None, metadata={"above_zero": True, **metadata})
+
+
 @dataclass
 class Timing(Record):
-    median_ms: Optional[float] = None
-    p20_ms: Optional[float] = None
-    p80_ms: Optional[float] = None
+    # the recommendation's geometric mean and every ratio divide by these: a time is above zero
+    median_ms: Optional[float] = time_field(required=True)
+    p20_ms: Optional[float] = time_field()
+    p80_ms: Optional[float] = time_field()
     n: Optional[int] = None
     l2: Optional[str] = None
     mode: Optional[str] = None
@@ -139,7 +147,7 @@ class Workload(Record):
 class ResultRow(Record):
     backend: str = required_field()
     block_size: int = positive_field(required=True)
-    status: str = required_field()
+    status: str = required_field(one_of=STATUSES)
     key: str = None
     kind: Optional[str] = None
     workload_label: Optional[str] = None
@@ -152,7 +160,7 @@ class ResultRow(Record):
     checked: Optional[bool] = None
     kernel_block_size: Optional[int] = None
     workload: Optional[Workload] = None
-    timing: Optional[Timing] = None
+    timing: Optional[Timing] = field(default=None, metadata={"required_if": ("status", STATUS_OK)})  # a measured row
     bandwidth_bytes_per_s: Optional[float] = None
     pct_of_peak_bandwidth: Optional[float] = None
     tflops: Optional[float] = None

@@ -24,7 +24,7 @@ from attnsel.bench.sweep import SweepOptions, SweepProgress, probe_device, run_s
 from attnsel.bench.tune.document import build_document, prespawn_warnings, write_document
 from attnsel.bench.tune.phases import phase_breakdown
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags, make_plan, refused_grid_message
-from attnsel.errors import CheckFailed, UserInputError
+from attnsel.errors import CheckFailed, EnvironmentProblem, UserInputError
 
 SUMMARY_FILE = "summary.txt"
 
@@ -170,7 +170,8 @@ def selected_gpus(value: str) -> list[str]:
     finally:
         reader.close()
     if not visible:
-        raise UserInputError("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
+        # the flag is fine; this machine cannot answer it (no driver, no NVML): an environment problem, exit 3
+        raise EnvironmentProblem("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
                              "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
     chosen = multi_gpu.parse_gpus(value, len(visible))
     reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])

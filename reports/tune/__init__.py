@@ -5,11 +5,13 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.reports.tune.loaders import load_inputs
+    from attnsel.reports.tune.loaders import load_inputs, refuse_to_overwrite
 
 __all__ = [
     "load_inputs",
+    "refuse_to_overwrite",
 ]
 __getattr__ = lazy_door(__name__, {
     "load_inputs": "loaders",
+    "refuse_to_overwrite": "loaders",
 })

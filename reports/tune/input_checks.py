@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import typing
+from types import MappingProxyType
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -50,6 +51,7 @@ STR = _type("a string", lambda v: isinstance(v, str))
 INT = _type("a whole number", _is_int)
 POS_INT = _type("a positive whole number", lambda v: _is_int(v) and v > 0)
 NUM = _type("a finite number", _is_num)
+TIME = _type("a finite number above 0", lambda v: _is_num(v) and (v > 0 or math.isnan(v)))
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
 SCALAR = _type("a string or a number", lambda v: isinstance(v, (str, int, float)))
 
@@ -79,11 +81,17 @@ def map_of(check: Check) -> Check:
     return each
 
 
-def obj(fields: Mapping[str, Check], required: tuple[str, ...] = ()) -> Check:
+def one_of(words: tuple[str, ...]) -> Check:
+    return _type(f"one of {', '.join(words)}", lambda v: v in words)
+
+
+def obj(fields: Mapping[str, Check], required: tuple[str, ...] = (),
+        required_if: Mapping[str, tuple[str, Any]] = MappingProxyType({})) -> Check:
     def check(value: Any, path: str) -> None:
         if not isinstance(value, Mapping):
             raise _Bad(path, "an object", value)
-        for key in required:
+        needed = [*required, *(key for key, (other, word) in required_if.items() if value.get(other) == word)]
+        for key in needed:
             if value.get(key) is None:
                 raise _Bad(f"{path}.{key}" if path else key, "present", None)
         for key, field_check in fields.items():
@@ -119,14 +127,20 @@ def check_of(kind: Any) -> Optional[Check]:
 
 def _record_check(record: type) -> Check:
     fields: dict[str, Check] = {}
-    needed = []
+    needed, needed_if = [], {}
     for key, (_name, kind, metadata) in record.json_fields().items():
         check = POS_INT if metadata.get("positive") else check_of(kind)
+        if metadata.get("above_zero"):
+            check = opt(TIME)
+        if metadata.get("one_of"):
+            check = opt(one_of(tuple(metadata["one_of"])))
         if check is not None:
             fields[key] = check
         if metadata.get("required"):
             needed.append(key)
-    return obj(fields, required=tuple(needed))
+        if metadata.get("required_if"):
+            needed_if[key] = tuple(metadata["required_if"])
+    return obj(fields, required=tuple(needed), required_if=needed_if)
 
 
 def _anything(value: Any, path: str) -> None:

@@ -93,6 +93,23 @@ def load_inputs(paths: Sequence[str | Path]) -> ReportData:
     return data
 
 
+def refuse_to_overwrite(output: Path, paths: Sequence[str | Path]) -> None:
+    """`report RUN/tune.json -o RUN/tune.json` would replace the run with its report: refuse an -o
+    that is any file report reads (an input, the files of an input folder, a hard link or a
+    symlink to one of them)."""
+    for raw in paths:
+        path = Path(raw).expanduser()
+        read = [path]
+        if path.is_dir():
+            read = [path / name for name in (TUNE_DOCUMENT, R.RESULTS_FILE, VERIFY_DOCUMENT)]
+        elif path.suffix == ".jsonl":  # a results.jsonl brings its folder's tune.json
+            read.append(path.parent / TUNE_DOCUMENT)
+        for source in read:
+            if files.same_file(output, source):
+                raise UserInputError(f"-o {str(output)[:200]} is {str(source)[:200]}, which report reads: "
+                                     "writing it would destroy the input; choose another -o path")
+
+
 def _add_verify(data: ReportData, path: Path) -> None:
     """A run folder's verify.json, rendered with its tune result."""
     if path.is_file():
