@@ -126,6 +126,10 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli.explain_history import wants_history
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
+        if check_imports:
+            from attnsel.attention.rules import require_vllm_package
+
+            require_vllm_package()  # exit 3: without vLLM every backend would be a ModuleNotFoundError
         history = wants_history(vllm_version)  # --vllm-version all: every release profile, one GPU
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,

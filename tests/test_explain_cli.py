@@ -38,7 +38,7 @@ def test_h100_llama_json_document():
     assert doc["backends"][0] == {"name": "FLASH_ATTN", "priority": 0, "valid": True, "reasons": []}
     assert (doc["selected"], doc["block_size"], doc["kernel_block_size"]) == ("FLASH_ATTN", 16, 16)
     assert doc["error"] is None
-    assert doc["vllm_args"] == ["--attention-backend", "FLASH_ATTN", "--block-size", "16"]
+    assert doc["vllm_args"] == []  # vLLM's own choice: no flags to paste
     assert doc["warnings"] == [  # docs/vllm-rules.md §5d seed log line
         "Using FLASH_ATTN attention backend out of potential backends: "
         "('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')"

@@ -76,5 +76,5 @@ def test_an_explicit_block_size_the_backend_refuses_is_shown_with_vllms_error():
 
 def test_non_hybrid_models_keep_the_block_size_flag():
     doc = json.loads(runner.invoke(app, ["explain", "--model", "llama-3.1-8b", "--gpu", "H100", "--vllm-version",
-                                         "0.33", "--json"]).stdout)
-    assert "--block-size" in doc["vllm_args"] and doc["hybrid_explicit_block_sizes"] == []
+                                         "0.33", "--block-size", "64", "--json"]).stdout)
+    assert doc["vllm_args"] == ["--block-size", "64"] and doc["hybrid_explicit_block_sizes"] == []
