@@ -113,7 +113,7 @@ def target_report(gpu_name: str, num_gpus: int) -> ProbeReport:
     links between them unknown (nothing was probed)."""
     from attnsel.probe import find_gpu
 
-    spec = find_gpu(gpu_name)
+    spec = find_gpu(gpu_name, capability_flag=False)  # preflight has no --capability
     gpus = tuple(
         GpuInfo(
             index=i,
