@@ -12,6 +12,7 @@ from attnsel import __version__
 from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
 from attnsel.cli.common import drop_unusable_terminal_size, exit_for, guarded_stdout, reserve_standard_streams
 from attnsel.cli.fast_params import install
+from attnsel.cli.help_labels import plain_help_labels
 
 
 GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose"})
@@ -26,10 +27,12 @@ class AttnselGroup(TyperGroup):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
+            plain_help_labels(command)
         return command
 
     def make_context(self, info_name, args, parent=None, **extra):
         install(self)
+        plain_help_labels(self)
         return super().make_context(info_name, self._hoist_global_options(list(args)), parent=parent, **extra)
 
     def _hoist_global_options(self, args: list[str]) -> list[str]:
