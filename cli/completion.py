@@ -10,9 +10,11 @@ import glob
 import os
 from typing import Any, Callable
 
+import typer
 
-def _quietly(names: Callable[..., list[str]]) -> Callable[[Any, Any, str], list[str]]:
-    def complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
+
+def _quietly(names: Callable[..., list[str]]) -> Callable[[typer.Context, str], list[str]]:
+    def complete(ctx: typer.Context, incomplete: str) -> list[str]:
         try:
             return [name for name in names(ctx) if name.lower().startswith(incomplete.lower())]
         except Exception:  # noqa: BLE001 -- completion offers nothing rather than a traceback
@@ -28,12 +30,12 @@ def _model_names(ctx: Any) -> list[str]:
     return list_catalog()
 
 
-def complete_model(ctx: Any, param: Any, incomplete: str) -> list[str]:
+def complete_model(ctx: typer.Context, incomplete: str) -> list[str]:
     """Catalog names, then files and folders (a folder ends with / so the shell goes on into it)."""
     paths = [path + os.sep if os.path.isdir(path) else path
              for path in sorted(glob.glob(glob.escape(os.path.expanduser(incomplete)) + "*"))
              if os.path.isdir(path) or path.endswith(".json")]
-    return _quietly(_model_names)(ctx, param, incomplete) + paths[:200]
+    return _quietly(_model_names)(ctx, incomplete) + paths[:200]
 
 
 @_quietly

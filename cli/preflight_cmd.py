@@ -51,16 +51,16 @@ def register(app: typer.Typer) -> None:
     @app.command("preflight", cls=RayAddressCommand)
     @handle_errors
     def preflight(
-        model: str = typer.Option(..., "--model", "-m", shell_complete=complete_model, help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
+        model: str = typer.Option(..., "--model", "-m", autocompletion=complete_model, help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", shell_complete=complete_backend, help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", shell_complete=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
         num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
         strict: bool = typer.Option(False, "--strict", help="Fail (not warn) on different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", shell_complete=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
         output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
