@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import typer
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
-from attnsel.cli.common import handle_errors, print_json
+from attnsel.cli.common import handle_errors, print_json, terminal_width
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import UserInputError
 
@@ -42,7 +42,8 @@ def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callab
         render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
     else:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
+        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour,
+                    width=terminal_width())
     sys.stdout.flush()
     raise_if_failed(result)
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, Optional, Sequence, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -182,14 +182,14 @@ def summary_line(result: FleetPreflightResult) -> str:
 
 
 def render_preflight_text(result: FleetPreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
-                          colour: bool = False) -> None:
+                          colour: bool = False, width: Optional[int] = None) -> None:
     """As the one-node text, with each line's scope (`[fleet]`, nodes, GPU models) before its message."""
     if not quiet:
         out.write(preflight_header(result) + "\n")
         if result.profile_reason:
             out.write(f"vLLM rules: {result.profile_reason}\n")
     rows = [(f"[{scope}] ", check) for scope, check in grouped(result.checks)]
-    write_check_lines(out, rows, quiet=quiet, verbose=verbose, colour=colour)
+    write_check_lines(out, rows, quiet=quiet, verbose=verbose, colour=colour, width=width)
     if not quiet:
         out.write(summary_line(result) + "\n")
 

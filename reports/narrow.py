@@ -1,0 +1,71 @@
+"""Narrow terminals lose nothing: a table that cannot fit the terminal's width without cutting a
+cell ("10…" for compute capability 10.0, an emptied UUID column) is printed stacked instead, one
+block per row with each column's header before its value, which the terminal wraps as it likes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Column, Table
+from rich.text import Text
+
+
+class FittingConsole(Console):
+    """A rich Console whose `print` stacks the tables (also inside a Group) that are too wide."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().print(*(fit(obj, self) for obj in objects), **kwargs)
+
+
+def fit(renderable: Any, console: Console) -> Any:
+    """`renderable` as printed on `console`: a too-wide table stacked, anything else unchanged."""
+    if isinstance(renderable, Group):
+        return Group(*(fit(part, console) for part in renderable.renderables))
+    if isinstance(renderable, Table) and too_wide(renderable, console):
+        return stacked(renderable, console)
+    return renderable
+
+
+def too_wide(table: Table, console: Console) -> bool:
+    """The table's narrowest form (every no_wrap cell whole, every other cell wrapped at its longest
+    word) is wider than the terminal: rich would cut cells with "…" or empty whole columns."""
+    _top, right, _bottom, left = Padding.unpack(table.padding)
+    narrowest = sum(_narrowest(column, console) + left + right for column in table.columns)
+    return narrowest + table._extra_width > console.width
+
+
+def _narrowest(column: Column, console: Console) -> int:
+    texts = [_text(cell, console).plain for cell in (column.header, *column.cells)]
+    if column.no_wrap:
+        return max((cell_len(line) for text in texts for line in text.splitlines() or [""]), default=0)
+    return max((cell_len(word) for text in texts for word in text.split()), default=0)
+
+
+def stacked(table: Table, console: Console) -> Group:
+    """One block per row: the first column's header and value as its title, then `header: value`
+    for every other non-empty cell, indented."""
+    headers = [_text(column.header, console).plain for column in table.columns]
+    columns = [list(column.cells) for column in table.columns]
+    lines: list[RenderableType] = []
+    if table.title:
+        lines.append(_text(table.title, console))
+    for row in range(table.row_count):
+        cells = [_text(column[row], console) if row < len(column) else Text("") for column in columns]
+        title_at = next((i for i, cell in enumerate(cells) if cell.plain.strip()), 0)
+        lines.append(Text.assemble((f"{headers[title_at]}: " if headers[title_at] else "", "bold"), cells[title_at]))
+        for header, cell in list(zip(headers, cells))[title_at + 1:]:
+            if cell.plain.strip():
+                lines.append(Text.assemble(f"  {header}: " if header else "  ", cell))
+    return Group(*lines)
+
+
+def _text(cell: Any, console: Console) -> Text:
+    if isinstance(cell, Text):
+        return cell
+    if isinstance(cell, str):
+        return console.render_str(cell)
+    return Text(str(cell))
