@@ -14,6 +14,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 
+FOLDED_MIN = 8  # a folding column (a UUID) is readable down to this many characters a line
+
+
 class FittingConsole(Console):
     """A rich Console whose `print` stacks the tables (also inside a Group) that are too wide."""
 
@@ -42,7 +45,8 @@ def _narrowest(column: Column, console: Console) -> int:
     texts = [_text(cell, console).plain for cell in (column.header, *column.cells)]
     if column.no_wrap:
         return max((cell_len(line) for text in texts for line in text.splitlines() or [""]), default=0)
-    return max((cell_len(word) for text in texts for word in text.split()), default=0)
+    longest_word = max((cell_len(word) for text in texts for word in text.split()), default=0)
+    return min(longest_word, FOLDED_MIN) if column.overflow == "fold" else longest_word  # fold: cut, never lost
 
 
 def stacked(table: Table, console: Console) -> Group:
