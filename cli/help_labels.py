@@ -25,7 +25,8 @@ def _label(param: Any) -> Optional[str]:
 
 def plain_help_labels(command: Any) -> None:
     """Replace each parameter's help type label of `command` (once; idempotent)."""
-    for param in getattr(command, "params", ()):
+    help_option = getattr(command, "_help_option", None)  # -h/--help, built by cli/fast_params.py install
+    for param in [*getattr(command, "params", ()), *([help_option] if help_option else [])]:
         if hasattr(param, "display_type_rich"):
             label = _label(param)
             param.display_type_rich = lambda ctx, label=label: label

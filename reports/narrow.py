@@ -5,6 +5,7 @@ block per row with each column's header before its value, which the terminal wra
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rich.cells import cell_len
@@ -38,7 +39,17 @@ def too_wide(table: Table, console: Console) -> bool:
     word) is wider than the terminal: rich would cut cells with "…" or empty whole columns."""
     _top, right, _bottom, left = Padding.unpack(table.padding)
     narrowest = sum(_narrowest(column, console) + left + right for column in table.columns)
-    return narrowest + table._extra_width > console.width
+    return narrowest + table._extra_width > console.width or _cut_when_drawn(table, console)
+
+
+def _cut_when_drawn(table: Table, console: Console) -> bool:
+    """rich shares the width out column by column and can still cut a header or cell with "…"
+    where a narrowest form would fit: draw it once at this width and look."""
+    if any("…" in _text(cell, console).plain for column in table.columns for cell in (column.header, *column.cells)):
+        return False  # the data's own ellipsis: nothing to tell apart
+    probe = Console(file=io.StringIO(), width=console.width, no_color=True, highlight=False, legacy_windows=False)
+    probe.print(table)
+    return "…" in probe.file.getvalue()  # type: ignore[attr-defined]
 
 
 def _narrowest(column: Column, console: Console) -> int:
