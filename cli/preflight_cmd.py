@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
         ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
-        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size (with --ray: stages across nodes)."),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
@@ -95,13 +95,14 @@ def register(app: typer.Typer) -> None:
             kv_cache_dtype=kv_cache_dtype,
             dtype=dtype,
             strict=strict,
+            pipeline_parallel_size=pipeline_parallel_size,
         )
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_ray_preflight
 
             run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
             return
-        report = machine_report(gpu, num_gpus, tensor_parallel_size)
+        report = machine_report(gpu, num_gpus, tensor_parallel_size * pipeline_parallel_size)
         names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
         settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,

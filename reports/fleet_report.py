@@ -141,7 +141,10 @@ def fleet_preflight_json(result: FleetPreflightResult) -> dict:
     head = result_fields(result)
     pp = result.pipeline_parallel_size
     head["deployment"]["pipeline_parallel_size"] = pp
-    head["deployment"]["vllm_flags"] += ["--pipeline-parallel-size", str(pp), "--distributed-executor-backend", "ray"]
+    flags = head["deployment"]["vllm_flags"]
+    if "--pipeline-parallel-size" not in flags:  # the deployment names it once it is more than 1
+        flags += ["--pipeline-parallel-size", str(pp)]
+    flags += ["--distributed-executor-backend", "ray"]
     return {
         "schema": FLEET_PREFLIGHT_SCHEMA,
         **head,

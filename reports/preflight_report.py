@@ -30,9 +30,9 @@ def _gpu_summary(result: PreflightResult) -> str:
 
 
 def header_line(result: PreflightResult) -> str:
-    tp = result.deployment.tensor_parallel_size
+    tp, pp = result.deployment.tensor_parallel_size, result.deployment.pipeline_parallel_size
     model = f"{result.model} · " if result.model else ""
-    return f"attnsel preflight · {model}TP={tp} · {_gpu_summary(result)}"
+    return f"attnsel preflight · {model}TP={tp}{f' · PP={pp}' if pp > 1 else ''} · {_gpu_summary(result)}"
 
 
 def summary_line(result: PreflightResult) -> str:
@@ -51,6 +51,7 @@ def result_fields(result) -> dict:
         "model_type": getattr(result.model_facts, "model_type", None),
         "deployment": {
             "tensor_parallel_size": d.tensor_parallel_size,
+            "pipeline_parallel_size": d.pipeline_parallel_size,
             "attention_backend": d.attention_backend,
             "block_size": d.block_size,
             "kv_cache_dtype": d.kv_cache_dtype,

@@ -219,3 +219,23 @@ def test_verify_without_vllm_creates_no_output_folder(tmp_path, monkeypatch):
     result = run("verify", str(FIXTURES / "verify" / "h100_llama8b"), "--output", str(target))
     assert result.exit_code == 3 and "vLLM is not installed" in error_line(result)
     assert not (tmp_path / "v").exists()
+
+
+PIPELINE = [  # (scenario, -tp, -pp, exit code, text of the run)
+    (H100_X8, "2", "2", 0, ["TP=2 x PP=2 uses GPUs 0-3", "each of the 2 stages: TP=2", "PP=2: 32 layers split [16,16]"]),
+    (H100_X8, "1", "8", 0, ["TP=1 x PP=8 uses GPUs 0-7", "PP=8: 32 layers split [4,4,4,4,4,4,4,4]"]),
+    (str(PROBE / "l40s_x2_pcie.json"), "2", "2", 1, ["TP=2 x PP=2 needs 4"]),
+    (str(PROBE / "a100_x4_gpu2_lost.json"), "2", "2", 1, ["needs 4", "stage 1 (the worst of 2)"]),
+    (H100_X8, "1", "64", 1, ["leaves a stage without a layer"]),
+]
+
+
+@pytest.mark.parametrize("scenario,tp,pp,code,texts", PIPELINE, ids=[f"{Path(s).stem} tp{t} pp{p}" for s, t, p, _, _ in PIPELINE])
+def test_preflight_checks_pipeline_parallelism_on_one_machine(scenario, tp, pp, code, texts):
+    result = run("preflight", "-m", "llama-3.1-8b", "-tp", tp, "-pp", pp, ATTNSEL_NVML_SCENARIO=scenario)
+    assert result.exit_code == code, result.output
+    for text in texts:  # long messages wrap at the terminal's width
+        assert text in " ".join(result.stdout.split())
+    doc = json.loads(run("preflight", "-m", "llama-3.1-8b", "-tp", tp, "-pp", pp, "--json",
+                         ATTNSEL_NVML_SCENARIO=scenario).stdout)
+    assert doc["deployment"]["vllm_flags"][2:4] == ["--pipeline-parallel-size", pp]
