@@ -9,7 +9,7 @@ import typer
 
 from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel import files
-from attnsel.cli import verify_cmd
+from attnsel.cli import settings, verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
@@ -124,7 +124,7 @@ def _dry_run(req, as_json: bool) -> None:
     if as_json:
         print_json(doc)
     else:
-        tune_report.render_plan(doc, stdout_console())
+        tune_report.render_plan(doc, stdout_console(), notes=not settings.is_quiet())
     if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
         raise CheckFailed(tune_request.refused_grid_message(plan))
 

@@ -104,6 +104,13 @@ def test_quiet_drops_the_note_lines_before_or_after_the_command(args):
     assert result.exit_code == 0 and "note:" not in result.output and "No GPU visible" in result.stdout
 
 
+@pytest.mark.parametrize("quiet", [("-q",), ()])
+def test_quiet_drops_tunes_plan_notes(quiet):
+    result = run("tune", "-m", "nemotron-h-8b", "--gpu", "H100", "--dry-run", "--quick", *quiet)
+    assert result.exit_code == 0 and "timed rows" in result.stdout
+    assert ("note: " in result.stdout) == (not quiet)
+
+
 @pytest.mark.parametrize("args", [("--require-capability", "9"), ("--require-gpus", "2"), ("--require-nvlink",)])
 def test_a_failed_requirement_is_said_once(args):
     result = run("probe", *args, ATTNSEL_NVML_SCENARIO=NO_NVML)
