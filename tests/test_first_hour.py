@@ -170,6 +170,19 @@ def test_an_unknown_backend_gets_this_platforms_names_and_history(args, said, no
     assert said in line and not_said not in line and "CUDA backends of vLLM" in line
 
 
+TUNE_BACKENDS = [  # (tune --backends, what the line says)
+    ("FLASH_ATTENTION", "FLASH_ATTENTION (did you mean FLASH_ATTN?)"),
+    ("flashinfr,TRITON_ATTN", "FLASHINFR (did you mean FLASHINFER"),
+    ("xformers", "unknown backend(s) XFORMERS; tune supports FLASH_ATTN"),
+]
+
+
+@pytest.mark.parametrize("backends,said", TUNE_BACKENDS, ids=[b for b, _ in TUNE_BACKENDS])
+def test_tune_backends_suggest_the_close_spelling(backends, said):
+    result = run("tune", "-m", "llama-3.1-8b", "--gpu", "H100", "--dry-run", "--backends", backends)
+    assert result.exit_code == 2 and said in error_line(result)
+
+
 COMPLETIONS = [  # (the words typed, the word being completed, names offered, names not offered)
     (["explain", "--gpu"], "H1", {"H100", "H100-PCIE"}, {"A100"}),
     (["explain", "--gpu"], "a", {"all"}, set()),
