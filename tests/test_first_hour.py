@@ -259,3 +259,21 @@ def test_preflight_checks_pipeline_parallelism_on_one_machine(scenario, tp, pp, 
     doc = json.loads(run("preflight", "-m", "llama-3.1-8b", "-tp", tp, "-pp", pp, "--json",
                          ATTNSEL_NVML_SCENARIO=scenario).stdout)
     assert doc["deployment"]["vllm_flags"][2:4] == ["--pipeline-parallel-size", pp]
+
+
+SAVED_EXPLAIN = [  # (what the saved answer forced, the flags line `report` prints for it)
+    ({}, "| vLLM flags | none needed (vLLM's own choice) |"),
+    ({"inputs": {"block_size": 64}, "vllm_args": ["--block-size", "64"]}, "| vLLM flags | `--block-size 64` |"),
+]
+
+
+@pytest.mark.parametrize("forced,line", SAVED_EXPLAIN, ids=["nothing forced", "--block-size 64"])
+def test_report_reads_a_saved_explain_answer_with_todays_flag_rule(forced, line, tmp_path):
+    doc = json.loads((FIXTURES / "report" / "explain_llama8b_h200.json").read_text())
+    assert doc["vllm_args"] == ["--attention-backend", "FLASH_ATTN", "--block-size", "16"]  # pinned when saved
+    doc.update({k: dict(doc[k], **v) if isinstance(v, dict) else v for k, v in forced.items()})
+    saved = tmp_path / "explain.json"
+    saved.write_text(json.dumps(doc))
+    result = run("report", str(saved))
+    assert result.exit_code == 0, result.output
+    assert line in result.stdout

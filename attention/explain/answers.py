@@ -172,6 +172,13 @@ def flags_that_change_vllm(profile, inputs, ctx, expl) -> tuple[str, ...]:
     return ()
 
 
+def saved_flags(doc: dict) -> list[str]:
+    """The flags a saved `explain --json` answer advises, read with today's rule (flags_that_change_vllm):
+    none where the answer forced neither a backend nor a block size, whatever an older answer pinned."""
+    forced = doc.get("explicit_backend") is not None or (doc.get("inputs") or {}).get("block_size") is not None
+    return list(doc.get("vllm_args") or []) if forced else []
+
+
 def _same_answer(profile, inputs, ctx, expl, keep_backend: bool, keep_block: bool) -> bool:
     if keep_backend == (ctx.user_backend is not None) and keep_block == (inputs.block_size is not None):
         return True  # the request as given
