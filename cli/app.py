@@ -15,6 +15,10 @@ from attnsel.cli.common import (degrade_unencodable_glyphs, drop_unusable_termin
                                  reserve_standard_streams)
 from attnsel.cli.fast_params import install
 from attnsel.errors import EnvironmentProblem
+from attnsel.cli.help_labels import plain_help_labels
+
+
+GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose"})
 
 
 class AttnselGroup(TyperGroup):
@@ -26,11 +30,26 @@ class AttnselGroup(TyperGroup):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
+            plain_help_labels(command)
         return command
 
     def make_context(self, info_name, args, parent=None, **extra):
         install(self)
-        return super().make_context(info_name, args, parent=parent, **extra)
+        plain_help_labels(self)
+        return super().make_context(info_name, self._hoist_global_options(list(args)), parent=parent, **extra)
+
+    def _hoist_global_options(self, args: list[str]) -> list[str]:
+        """`attnsel probe -q` means `attnsel -q probe`: the root's -q/-v given after a command that
+        has no option of that name move in front of it (up to a `--`)."""
+        position = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
+        command = self.commands.get(args[position]) if position is not None else None
+        if command is None or position is None:
+            return args
+        own = {name for param in command.params for name in getattr(param, "opts", ())}
+        end = args.index("--") if "--" in args[position:] else len(args)
+        moved = [arg for arg in args[position + 1:end] if arg in GLOBAL_FLAGS and arg not in own]
+        kept = [arg for arg in args[position + 1:end] if arg not in moved]
+        return args[:position] + moved + [args[position]] + kept + args[end:]
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:

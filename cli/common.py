@@ -18,9 +18,10 @@ import functools
 import io
 import json
 import os
+import shutil
 import sys
 import traceback
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -46,7 +47,18 @@ def _no_color() -> bool:
 
 def stdout_console() -> Console:
     """Rich console for human output; plain text when NO_COLOR is set or stdout is not a TTY."""
-    return Console(no_color=_no_color(), highlight=False, soft_wrap=False)
+    from attnsel.reports.narrow import FittingConsole
+
+    return FittingConsole(no_color=_no_color(), highlight=False, soft_wrap=False)  # too-wide tables stacked
+
+
+def terminal_width() -> Optional[int]:
+    """The width plain-text output wraps at: COLUMNS when set (as rich reads it), else the
+    terminal's when stdout is one; None for a pipe (one line per message, for grep)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def stderr_console() -> Console:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from typer.core import TyperCommand
 
+from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
+
 from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -72,12 +74,12 @@ def register(app: typer.Typer) -> None:
     @app.command("explain", cls=_ExplainCommand)
     @handle_errors
     def explain_command(
-        model: Optional[str] = typer.Option(None, "--model", help="Model config.json (path, folder or catalog name)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="Model config.json (path, folder or catalog name)."),
         head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float16|bfloat16|float32 (half, bf16, fp16, fp32, float) or auto."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size (default: vLLM picks)."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
         use_mla: Optional[bool] = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
         has_sink: Optional[bool] = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
         use_sparse: Optional[bool] = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
@@ -85,7 +87,7 @@ def register(app: typer.Typer) -> None:
         attn_type: Optional[str] = typer.Option(None, "--attn-type", help="decoder|encoder|encoder_only|encoder_decoder."),
         num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total, as in its config and as `attnsel tune` reads them: vLLM runs total // TP per GPU (this flag used to mean heads per GPU)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size: heads per GPU = total // TP, KV heads per GPU = max(1, KV heads // TP) (fewer KV heads than GPUs are replicated), for --model and --num-heads/--num-kv-heads alike."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
         capability: Optional[str] = typer.Option(None, "--capability", help="Compute capability X.Y (overrides --gpu's)."),
         qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA qk_nope_head_dim (absent = 1, as vLLM reads it)."),
         index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), docs/vllm-rules.md §6); --index-topk N also gives its value, which later releases' sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; docs/vllm-rules.md §9). Default: same as --use-sparse."),
@@ -106,7 +108,7 @@ def register(app: typer.Typer) -> None:
         mamba_cache_dtype: Optional[str] = typer.Option(None, "--mamba-cache-dtype", help="vLLM --mamba-cache-dtype (the Mamba conv state; same values)."),
         mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
         sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
@@ -126,6 +128,10 @@ def register(app: typer.Typer) -> None:
         from attnsel.cli.explain_history import wants_history
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
+        if check_imports:
+            from attnsel.attention.rules import require_vllm_package
+
+            require_vllm_package()  # exit 3: without vLLM every backend would be a ModuleNotFoundError
         history = wants_history(vllm_version)  # --vllm-version all: every release profile, one GPU
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,

@@ -77,8 +77,6 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
     if pipeline_parallel_size < 1:
         raise UserInputError("--pipeline-parallel-size must be >= 1")
     refuse_timeout_without_ray(address, timeout)
-    if address is None and pipeline_parallel_size > 1:
-        raise UserInputError("--pipeline-parallel-size is checked across the nodes of a Ray cluster: add --ray")
     if address is not None and (gpu is not None or num_gpus is not None):
         raise UserInputError("--ray checks the cluster's own GPUs: leave out --gpu/--num-gpus")
 

@@ -14,7 +14,8 @@ from typing import Callable, Optional
 
 import typer
 
-from attnsel.cli.common import handle_errors, print_json
+from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
+from attnsel.cli.common import handle_errors, print_json, terminal_width
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import UserInputError
 
@@ -41,7 +42,8 @@ def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callab
         render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
     else:
         colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour)
+        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour,
+                    width=terminal_width())
     sys.stdout.flush()
     raise_if_failed(result)
 
@@ -50,21 +52,21 @@ def register(app: typer.Typer) -> None:
     @app.command("preflight", cls=RayAddressCommand)
     @handle_errors
     def preflight(
-        model: str = typer.Option(..., "--model", help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
+        model: str = typer.Option(..., "--model", "-m", autocompletion=complete_model, help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
         num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
         strict: bool = typer.Option(False, "--strict", help="Fail (not warn) on different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
         output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
         ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
-        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size (with --ray: stages across nodes)."),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
@@ -93,13 +95,14 @@ def register(app: typer.Typer) -> None:
             kv_cache_dtype=kv_cache_dtype,
             dtype=dtype,
             strict=strict,
+            pipeline_parallel_size=pipeline_parallel_size,
         )
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_ray_preflight
 
             run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
             return
-        report = machine_report(gpu, num_gpus, tensor_parallel_size)
+        report = machine_report(gpu, num_gpus, tensor_parallel_size * pipeline_parallel_size)
         names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
         settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from attnsel.cli.common import handle_errors, print_json, stdout_console
+from attnsel.cli.settings import is_quiet
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
 from attnsel.errors import AttnselError, EnvironmentProblem
 
@@ -65,5 +66,5 @@ def register(app: typer.Typer) -> None:
         if json_output:
             print_json(probe_json(report, results))
         else:
-            print_probe(report, stdout_console(), results)
+            print_probe(report, stdout_console(), results, notes=not is_quiet())
         raise_if_unmet(results)

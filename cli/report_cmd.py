@@ -34,6 +34,9 @@ def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path])
         return fmt
     if output is not None and output.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[output.suffix.lower()]
+    if output is not None and output.suffix:  # x.pdf would get Markdown under a name that promises a PDF
+        raise UserInputError(f"-o {output.name}: report writes {', '.join(FORMATS)}, not {output.suffix}; name the "
+                             f"file .md, .html, .csv or .json, or pass --format")
     return "md"
 
 

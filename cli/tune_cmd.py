@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
+from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel import files
-from attnsel.cli import verify_cmd
+from attnsel.cli import settings, verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
     @app.command("tune")
     @handle_errors
     def tune_command(
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
         head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size (alone: a representative head layout for it, named in the output)."),
         num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total (vLLM runs total // TP per GPU), as `attnsel explain --num-heads` reads them; default: a representative layout for --head-size."),
         num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (GQA; per GPU: max(1, total // TP), replicated when fewer than TP); default = --num-heads."),
@@ -72,12 +73,12 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
         capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
         enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Hybrid models: vLLM's prefix caching, which decides the Mamba cache mode and so vLLM's block size (default: vLLM's for the version)."),
         mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="Hybrid models: vLLM --mamba-ssm-cache-dtype (sizes the state page vLLM aligns the block to)."),
         mamba_cache_mode: Optional[str] = typer.Option(None, "--mamba-cache-mode", help="Hybrid models: vLLM --mamba-cache-mode, which decides the block size vLLM aligns to (as in `attnsel explain`)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
+        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
         verify: bool = typer.Option(False, "--verify", help="Then start vLLM's own engine for vLLM's default, the pick and the runner-up, and say whether the pick holds end to end (`attnsel verify --help`)."),
@@ -123,7 +124,7 @@ def _dry_run(req, as_json: bool) -> None:
     if as_json:
         print_json(doc)
     else:
-        tune_report.render_plan(doc, stdout_console())
+        tune_report.render_plan(doc, stdout_console(), notes=not settings.is_quiet())
     if not plan.runnable_configs:  # README: a grid vLLM refuses entirely exits 1, as a real run does
         raise CheckFailed(tune_request.refused_grid_message(plan))
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from attnsel.cli.completion import complete_model
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.errors import EXIT_FAILED
 
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def verify_command(
         run_dir: Optional[Path] = typer.Argument(None, metavar="RUN_DIR", help="A `tune --output` folder: checks its recommendation (verify.json is written there)."),
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="config.json, folder or catalog name (default: the tuned model)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="config.json, folder or catalog name (default: the tuned model)."),
         candidates: Optional[str] = typer.Option(None, "--candidates", help="Pairs to start besides vLLM's default, e.g. FLASH_ATTN:16,TRITON_ATTN:64 (default: tune's pick and runner-up)."),
         shapes: Optional[str] = typer.Option(None, "--shapes", help="Decode shapes BATCHxCONTEXT, e.g. 1x16384,64x4096 (default: those of tune's decode shapes)."),
         repeats: int = typer.Option(2, "--repeats", help="Timed N1/N2 pairs per shape (>= 2; their spread is the noise)."),

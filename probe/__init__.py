@@ -8,7 +8,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.probe.capability import bf16_error, capability_facts, parse_capability
     from attnsel.probe.collect import collect_probe
     from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport, report_fields, report_from_fields
-    from attnsel.probe.gpu_table import families, find_gpu, match_device_name
+    from attnsel.probe.gpu_table import families, find_gpu, gpu_names, match_device_name
     from attnsel.probe.mixed_gpus import same_model
     from attnsel.probe.requirements import (
         RequirementResult,
@@ -29,6 +29,7 @@ __all__ = [
     "collect_probe",
     "families",
     "find_gpu",
+    "gpu_names",
     "fleet_requirements",
     "match_device_name",
     "parse_capability",
@@ -49,6 +50,7 @@ __getattr__ = lazy_door(__name__, {
     "collect_probe": "collect",
     "families": "gpu_table",
     "find_gpu": "gpu_table",
+    "gpu_names": "gpu_table",
     "fleet_requirements": "requirements",
     "match_device_name": "gpu_table",
     "parse_capability": "capability",

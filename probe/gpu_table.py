@@ -99,7 +99,33 @@ def gpu_names() -> list[str]:
     return [spec.key for spec in GPU_TABLE]
 
 
-def find_gpu(name: str) -> GpuSpec:
+# Accelerators people type that are not NVIDIA GPUs: vLLM runs them on other platforms (ROCm, XPU,
+# TPU, Neuron, HPU), whose attention backends attnsel does not model. Matched on the normalised name.
+_OTHER_VENDORS: tuple[tuple[str, str], ...] = (
+    (r"^(AMD)?(INSTINCT)?MI\d{2,3}[A-Z]?$|^(AMD)?RADEON|^(AMD)?RX\d{4}|^AMD", "an AMD GPU (vLLM's ROCm platform)"),
+    (r"^(INTEL)?GAUDI\d?|^HPU|^(INTEL)?HABANA", "an Intel Gaudi accelerator (vLLM's HPU platform)"),
+    (r"^(INTEL)?(ARC|XPU|PONTEVECCHIO|MAX1[0-9]{3}|DATACENTERGPUMAX)|^INTEL", "an Intel GPU (vLLM's XPU platform)"),
+    (r"^(GOOGLE)?(CLOUD)?TPU|^TRILLIUM|^V[4-6][EP]$", "a Google TPU (vLLM's TPU platform)"),
+    (r"^(AWS)?(TRAINIUM|INFERENTIA|TRN[12]|INF[12])", "an AWS Neuron device (vLLM's Neuron platform)"),
+    (r"^(APPLE)?M[1-5](PRO|MAX|ULTRA)?$|^CPU$", "a CPU or an Apple chip (vLLM's CPU platform)"),
+)
+
+
+def not_nvidia(name: str) -> Optional[str]:
+    """What a non-NVIDIA accelerator name is ("an AMD GPU (vLLM's ROCm platform)"), else None.
+
+    >>> not_nvidia("MI300X")
+    "an AMD GPU (vLLM's ROCm platform)"
+    >>> not_nvidia("H100") is None
+    True
+    """
+    key = _norm(name[:200])
+    if key in _BY_KEY:
+        return None
+    return next((what for pattern, what in _OTHER_VENDORS if re.search(pattern, key)), None)
+
+
+def find_gpu(name: str, *, capability_flag: bool = True) -> GpuSpec:
     """Look a GPU up by the name users type: a table key or alias, exactly, ignoring case, spaces,
     dashes and the vendor words NVIDIA/GeForce/Tesla ("H100", "a100-80gb", "RTX 4090"). Never by
     substring: "H1000" or "a100 nonsense" is no A100 or H100; the error suggests the close names.
@@ -112,8 +138,12 @@ def find_gpu(name: str) -> GpuSpec:
     spec = _BY_KEY.get(_norm(name))
     if spec is not None:
         return spec
-    raise UserInputError(f"unknown GPU name {_shown(name)}.{_suggestion(name)} Known GPUs: {', '.join(gpu_names())}; "
-                         "or pass --capability X.Y.")
+    known = f"Known GPUs: {', '.join(gpu_names())}" + ("; or pass --capability X.Y." if capability_flag else ".")
+    other = not_nvidia(name)
+    if other is not None:
+        raise UserInputError(f"{_shown(name)} is not an NVIDIA GPU: it is {other}; attnsel answers for vLLM's "
+                             f"CUDA platform only. {known}")
+    raise UserInputError(f"unknown GPU name {_shown(name)}.{_suggestion(name)} {known}")
 
 
 def _shown(name: str) -> str:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence, TextIO
+from typing import TYPE_CHECKING, Optional, Sequence, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -141,7 +141,10 @@ def fleet_preflight_json(result: FleetPreflightResult) -> dict:
     head = result_fields(result)
     pp = result.pipeline_parallel_size
     head["deployment"]["pipeline_parallel_size"] = pp
-    head["deployment"]["vllm_flags"] += ["--pipeline-parallel-size", str(pp), "--distributed-executor-backend", "ray"]
+    flags = head["deployment"]["vllm_flags"]
+    if "--pipeline-parallel-size" not in flags:  # the deployment names it once it is more than 1
+        flags += ["--pipeline-parallel-size", str(pp)]
+    flags += ["--distributed-executor-backend", "ray"]
     return {
         "schema": FLEET_PREFLIGHT_SCHEMA,
         **head,
@@ -182,14 +185,14 @@ def summary_line(result: FleetPreflightResult) -> str:
 
 
 def render_preflight_text(result: FleetPreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
-                          colour: bool = False) -> None:
+                          colour: bool = False, width: Optional[int] = None) -> None:
     """As the one-node text, with each line's scope (`[fleet]`, nodes, GPU models) before its message."""
     if not quiet:
         out.write(preflight_header(result) + "\n")
         if result.profile_reason:
             out.write(f"vLLM rules: {result.profile_reason}\n")
     rows = [(f"[{scope}] ", check) for scope, check in grouped(result.checks)]
-    write_check_lines(out, rows, quiet=quiet, verbose=verbose, colour=colour)
+    write_check_lines(out, rows, quiet=quiet, verbose=verbose, colour=colour, width=width)
     if not quiet:
         out.write(summary_line(result) + "\n")
 

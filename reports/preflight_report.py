@@ -6,6 +6,7 @@ escaped the way the Actions toolkit escapes command data (% -> %25, CR -> %0D, L
 
 from __future__ import annotations
 
+import textwrap
 from typing import Optional, Sequence, TextIO
 
 from attnsel.attention.preflight import FAIL, PASS, WARN, Check, PreflightResult
@@ -29,9 +30,9 @@ def _gpu_summary(result: PreflightResult) -> str:
 
 
 def header_line(result: PreflightResult) -> str:
-    tp = result.deployment.tensor_parallel_size
+    tp, pp = result.deployment.tensor_parallel_size, result.deployment.pipeline_parallel_size
     model = f"{result.model} · " if result.model else ""
-    return f"attnsel preflight · {model}TP={tp} · {_gpu_summary(result)}"
+    return f"attnsel preflight · {model}TP={tp}{f' · PP={pp}' if pp > 1 else ''} · {_gpu_summary(result)}"
 
 
 def summary_line(result: PreflightResult) -> str:
@@ -50,6 +51,7 @@ def result_fields(result) -> dict:
         "model_type": getattr(result.model_facts, "model_type", None),
         "deployment": {
             "tensor_parallel_size": d.tensor_parallel_size,
+            "pipeline_parallel_size": d.pipeline_parallel_size,
             "attention_backend": d.attention_backend,
             "block_size": d.block_size,
             "kv_cache_dtype": d.kv_cache_dtype,
@@ -75,32 +77,42 @@ def preflight_to_dict(result: PreflightResult) -> dict:
 
 
 def render_text(result: PreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
-                colour: bool = False) -> None:
+                colour: bool = False, width: Optional[int] = None) -> None:
     """One line per check (`PASS name  message`), hints and vLLM's words indented below.
     quiet: only warn/fail lines and nothing else. colour: ANSI-coloured labels (a terminal
-    without NO_COLOR); the text is the same either way."""
+    without NO_COLOR); the text is the same either way. width: the terminal's, to wrap long
+    messages under their own column (None: one line per message, for pipes)."""
     if not quiet:
         _write_header(result, out)
-    write_check_lines(out, [("", c) for c in result.checks], quiet=quiet, verbose=verbose, colour=colour)
+    write_check_lines(out, [("", c) for c in result.checks], quiet=quiet, verbose=verbose, colour=colour,
+                      width=width)
     if not quiet:
         out.write(summary_line(result) + "\n")
 
 
 def write_check_lines(out: TextIO, rows: Sequence[tuple[str, Check]], *, quiet: bool, verbose: bool,
-                      colour: bool) -> None:
+                      colour: bool, width: Optional[int] = None) -> None:
     """`LABEL  name  <prefix>message` per (prefix, check), vLLM's words and the hint below a warn/fail
-    (below every check when verbose); quiet leaves out the passes."""
-    width = max((len(c.name) for _, c in rows), default=0)
+    (below every check when verbose); quiet leaves out the passes. With a terminal `width`, a long
+    message wraps under its own column (the label and name stay first, for grep)."""
+    names = max((len(c.name) for _, c in rows), default=0)
+    indent = " " * (names + 8)
+
+    def line(first: str, text: str) -> str:
+        if width is None or len(indent) + 20 > width:
+            return first + text + "\n"
+        return textwrap.fill(text, width, initial_indent=first, subsequent_indent=indent,
+                             break_long_words=False, break_on_hyphens=False) + "\n"
+
     for prefix, check in rows:
         if quiet and check.status == PASS:
             continue
         label = f"{_ANSI[check.status]}{_LABEL[check.status]}{_RESET}" if colour else _LABEL[check.status]
-        out.write(f"{label}  {check.name.ljust(width)}  {prefix}{check.message}\n")
-        indent = " " * (width + 8)
+        out.write(line(f"{label}  {check.name.ljust(names)}  ", f"{prefix}{check.message}"))
         if check.vllm_message and (check.status != PASS or verbose):
-            out.write(f"{indent}vLLM: {check.vllm_message}\n")
+            out.write(line(indent, f"vLLM: {check.vllm_message}"))
         if check.hint and (check.status != PASS or verbose):
-            out.write(f"{indent}hint: {check.hint}\n")
+            out.write(line(indent, f"hint: {check.hint}"))
 
 
 def _escape_data(text: str) -> str:

@@ -155,7 +155,9 @@ def _verdict_lines(report: ProbeReport) -> list[Text]:
     return lines
 
 
-def render_probe(report: ProbeReport, requirements: Sequence[RequirementResult] = ()) -> Group:
+def render_probe(report: ProbeReport, requirements: Sequence[RequirementResult] = (), *, notes: bool = True) -> Group:
+    """The probe as text. A failed requirement is left to the one error line on stderr (exit 1);
+    `notes=False` (-q) leaves out the note lines."""
     parts: list = [_header(report)]
     if report.gpus:
         parts.append(gpu_table(report))
@@ -169,17 +171,21 @@ def render_probe(report: ProbeReport, requirements: Sequence[RequirementResult] 
     if pairs and (len(pairs) <= PAIR_TABLE_MAX or any(p.measured_gbps or p.measure_note for p in pairs)):
         parts.append(pair_table(pairs))
     parts.extend(_verdict_lines(report))
-    for line in report.errors:
-        parts.append(Text.assemble(("error: ", "bold red"), line))
+    # a source that could not be read is not an error of the command (it exits 0): with GPUs it is a
+    # warning (a GPU only partly read), without any it is how a GPU-less machine looks
+    error_label = ("warning: ", "bold yellow") if report.gpus else ("note: ", "dim")
+    for line in report.errors if report.gpus or notes else ():
+        parts.append(Text.assemble(error_label, line))
     for line in report.warnings:
         parts.append(Text.assemble(("warning: ", "bold yellow"), line))
-    for line in report.notes:
+    for line in report.notes if notes else ():
         parts.append(Text.assemble(("note: ", "dim"), line))
     for req in requirements:
-        style = "green" if req.ok else "bold red"
-        parts.append(Text.assemble((f"{'PASS' if req.ok else 'FAIL'} ", style), f"{req.check}: {req.detail}"))
+        if req.ok:
+            parts.append(Text.assemble(("PASS ", "green"), f"{req.check}: {req.detail}"))
     return Group(*parts)
 
 
-def print_probe(report: ProbeReport, console: Console, requirements: Sequence[RequirementResult] = ()) -> None:
-    console.print(render_probe(report, requirements))
+def print_probe(report: ProbeReport, console: Console, requirements: Sequence[RequirementResult] = (), *,
+                notes: bool = True) -> None:
+    console.print(render_probe(report, requirements, notes=notes))

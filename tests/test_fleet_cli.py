@@ -56,7 +56,6 @@ def test_auto_without_a_cluster_says_how_to_name_one(monkeypatch):
     (["probe", "--timeout", "5"], "--timeout is for --ray"),
     (["probe", "--ray", "10.0.0.1:6379", "--measure-p2p"], "--measure-p2p times copies on the GPUs"),
     (["probe", "--ray", "10.0.0.1:6379", "--timeout", "0"], "--timeout must be more than 0 seconds"),
-    (["preflight", "--model", "llama-3.1-8b", "-pp", "2"], "--pipeline-parallel-size is checked across the nodes"),
     (["preflight", "--model", "llama-3.1-8b", "-pp", "0", "--ray"], "--pipeline-parallel-size must be >= 1"),
     (["preflight", "--model", "llama-3.1-8b", "--ray", "--gpu", "H100"], "--ray checks the cluster's own GPUs"),
 ])

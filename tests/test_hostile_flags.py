@@ -146,7 +146,7 @@ FLAG_CASES = [
                                   "--model", "llama-3.1-8b", "--candidates", "FLASH_ATTN:16"], 2, "is a file"),
     # Ray flags without a cluster
     Case("preflight:pp-2^64", [*PREFLIGHT, "-pp", BIG], 2, "at most 1024"),
-    Case("preflight:pp-without-ray", [*PREFLIGHT, "-pp", "2"], 2, "add --ray"),
+    Case("preflight:pp-0", [*PREFLIGHT, "-pp", "0"], 2, "--pipeline-parallel-size must be"),
     Case("preflight:timeout-without-ray", [*PREFLIGHT, "--timeout", "5"], 2, "--timeout is for --ray"),
     Case("probe:ray-timeout-nan", ["probe", "--ray", "127.0.0.1:1", "--timeout", "nan"], 2,
          "--timeout must be more than 0 seconds"),

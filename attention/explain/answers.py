@@ -152,7 +152,42 @@ def explain_one(profile, inputs, ctx, choice, notes=()):
 
         explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
     return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
-                               explicit_block_sizes=explicit)
+                               explicit_block_sizes=explicit,
+                               flags_to_paste=flags_that_change_vllm(profile, inputs, ctx, expl))
+
+
+def flags_that_change_vllm(profile, inputs, ctx, expl) -> tuple[str, ...]:
+    """The forced --attention-backend / --block-size that change what vLLM would do on its own: the
+    smallest set of them that still gives this answer (backend and block size). vLLM's own choice
+    needs no flags, and pasting it would freeze today's pick into a deployment (as tune advises)."""
+    if expl.error is not None or expl.selected is None:
+        return ()
+    hybrid = expl.hybrid is not None  # a hybrid's block size is vLLM's to compute: never a flag
+    forced_backend = ctx.user_backend is not None
+    forced_block = inputs.block_size is not None and not hybrid
+    for keep_backend, keep_block in ((False, False), (True, False), (False, True), (True, True)):
+        if (keep_backend and not forced_backend) or (keep_block and not forced_block):
+            continue
+        if _same_answer(profile, inputs, ctx, expl, keep_backend, keep_block or hybrid):
+            flags = ["--attention-backend", expl.selected] if keep_backend else []
+            return tuple(flags + (["--block-size", str(expl.block_size)] if keep_block else []))
+    return ()
+
+
+def saved_flags(doc: dict) -> list[str]:
+    """The flags a saved `explain --json` answer advises, read with today's rule (flags_that_change_vllm):
+    none where the answer forced neither a backend nor a block size, whatever an older answer pinned."""
+    forced = doc.get("explicit_backend") is not None or (doc.get("inputs") or {}).get("block_size") is not None
+    return list(doc.get("vllm_args") or []) if forced else []
+
+
+def _same_answer(profile, inputs, ctx, expl, keep_backend: bool, keep_block: bool) -> bool:
+    if keep_backend == (ctx.user_backend is not None) and keep_block == (inputs.block_size is not None):
+        return True  # the request as given
+    trial = explain_selection(profile, inputs if keep_block else inputs.replace(block_size=None),
+                              ctx if keep_backend else dataclasses.replace(ctx, user_backend=None), [])
+    same_block = expl.hybrid is not None or trial.block_size == expl.block_size
+    return trial.error is None and trial.selected == expl.selected and same_block
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.model.config import derive_model_facts, load_model_config
+    from attnsel.attention.model.config import derive_model_facts, list_catalog, load_model_config
     from attnsel.attention.model.kind import attention_layer_count
     from attnsel.attention.model.rules import model_rules_from_data
     from attnsel.attention.model.validation import (
@@ -31,6 +31,7 @@ __all__ = [
     "check_size",
     "check_tune_flags",
     "derive_model_facts",
+    "list_catalog",
     "kind_of",
     "load_model_config",
     "model_rules_from_data",
@@ -46,6 +47,7 @@ __getattr__ = lazy_door(__name__, {
     "check_size": "validation",
     "check_tune_flags": "validation",
     "derive_model_facts": "config",
+    "list_catalog": "config",
     "kind_of": "validation",
     "load_model_config": "config",
     "model_rules_from_data": "rules",

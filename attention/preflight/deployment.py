@@ -14,7 +14,7 @@ a full NVLink mesh (TP>2) or the world size is not one it supports (docs/probe.m
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from attnsel.attention.rules import parse_dtype
@@ -65,9 +65,12 @@ class Deployment:
     kv_cache_dtype: Optional[str] = None
     dtype: str = "auto"
     strict: bool = False  # mixed GPU models without PCI_BUS_ID: fail instead of warn
+    pipeline_parallel_size: int = 1
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.pipeline_parallel_size > 1:
+            flags += ["--pipeline-parallel-size", str(self.pipeline_parallel_size)]
         dtype = parse_dtype(self.dtype)  # vLLM's spelling: its CLI refuses attnsel's bf16 / fp16 / fp32
         if dtype != "auto":
             flags += ["--dtype", dtype]
@@ -113,7 +116,7 @@ def target_report(gpu_name: str, num_gpus: int) -> ProbeReport:
     links between them unknown (nothing was probed)."""
     from attnsel.probe import find_gpu
 
-    spec = find_gpu(gpu_name)
+    spec = find_gpu(gpu_name, capability_flag=False)  # preflight has no --capability
     gpus = tuple(
         GpuInfo(
             index=i,
@@ -145,7 +148,10 @@ def group_gpus(report: ProbeReport, tp: int) -> list[GpuInfo]:
     return sorted(report.gpus, key=lambda g: g.index)[:tp]
 
 
-def check_gpu_count(report: ProbeReport, tp: int) -> Check:
+def check_gpu_count(report: ProbeReport, tp: int, parallel: Optional[str] = None) -> Check:
+    """Enough usable GPUs for `tp` (with pipeline parallelism: TP x PP, named by `parallel`)."""
+    needs = parallel or f"--tensor-parallel-size {tp}"
+    lower = "--tensor-parallel-size" if parallel is None else "--tensor-parallel-size or --pipeline-parallel-size"
     usable = _usable(report)
     usable_ids = {id(g) for g in usable}  # identity, not ==: linear in the GPU count
     broken = [g for g in report.gpus if id(g) not in usable_ids]
@@ -154,16 +160,16 @@ def check_gpu_count(report: ProbeReport, tp: int) -> Check:
         hidden = next((note for note in report.notes if "CUDA_VISIBLE_DEVICES=" in note), None)
         why = report.fallback_reason or hidden or "NVML and torch.cuda see no GPU"
         return Check(
-            "gpu-count", FAIL, f"no GPU visible ({why}); --tensor-parallel-size {tp} needs {tp}",
+            "gpu-count", FAIL, f"no GPU visible ({why}); {needs} needs {tp}",
             hint="run preflight on the GPU machine, or pass --gpu NAME --num-gpus N to check a target machine",
         )
     if len(usable) < tp:
         extra = f" ({len(broken)} more visible but failing: {broken[0].error})" if broken else ""
         return Check(
             "gpu-count", FAIL,
-            f"{len(usable)} usable GPU(s) visible{extra}, --tensor-parallel-size {tp} needs {tp}",
+            f"{len(usable)} usable GPU(s) visible{extra}, {needs} needs {tp}",
             hint=f"make {tp} GPUs visible (CUDA_VISIBLE_DEVICES={report.cuda_visible_devices or 'unset'}) "
-                 f"or lower --tensor-parallel-size to {max(1, len(usable))}",
+                 f"or lower {lower}" + (f" to {max(1, len(usable))}" if parallel is None else ""),
         )
     if any(g.index < tp for g in broken):
         bad = next(g for g in broken if g.index < tp)
@@ -171,7 +177,7 @@ def check_gpu_count(report: ProbeReport, tp: int) -> Check:
                      hint="check `nvidia-smi`; hide the GPU with CUDA_VISIBLE_DEVICES")
     used = "GPU 0" if tp == 1 else f"GPUs 0-{tp - 1}"
     seen = "on the target machine" if report.source == TARGET_SOURCE else "visible"
-    return Check("gpu-count", PASS, f"{len(usable)} GPU(s) {seen}; TP={tp} uses {used}")
+    return Check("gpu-count", PASS, f"{len(usable)} GPU(s) {seen}; {parallel or f'TP={tp}'} uses {used}")
 
 
 def _model_names(gpus: Sequence[GpuInfo]) -> list[str]:
@@ -344,8 +350,11 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
     Bad input (unknown dtype, bad config) raises UserInputError; vLLM refusals become `fail` checks."""
     tp = deployment.tensor_parallel_size
     steps = _Steps()
-    steps.checks += [check_gpu_count(report, tp), check_same_model(report, tp, deployment.strict),
-                     check_interconnect(report, tp)]
+    if deployment.pipeline_parallel_size > 1:
+        steps.checks += _pipeline_checks(report, hf_config, deployment)
+    else:
+        steps.checks += [check_gpu_count(report, tp), check_same_model(report, tp, deployment.strict),
+                         check_interconnect(report, tp)]
     group = [g for g in group_gpus(report, tp) if g.compute_capability is not None]
     first = group[0] if group else None
     capability = first.compute_capability if first else None
@@ -365,8 +374,28 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
         else:
             steps.explanation = explain_deployment(profile, steps.facts, deployment, capability, first.name)
             steps.checks.append(check_attention(steps.explanation))
-    return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, tp)), report.source,
+    world = tp * deployment.pipeline_parallel_size
+    return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, world)), report.source,
                            steps.explanation, steps.facts, profile_reason)
+
+
+def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deployment) -> list[Check]:
+    """Pipeline parallelism on one machine: TP x PP GPUs, one model among them all, each stage's
+    TP group (GPUs [k*TP, (k+1)*TP), vLLM's rank order) checked for custom all-reduce, the layer split."""
+    from attnsel.attention.preflight.fleet import pipeline_check
+
+    tp, pp = deployment.tensor_parallel_size, deployment.pipeline_parallel_size
+    world = tp * pp
+    count = check_gpu_count(report, world, parallel=f"TP={tp} x PP={pp}")
+    gpus = sorted(report.gpus, key=lambda g: g.index)
+    stages = [gpus[k * tp:(k + 1) * tp] for k in range(pp)]
+    links = [check_interconnect(replace(report, gpus=tuple(stage)), tp) for stage in stages if len(stage) == tp]
+    worst = max(links, key=lambda c: STATUSES.index(c.status)) if links else \
+        Check("interconnect", WARN, f"TP={tp}: not checked, only {len(gpus)} GPU(s) visible (see gpu-count)")
+    if links and tp > 1:
+        worst = replace(worst, message=f"each of the {pp} stages: {worst.message}" if len(set(links)) == 1 else
+                        f"stage {links.index(worst)} (the worst of {pp}): {worst.message}")
+    return [count, check_same_model(report, world, deployment.strict), worst, pipeline_check(hf_config, pp)]
 
 
 def _model_check(facts: Any, tp: int) -> Check:

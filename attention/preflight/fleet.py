@@ -97,7 +97,7 @@ def run_fleet_preflight(fleet: FleetProbe, hf_config: dict, deployment: Deployme
     checks += [ScopedCheck(n.node.label, check_same_model(n.report, len(n.report.gpus), deployment.strict))
                for n in answered if n.report.mixed_gpus]
     checks += _interconnect(answered, tp, pp)
-    checks.append(ScopedCheck(FLEET, _pipeline(hf_config, pp)))
+    checks.append(ScopedCheck(FLEET, pipeline_check(hf_config, pp)))
     explanations, dtypes, per_model = _per_gpu_model(answered, classes, hf_config, deployment, profile, model,
                                                      profile_reason)
     checks += per_model
@@ -229,7 +229,7 @@ def _node_interconnect(node: NodeProbe, tp: int) -> Check:
     return replace(results[worst], message=f"GPUs {spans[worst]}: {results[worst].message}")
 
 
-def _pipeline(hf_config: dict, pp: int) -> Check:
+def pipeline_check(hf_config: dict, pp: int) -> Check:
     """vLLM's get_pp_indices (distributed/utils.py): layers split evenly, the remainder to the
     stages before the last."""
     text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config

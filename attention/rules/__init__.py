@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         preferred_dtype,
         shape_dtype,
     )
-    from attnsel.attention.rules.imports import importable_map
+    from attnsel.attention.rules.imports import importable_map, require_vllm_package
     from attnsel.attention.rules.selection import (
         BackendVerdict,
         Explanation,
@@ -72,6 +72,7 @@ __all__ = [
     "VllmRaises",
     "attn_type_str",
     "importable_map",
+    "require_vllm_package",
     "intersect_sizes",
     "is_fp8",
     "is_quantized_kv_cache",
@@ -105,6 +106,7 @@ __getattr__ = lazy_door(__name__, {
     "VllmRaises": "selection",
     "attn_type_str": "spec",
     "importable_map": "imports",
+    "require_vllm_package": "imports",
     "intersect_sizes": "spec",
     "is_fp8": "spec",
     "is_quantized_kv_cache": "spec",

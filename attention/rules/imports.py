@@ -8,6 +8,8 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnsel.errors import EnvironmentProblem
+
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
 
@@ -43,3 +45,11 @@ def module_available(dotted: str) -> bool:
 
 def importable_map(profile: RuleProfile) -> dict[str, bool]:
     return {name: module_available(name) for name in profile.all_import_modules()}
+
+
+def require_vllm_package() -> None:
+    """`--check-imports` asks which of vLLM's own modules import here: without vLLM every backend
+    would fail with ModuleNotFoundError, which says nothing about the backends (exit 3)."""
+    if not module_available("vllm"):
+        raise EnvironmentProblem("--check-imports asks which of vLLM's backend modules import here, and vLLM is "
+                                 "not installed in this Python environment (pip install vllm, or drop --check-imports)")

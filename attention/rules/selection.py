@@ -202,6 +202,8 @@ class Explanation:
     hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
     # attention/explain/explicit_block_sizes.py: what each explicit --block-size would do (hybrid models, set by explain)
     explicit_block_sizes: tuple[Any, ...] = ()
+    # the forced flags that change what vLLM would do on its own (set by explain; None: not worked out)
+    flags_to_paste: Optional[tuple[str, ...]] = None
 
     @property
     def ok(self) -> bool:
@@ -222,6 +224,10 @@ class Explanation:
 
     @property
     def vllm_args(self) -> list[str]:
+        """The flags to paste: those that change what vLLM would do where explain worked them out,
+        else the backend and block size that pin this answer."""
+        if self.flags_to_paste is not None:
+            return list(self.flags_to_paste)
         if self.error is not None or self.selected is None:
             return []
         args = ["--attention-backend", self.selected]

@@ -16,6 +16,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.versions.adapter_facts import AdapterFacts, installed_adapter_facts
+    from attnsel.attention.versions.backend_names import close_backend_names
     from attnsel.attention.versions.choice import (
         installed_vllm_version,
         choose_profile,
@@ -43,6 +44,7 @@ __all__ = [
     "VERSIONS_DIR",
     "available_profiles",
     "block_size_cli_error",
+    "close_backend_names",
     "choose_profile",
     "diff_patch",
     "get_profile",
@@ -63,6 +65,7 @@ __getattr__ = lazy_door(__name__, {
     "VERSIONS_DIR": "registry",
     "available_profiles": "registry",
     "block_size_cli_error": "profile",
+    "close_backend_names": "backend_names",
     "choose_profile": "choice",
     "diff_patch": "registry",
     "get_profile": "choice",

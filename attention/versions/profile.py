@@ -7,7 +7,6 @@ Everything that differs between vLLM versions is asked of this object -- never a
 
 from __future__ import annotations
 
-import difflib
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -162,12 +161,9 @@ class RuleProfile:
         upper = name.strip().upper()
         if upper in self.registry:
             return upper
-        valid = ", ".join(self.registry)
-        message = f"Unknown attention backend: '{upper}'. Valid options are: {valid}"
-        close = difflib.get_close_matches(upper, self.registry_names, n=1, cutoff=0.5)
-        if close:
-            message += f" (attnsel: did you mean {close[0]}?)"
-        raise UserInputError(message)
+        from attnsel.attention.versions.backend_names import unknown_backend_message
+
+        raise UserInputError(unknown_backend_message(self, upper))
 
     # --- §5a / §9 priorities ------------------------------------------------------------------
     def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:

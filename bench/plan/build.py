@@ -65,9 +65,14 @@ def parse_backends(value: Optional[str]) -> list[str]:
     names = [v.strip().upper() for v in value.split(",") if v.strip()]
     if not names:  # "--backends ,,," names none, as --backends "" does: not the default grid
         raise UserInputError(f"--backends {value!r} names no backend; leave the flag out for the default grid")
-    bad = [n for n in names if n not in BACKENDS + MLA_BACKENDS]
+    supported = BACKENDS + MLA_BACKENDS
+    bad = [n for n in names if n not in supported]
     if bad:
-        raise UserInputError(f"unknown backend(s) {', '.join(bad)}; tune supports {', '.join(BACKENDS + MLA_BACKENDS)}")
+        from attnsel.attention.versions import close_backend_names
+
+        hints = {n: close_backend_names(n, supported) for n in bad}
+        named = [f"{n} (did you mean {', '.join(hints[n])}?)" if hints[n] else n for n in bad]
+        raise UserInputError(f"unknown backend(s) {', '.join(named)}; tune supports {', '.join(supported)}")
     return list(dict.fromkeys(names))
 
 

@@ -110,7 +110,7 @@ def shape_notes(shape) -> list[str]:
         notes.append(SPARSE_NOTE)
     if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
         from attnsel.attention.kernels import FP8_TOLERANCE
-        from attnsel.attention.rules import is_fp8
+        from attnsel.attention.rules import is_fp8  # the fp8 cache names live with the rules' vocabulary
 
         if is_fp8(shape.kv_cache_dtype):
             notes.append(f"--kv-cache-dtype {shape.kv_cache_dtype}: each backend vLLM accepts it for is timed with an "

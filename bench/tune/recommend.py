@@ -159,8 +159,7 @@ class Decision:
             return (f"{best} measured {margin:.1f}% faster than vLLM's default: above noise, but below the "
                     f"{self.min_gain * 100:.0f}% worth changing flags for (--min-gain): keeping the default is as good")
         if self.verdict is Verdict.STAND_IN:
-            return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {self.stand_in} stood in for "
-                    f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
+            return stand_in_advice(best, margin, self.stand_in)
         return (f"{best} measured {margin:.1f}% faster than vLLM's default, within noise "
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
 
@@ -306,6 +305,18 @@ def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
     return decision
 
 
+def stand_in_advice(best: str, margin: float, stand_in: Optional[str]) -> str:
+    """A margin that a stand-in kernel measured: shown, never advised."""
+    return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {stand_in} stood in for "
+            f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
+
+
+def stand_ins_among(rows: Sequence[dict]) -> Optional[str]:
+    """The providers that stood in for vLLM's own kernel on these rows ("FLASH_ATTN by fa4"), or None."""
+    stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in rows) if p})
+    return "; ".join(stand_ins) if stand_ins else None
+
+
 def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
     """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
     for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
@@ -313,10 +324,10 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
     still ranked and shown; the flags stay vLLM's default."""
     if decision.verdict is not Verdict.FASTER:
         return decision
-    stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in compared_rows) if p})
-    if stand_ins:
+    stand_in = stand_ins_among(compared_rows)
+    if stand_in:
         decision.verdict = Verdict.STAND_IN
-        decision.stand_in = "; ".join(stand_ins)
+        decision.stand_in = stand_in
     return decision
 
 

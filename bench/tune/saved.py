@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Mapping, Optional, Union
 
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune.recommend import recommend
+from attnsel.bench.tune.recommend import recommend, stand_in_advice, stand_ins_among
 from attnsel.bench.tune.records import Record
 from attnsel.bench.tune.verdict import Verdict
 
@@ -33,7 +33,7 @@ def with_recommendation(document: dict) -> dict:
     a sweep cut short left only results.jsonl, so the recommendation is made here from its rows,
     the workload labels they name and (when the document has one) the plan's vLLM default."""
     if isinstance(document.get("recommendation"), dict):
-        return document
+        return with_todays_verdicts(document)
     rows = document.get("rows") or []
     labels: dict[str, list[str]] = {}
     for row in rows:
@@ -46,3 +46,35 @@ def with_recommendation(document: dict) -> dict:
     vllm_default = (default["backend"], int(default["block_size"])) if named else None
     made = recommend(rows, workload_labels=labels, vllm_default=vllm_default)
     return dict(document, recommendation=made.to_dict())
+
+
+def with_todays_verdicts(document: dict) -> dict:
+    """A saved recommendation read with today's rules, which only ever take advice away: a margin
+    that a stand-in for vLLM's own kernel measured (bench/sweep/results.py stand_in_provider)
+    advises no flags, whatever the file says (files from before that rule said "faster")."""
+    rec = document["recommendation"]
+    rows = document.get("rows") or []
+    today = dict(rec)
+    if isinstance(rec.get("overall"), dict):
+        today["overall"] = _todays_decision(rec["overall"], rows)
+    if isinstance(rec.get("workloads"), dict):
+        today["workloads"] = {kind: _todays_decision(d, rows) if isinstance(d, dict) else d
+                              for kind, d in rec["workloads"].items()}
+    return document if today == rec else dict(document, recommendation=today)
+
+
+def _todays_decision(decision: dict, rows: list) -> dict:
+    if Verdict.read(decision.get("verdict")) is not Verdict.FASTER:
+        return decision
+    best, default = decision.get("best"), decision.get("vllm_default")
+    pairs = {(p.get("backend"), p.get("block_size")) for p in (best, default) if isinstance(p, dict)}
+    scope = decision.get("scope")
+    compared = [r for r in rows if isinstance(r, dict) and (r.get("backend"), r.get("block_size")) in pairs
+                and scope in (None, "overall", r.get("kind"))]
+    stand_in = stand_ins_among(compared)
+    if stand_in is None or not isinstance(best, dict):
+        return decision
+    margin = decision.get("margin_pct")
+    best_text = f"{best.get('backend')} with --block-size {best.get('block_size')}"
+    return dict(decision, verdict=Verdict.STAND_IN.value, stand_in=stand_in, above_noise=False, advised_flags=None,
+                advice=stand_in_advice(best_text, float(margin) if isinstance(margin, (int, float)) else 0.0, stand_in))

@@ -236,6 +236,7 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     progress = progress or VerifyProgress()
     output_dir = Path(output_dir)
     previous = previous_rows(output_dir, req.resume)
+    vllm_version_or_fail(req.engine)  # no vLLM: exit 3 before the output folder exists
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     document, candidates, context = plan_document(req, output_dir, env)

@@ -161,10 +161,17 @@ def render_explanation(expl: Explanation, console: Console) -> None:
         console.print(f"Note: {note}", markup=False)
     if expl.error is not None:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
-    elif expl.vllm_args:
-        console.print("vLLM flags: " + " ".join(expl.vllm_args), markup=False)
+    elif expl.selected is not None:
+        console.print(flags_line(expl), markup=False)
         for line in block_size_advice_lines(expl):
             console.print(line, markup=False)
+
+
+def flags_line(expl: Explanation) -> str:
+    """The flags to paste, or that vLLM's own choice needs none (pinning it would freeze it)."""
+    if expl.vllm_args:
+        return "vLLM flags: " + " ".join(expl.vllm_args)
+    return "vLLM flags: none needed (vLLM's own choice; pinning it would freeze it)"
 
 
 def model_line(section: dict) -> str:

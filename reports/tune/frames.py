@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from attnsel.attention.explain import saved_flags
 from attnsel.attention.kernels import BACKENDS
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune import (Choice, DecisionRecord, DeviceEnvironment, GpuEnvironment, RecommendationRecord, Timing,
@@ -261,7 +262,7 @@ def explain_summary(doc: dict) -> dict:
         "error": doc.get("error"),
         "error_type": doc.get("error_type"),
         "warnings": list(doc.get("warnings") or []),
-        "vllm_args": list(doc.get("vllm_args") or []),
+        "vllm_args": saved_flags(doc),  # today's rule: flags only where the answer forced a choice
         "valid": [b["name"] for b in doc.get("backends") or [] if b.get("valid")],
     }
 

@@ -260,7 +260,7 @@ def explain_html(doc: dict, standalone: bool = True) -> str:
     if s["error"]:
         out.append(f'<div class="error"><b>vLLM raises {_e(s["error_type"])}:</b> {_e(s["error"])}</div>')
     else:
-        flags = " ".join(s["vllm_args"])
+        flags = " ".join(s["vllm_args"]) or "no flags needed (vLLM's own choice)"
         out.append(f'<div class="card"><div class="big">vLLM selects {_e(s["selected"])}</div>'
                    f'<p>KV block size {_e(s["block_size"])} (kernel block {_e(s["kernel_block_size"])})</p>'
                    f'<code class="flags">{_e(flags)}</code></div>')

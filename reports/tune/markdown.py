@@ -206,7 +206,7 @@ def explain_markdown(doc: dict, level: int = 1) -> str:
         rows.append(("vLLM raises", f"{s['error_type']}: {s['error']}"))
     else:
         rows.append(("vLLM selects", f"{s['selected']}, KV block size {s['block_size']}"))
-        rows.append(("vLLM flags", _code(" ".join(s["vllm_args"])) if s["vllm_args"] else "–"))
+        rows.append(("vLLM flags", _code(" ".join(s["vllm_args"])) if s["vllm_args"] else "none needed (vLLM's own choice)"))
     out += [table(["", ""], rows), ""]
     frame = F.explain_frame(doc)
     out += [table(["prio", "backend", "valid", "reasons (vLLM's words)"],

@@ -103,7 +103,7 @@ def launch_lines(launch: dict) -> list[str]:
     return lines
 
 
-def render_plan(plan: dict, console: Console) -> None:
+def render_plan(plan: dict, console: Console, *, notes: bool = True) -> None:
     gpu = plan.get("gpu") or "GPU"
     console.print(f"[bold]attnsel tune --dry-run[/bold]: {gpu} (compute capability {plan['capability']}), "
                   f"grid {plan['grid']}")
@@ -119,7 +119,7 @@ def render_plan(plan: dict, console: Console) -> None:
     console.print(f"{planned} configs x {len(plan['workloads'])} shapes = {plan['timed_rows']} timed rows; "
                   f"{plan['skipped_configs']} configs skipped by vLLM's rules. "
                   f"Rough warm estimate: {plan['estimated_seconds_warm']:.0f} s.")
-    for note in plan.get("notes") or []:
+    for note in plan.get("notes") or [] if notes else []:  # -q: results only
         console.print(f"note: {note}")
 
 
