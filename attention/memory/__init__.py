@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         WEIGHTS,
         MemoryFlags,
         MemoryPlan,
+        check_memory_flags,
         device_total_bytes,
         plan_memory,
     )
@@ -33,6 +34,7 @@ __all__ = [
     "NO_CACHE_MEMORY",
     "WEIGHTS",
     "WeightBytes",
+    "check_memory_flags",
     "device_total_bytes",
     "memory_for",
     "plan_memory",
@@ -47,6 +49,7 @@ __getattr__ = lazy_door(__name__, {
     "NO_CACHE_MEMORY": "plan",
     "WEIGHTS": "plan",
     "WeightBytes": "weights",
+    "check_memory_flags": "plan",
     "device_total_bytes": "plan",
     "memory_for": "fixes",
     "plan_memory": "plan",

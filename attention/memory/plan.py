@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional
 
 from attnsel.attention.memory.weights import DTYPE_BYTES, WeightBytes, weight_bytes
 from attnsel.attention.rules import is_fp8
+from attnsel.errors import UserInputError
 
 GIB = 2**30
 FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS = "fits", "max_model_len_too_long", "no_cache_memory", "weights_do_not_fit"
@@ -83,6 +84,17 @@ class MemoryPlan:
 
 def _rounded(doc: dict) -> dict:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in doc.items()}
+
+
+def check_memory_flags(flags: MemoryFlags) -> None:
+    """Bad values are bad input (exit 2), checked before anything runs."""
+    util = flags.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise UserInputError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        value = getattr(flags, name)
+        if value is not None and value < 1:
+            raise UserInputError(f"--{name.replace('_', '-')} must be a positive number of tokens, got {value}")
 
 
 def device_total_bytes(gpu_name: Optional[str], table_bytes: int, probed: bool) -> int:
