@@ -239,7 +239,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if facts is not None and facts.is_attention_free:
         _output_attention_free(expl, section, req, route.as_json)
         return
-    _output(expl, section, route.as_json)
+    _output(expl, section, route.as_json, answer.memory)
     if expl.error is not None:
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
@@ -289,11 +289,11 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: Optional[dict], as_json: bool) -> None:
+def _output(expl, model_section: Optional[dict], as_json: bool, memory=None) -> None:
     from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
 
     if as_json:
-        print_json(explanation_with_model_to_dict(expl, model_section))
+        print_json(explanation_with_model_to_dict(expl, model_section, memory))
         return
-    render_explanation_with_model(expl, model_section, stdout_console())
+    render_explanation_with_model(expl, model_section, stdout_console(), memory)
     sys.stdout.flush()

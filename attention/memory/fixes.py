@@ -25,7 +25,7 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
                total_bytes: int, gpu_name: Optional[str]) -> Optional[MemoryPlan]:
     """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data)."""
     rules = profile.memory
-    if not rules or facts is None:
+    if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
         return None
     plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
     if plan.fits:

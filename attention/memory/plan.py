@@ -76,7 +76,7 @@ class MemoryPlan:
             "max_num_batched_tokens", "block_size", "weights_gib", "kv_cache_gib", "kv_cache_blocks",
             "kv_cache_tokens", "max_concurrency", "needed_gib", "verdict", "estimated_max_model_len",
             "vllm_message")}
-        doc["reserved_gib"] = dict(zip(("low", "mid", "high"), self.reserved_gib))
+        doc["reserved_gib"] = dict(zip(("low", "mid", "high"), (round(r, 2) for r in self.reserved_gib)))
         doc["kv_cache_tokens_range"] = list(self.kv_cache_tokens_range)
         doc["fixes"], doc["notes"] = list(self.fixes), list(self.notes)
         return _rounded(doc)

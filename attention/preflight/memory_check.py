@@ -41,7 +41,7 @@ def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, 
 def memory_check_fields(plan: Any, release: str) -> tuple[str, str, Optional[str], Optional[str]]:
     """(status, message, hint, vLLM's message) of the `memory` check."""
     if plan is None:
-        return WARN, f"not checked: no GPU memory size known, or vLLM {release}'s memory flow is not modelled", None, None
+        return WARN, f"not checked: no GPU memory size known, an attention-free model, or vLLM {release}'s memory flow is not modelled", None, None
     hint = "; or ".join(plan.fixes) if plan.fixes else None
     if plan.verdict == WEIGHTS:
         return (FAIL, f"the weights need {plan.weights_gib:.1f} GiB per GPU; the GPU has {plan.total_gib:.1f} GiB: "
