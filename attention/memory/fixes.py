@@ -27,7 +27,12 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
     rules = profile.memory
     if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
         return None
-    plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
+    try:
+        plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        # a config without a size the plan reads (llava's text_config leaves them to transformers'
+        # defaults) or with nonsense in one: not modelled, rather than a guess
+        return None
     if plan.fits:
         return plan
     return dataclasses.replace(plan, fixes=suggest_fixes(plan, hf_config, facts, explanation, rules, flags,
