@@ -1,6 +1,6 @@
 """The memory plan vLLM makes on each GPU at start-up, and its verdict, from a config alone.
 
-vLLM's start-up (docs/vllm-rules.md §13): it loads the weights, runs one dummy forward pass of
+vLLM's start-up (docs/memory.md): it loads the weights, runs one dummy forward pass of
 `max_num_batched_tokens` tokens plus a sampler pass of `max_num_seqs` requests (the profile run),
 and gives the KV cache what is left of `gpu_memory_utilization x total memory` after the weights,
 that run's activation peak, the memory outside torch's allocator and (where the release applies
@@ -162,43 +162,87 @@ def _kv_bytes_per_token_layer(facts: Any, kv_cache_dtype: Optional[str], tp: int
 
 @dataclass(frozen=True)
 class _Cache:
-    """How the KV cache of one GPU is laid out: bytes of one block in every layer that allocates it,
-    and what one request of `n` tokens needs."""
+    """How the KV cache of one GPU is laid out. Layers of one kind (full attention, sliding window,
+    Mamba state) share block ids in groups of `group_size` layers (vLLM's hybrid allocator: one
+    tensor per group slot, kv_cache_utils.py); a block id costs `page_bytes x group_size`."""
 
     block_size: int
-    block_bytes: float  # one block id across the layers sharing it
-    layers: int
-    page_bytes: float  # one layer's page
-    state_blocks: int  # blocks a request pins besides its tokens' (hybrid: state groups)
-    attention_groups: int
-    state_layers: int
+    page_bytes: float  # one layer's page (one block of it)
+    group_size: int
+    full_layers: int
+    sliding_layers: int = 0
+    window: int = 0  # sliding window (tokens)
+    batched_tokens: int = 0
+    state_layers: int = 0
+    state_blocks: int = 0  # blocks a request pins in the state groups (hybrid)
+
+    @property
+    def block_bytes(self) -> float:
+        return self.page_bytes * self.group_size
+
+    def _sliding_blocks(self, n: int) -> int:
+        """SlidingWindowSpec.max_memory_usage_bytes: the window plus a step's tokens, one spare block."""
+        return math.ceil(min(self.window - 1 + self.batched_tokens, n) / self.block_size) + 1
 
     def needed_bytes(self, n: int) -> float:
-        """vLLM's max_memory_usage_bytes: per attention layer cdiv(n, block) pages, per state layer one."""
-        return self.layers * math.ceil(n / self.block_size) * self.page_bytes + self.state_layers * self.page_bytes
+        """vLLM's max_memory_usage_bytes summed over the layers: full attention cdiv(n, block)
+        pages, sliding window its window's, a state layer one page."""
+        pages = self.full_layers * math.ceil(n / self.block_size) + self.state_layers
+        if self.sliding_layers:
+            pages += self.sliding_layers * self._sliding_blocks(n)
+        return pages * self.page_bytes
 
     def blocks_per_request(self, n: int) -> int:
-        return self.attention_groups * math.ceil(n / self.block_size) + self.state_blocks
+        """Block ids one request of n tokens holds, over the groups (get_max_concurrency_for_kv_cache_config)."""
+        groups = math.ceil(self.full_layers / self.group_size) * math.ceil(n / self.block_size) + self.state_blocks
+        if self.sliding_layers:
+            groups += math.ceil(self.sliding_layers / self.group_size) * self._sliding_blocks(n)
+        return groups
 
 
-def _cache_layout(hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags) -> _Cache:
+def group_size(counts: list[int]) -> int:
+    """vLLM's group size for layers of several kinds: the smallest count, or the largest when the
+    counts are within 1.5x of each other (kv_cache_utils.py, the same rule as attention/hybrid/groups.py)."""
+    counts = [n for n in counts if n > 0]
+    size = min(counts)
+    return max(counts) if max(counts) < size * 1.5 else size
+
+
+def sliding_split(hf_config: Mapping, facts: Any, layers: int) -> int:
+    """How many layers use the sliding window: the config's layer_types, Gemma-3's pattern (every
+    Nth layer global), Gemma-2's alternation, else all of them when vLLM applies the window."""
+    if not facts.sliding_window:
+        return 0
+    c = _text(hf_config)
+    types = c.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(1 for t in types[:layers] if t == "sliding_attention")
+    pattern = c.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 0:
+        return layers - layers // pattern
+    if facts.model_type in ("gemma2", "gemma3", "gemma3_text"):
+        return layers // 2
+    return layers
+
+
+def _cache_layout(hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, batched_tokens: int) -> _Cache:
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     hybrid = getattr(explanation, "hybrid", None) if explanation is not None else None
     if hybrid is not None:
         groups, layout = hybrid.groups, facts.hybrid_layout
-        per_stage = max(1, math.ceil(groups.group_size / pp))
-        return _Cache(hybrid.block_size, hybrid.attention_page_bytes * per_stage,
-                      math.ceil(layout.attention_layers / pp), hybrid.attention_page_bytes,
-                      groups.blocks_pinned_per_request - groups.attention_groups, groups.attention_groups,
-                      math.ceil(layout.mamba_layers / pp))
+        return _Cache(hybrid.block_size, hybrid.attention_page_bytes, max(1, math.ceil(groups.group_size / pp)),
+                      math.ceil(layout.attention_layers / pp), state_layers=math.ceil(layout.mamba_layers / pp),
+                      state_blocks=groups.blocks_pinned_per_request - groups.attention_groups)
     block = (getattr(explanation, "block_size", None) if explanation is not None else None) or 16
     layers = math.ceil(int(_text(hf_config).get("num_hidden_layers") or 1) / pp)
     page = _kv_bytes_per_token_layer(facts, flags.kv_cache_dtype or facts.kv_cache_dtype_forced, tp) * block
-    return _Cache(block, page * layers, layers, page, 0, 1, 0)
+    sliding = sliding_split(hf_config, facts, layers)
+    full = layers - sliding
+    return _Cache(block, page, group_size([full, sliding]), full, sliding, int(facts.sliding_window or 0), batched_tokens)
 
 
 def format_gib(n: float) -> str:
-    """vLLM's utils/mem_utils.py format_gib: rounded to 2 places, no trailing zeros kept (16.0, 9.35)."""
+    """vLLM's utils/mem_utils.py format_gib: rounded to 2 places (16.0, 9.35)."""
     return f"{round(n / GIB, 2)}"
 
 
@@ -237,15 +281,14 @@ def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping
     weights = weight_bytes(hf_config, facts, tp=tp, pp=flags.pipeline_parallel_size, quantization=flags.quantization)
     reserved = _reserved(rules, activation_peak_bytes(hf_config, facts, tokens, seqs, tp), flags)
     requested = util * total_bytes
-    cache = _cache_layout(hf_config, facts, explanation, flags)
+    cache = _cache_layout(hf_config, facts, explanation, flags, tokens)
     kv = [requested - weights.total - r for r in reversed(reserved)]  # low, mid, high
     blocks = [max(0, int(b // cache.block_bytes)) for b in kv]
     per_request = cache.blocks_per_request(max_len)
     concurrency = blocks[1] / per_request if per_request else 0.0
-    if cache.state_blocks:  # hybrid: vLLM reports concurrency x max_model_len tokens
-        token_counts = [int(b / per_request * max_len) for b in blocks]
-    else:
-        token_counts = [b * cache.block_size for b in blocks]
+    # vLLM reports int(concurrency x max_model_len) tokens (get_kv_cache_capacity): blocks x block
+    # size for a full-attention model whose length is a multiple of the block
+    token_counts = [int(b / per_request * max_len) for b in blocks]
     needed = cache.needed_bytes(max_len)
     plan = MemoryPlan(
         gpu_name=gpu_name, total_gib=total_bytes / GIB, gpu_memory_utilization=util, max_model_len=max_len,
@@ -261,8 +304,6 @@ def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping
 def _notes(weights: WeightBytes, facts: Any) -> tuple[str, ...]:
     notes = [f"weights counted from config.json: {weights.parameters / 1e9:.1f}B parameters, "
              f"{weights.linear_bytes_per_param:g} bytes each in linear layers ({weights.quantization or facts.dtype})"]
-    if facts.sliding_window:
-        notes.append("sliding-window layers counted as full attention: vLLM keeps fewer blocks for them, so it may fit more")
     return tuple(notes)
 
 

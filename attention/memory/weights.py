@@ -154,7 +154,8 @@ def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1,
         body_bytes = body * experts_bytes
     vocab = int(_get(c, "vocab_size", default=0) or hf_config.get("vocab_size") or 0)
     vocab_shard = math.ceil(vocab / (VOCAB_PADDING * tp)) * VOCAB_PADDING
-    tied = bool(_get(hf_config, "tie_word_embeddings", default=c.get("tie_word_embeddings", False)))
+    # transformers' PretrainedConfig ties them unless the config says otherwise (Gemma's leave it out)
+    tied = bool(_get(hf_config, "tie_word_embeddings", default=c.get("tie_word_embeddings", True)))
     embed_bytes = vocab_shard * hidden * dtype_bytes
     # pipeline: the busiest stage has ceil(layers / pp) layers plus the embedding (first) or the LM head (last)
     stage_share = math.ceil(layers / pp) / layers

@@ -23,7 +23,7 @@ from attnsel.probe import GpuInfo, ProbeReport, bf16_error, same_model
 from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
 from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.model import derive_model_facts
-from attnsel.attention.preflight.memory_check import memory_check_fields, plan_for_group
+from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)
@@ -379,7 +379,8 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
             steps.checks.append(check_attention(steps.explanation))
         steps.memory = plan_for_group(profile, hf_config, steps.facts, steps.explanation, deployment, group,
                                       probed=report.source != TARGET_SOURCE)
-        steps.checks.append(Check("memory", *memory_check_fields(steps.memory, profile.vllm_version)))
+        why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
+        steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
     return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, tp)), report.source,
                            steps.explanation, steps.facts, profile_reason, steps.memory)
 

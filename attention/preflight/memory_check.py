@@ -26,6 +26,17 @@ def memory_flags(deployment: Any) -> MemoryFlags:
     )
 
 
+def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
+    """Why there is no plan (memory_for answered None)."""
+    if not any(g.memory_total_bytes for g in group):
+        return "no GPU memory size known (see gpu-count)"
+    if not profile.memory:
+        return f"vLLM {profile.vllm_version}'s memory flow is not modelled"
+    if facts.is_attention_free:
+        return "an attention-free model: its Mamba state cache is not modelled yet"
+    return "the config lacks a size the memory plan reads (hidden_size, num_hidden_layers, ...)"
+
+
 def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
                    group: Sequence[Any], probed: bool) -> Any:
     """The plan of the group's smallest GPU; None without a GPU's memory or the release's memory data."""
@@ -38,10 +49,10 @@ def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, 
                       total_bytes=total, gpu_name=smallest.name)
 
 
-def memory_check_fields(plan: Any, release: str) -> tuple[str, str, Optional[str], Optional[str]]:
-    """(status, message, hint, vLLM's message) of the `memory` check."""
+def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str], Optional[str]]:
+    """(status, message, hint, vLLM's message) of the `memory` check; `why_not`: why there is no plan."""
     if plan is None:
-        return WARN, f"not checked: no GPU memory size known, an attention-free model, or vLLM {release}'s memory flow is not modelled", None, None
+        return WARN, f"not checked: {why_not}", None, None
     hint = "; or ".join(plan.fixes) if plan.fixes else None
     if plan.verdict == WEIGHTS:
         return (FAIL, f"the weights need {plan.weights_gib:.1f} GiB per GPU; the GPU has {plan.total_gib:.1f} GiB: "
