@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
-from attnsel.attention.memory.plan import FITS, MAX_MODEL_LEN, MemoryFlags, MemoryPlan, plan_memory
+from attnsel.attention.memory.plan import MAX_MODEL_LEN, MemoryFlags, MemoryPlan, plan_memory
 from attnsel.attention.rules import is_fp8
 
 TP_CHOICES = (2, 4, 8)

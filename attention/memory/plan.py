@@ -144,7 +144,8 @@ def activation_peak_bytes(hf_config: Mapping, facts: Any, tokens: int, seqs: int
     widths = [3 * int(c.get("intermediate_size") or 4 * hidden) / tp]
     if c.get("moe_intermediate_size") or c.get("num_experts_per_tok"):
         topk = int(c.get("num_experts_per_tok") or 2)
-        widths.append(topk * 3 * int(c.get("moe_intermediate_size") or c.get("intermediate_size")) / tp)
+        expert = c.get("moe_intermediate_size") or c.get("intermediate_size") or 4 * hidden
+        widths.append(topk * 3 * int(expert) / tp)
     layout = facts.hybrid_layout
     if layout is not None and "intermediate_size" in dict(layout.sizes):
         widths.append(3 * layout.size("intermediate_size") / tp)

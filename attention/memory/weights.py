@@ -54,7 +54,8 @@ def quantization_method(hf_config: Mapping, flag: Optional[str]) -> Optional[str
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
         bits = [g.get("weights", {}).get("num_bits") for g in groups.values() if isinstance(g, Mapping)]
-        return {8: "fp8", 4: "gptq"}.get(bits[0] if bits else None, method)
+        names = {8: "fp8", 4: "gptq"}
+        return names.get(bits[0], method) if bits and isinstance(bits[0], int) else method
     return method or None
 
 
