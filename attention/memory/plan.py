@@ -313,8 +313,8 @@ def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes
     from dataclasses import replace
 
     if weights.total > total_bytes:
-        text = rules["weights_oom"].format(weights_gib=f"{weights.gib:.2f}", total_gib=f"{total_bytes / GIB:.2f}")
-        return replace(plan, verdict=WEIGHTS, vllm_message=text, kv_cache_gib=0.0)
+        # vLLM dies in torch's allocator (CUDA out of memory, naming one tensor): no text of its own to quote
+        return replace(plan, verdict=WEIGHTS, kv_cache_gib=0.0)
     if available <= 0:
         return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"], kv_cache_gib=0.0)
     needed = cache.needed_bytes(plan.max_model_len)

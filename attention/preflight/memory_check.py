@@ -56,7 +56,7 @@ def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str
     hint = "; or ".join(plan.fixes) if plan.fixes else None
     if plan.verdict == WEIGHTS:
         return (FAIL, f"the weights need {plan.weights_gib:.1f} GiB per GPU; the GPU has {plan.total_gib:.1f} GiB: "
-                "vLLM runs out of memory while loading them", hint, plan.vllm_message)
+                "vLLM stops with CUDA out of memory (torch.OutOfMemoryError) while loading them", hint, None)
     if plan.verdict == NO_CACHE_MEMORY:
         return (FAIL, f"{plan.weights_gib:.1f} GiB of weights and ~{plan.reserved_gib[1]:.1f} GiB of activations leave "
                 f"nothing of {plan.gpu_memory_utilization:g} x {plan.total_gib:.1f} GiB for the KV cache", hint, plan.vllm_message)

@@ -21,7 +21,7 @@ def memory_lines(plan: Any) -> list[str]:
             f"{plan.kv_cache_tokens:,} tokens ({plan.kv_cache_tokens_range[0]:,}-{plan.kv_cache_tokens_range[1]:,}); "
             f"maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x")
         return lines
-    lines.append(f"  vLLM would not start: {plan.vllm_message}")
+    lines.append(f"  vLLM would not start: {plan.vllm_message or 'CUDA out of memory while loading the weights'}")
     lines += [f"  fix: {fix}" for fix in plan.fixes]
     return lines
 
