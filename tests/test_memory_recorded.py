@@ -52,3 +52,26 @@ def test_the_recorder_reads_vllms_refusal_and_its_estimate():
     assert vllm_verdict("error", "No available memory for the cache blocks. Try ...") == ("no_cache_memory", None)
     assert vllm_verdict("oom", "CUDA out of memory. Tried to allocate 1.96 GiB") == ("weights_do_not_fit", None)
     assert vllm_verdict("ok", None) == ("fits", None)
+
+
+FAKE = Path(__file__).parent / "fixtures" / "verify_engine" / "fake_engine.py"
+
+
+@pytest.mark.parametrize("on_start, verdict", [(None, "fits"), ("oom", "weights_do_not_fit")])
+def test_the_recorder_writes_what_the_engine_reported(tmp_path, monkeypatch, on_start, verdict):
+    """The recorder's path through verify's engine worker, with the fake engine CI uses for verify
+    (it logs vLLM 0.24's lines): a start becomes its KV figures, an out-of-memory start its verdict."""
+    from attnsel.bench.tools.memory_record import record_case
+
+    scenario = {"default": ["FLASH_ATTN", 16], "kv_tokens": 640000,
+                "backends": {"FLASH_ATTN": {"step_ms": 1.0, "prefill_tok_s": 1000, "on_start": on_start}}}
+    (tmp_path / "scenario.json").write_text(json.dumps(scenario))
+    monkeypatch.setenv("ATTNSEL_FAKE_ENGINE_SCENARIO", str(tmp_path / "scenario.json"))
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85520809984, "count": 1}
+    record = record_case("case", "qwen3-0.6b", {"max_model_len": 4096, "enforce_eager": True}, {}, tmp_path, gpu,
+                         engine=f"{FAKE}:FakeEngine")
+    assert record["schema"] == SCHEMA and record["verdict"] == verdict
+    assert record["flags"]["max_model_len"] == 4096 and record["flags"]["enforce_eager"] is True
+    if verdict == "fits":
+        assert record["vllm"]["kv_cache_tokens"] == 640000 and record["vllm"]["kv_cache_memory_gib"] == 55.53
+    assert (tmp_path / "case.log").is_file()

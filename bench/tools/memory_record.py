@@ -61,13 +61,17 @@ def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]
     return "error", None
 
 
-def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu: dict) -> dict:
+def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu: dict,
+                engine: Optional[str] = None) -> dict:
+    """One engine start; `engine`: bench/verify's engine spec (default vLLM's LLM; CI passes a fake)."""
     from attnsel.attention.model import load_model_config
     from attnsel.bench.verify import parse_engine_log, read_log, run_engine, write_model_dir
 
     config = {**load_model_config(model), **patch}
     with tempfile.TemporaryDirectory(prefix=f"memrec-{name}-") as tmp:
         job = {"model_dir": str(write_model_dir(config, Path(tmp) / "model")), "shapes": [], **flags}
+        if engine:
+            job["engine"] = engine
         log = out / f"{name}.log"
         run = run_engine(job, log, start_timeout_s=600.0)
     logged = parse_engine_log(read_log(log))
