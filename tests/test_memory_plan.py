@@ -122,3 +122,28 @@ def test_weights_from_the_config_match_the_published_parameter_counts():
         facts = derive_model_facts(config, capability=(9, 0), dtype="auto", tensor_parallel_size=1, gpu_name="H100",
                                    profile=profile.model_rules)
         assert abs(weight_bytes(config, facts).parameters / params - 1) < 0.03, model
+
+
+def test_explain_takes_the_length_and_utilization_the_plan_reads():
+    refused = json.loads(run("explain", "--model", SEVENTY_B, "--gpu", "L4", "-tp", "8", "--json").stdout)["memory"]
+    assert refused["verdict"] == "max_model_len_too_long"
+    shorter = str(refused["estimated_max_model_len"] // 1024 * 1024)
+    fits = json.loads(run("explain", "--model", SEVENTY_B, "--gpu", "L4", "-tp", "8", "--max-model-len", shorter,
+                          "--json").stdout)["memory"]
+    assert fits["verdict"] == "fits" and fits["max_model_len"] == int(shorter)
+    result = run("explain", "--model", "llama-3.1-8b", "--gpu", "L4", "--gpu-memory-utilization", "2")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_pipeline_stages_split_the_layers_and_the_busiest_stage_decides():
+    from attnsel.attention.memory import MemoryFlags, memory_for
+
+    profile = get_profile("0.33")
+    config = load_model_config(SEVENTY_B)
+    facts = derive_model_facts(config, capability=(9, 0), dtype="auto", tensor_parallel_size=2, gpu_name="H100",
+                               profile=profile.model_rules)
+    plans = [memory_for(profile, config, facts, None, MemoryFlags(tensor_parallel_size=2, pipeline_parallel_size=pp),
+                        total_bytes=85520809984, gpu_name="H100 SXM5 80GB") for pp in (1, 2)]
+    one, two = plans
+    assert two.weights_gib < one.weights_gib * 0.55  # half the layers, one end of the vocabulary
+    assert two.kv_cache_tokens > one.kv_cache_tokens * 2  # half the layers per block, and more room
