@@ -29,7 +29,7 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
         return None
     try:
         plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         # a config without a size the plan reads (llava's text_config leaves them to transformers'
         # defaults) or with nonsense in one: not modelled, rather than a guess
         return None

@@ -113,7 +113,7 @@ def _moe_layers(c: Mapping, layers: int) -> int:
         return layers - int(c["first_k_dense_replace"])
     if "expert_layer_period" in c:
         period, offset = int(c["expert_layer_period"]), int(c.get("expert_layer_offset") or 0)
-        return sum(1 for i in range(layers) if i % period == offset)
+        return (layers - 1 - offset) // period + 1 if 0 <= offset < layers else 0  # layers i with i % period == offset
     return layers // int(c.get("decoder_sparse_step") or 1)
 
 
