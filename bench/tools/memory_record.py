@@ -34,7 +34,7 @@ CASES: list[tuple[str, str, dict, dict]] = [
     ("llama8b_u030_len32768", "llama-3.1-8b", {"gpu_memory_utilization": 0.3, "max_model_len": 32768, "enforce_eager": True}, {}),
     ("qwen06_eager", "qwen3-0.6b", {"enforce_eager": True}, {}),
     ("granite_h_hybrid", "granite-4.0-h-350m", {"enforce_eager": True, "max_model_len": 32768}, {}),
-    ("llama8b_graphs", "llama-3.1-8b", {"max_model_len": 16384}, {}),
+    ("qwen06_graphs", "qwen3-0.6b", {"max_model_len": 16384}, {}),
     ("llama8b_fp8_kv", "llama-3.1-8b", {"kv_cache_dtype": "fp8", "max_model_len": 32768, "enforce_eager": True}, {}),
     ("phi3_mha", "phi-3-mini-4k", {"enforce_eager": True}, {}),
     ("qwen3_8b_fp8_checkpoint", "qwen3-8b", {"enforce_eager": True, "max_model_len": 32768}, {"quantization_config": FP8_CHECKPOINT}),
