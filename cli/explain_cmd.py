@@ -120,12 +120,15 @@ def register(app: typer.Typer) -> None:
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's)."),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
         from attnsel.attention.explain import model_choice
         from attnsel.attention.selector import SelectionRequest
         from attnsel.attention.model import check_hybrid_flags, check_request
         from attnsel.cli.explain_history import wants_history
+        from attnsel.attention.memory import MemoryFlags, check_memory_flags
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         if check_imports:
@@ -136,6 +139,9 @@ def register(app: typer.Typer) -> None:
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,
                        live=live, compare_live=compare_live, as_json=as_json)
+        memory_flags = MemoryFlags(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+        check_memory_flags(memory_flags)
+        route = dataclasses.replace(route, memory_flags=memory_flags)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
             attention_backend=attention_backend, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
@@ -183,6 +189,7 @@ class _Route:
     live: bool = False
     compare_live: bool = False
     as_json: bool = False
+    memory_flags: Any = None  # attention.memory.MemoryFlags: --max-model-len, --gpu-memory-utilization
 
     @property
     def asks_installed_vllm(self) -> bool:
@@ -236,7 +243,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
                     cc: tuple[int, int], route: _Route) -> None:
     from attnsel.attention.explain import explain_gpu, model_section
 
-    answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable)
+    answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
     expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
         _run_live(expl, answer.inputs, answer.ctx, route.compare_live, route.as_json)
@@ -245,7 +252,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if facts is not None and facts.is_attention_free:
         _output_attention_free(expl, section, req, route.as_json)
         return
-    _output(expl, section, route.as_json)
+    _output(expl, section, route.as_json, answer.memory)
     if expl.error is not None:
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
@@ -295,11 +302,11 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: Optional[dict], as_json: bool) -> None:
+def _output(expl, model_section: Optional[dict], as_json: bool, memory=None) -> None:
     from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
 
     if as_json:
-        print_json(explanation_with_model_to_dict(expl, model_section))
+        print_json(explanation_with_model_to_dict(expl, model_section, memory))
         return
-    render_explanation_with_model(expl, model_section, stdout_console())
+    render_explanation_with_model(expl, model_section, stdout_console(), memory)
     sys.stdout.flush()

@@ -68,6 +68,12 @@ def register(app: typer.Typer) -> None:
         ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: vLLM's, 0.9)."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's)."),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU)."),
+        quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization (default: the config's quantization_config)."),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (no CUDA graphs: no graph memory)."),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
@@ -78,6 +84,8 @@ def register(app: typer.Typer) -> None:
         from attnsel.reports import preflight_report as view
 
         from attnsel.attention.model import check_names, check_parallel, check_request
+        from attnsel.attention.memory import check_memory_flags
+        from attnsel.attention.preflight.memory_check import memory_flags
 
         fmt = _normalize_format(output_format, as_json)
         check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))
@@ -96,7 +104,14 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             strict=strict,
             pipeline_parallel_size=pipeline_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            quantization=quantization,
+            enforce_eager=enforce_eager,
         )
+        check_memory_flags(memory_flags(deployment))
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_ray_preflight
 

@@ -73,6 +73,7 @@ def preflight_to_dict(result: PreflightResult) -> dict:
         "gpus": [g.to_dict() for g in result.gpus],
         "checks": [c.to_dict() for c in result.checks],
         "explain": explanation_to_dict(result.explanation) if result.explanation is not None else None,
+        "memory": result.memory.to_dict() if getattr(result, "memory", None) is not None else None,
     }
 
 

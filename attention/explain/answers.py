@@ -9,6 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
 from attnsel.errors import CheckFailed, UserInputError
+from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
 from attnsel.attention.model import config as model_config
 from attnsel.attention.selector import build_selection, explain_selection
 from attnsel.probe import families
@@ -199,11 +200,14 @@ class GpuAnswer:
     inputs: Any
     ctx: Any
     explanation: Explanation
+    memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
 
 
 def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
-                cc: tuple[int, int], choice: Any, importable: Optional[dict]) -> GpuAnswer:
-    """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection."""
+                cc: tuple[int, int], choice: Any, importable: Optional[dict],
+                memory_flags: Optional[MemoryFlags] = None) -> GpuAnswer:
+    """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection,
+    then (a model on a named GPU) the memory plan vLLM would make."""
     profile = choice.profile
     facts = None
     if model is not None:
@@ -211,7 +215,25 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
                             (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
     inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
                                          importable=importable)
-    return GpuAnswer(facts, inputs, ctx, explain_one(profile, inputs, ctx, choice, notes))
+    expl = explain_one(profile, inputs, ctx, choice, notes)
+    memory = None
+    if model is not None and facts is not None and gpu_name:
+        flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
+                                    kv_cache_dtype=req.kv_cache_dtype)
+        memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
+    return GpuAnswer(facts, inputs, ctx, expl, memory)
+
+
+def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str) -> Any:
+    """The plan on one GPU of the built-in table (None: a GPU the table does not know)."""
+    from attnsel.probe import find_gpu
+
+    try:
+        spec = find_gpu(gpu_name)
+    except UserInputError:
+        return None
+    total = device_total_bytes(spec.name, int(spec.memory_gib * 2**30), probed=False)
+    return memory_for(profile, hf_config, facts, expl, flags, total_bytes=total, gpu_name=spec.name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,7 @@ from attnsel.probe import GpuInfo, ProbeReport, bf16_error, same_model
 from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
 from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.model import derive_model_facts
+from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)
@@ -65,7 +66,14 @@ class Deployment:
     kv_cache_dtype: Optional[str] = None
     dtype: str = "auto"
     strict: bool = False  # mixed GPU models without PCI_BUS_ID: fail instead of warn
+    # the memory check's flags (attention/memory): None means vLLM's default
     pipeline_parallel_size: int = 1
+    gpu_memory_utilization: Optional[float] = None
+    max_model_len: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    quantization: Optional[str] = None
+    enforce_eager: bool = False
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -80,7 +88,10 @@ class Deployment:
             flags += ["--block-size", str(self.block_size)]
         if self.kv_cache_dtype:
             flags += ["--kv-cache-dtype", self.kv_cache_dtype]
-        return flags
+        for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "quantization"):
+            if getattr(self, name) is not None:
+                flags += ["--" + name.replace("_", "-"), str(getattr(self, name))]
+        return flags + (["--enforce-eager"] if self.enforce_eager else [])
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class PreflightResult:
     explanation: Any = None  # attention.selector.Explanation, when the attention step ran
     model_facts: Any = None  # attention.model_facts.ModelFacts
     profile_reason: Optional[str] = None  # which vLLM rule profile answered, and why
+    memory: Any = None  # attention.memory.MemoryPlan of the group's smallest GPU, when the memory step ran
 
     @property
     def counts(self) -> dict[str, int]:
@@ -342,6 +354,7 @@ class _Steps:
     checks: list[Check] = field(default_factory=list)
     facts: Any = None
     explanation: Any = None
+    memory: Any = None
 
 
 def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, *, profile: Any,
@@ -374,9 +387,13 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
         else:
             steps.explanation = explain_deployment(profile, steps.facts, deployment, capability, first.name)
             steps.checks.append(check_attention(steps.explanation))
+        steps.memory = plan_for_group(profile, hf_config, steps.facts, steps.explanation, deployment, group,
+                                      probed=report.source != TARGET_SOURCE)
+        why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
+        steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
     world = tp * deployment.pipeline_parallel_size
     return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, world)), report.source,
-                           steps.explanation, steps.facts, profile_reason)
+                           steps.explanation, steps.facts, profile_reason, steps.memory)
 
 
 def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deployment) -> list[Check]:

@@ -105,6 +105,12 @@ class RuleProfile:
         return AdapterFacts.from_data(self.data)
 
     @property
+    def memory(self) -> Optional[dict]:
+        """How this release sizes its KV cache at start-up and the errors it raises when it cannot
+        (attention/memory/plan.py reads it); None for a release whose memory flow is not modelled."""
+        return self.data.get("memory")
+
+    @property
     def context_inputs(self) -> tuple[str, ...]:
         """SelectionContext fields beyond the common ones that this version's rules read (e.g. KV
         heads per GPU, kv_lora_rank); explicit values for others are ignored with a note."""

@@ -6,11 +6,13 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.bench.verify.compare import EngineVerdict, Judgement
+    from attnsel.bench.verify.engine_log import parse_engine_log, read_log
+    from attnsel.bench.verify.engine_process import run_engine
     from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, Figure, GpuFacts, Judged, ModelFacts,
                                               ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
                                               VllmFacts)
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
-    from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify
+    from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify, write_model_dir
     from attnsel.bench.verify.verdict import build_comparisons, summarize
 
 __all__ = [
@@ -34,8 +36,12 @@ __all__ = [
     "build_comparisons",
     "check_verify_flags",
     "check_verify_possible",
+    "parse_engine_log",
+    "read_log",
+    "run_engine",
     "run_verify",
     "summarize",
+    "write_model_dir",
 ]
 __getattr__ = lazy_door(__name__, {
     "Candidate": "records",
@@ -58,6 +64,10 @@ __getattr__ = lazy_door(__name__, {
     "build_comparisons": "verdict",
     "check_verify_flags": "flags",
     "check_verify_possible": "flags",
+    "parse_engine_log": "engine_log",
+    "read_log": "engine_log",
+    "run_engine": "engine_process",
     "run_verify": "run",
     "summarize": "verdict",
+    "write_model_dir": "run",
 })

@@ -281,8 +281,8 @@ def engine_kwargs(job: dict) -> dict:
         "enable_prefix_caching": False, "seed": int(job.get("seed", 0)),
         "tensor_parallel_size": int(job.get("tensor_parallel_size") or 1),
     }
-    for key in ("gpu_memory_utilization", "max_model_len"):
-        if job.get(key):
+    for key in ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "enforce_eager"):
+        if job.get(key):  # the last three: memory_record's cases only (verify runs vLLM's defaults)
             kwargs[key] = job[key]
     for key in ("dtype", "kv_cache_dtype"):  # what tune timed (bf16 and "auto" for most models)
         if job.get(key) and job[key] != "auto":

@@ -11,6 +11,7 @@ from rich.text import Text
 from attnsel.attention.explain import DEFAULT_SOURCE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
 from attnsel.attention.rules import OPTIONAL_SELECTOR_FIELDS, Explanation
+from attnsel.reports.explain.memory import render_memory
 from attnsel.reports.explain.hybrid import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
 JSON_SCHEMA_VERSION = 1
@@ -183,15 +184,19 @@ def model_line(section: dict) -> str:
     return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
 
 
-def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict]) -> dict:
-    """`explain --json` for one GPU: the explanation, and the model section when a model was read."""
+def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict], memory: Any = None) -> dict:
+    """`explain --json` for one GPU: the explanation, and the model section when a model was read;
+    `memory`: vLLM's memory plan on the GPU (attention/memory), when a model and a GPU were named."""
     doc = explanation_to_dict(expl)
     if model_section is not None:
         doc["model"] = model_section
+    if memory is not None:
+        doc["memory"] = memory.to_dict()
     return doc
 
 
-def render_explanation_with_model(expl: Explanation, model_section: Optional[dict], console: Console) -> None:
+def render_explanation_with_model(expl: Explanation, model_section: Optional[dict], console: Console,
+                                  memory: Any = None) -> None:
     """The model line and vLLM's lines about the model, the explanation, then the ViT backend."""
     if model_section is not None:
         console.print(model_line(model_section), markup=False)
@@ -204,6 +209,8 @@ def render_explanation_with_model(expl: Explanation, model_section: Optional[dic
             console.print(f"ViT attention: vLLM raises AssertionError: {vit['error']}", markup=False)
         else:
             console.print(f"ViT attention backend: {vit['backend']} (head size {vit['head_size']}, {vit['dtype']})")
+    if memory is not None:
+        render_memory(memory, console)
 
 
 def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:

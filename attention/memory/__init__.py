@@ -1,0 +1,58 @@
+"""The memory plan vLLM makes at start-up (weights, the reserve beyond them, the KV cache) and its
+verdict: fits, vLLM's `max_model_len` error, or weights that do not fit, with the flag that fixes it.
+
+- `weights.py`: weights per GPU from config.json alone (dense, MoE, MLA, hybrid, vision, quantized);
+- `plan.py`: the KV cache (GiB, blocks, tokens, concurrency) and the verdict, per release
+  (the version data's `memory` section);
+- `fixes.py`: the flags that turn a refusal into a start.
+"""
+
+from typing import TYPE_CHECKING
+
+from attnsel.doors import lazy_door
+
+if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.memory.fixes import memory_for, suggest_fixes
+    from attnsel.attention.memory.plan import (
+        FITS,
+        MAX_MODEL_LEN,
+        NO_CACHE_MEMORY,
+        WEIGHTS,
+        MemoryFlags,
+        MemoryPlan,
+        check_memory_flags,
+        device_total_bytes,
+        plan_memory,
+    )
+    from attnsel.attention.memory.weights import WeightBytes, weight_bytes
+
+__all__ = [
+    "FITS",
+    "MAX_MODEL_LEN",
+    "MemoryFlags",
+    "MemoryPlan",
+    "NO_CACHE_MEMORY",
+    "WEIGHTS",
+    "WeightBytes",
+    "check_memory_flags",
+    "device_total_bytes",
+    "memory_for",
+    "plan_memory",
+    "suggest_fixes",
+    "weight_bytes",
+]
+__getattr__ = lazy_door(__name__, {
+    "FITS": "plan",
+    "MAX_MODEL_LEN": "plan",
+    "MemoryFlags": "plan",
+    "MemoryPlan": "plan",
+    "NO_CACHE_MEMORY": "plan",
+    "WEIGHTS": "plan",
+    "WeightBytes": "weights",
+    "check_memory_flags": "plan",
+    "device_total_bytes": "plan",
+    "memory_for": "fixes",
+    "plan_memory": "plan",
+    "suggest_fixes": "fixes",
+    "weight_bytes": "weights",
+})

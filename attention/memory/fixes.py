@@ -1,0 +1,92 @@
+"""Which flag turns vLLM's refusal into a start: the same plan again with one flag changed.
+
+Tried in the order a user would reach for them: a shorter `--max-model-len` (vLLM's own estimate,
+rounded down to a multiple of 1024), `--kv-cache-dtype fp8` (half the bytes per token), a higher
+`--gpu-memory-utilization`, then more GPUs (`-tp`, then `-pp` over 8-GPU groups). The re-plans reuse
+the model facts and block size of the original answer (TP changes neither the block size of a
+dense model nor, beyond rounding, a hybrid model's pages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from attnsel.attention.memory.plan import MAX_MODEL_LEN, MemoryFlags, MemoryPlan, plan_memory
+from attnsel.attention.rules import is_fp8
+
+TP_CHOICES = (2, 4, 8)
+PP_CHOICES = (2, 3, 4, 6, 8)
+HIGH_UTILIZATION = 0.95
+MIN_USEFUL_LEN = 4096  # a shorter --max-model-len is only offered down to this many tokens
+
+
+def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
+               total_bytes: int, gpu_name: Optional[str]) -> Optional[MemoryPlan]:
+    """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data)."""
+    rules = profile.memory
+    if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
+        return None
+    try:
+        plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
+        # a config without a size the plan reads (llava's text_config leaves them to transformers'
+        # defaults) or with nonsense in one: not modelled, rather than a guess
+        return None
+    if plan.fits:
+        return plan
+    return dataclasses.replace(plan, fixes=suggest_fixes(plan, hf_config, facts, explanation, rules, flags,
+                                                         total_bytes=total_bytes, gpu_name=gpu_name))
+
+
+def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping,
+                  flags: MemoryFlags, *, total_bytes: int, gpu_name: Optional[str]) -> tuple[str, ...]:
+    def again(**changes: Any) -> MemoryPlan:
+        return plan_memory(hf_config, facts, explanation, rules, dataclasses.replace(flags, **changes),
+                           total_bytes=total_bytes, gpu_name=gpu_name)
+
+    fixes = []
+    if plan.verdict == MAX_MODEL_LEN and plan.estimated_max_model_len:
+        fixes.append(f"--max-model-len {_shorter(plan)} (vLLM's estimate of what fits: {plan.estimated_max_model_len})")
+    if plan.verdict == MAX_MODEL_LEN and not is_fp8(flags.kv_cache_dtype or "auto") and not facts.kv_cache_dtype_forced:
+        fp8 = again(kv_cache_dtype="fp8")
+        if fp8.fits:
+            fixes.append(f"--kv-cache-dtype fp8 (keeps max_model_len {plan.max_model_len}: {fp8.kv_cache_tokens:,} tokens)")
+    if plan.gpu_memory_utilization < HIGH_UTILIZATION and again(gpu_memory_utilization=HIGH_UTILIZATION).fits:
+        fixes.append(f"--gpu-memory-utilization {HIGH_UTILIZATION}")
+    fixes.append(_more_gpus(facts, flags, again))
+    return tuple(fixes)
+
+
+def _shorter(plan: MemoryPlan) -> int:
+    estimate = plan.estimated_max_model_len or 0
+    return estimate // 1024 * 1024 or estimate
+
+
+def _starts(plan: MemoryPlan) -> Optional[str]:
+    """How a re-plan starts: as is, or with a shorter --max-model-len (None: it does not start)."""
+    if plan.fits:
+        return ""
+    if plan.verdict == MAX_MODEL_LEN and (plan.estimated_max_model_len or 0) >= MIN_USEFUL_LEN:
+        return f" with --max-model-len {_shorter(plan)}"
+    return None
+
+
+def _more_gpus(facts: Any, flags: MemoryFlags, again: Any) -> str:
+    heads = int(facts.num_attention_heads or 1)
+    for tp in TP_CHOICES:
+        if tp > flags.tensor_parallel_size and heads % tp == 0:
+            plan = again(tensor_parallel_size=tp)
+            starts = _starts(plan)
+            if starts is not None:
+                return (f"-tp {tp}{starts} ({tp} GPUs: {plan.weights_gib:.1f} GiB of weights and "
+                        f"{plan.kv_cache_tokens:,} KV tokens per GPU)")
+    tp = max([t for t in TP_CHOICES if heads % t == 0] or [flags.tensor_parallel_size])
+    for pp in PP_CHOICES:
+        if pp > flags.pipeline_parallel_size:
+            plan = again(tensor_parallel_size=tp, pipeline_parallel_size=pp)
+            starts = _starts(plan)
+            if starts is not None:
+                return (f"-tp {tp} -pp {pp}{starts} ({tp * pp} GPUs: {plan.weights_gib:.1f} GiB of weights per GPU), "
+                        "or GPUs with more memory")
+    return f"GPUs with more memory: it does not fit on {tp * PP_CHOICES[-1]} of these"

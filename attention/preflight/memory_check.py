@@ -1,0 +1,74 @@
+"""Preflight's `memory` check: would vLLM find room for the weights and one request of
+`max_model_len` tokens on every GPU of the group (attention/memory/plan.py), and if not, which flag
+fixes it. vLLM's own refusal text is kept verbatim; the smallest GPU of the group decides (every
+rank asks for the same KV cache, vllm#34076)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from attnsel.attention.memory import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, MemoryFlags, device_total_bytes, memory_for
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+
+def memory_flags(deployment: Any) -> MemoryFlags:
+    return MemoryFlags(
+        tensor_parallel_size=deployment.tensor_parallel_size,
+        pipeline_parallel_size=deployment.pipeline_parallel_size,
+        gpu_memory_utilization=deployment.gpu_memory_utilization,
+        max_model_len=deployment.max_model_len,
+        kv_cache_dtype=deployment.kv_cache_dtype,
+        max_num_seqs=deployment.max_num_seqs,
+        max_num_batched_tokens=deployment.max_num_batched_tokens,
+        quantization=deployment.quantization,
+        enforce_eager=deployment.enforce_eager,
+    )
+
+
+def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
+    """Why there is no plan (memory_for answered None)."""
+    if not any(g.memory_total_bytes for g in group):
+        return "no GPU memory size known (see gpu-count)"
+    if not profile.memory:
+        return f"vLLM {profile.vllm_version}'s memory flow is not modelled"
+    if facts.is_attention_free:
+        return "an attention-free model: its Mamba state cache is not modelled yet"
+    return "the config lacks a size the memory plan reads (hidden_size, num_hidden_layers, ...)"
+
+
+def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
+                   group: Sequence[Any], probed: bool) -> Any:
+    """The plan of the group's smallest GPU; None without a GPU's memory or the release's memory data."""
+    sized = [g for g in group if g.memory_total_bytes]
+    if not sized:
+        return None
+    smallest = min(sized, key=lambda g: g.memory_total_bytes)
+    total = device_total_bytes(smallest.name, smallest.memory_total_bytes, probed)
+    return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment),
+                      total_bytes=total, gpu_name=smallest.name)
+
+
+def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str], Optional[str]]:
+    """(status, message, hint, vLLM's message) of the `memory` check; `why_not`: why there is no plan."""
+    if plan is None:
+        return WARN, f"not checked: {why_not}", None, None
+    hint = "; or ".join(plan.fixes) if plan.fixes else None
+    if plan.verdict == WEIGHTS:
+        return (FAIL, f"the weights need {plan.weights_gib:.1f} GiB per GPU; the GPU has {plan.total_gib:.1f} GiB: "
+                "vLLM stops with CUDA out of memory (torch.OutOfMemoryError) while loading them", hint, None)
+    if plan.verdict == NO_CACHE_MEMORY:
+        return (FAIL, f"{plan.weights_gib:.1f} GiB of weights and ~{plan.reserved_gib[1]:.1f} GiB of activations leave "
+                f"nothing of {plan.gpu_memory_utilization:g} x {plan.total_gib:.1f} GiB for the KV cache", hint, plan.vllm_message)
+    kv = f"KV cache {plan.kv_cache_gib:.1f} GiB = {plan.kv_cache_tokens:,} tokens (block {plan.block_size})"
+    if plan.verdict == MAX_MODEL_LEN:
+        return (FAIL, f"vLLM would refuse --max-model-len {plan.max_model_len}: one request needs {plan.needed_gib:.2f} GiB "
+                f"of KV cache, {plan.kv_cache_gib:.2f} GiB is left per GPU (weights {plan.weights_gib:.1f} GiB)",
+                hint, plan.vllm_message)
+    message = (f"weights {plan.weights_gib:.1f} GiB, {kv}; max concurrency {plan.max_concurrency:.2f}x "
+               f"for {plan.max_model_len} tokens per request (--gpu-memory-utilization {plan.gpu_memory_utilization:g})")
+    low = plan.kv_cache_tokens_range[0]
+    if low < plan.max_model_len:
+        return (WARN, message + f"; close to the edge: the low estimate holds {low:,} tokens",
+                f"pass --max-model-len below {plan.max_model_len} or --gpu-memory-utilization higher to be sure", None)
+    return PASS, message, None, None

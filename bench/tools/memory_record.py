@@ -1,0 +1,182 @@
+"""Record what vLLM's own engine reports about its memory, for `attention/memory`'s replay test.
+
+    python -m attnsel.bench.tools.memory_record --out DIR [--cases quick|full]
+    python -m attnsel.bench.tools.memory_record --from-verify tests/fixtures/verify/X/verify.json --out DIR
+
+On a GPU machine with vLLM installed: each case starts vLLM's `LLM` with dummy weights from a
+bundled config.json (bench/verify's engine worker, one process per case so the next finds the GPU
+empty), reads back the KV-cache blocks, tokens, GiB and concurrency (the engine and its log), or
+vLLM's refusal, and writes one small JSON per case (`attnsel-memory-record/1`). Most cases run with
+--enforce-eager (no compile, no graph capture: a start takes ~30 s instead of ~3 min); one keeps
+vLLM's default CUDA graphs, whose memory estimate 0.26+ takes from the KV cache. A full run on one
+H100 takes about 6 minutes. `--from-verify` turns a saved `attnsel verify` run into records (its
+engines' KV figures at vLLM's defaults). tests/test_memory_recorded.py replays every record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+SCHEMA = "attnsel-memory-record/1"
+FLAG_KEYS = ("tensor_parallel_size", "attention_backend", "gpu_memory_utilization", "max_model_len", "kv_cache_dtype", "block_size",
+             "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "quantization")
+FP8_CHECKPOINT = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+# name, bundled model, flags, config patch. Llama-3.1-8B at 0.3: 131072 tokens need 16 GiB of KV
+# cache, ~6 GiB is left (vLLM refuses), 32768 fit; every other case runs at vLLM's default length.
+CASES: list[tuple[str, str, dict, dict]] = [
+    ("llama8b_u030_len131072", "llama-3.1-8b", {"gpu_memory_utilization": 0.3, "enforce_eager": True}, {}),
+    ("llama8b_u030_len32768", "llama-3.1-8b", {"gpu_memory_utilization": 0.3, "max_model_len": 32768, "enforce_eager": True}, {}),
+    ("qwen06_eager", "qwen3-0.6b", {"enforce_eager": True}, {}),
+    ("granite_h_hybrid", "granite-4.0-h-350m", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("qwen06_graphs", "qwen3-0.6b", {"max_model_len": 16384}, {}),
+    ("llama8b_fp8_kv", "llama-3.1-8b", {"kv_cache_dtype": "fp8", "max_model_len": 32768, "enforce_eager": True}, {}),
+    ("phi3_mha", "phi-3-mini-4k", {"enforce_eager": True}, {}),
+    ("qwen3_8b_fp8_checkpoint", "qwen3-8b", {"enforce_eager": True, "max_model_len": 32768}, {"quantization_config": FP8_CHECKPOINT}),
+    ("deepseek_v2_lite_mla_moe", "deepseek-v2-lite", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("llama8b_tp2", "llama-3.1-8b", {"tensor_parallel_size": 2, "enforce_eager": True}, {}),
+]
+QUICK = ("llama8b_u030_len131072", "llama8b_u030_len32768", "qwen06_eager", "granite_h_hybrid")
+REFUSED = re.compile(r"To serve at least one request with the model'?s'? max seq len \((\d+)\)")
+ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
+
+
+def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]:
+    """attention/memory's verdict names for what the engine did, and vLLM's own length estimate."""
+    if status == "ok":
+        return "fits", None
+    text = error or ""
+    if REFUSED.search(text):
+        found = ESTIMATE.search(text)
+        return "max_model_len_too_long", int(found.group(1)) if found else None
+    if "No available memory for the cache blocks" in text:
+        return "no_cache_memory", None
+    if status == "oom":
+        return "weights_do_not_fit", None
+    return "error", None
+
+
+def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu: dict,
+                engine: Optional[str] = None) -> dict:
+    """One engine start; `engine`: bench/verify's engine spec (default vLLM's LLM; CI passes a fake)."""
+    from attnsel.attention.model import load_model_config
+    from attnsel.bench.verify import parse_engine_log, read_log, run_engine, write_model_dir
+
+    config = {**load_model_config(model), **patch}
+    with tempfile.TemporaryDirectory(prefix=f"memrec-{name}-") as tmp:
+        job = {"model_dir": str(write_model_dir(config, Path(tmp) / "model")), "shapes": [], **flags}
+        if engine:
+            job["engine"] = engine
+        log = out / f"{name}.log"
+        run = run_engine(job, log, start_timeout_s=600.0)
+    logged = parse_engine_log(read_log(log))
+    facts = {**logged, **{k: v for k, v in run.facts.items() if v is not None}}
+    verdict, estimate = vllm_verdict(run.status, run.error)
+    keep = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens", "kv_cache_memory_gib", "max_concurrency",
+            "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
+    return {"schema": SCHEMA, "name": name, "source": "bench/tools/memory_record.py", "model": model,
+            "config_patch": patch, "gpu": gpu, "vllm_version": facts.get("vllm_version") or _installed_vllm(),
+            "entrypoint": "llm", "flags": {k: flags.get(k) for k in FLAG_KEYS},
+            "vllm": {**{k: facts.get(k) for k in keep}, "status": run.status, "error": run.error,
+                     "estimated_max_model_len": estimate},
+            "verdict": verdict}
+
+
+def _installed_vllm() -> Optional[str]:
+    from attnsel.attention.versions import installed_vllm_version
+
+    return installed_vllm_version()
+
+
+def this_gpu() -> dict:
+    from attnsel.probe import collect_probe
+
+    report = collect_probe()
+    if not report.gpus:
+        raise SystemExit("memory_record: no GPU visible (run it on the GPU machine)")
+    first = report.gpus[0]
+    return {"name": first.name, "memory_total_bytes": first.memory_total_bytes, "count": len(report.gpus)}
+
+
+def from_verify(path: Path) -> list[dict]:
+    """A saved `attnsel verify` run: one record per engine that started (vLLM's LLM-class defaults)."""
+    doc = json.loads(path.read_text())
+    records = []
+    for candidate in doc["candidates"]:
+        engine = candidate.get("engine") or {}
+        if candidate.get("status") != "ok" or not engine.get("kv_cache_tokens"):
+            continue
+        flags = {"tensor_parallel_size": doc["model"]["tensor_parallel_size"],
+                 "gpu_memory_utilization": engine["gpu_memory_utilization"], "max_model_len": engine["max_model_len"],
+                 "kv_cache_dtype": None if doc["model"]["kv_cache_dtype"] == "auto" else doc["model"]["kv_cache_dtype"],
+                 "block_size": candidate.get("block_size"), "attention_backend": candidate.get("backend")}
+        name = f"{path.parent.name}_{candidate['short'].split()[0].replace('/', '_').lower()}"
+        keep = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens", "kv_cache_memory_gib", "max_concurrency",
+                "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
+        records.append({
+            "schema": SCHEMA, "name": name, "source": f"attnsel verify run {doc['created']} ({path.parent.name})",
+            "model": doc["model"]["name"], "config_patch": {},
+            "gpu": {"name": doc["gpu"]["name"], "memory_total_bytes": doc["gpu"]["memory_total_bytes"], "count": 1},
+            "vllm_version": engine["vllm_version"], "entrypoint": "llm", "flags": flags,
+            "vllm": {**{k: engine.get(k) for k in keep}, "status": "ok", "error": None, "estimated_max_model_len": None},
+            "verdict": "fits"})
+    return records
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--cases", choices=("quick", "full"), default="full")
+    parser.add_argument("--from-verify", type=Path, help="a saved verify.json instead of running engines")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.from_verify:
+        records = from_verify(args.from_verify)
+    else:
+        gpu = this_gpu()
+        chosen = [c for c in CASES if args.cases == "full" or c[0] in QUICK]
+        chosen = [c for c in chosen if c[2].get("tensor_parallel_size", 1) <= gpu["count"]]
+        records = []
+        for name, model, flags, patch in chosen:
+            print(f"memory_record: {name} ...", file=sys.stderr, flush=True)
+            records.append(record_case(name, model, flags, patch, args.out, gpu))
+            print(f"  {records[-1]['verdict']}: {records[-1]['vllm'].get('kv_cache_tokens')} tokens", file=sys.stderr)
+    for record in records:
+        (args.out / f"{record['name']}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"memory_record: {len(records)} record(s) in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def predict_record(record: dict) -> Any:
+    """attention/memory's plan for a record's model, GPU, release and flags (what the replay compares)."""
+    from attnsel.attention.memory import MemoryFlags, memory_for
+    from attnsel.attention.model import derive_model_facts, load_model_config
+    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.versions import select_profile
+    from attnsel.probe import find_gpu
+
+    profile = select_profile(record["vllm_version"]).profile
+    config = {**load_model_config(record["model"]), **record.get("config_patch", {})}
+    flags = record["flags"]
+    gpu = find_gpu(record["gpu"]["name"])
+    tp = int(flags.get("tensor_parallel_size") or 1)
+    facts = derive_model_facts(config, capability=gpu.compute_capability, dtype="auto", tensor_parallel_size=tp,
+                               gpu_name=gpu.name, profile=profile.model_rules)
+    request = SelectionRequest(kv_cache_dtype=flags.get("kv_cache_dtype"), block_size=flags.get("block_size"),
+                               attention_backend=flags.get("attention_backend"))
+    inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=gpu.compute_capability,
+                                         gpu_name=gpu.name)
+    explanation = explain_selection(profile, inputs, ctx, notes)
+    memory = MemoryFlags(**{k: flags.get(k) for k in FLAG_KEYS if k not in ("block_size", "attention_backend")
+                            and flags.get(k) is not None}, entrypoint=record.get("entrypoint", "llm"))
+    return memory_for(profile, config, facts, explanation, memory,
+                      total_bytes=int(record["gpu"]["memory_total_bytes"]), gpu_name=gpu.name)
