@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.selector.cudagraph import capture_sizes_for_batches
     from attnsel.attention.selector.engine import (
         Run,
         explain,
@@ -23,6 +24,7 @@ __all__ = [
     "Run",
     "SelectionRequest",
     "build_selection",
+    "capture_sizes_for_batches",
     "explain",
     "explain_selection",
     "get_attn_backend_cls",
@@ -39,6 +41,7 @@ __getattr__ = lazy_door(__name__, {
     "Run": "engine",
     "SelectionRequest": "request",
     "build_selection": "request",
+    "capture_sizes_for_batches": "cudagraph",
     "explain": "engine",
     "explain_selection": "request",
     "get_attn_backend_cls": "engine",
