@@ -304,6 +304,21 @@ def test_the_prespawned_worker_compiles_its_jit_modules_while_the_previous_backe
     assert not _notes(rows, "FLASH_ATTN")  # the first backend was not pre-spawned: nothing to say
 
 
+def test_the_prebuild_does_not_wait_for_the_backends_other_imports(tmp_path, monkeypatch):
+    # Cold, FlashInfer's build is the sweep's critical path; it needs flashinfer, not vLLM's 12.5 s import.
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3", "sleep": 1.5},
+                "FLASHINFER": {"*": "ok:0.2", "import": "sleep:1.0", "prebuild": "sleep:0.3", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    [worker] = outcomes["FLASHINFER"].workers
+    start, end = _prebuild_events(log)
+    assert end["at"] < worker["imported_at"]  # built while the library import was still running
+    assert worker["library_import_s"] >= 1.0 and worker["prebuild"]["built"] == 2
+
+
 def test_go_waits_for_a_prebuild_that_is_still_running(tmp_path, monkeypatch):
     log = tmp_path / "prebuild.jsonl"
     scenario = {"FLASH_ATTN": {"*": "ok:0.3"},
