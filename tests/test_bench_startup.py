@@ -30,6 +30,7 @@ def _items(block_sizes, check=True):
 
 
 def _options(**kw):
+    kw.setdefault("import_slots", 4)  # a 16-core machine's: every worker of the sweep may import at once
     return SweepOptions(toolkit=FAKE, item_timeout_s=kw.pop("item_timeout_s", 10.0), startup_timeout_s=20.0, **kw)
 
 
@@ -77,6 +78,21 @@ def test_the_next_backends_worker_imports_while_the_first_backend_runs(tmp_path,
     assert early["go_at"] >= first.ended_at - 0.01
     # so the sweep waited for less than its 0.6 s library import
     assert early["overlapped_s"] >= 0.6 and early["exposed_s"] < early["library_import_s"]
+
+
+def test_on_a_machine_with_few_cores_the_next_worker_imports_once_the_first_is_done(tmp_path, monkeypatch):
+    # One import slot (a 2-3 core machine): the first backend's worker imports alone, the next one
+    # starts after it (with its first row) and still imports while the first backend runs.
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3", "sleep": 0.5, "import": "sleep:0.5"},
+                "FLASHINFER": {"*": "ok:0.2", "import": "sleep:0.5"}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(import_slots=1, prebuild=False), tmp_path,
+                        outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    [first], [second] = outcomes["FLASH_ATTN"].workers, outcomes["FLASHINFER"].workers
+    assert second["prespawned"] and second["spawned_at"] >= first["imported_at"]
+    assert second["spawned_at"] < outcomes["FLASH_ATTN"].ended_at
 
 
 def test_without_prespawn_each_backend_starts_its_worker_when_its_turn_comes(tmp_path, monkeypatch):
