@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import threading
 import time
 from typing import Any, Optional
@@ -59,6 +60,9 @@ def import_prebuild_library(job: dict) -> float:
     (which imports flashinfer's modules too) does not race it for the package's import locks."""
     started = time.perf_counter()
     if isinstance(job.get("prebuild"), dict) and job.get("action") == "run":
+        # What `import vllm` sets first (vllm/env_override.py) and flashinfer used to find set: its
+        # torch.cuda.is_available() calls then ask NVML instead of initialising the CUDA driver.
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         for module in PREBUILD_LIBRARIES.get(str(job.get("backend")).upper(), ()):
             try:
                 if importlib.util.find_spec(module.split(".")[0]) is not None:
