@@ -5,7 +5,9 @@ even for options left at their default; importing pydantic and building ~40 adap
 0.1 s of `attnsel explain`'s 0.25 s (bench/tools/explain_speed.py, docs/explain.md, "Speed"). Our options are
 plain scalars whose range checks live in attention/model/validation.py, so they get a small coercer of
 their own; anything else (lists, files, min/max, custom parsers) keeps Typer's. With a Typer that
-has no `_runtime_param` hook (before 0.29) nothing changes.
+has no `_runtime_param` hook (before 0.29) nothing changes. The other parameters get Typer's own
+coercer only when they are given a value: left unset (None), they stay None without importing pydantic
+(`attnsel probe` with its `--require-gpus` option unset: ~0.08 s of its start-up, docs/probe.md "Speed").
 """
 
 from __future__ import annotations
@@ -60,6 +62,24 @@ class PlainParam:
             raise BadParameter(f"{value!r} is not a valid {_NAMES[self.annotation]}.", ctx=ctx, param=param) from None
 
 
+class TyperParamWhenGiven:
+    """Typer's own coercer for a parameter that is not plain, built only once it has a value; an unset
+    value answers as Typer's RuntimeParam.coerce does (None, or () for a multi-value parameter)."""
+
+    def __init__(self, param: Any):
+        self.param = param
+        self.built: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if self.built is None:
+            from typer._coercion import build_runtime_param
+
+            self.built = build_runtime_param(self.param.type_descriptor)
+        return self.built.coerce(value, param=param, ctx=ctx)
+
+
 def _plain_annotation(param: Any) -> Any:
     descriptor = getattr(param, "type_descriptor", None)
     if descriptor is None or getattr(descriptor, "file_annotation", None) is not None:
@@ -105,3 +125,5 @@ def install(command: Any) -> None:
         annotation = _plain_annotation(param)
         if annotation is not None:
             param._runtime_param = PlainParam(annotation)
+        elif getattr(param, "type_descriptor", None) is not None:
+            param._runtime_param = TyperParamWhenGiven(param)

@@ -20,7 +20,7 @@ from attnsel.probe.facts import GpuInfo, NvlinkVerdict, ProbeReport
 from attnsel.probe.mixed_gpus import mixed_gpu_warning, vllm_log_warnings, why_vllm_warns
 from attnsel.probe.nvml import NvmlFacade, NvmlInitError, TorchFacade
 from attnsel.probe.nvml import NvmlSession, facades_from_env
-from attnsel.probe.nvml import ReplayFacade, ReplayTorch
+from attnsel.probe.nvml import RealTorch, ReplayFacade, ReplayTorch, cuda_driver_missing
 from attnsel.probe.nvml import RawGpu, cuda_version_str, gpu_info, gpu_problems, query_problems, read_gpu
 from attnsel.probe.links import collect_pairs, nvlink_verdict, with_measured_bandwidth
 from attnsel.probe.torch_fallback import NotAsked, from_torch
@@ -55,20 +55,28 @@ def collect_probe(
     if no_torch_reason is not None:
         torch = NotAsked(no_torch_reason)
     elif torch is None:
-        from attnsel.probe.nvml import RealTorch
-
         torch = RealTorch()
     try:
         nvml.init()
     except NvmlInitError as exc:
         reason = f"NVML unavailable: {exc}" + (f" -- {exc.hint}" if exc.hint else "")
-        return from_torch(torch, env, reason, measure_p2p)
+        return from_torch(_torch_if_driver(torch), env, reason, measure_p2p)
     except Exception as exc:  # noqa: BLE001 -- any other init failure is just as fatal for NVML
-        return from_torch(torch, env, f"NVML unavailable: {type(exc).__name__}: {exc}", measure_p2p)
+        return from_torch(_torch_if_driver(torch), env, f"NVML unavailable: {type(exc).__name__}: {exc}", measure_p2p)
     try:
         return _from_nvml(NvmlSession(nvml), torch, env, measure_p2p)
     finally:
         nvml.shutdown()
+
+
+def _torch_if_driver(torch: TorchFacade) -> TorchFacade:
+    """The real torch.cuda only where a CUDA driver can be loaded: importing torch to hear "no GPU"
+    costs ~2 s (docs/probe.md, "Speed"). Replayed and injected facades are asked as given."""
+    if isinstance(torch, RealTorch):
+        missing = cuda_driver_missing()
+        if missing is not None:
+            return NotAsked(missing)
+    return torch
 
 
 def collect_from_scenario(scenario: Mapping[str, Any], env: Optional[Mapping[str, str]] = None, measure_p2p: bool = False) -> ProbeReport:

@@ -30,6 +30,7 @@ def _items(block_sizes, check=True):
 
 
 def _options(**kw):
+    kw.setdefault("import_slots", 4)  # a 16-core machine's: every worker of the sweep may import at once
     return SweepOptions(toolkit=FAKE, item_timeout_s=kw.pop("item_timeout_s", 10.0), startup_timeout_s=20.0, **kw)
 
 
@@ -77,6 +78,21 @@ def test_the_next_backends_worker_imports_while_the_first_backend_runs(tmp_path,
     assert early["go_at"] >= first.ended_at - 0.01
     # so the sweep waited for less than its 0.6 s library import
     assert early["overlapped_s"] >= 0.6 and early["exposed_s"] < early["library_import_s"]
+
+
+def test_on_a_machine_with_few_cores_the_next_worker_imports_once_the_first_is_done(tmp_path, monkeypatch):
+    # One import slot (a 2-3 core machine): the first backend's worker imports alone, the next one
+    # starts after it (with its first row) and still imports while the first backend runs.
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3", "sleep": 0.5, "import": "sleep:0.5"},
+                "FLASHINFER": {"*": "ok:0.2", "import": "sleep:0.5"}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(import_slots=1, prebuild=False), tmp_path,
+                        outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    [first], [second] = outcomes["FLASH_ATTN"].workers, outcomes["FLASHINFER"].workers
+    assert second["prespawned"] and second["spawned_at"] >= first["imported_at"]
+    assert second["spawned_at"] < outcomes["FLASH_ATTN"].ended_at
 
 
 def test_without_prespawn_each_backend_starts_its_worker_when_its_turn_comes(tmp_path, monkeypatch):
@@ -304,6 +320,21 @@ def test_the_prespawned_worker_compiles_its_jit_modules_while_the_previous_backe
     assert not _notes(rows, "FLASH_ATTN")  # the first backend was not pre-spawned: nothing to say
 
 
+def test_the_prebuild_does_not_wait_for_the_backends_other_imports(tmp_path, monkeypatch):
+    # Cold, FlashInfer's build is the sweep's critical path; it needs flashinfer, not vLLM's 12.5 s import.
+    log = tmp_path / "prebuild.jsonl"
+    scenario = {"FLASH_ATTN": {"*": "ok:0.3", "sleep": 1.5},
+                "FLASHINFER": {"*": "ok:0.2", "import": "sleep:1.0", "prebuild": "sleep:0.3", "prebuild_log": str(log)}}
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(scenario))
+    outcomes = {}
+    rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
+    assert {r["status"] for r in rows} == {R.STATUS_OK}
+    [worker] = outcomes["FLASHINFER"].workers
+    start, end = _prebuild_events(log)
+    assert end["at"] < worker["imported_at"]  # built while the library import was still running
+    assert worker["library_import_s"] >= 1.0 and worker["prebuild"]["built"] == 2
+
+
 def test_go_waits_for_a_prebuild_that_is_still_running(tmp_path, monkeypatch):
     log = tmp_path / "prebuild.jsonl"
     scenario = {"FLASH_ATTN": {"*": "ok:0.3"},
@@ -369,7 +400,10 @@ def test_a_fresh_worker_replacing_a_crashed_prespawned_one_does_not_prebuild(tmp
     rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
     assert {r["status"] for r in rows} == {R.STATUS_OK}
     assert [w["prespawned"] for w in outcomes["FLASHINFER"].workers] == [True, False]
-    assert not log.exists()  # the pre-spawned one died importing; the fresh one compiles at plan()
+    # the pre-spawned one may have started its build (it starts before the library import) and died
+    # importing; the fresh one never builds: it compiles at plan()
+    assert [e["event"] for e in _prebuild_events(log)] in ([], ["start"])
+    assert outcomes["FLASHINFER"].workers[1]["prebuild"] is None
 
 
 def test_the_third_backends_worker_starts_with_the_sweep_so_its_build_spans_two_backends(tmp_path, monkeypatch):

@@ -5,13 +5,16 @@ cuda.py, docs/vllm-rules.md §5g), the custom all-reduce rule (docs/probe.md, "C
 (docs/gpu-facts.md) and the issues named at each test."""
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from attnsel.probe import capability_facts
+from attnsel.probe import collect
 from attnsel.probe.collect import collect_from_scenario, collect_probe
+from attnsel.probe.nvml import torch_cuda
 from attnsel.probe.mixed_gpus import VLLM_MIXED_GPU_WARNING
 from attnsel.probe.nvml import P2P_CAPS_INDEX
 from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, load_scenario
@@ -182,6 +185,27 @@ def test_nvml_missing_falls_back_to_torch():
     assert report.nvlink.fully_connected is None
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the driver check is Linux-only")
+def test_no_cuda_driver_means_torch_is_never_imported(monkeypatch):
+    # A machine without libnvidia-ml has no libcuda either: importing torch (~2 s) to hear "no GPU" is skipped.
+    monkeypatch.setattr(torch_cuda, "CUDA_DRIVER_LIBRARY", "libcuda-absent-for-this-test.so.1")
+    monkeypatch.setattr(torch_cuda.RealTorch, "inventory", lambda self: pytest.fail("torch.cuda was asked"))
+    report = collect_probe({}, nvml=ReplayFacade(scenario("nvml_missing.json")), torch=torch_cuda.RealTorch())
+    assert report.source == "none"
+    assert any("NVML Shared Library Not Found" in e for e in report.errors)
+    assert any("libcuda-absent-for-this-test.so.1 cannot be loaded" in e for e in report.errors)
+
+
+def test_with_a_cuda_driver_torch_is_still_the_fallback(monkeypatch):
+    monkeypatch.setattr(collect, "cuda_driver_missing", lambda: None)
+    devices = [{"name": "NVIDIA A10G", "major": 8, "minor": 6, "total_memory": 24 << 30}]
+    monkeypatch.setattr(torch_cuda.RealTorch, "inventory",
+                        lambda self: {"version": "2.11", "cuda": "13.0", "devices": devices})
+    report = collect_probe({}, nvml=ReplayFacade(scenario("nvml_missing.json")), torch=torch_cuda.RealTorch())
+    assert report.source == "torch"
+    assert [g.name for g in report.gpus] == ["NVIDIA A10G"]
+
+
 def test_driver_not_loaded_and_torch_sees_nothing():
     report = probe("driver_not_loaded_torch_no_gpu.json")
     assert report.source == "none"
@@ -342,3 +366,12 @@ def test_every_fixture_is_a_valid_scenario():
         data = json.loads(path.read_text())
         assert data["schema"] == "attnsel-nvml-scenario/1", path.name
         assert collect_from_scenario(data, {}).source in {"nvml", "torch", "none"}
+
+
+@pytest.mark.parametrize("name", ["h100_sxm_x8_nvlink.json", "h200_x2_nvlink.json", "a100_x2_mig.json"])
+def test_no_nvml_query_is_asked_twice(name):
+    # Each NVML call costs driver time; the probe asks each question once (docs/probe.md, "Speed").
+    data = scenario(name)
+    facade = ReplayFacade(data)
+    collect_probe({}, nvml=facade, torch=ReplayTorch(data))
+    assert facade.asked and len(facade.asked) == len(set(facade.asked))

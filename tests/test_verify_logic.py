@@ -11,6 +11,8 @@ import pytest
 from attnsel.attention.model import config as MC
 from attnsel.attention.model import kind as model_kind
 from attnsel.attention.model import attention_layer_count
+from attnsel.attention import versions
+from attnsel.attention.selector import cudagraph as CG
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker
@@ -27,7 +29,7 @@ def h200_tune():
     return json.loads(H200_TUNE.read_text())
 
 
-@pytest.mark.parametrize("module", [engine_log, engine_worker, EC, VP, model_kind])
+@pytest.mark.parametrize("module", [engine_log, engine_worker, EC, VP, model_kind, CG])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -112,6 +114,22 @@ def test_max_model_len_leaves_room_for_the_generated_tokens_within_the_model():
     assert VP.max_model_len_for([(64, 4096)], 128, 131072) == 4608
     assert VP.max_model_len_for([(1, 32768)], 128, 40960) == 33024
     assert VP.max_model_len_for([(1, 40960)], 128, 40960) == 40960
+
+
+@pytest.mark.parametrize("release", ["0.17", "0.24", "0.33"])
+def test_graphs_are_captured_only_for_the_sizes_the_verified_decode_batches_replay(release):
+    # A default deployment pads a decode batch to the next of its ~51 capture sizes; verify captures
+    # just those padded sizes, so each timed step replays the same graph (docs/verify.md, "Speed").
+    facts = versions.get_profile(release).cudagraph
+    overrides = VP.graph_overrides(facts, [(1, 32768), (3, 16384), (64, 4096), (100, 2048), (2048, 1024)])
+    assert overrides == {"compilation_config": {"cudagraph_capture_sizes": [1, 4, 64, 104]}}
+    kwargs = engine_worker.engine_kwargs({"model_dir": "m", "engine_overrides": overrides})
+    assert kwargs["compilation_config"] == {"cudagraph_capture_sizes": [1, 4, 64, 104]}
+
+
+def test_batches_beyond_every_graph_keep_vllms_default_capture_list():
+    assert VP.graph_overrides(versions.get_profile("0.24").cudagraph, [(1024, 2048)]) == {}
+    assert "compilation_config" not in engine_worker.engine_kwargs({"model_dir": "m", "engine_overrides": {}})
 
 
 def test_memory_held_by_another_process_lowers_the_engines_share_and_says_how_much():

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.selector.cudagraph import capture_sizes_for_batches
     from attnsel.attention.selector.engine import (
         Run,
         check_supports_dtype,
@@ -24,6 +25,7 @@ __all__ = [
     "Run",
     "SelectionRequest",
     "build_selection",
+    "capture_sizes_for_batches",
     "check_supports_dtype",
     "explain",
     "explain_selection",
@@ -42,6 +44,7 @@ __getattr__ = lazy_door(__name__, {
     "check_supports_dtype": "engine",
     "SelectionRequest": "request",
     "build_selection": "request",
+    "capture_sizes_for_batches": "cudagraph",
     "explain": "engine",
     "explain_selection": "request",
     "get_attn_backend_cls": "engine",

@@ -65,3 +65,41 @@ def decode_launch(facts: Optional[dict], version: str, backend: str, capability:
     if num_tokens > limit:
         return "eager", f"{where}: {num_tokens} decode tokens exceed the largest capture size {limit}; no graph"
     return "graph", f"{where}: {backend} ({support}) decode batches of <= {limit} tokens replay a full CUDA graph"
+
+
+def default_capture_sizes(facts: dict) -> list[int]:
+    """The batch sizes a release captures by default (its `default_capture_sizes` data, up to
+    `max_capture_size`), ascending.
+
+    >>> rule = {"listed": [1, 2, 4], "step_8_from": 8, "step_16_from": 256}
+    >>> sizes = default_capture_sizes({"max_capture_size": 512, "default_capture_sizes": rule})
+    >>> sizes[:5], sizes[-3:], len(sizes)
+    ([1, 2, 4, 8, 16], [480, 496, 512], 51)
+    """
+    rule, top = facts["default_capture_sizes"], int(facts["max_capture_size"])
+    step16 = int(rule["step_16_from"])
+    sizes = [int(s) for s in rule["listed"] if int(s) <= top]
+    sizes += list(range(int(rule["step_8_from"]), min(step16, top + 1), 8))
+    sizes += list(range(step16, top + 1, 16))
+    return sizes
+
+
+def capture_sizes_for_batches(facts: Optional[dict], batches: list[int]) -> Optional[list[int]]:
+    """The capture sizes that decode steps of these batch sizes replay in a default deployment: each
+    batch padded to the next default size, as vLLM pads it (batches above the largest size run
+    without a graph either way). None when the release's facts do not say how to pass them, or no
+    batch replays a graph: then vLLM's default list stays.
+
+    >>> rule = {"listed": [1, 2, 4], "step_8_from": 8, "step_16_from": 256}
+    >>> facts = {"max_capture_size": 512, "default_capture_sizes": rule, "engine_option": "x"}
+    >>> capture_sizes_for_batches(facts, [1, 3, 64, 300, 4096])
+    [1, 4, 64, 304]
+    >>> capture_sizes_for_batches(facts, [4096]) is None
+    True
+    """
+    if not facts or not facts.get("engine_option") or not facts.get("default_capture_sizes"):
+        return None
+    sizes = default_capture_sizes(facts)
+    padded = {next((s for s in sizes if s >= b), None) for b in batches}
+    chosen = sorted(s for s in padded if s is not None)
+    return chosen or None

@@ -26,7 +26,7 @@ from attnsel.bench.timing import stats as T
 from attnsel.bench.plan import Plan
 from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
 from attnsel.bench.timing import mode_label
-from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers
+from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers, workers_importing
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 
@@ -50,6 +50,22 @@ EARLY_PREBUILD_BACKENDS = ("FLASHINFER",)
 # (38 s) and FLASH_ATTN (26 s) run, instead of during FLASH_ATTN only, most of which its own
 # 12 s import would use up. A waiting worker holds no CUDA context, only host memory.
 PRESPAWN_AHEAD = 2
+# At most this many workers import at once per this many CPU cores (the first backend's worker
+# included): each import keeps a core busy for ~16 s (torch + vLLM), next to the first backend's
+# exposed start, FlashInfer's nvcc and the compilers. 16 cores (the H100 machines): 4, the sweep's
+# four workers, so nothing waits there; on 4-8 cores the later backends' imports start as earlier
+# ones finish, still behind the running backend. FlashInfer's pre-building worker goes first.
+CORES_PER_IMPORTING_WORKER = 4
+
+
+def import_slots(cpu_count: Optional[int] = None) -> int:
+    """How many workers may import at the same time on this machine.
+
+    >>> import_slots(16), import_slots(2), import_slots(None) >= 1
+    (4, 1, True)
+    """
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, cores // CORES_PER_IMPORTING_WORKER)
 
 
 @dataclass
@@ -80,6 +96,8 @@ class SweepOptions:
     toolkit: str = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_TOOLKIT") or DEFAULT_TOOLKIT)
     # --gpus: CUDA ordinals of this process to spread the sweep over (None: the default GPU)
     gpus: Optional[list[str]] = None
+    # How many workers may import at once (all lanes): by the machine's cores (import_slots)
+    import_slots: int = field(default_factory=lambda: import_slots())
 
     def worker_options(self) -> dict:
         return {
@@ -270,7 +288,8 @@ def positions_to_prespawn(order: list[tuple[str, list[dict]]], i: int, options: 
     if not options.prespawn:
         return []
     early = [j for j in range(i + 1, len(order)) if order[j][0] in EARLY_PREBUILD_BACKENDS and options.prebuild]
-    return sorted(set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) | set(early))
+    ahead = set(range(i + 1, min(len(order), i + 1 + PRESPAWN_AHEAD))) - set(early)
+    return early + sorted(ahead)  # the pre-building worker first: it gets an import slot first
 
 
 def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
@@ -304,17 +323,25 @@ def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOp
         for i, (backend, items) in enumerate(order):
             progress.on_backend(backend, len(items))
             worker = waiting.pop(i, None)
-            for j in positions_to_prespawn(order, i, options):
-                if j not in waiting:
+            due = [j for j in positions_to_prespawn(order, i, options) if j not in waiting]
+
+            def start_due(reserved: int = 0, i: int = i, due: list[int] = due) -> None:
+                """Pre-spawn the due workers while an import slot is free (import_slots); the rest
+                are tried again after each row."""
+                while due and workers_importing() + reserved < options.import_slots:
+                    j = due.pop(0)
                     waiting[j] = _prespawn_at(order, j, plan, options, output_dir, lane,
                                               previous=" and ".join(b for b, _ in order[i:j]))
 
-            def on_row(row: dict) -> None:
+            start_due(reserved=0 if worker is not None else 1)  # a fresh worker for this backend imports too
+
+            def on_row(row: dict, start_due=start_due) -> None:
                 if lane.label is not None:
                     row["gpu"] = lane.label
                 row = enrich(row)
                 writer.write(row)
                 progress.on_row(row)
+                start_due()
 
             outcome = run_backend_group(backend, items, shape, options, log_for[backend], on_row=on_row,
                                         on_start=progress.on_start, worker=worker, env=lane.env)

@@ -32,6 +32,11 @@ _LIVE_WORKERS: "set[WorkerProcess]" = set()
 _STOPPING = threading.Event()
 
 
+def workers_importing() -> int:
+    """How many live workers of this process are still importing (all lanes together)."""
+    return sum(1 for worker in list(_LIVE_WORKERS) if worker.importing)
+
+
 def allow_workers() -> None:
     """A new sweep may start workers again (after a stopped one in the same process)."""
     _STOPPING.clear()
@@ -60,6 +65,7 @@ class WorkerProcess:
         self.go_at: Optional[float] = None
         self.imported: Optional[dict] = None  # the worker's "imported" startup figures
         self.imported_seen_at: Optional[float] = None
+        self.import_done_at: Optional[float] = None  # when its "imported" line arrived (reader thread)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attnsel.bench.worker.main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -93,8 +99,17 @@ class WorkerProcess:
 
     def _read(self) -> None:
         for raw in self.proc.stdout:
-            self._lines.put(raw.decode("utf-8", errors="replace"))
+            line = raw.decode("utf-8", errors="replace")
+            if self.import_done_at is None and '"imported"' in line:
+                self.import_done_at = time.time()  # noted here: a waiting worker's lines are read only at go
+            self._lines.put(line)
+        self.import_done_at = self.import_done_at or time.time()  # dead or done: importing no more
         self._lines.put(None)
+
+    @property
+    def importing(self) -> bool:
+        """Still importing torch and its libraries (spawned, no "imported" line yet, alive)."""
+        return self.import_done_at is None
 
     def next_message(self, timeout_s: float) -> Optional[dict]:
         """The next protocol message; None at EOF; raises queue.Empty on timeout."""

@@ -5,6 +5,7 @@
 #     pip install vllm==0.24.0 'openai<3' cupti-python      # vLLM's pins: torch 2.11, flashinfer 0.6.12
 #     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
 #     bash bench/tools/gpu_session.sh mla OUT && bash bench/tools/gpu_session.sh fp8 OUT   # MLA and fp8 KV
+#     bash bench/tools/gpu_session.sh speed OUT      # issue 25's speed table (< 9 min, needs the "engine" set)
 #
 # An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
 #   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
@@ -177,6 +178,28 @@ PY
     timeout 150 python3 -m attnsel tune --model nemotron-h-8b --workload decode --backends FLASH_ATTN,FLASHINFER,TRITON_ATTN --output "$out/nemotron_h" \
       > "$out/nemotron_h.tune.txt" 2>&1 || true
     grep -h "^time:\|vLLM flags\|overall" "$out"/qwen06/summary.txt "$out"/nemotron_h/summary.txt || true ;;
+  speed)
+    # issue 25's table in one command, < 9 min on an H100 with the carried vLLM 0.24 set: `tune` as
+    # typed with the caches emptied, the same warm, `probe --json` x7, `verify` with 3 engines; each
+    # step under `timeout`, stopping at the first that fails; then one summary table
+    # (bench/tools/speed_summary.py, docs/tune-performance.md "Speed benchmark"). The commands run the
+    # attnsel on PYTHONPATH: point it at another checkout for the "before" figures.
+    out=${2:?OUT folder}; mkdir -p "$out"; rm -f "$out/steps.txt"
+    step() {  # step NAME LIMIT_S CMD...: runs CMD, records "NAME exit seconds" in steps.txt
+      local name=$1 limit=$2 t0 rc=0; shift 2; t0=$(date +%s.%N)
+      timeout -k 10 "$limit" "$@" > "$out/$name.txt" 2> "$out/$name.err" || rc=$?
+      echo "$name $rc $(python3 -c "print(round($(date +%s.%N) - $t0, 1))")" >> "$out/steps.txt"
+      [ "$rc" = 0 ] || { echo "$name failed (exit $rc): $(tail -c 300 "$out/$name.err")" >&2; return 1; }
+    }
+    rm -rf ~/.cache/flashinfer ~/.triton /tmp/torchinductor_root ~/.cache/vllm
+    tune=(python3 -m attnsel tune --head-size 128 --dtype bf16)
+    step tune_cold 200 "${tune[@]}" --output "$out/tune_cold" \
+      && step tune_warm 75 "${tune[@]}" --output "$out/tune_warm" \
+      && step probe 30 python3 -m attnsel.bench.tools.probe_speed --runs 7 \
+      && step verify 230 python3 -m attnsel verify --model llama-3.1-8b --candidates FLASHINFER:16,TRITON_ATTN:16 \
+           --shapes 1x32768,4x16384,64x4096 --output "$out/verify" || status=1
+    python3 "$root/bench/tools/speed_summary.py" "$out" | tee "$out/summary.md"
+    exit "${status:-0}" ;;
   smoke)
     # a short first run: the timers, one quick sweep with vLLM's kernels, a fidelity sample, live explain
     out=${2:?OUT folder}; mkdir -p "$out"

@@ -8,7 +8,8 @@ compiler must cost its own row only, and the next engine must find the GPU empty
 Protocol. The parent writes one JSON job as the first line on stdin:
     {"engine": "module:attr" | "/path/file.py:attr", "backend": "TRITON_ATTN" | null,
      "block_size": 64 | null, "model_dir", "tensor_parallel_size", "dtype", "gpu_memory_utilization",
-     "max_model_len", "vocab_size", "shapes": [{"batch", "context"}], "repeats", "decode_steps", "seed"}
+     "max_model_len", "engine_overrides": {LLM argument: value}, "vocab_size", "shapes": [{"batch", "context"}],
+     "repeats", "decode_steps", "seed"}
 The worker answers with JSON lines on its original stdout (vLLM's own logs, which go to stdout,
 are sent to stderr with everything else, so they cannot corrupt the protocol):
     {"type": "starting", "pid"}
@@ -273,8 +274,9 @@ def main() -> int:
 
 def engine_kwargs(job: dict) -> dict:
     """The `LLM(...)` arguments: dummy weights from config.json alone, no tokenizer, prefix
-    caching off (it would let repeated prompts skip their prefill), vLLM's default CUDA graphs
-    and torch.compile; --attention-backend / --block-size only where the candidate names them
+    caching off (it would let repeated prompts skip their prefill), vLLM's default CUDA-graph mode
+    and torch.compile, graphs captured only for the sizes the verified batches replay (the job's
+    `engine_overrides`); --attention-backend / --block-size only where the candidate names them
     (vLLM's default pair runs with neither, as a deployment without flags would)."""
     kwargs: dict[str, Any] = {
         "model": job["model_dir"], "load_format": "dummy", "skip_tokenizer_init": True,
@@ -291,6 +293,8 @@ def engine_kwargs(job: dict) -> dict:
         kwargs["attention_backend"] = job["backend"]
     if job.get("block_size"):
         kwargs["block_size"] = int(job["block_size"])
+    for group, value in (job.get("engine_overrides") or {}).items():  # e.g. the CUDA-graph sizes (verify/plan.py)
+        kwargs[group] = dict(kwargs.get(group) or {}, **value) if isinstance(value, dict) else value
     return kwargs
 
 

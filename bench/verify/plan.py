@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from attnsel.attention.rules import shape_dtype
+from attnsel.attention.selector import capture_sizes_for_batches
 from attnsel.bench.plan import build as P
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.plan import vllm_verdict
@@ -253,6 +254,26 @@ def max_model_len_for(shapes: Sequence[tuple[int, int]], decode_steps: int, mode
     need = max(c + math.ceil(b * c / 2048) + 8 + decode_steps for b, c in shapes)
     need = 256 * math.ceil(need / 256)
     return min(need, model_max) if model_max else need
+
+
+def graph_overrides(cudagraph: Optional[dict], shapes: Sequence[tuple[int, int]]) -> dict:
+    """The engine arguments that capture CUDA graphs only for the verified decode batches: each batch
+    padded to the size vLLM's default list would pad it to, so every timed decode step replays the
+    graph a default deployment replays (bench/verify/engine_worker.py: the N2 - N1 extra steps are all
+    full-batch decode). Prefill and mixed steps do not count in the figure. Saves capturing the ~51
+    default sizes per engine (5-25 s on an H100, docs/verify.md "Speed"). {} where the release's
+    facts (attention/versions, `cudagraph.engine_option`) do not say how to pass them.
+
+    >>> facts = {"max_capture_size": 512, "engine_option": "compilation_config.cudagraph_capture_sizes",
+    ...          "default_capture_sizes": {"listed": [1, 2, 4], "step_8_from": 8, "step_16_from": 256}}
+    >>> graph_overrides(facts, [(1, 32768), (4, 16384), (64, 4096)])
+    {'compilation_config': {'cudagraph_capture_sizes': [1, 4, 64]}}
+    """
+    sizes = capture_sizes_for_batches(cudagraph, [int(b) for b, _ in shapes])
+    if not sizes or not cudagraph:
+        return {}
+    group, _, option = str(cudagraph["engine_option"]).partition(".")
+    return {group: {option: sizes}} if option else {group: sizes}
 
 
 def memory_budget(total_bytes: Optional[int], free_bytes: Optional[int], requested: float) -> tuple[float, Optional[str]]:

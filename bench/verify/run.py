@@ -177,6 +177,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
     VP.check_refusals(candidates, shape, capability)
     model_max = VP.model_max_len(hf_config)
     shapes = req.shapes or VP.default_shapes(VP.decode_shapes_of((tune_doc or {}).get("plan") or {}), model_max)
+    profile = versions.select_profile(None).profile  # the release that answers for the installed vLLM
     util, memory_note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"),
                                          req.gpu_memory_utilization)
     document = {
@@ -190,11 +191,12 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
                   "kv_cache_dtype": shape.kv_cache_dtype},
         "gpu": {k: gpu.get(k) for k in ("name", "capability", "uuid", "memory_total_bytes", "memory_free_bytes",
                                         "memory_used_bytes", "processes")},
-        "vllm": {"installed_version": vllm_version, "rule_profile": versions.select_profile(None).profile.name,
+        "vllm": {"installed_version": vllm_version, "rule_profile": profile.name,
                  "predicted_default": list(vllm_default) if vllm_default else None},
         "options": {"shapes": [list(s) for s in shapes], "repeats": req.repeats, "decode_steps": req.decode_steps,
                     "gpu_memory_utilization_requested": req.gpu_memory_utilization, "gpu_memory_utilization": util,
                     "max_model_len": VP.max_model_len_for(shapes, req.decode_steps, model_max),
+                    "engine_overrides": VP.graph_overrides(profile.cudagraph, shapes),
                     "start_timeout_s": req.start_timeout_s, "call_timeout_s": req.call_timeout_s,
                     "engine": req.engine, "compile_cache_root": str(VP.compile_cache_root(env)),
                     "prefix_caching": False, "weights": "dummy (load_format=dummy, config.json only)"},
@@ -224,6 +226,7 @@ def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, cont
             "model_dir": str(context["model_dir"]), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
             "dtype": document["model"]["dtype"], "kv_cache_dtype": document["model"]["kv_cache_dtype"],
             "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
+            "engine_overrides": opts.get("engine_overrides") or {},
             "vocab_size": VP.vocab_size(context["hf_config"]), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
             "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0}
 
@@ -270,7 +273,7 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
 
 
 # What must match for a resumed run's engines to be compared with new ones
-RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine")
+RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine_overrides", "engine")
 
 
 def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:

@@ -13,10 +13,10 @@ kernel library, says "imported", and waits for "go" before touching CUDA; EOF in
 means "not needed": the worker exits). The parent reads JSON lines from the worker's original stdout:
     {"type": "imported", "startup": {torch_import_s, library_import_s, ...}}
 A pre-spawned worker's job may carry "prebuild": {"previous_backend", "device_capability",
-"wait_s"}: after its imports it calls the backend's first adapter's optional `prebuild(...)`
-hook in a background thread (compile the JIT modules these items will need, e.g. FlashInfer's
-nvcc builds, into the library's disk cache: CPU only, no CUDA), while the previous backend is
-still timing. At "go" it waits up to wait_s for that build to end (the first plan() would have
+"wait_s"}: once torch and the build's own library are imported (not vLLM) it calls the backend's
+first adapter's optional `prebuild(...)` hook in a background thread (compile the JIT modules
+these items will need, e.g. FlashInfer's nvcc builds, into the library's disk cache: CPU only, no
+CUDA), while its other imports run and the previous backend is still timing. At "go" it waits up to wait_s for that build to end (the first plan() would have
 to compile the same modules anyway), and reports it in "ready"'s startup["prebuild"] and in each
 row's notes. A failing pre-build changes nothing else: plan() then compiles as it always did.
     {"type": "ready", "info": {...device and library versions...}, "startup": {... cuda_init_s}}
@@ -41,7 +41,14 @@ import traceback
 from typing import Any, Optional, TextIO
 
 from attnsel.bench.worker.items import ItemRunner
-from attnsel.bench.worker.prebuild import DEFAULT_PREBUILD_WAIT_S, Prebuild, error_text, preload_libraries, start_prebuild
+from attnsel.bench.worker.prebuild import (
+    DEFAULT_PREBUILD_WAIT_S,
+    Prebuild,
+    error_text,
+    import_prebuild_library,
+    preload_libraries,
+    start_prebuild,
+)
 from attnsel.bench.worker.toolkit import DEFAULT_TOOLKIT, Toolkit, load_toolkit
 
 
@@ -101,13 +108,16 @@ def _import_stage(job: dict, started_at: Optional[float]) -> tuple[Toolkit, dict
     t0 = time.perf_counter()
     toolkit = load_toolkit(job.get("toolkit") or DEFAULT_TOOLKIT)
     startup["torch_import_s"] = time.perf_counter() - t0  # the toolkit module: torch + kernels package
-    startup["library_import_s"] = preload_libraries(toolkit, job.get("backend"))
+    # The JIT pre-build starts as soon as its own library is imported, before the backend's other
+    # imports (vLLM's): cold, that build is the sweep's critical path (docs/tune-performance.md, change 8).
+    prebuild_import_s = import_prebuild_library(job)
+    prebuild = start_prebuild(toolkit, job)  # compile-only, in the background, before "go"
+    startup["library_import_s"] = prebuild_import_s + preload_libraries(toolkit, job.get("backend"))
     # Some imports create a CUDA context themselves (flashinfer#4889: flashinfer.gemm with cuda.tile
     # installed); a pre-spawned worker then did so while another backend was timing: say so.
     is_initialized = getattr(toolkit, "cuda_initialized", None)
     startup["cuda_initialized_by_import"] = bool(is_initialized()) if is_initialized is not None else False
     startup["imported_at"] = time.time()
-    prebuild = start_prebuild(toolkit, job)  # compile-only, in the background, before "go"
     return toolkit, startup, prebuild
 
 

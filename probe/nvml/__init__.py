@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
     from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
     from attnsel.probe.nvml.session import NvmlSession, facades_from_env
-    from attnsel.probe.nvml.torch_cuda import RealTorch
+    from attnsel.probe.nvml.torch_cuda import RealTorch, cuda_driver_missing
 
 __all__ = [
     "CLOCK_MEM",
@@ -50,6 +50,7 @@ __all__ = [
     "SCENARIO_SCHEMA",
     "TorchFacade",
     "call_key",
+    "cuda_driver_missing",
     "cuda_version_str",
     "facades_from_env",
     "gpu_info",
@@ -76,6 +77,7 @@ __getattr__ = lazy_door(__name__, {
     "SCENARIO_SCHEMA": "replay",
     "TorchFacade": "protocol",
     "call_key": "protocol",
+    "cuda_driver_missing": "torch_cuda",
     "cuda_version_str": "gpus",
     "facades_from_env": "session",
     "gpu_info": "gpus",

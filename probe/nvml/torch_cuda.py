@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from typing import Any, Optional, Union
+
+# The CUDA driver library every CUDA program, torch's included, loads first (cudart dlopens it).
+CUDA_DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def cuda_driver_missing() -> Optional[str]:
+    """Why torch.cuda cannot see a GPU here without importing torch (~2 s), or None when it may.
+
+    Linux only: a machine whose libcuda.so.1 cannot be loaded has no NVIDIA driver (or a container
+    started without the NVIDIA runtime), and torch.cuda would find no GPU either. Loading it creates no
+    CUDA context (that takes cuInit); elsewhere (WSL included: its libcuda.so.1 is on the loader path,
+    Windows, macOS) torch is asked as before.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        ctypes.CDLL(CUDA_DRIVER_LIBRARY)
+    except OSError:
+        return f"no NVIDIA driver: {CUDA_DRIVER_LIBRARY} cannot be loaded, and torch.cuda needs it"
+    return None
 
 
 class RealTorch:
