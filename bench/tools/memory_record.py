@@ -145,15 +145,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         for name, model, flags, patch in chosen:
             print(f"memory_record: {name} ...", file=sys.stderr, flush=True)
             records.append(record_case(name, model, flags, patch, args.out, gpu))
+            # written as each engine finishes: a run stopped at its time limit keeps what it measured
+            (args.out / f"{name}.json").write_text(json.dumps(records[-1], indent=1) + "\n")
             print(f"  {records[-1]['verdict']}: {records[-1]['vllm'].get('kv_cache_tokens')} tokens", file=sys.stderr)
-    for record in records:
-        (args.out / f"{record['name']}.json").write_text(json.dumps(record, indent=1) + "\n")
+    if args.from_verify:
+        for record in records:
+            (args.out / f"{record['name']}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"memory_record: {len(records)} record(s) in {args.out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def predict_record(record: dict) -> Any:
@@ -180,3 +180,7 @@ def predict_record(record: dict) -> Any:
                             and flags.get(k) is not None}, entrypoint=record.get("entrypoint", "llm"))
     return memory_for(profile, config, facts, explanation, memory,
                       total_bytes=int(record["gpu"]["memory_total_bytes"]), gpu_name=gpu.name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
