@@ -171,8 +171,12 @@ def predict_record(record: dict) -> Any:
     tp = int(flags.get("tensor_parallel_size") or 1)
     facts = derive_model_facts(config, capability=gpu.compute_capability, dtype="auto", tensor_parallel_size=tp,
                                gpu_name=gpu.name, profile=profile.model_rules)
+    # every record comes from attnsel's engine worker, which starts vLLM with enable_prefix_caching=False
+    # (bench/verify/engine_worker.py): for a hybrid model that decides the block size (0.26's default
+    # with prefix caching is Mamba cache mode 'all', block 512 for Granite-4.0-H; without it, 400)
     request = SelectionRequest(kv_cache_dtype=flags.get("kv_cache_dtype"), block_size=flags.get("block_size"),
-                               attention_backend=flags.get("attention_backend"))
+                               attention_backend=flags.get("attention_backend"),
+                               prefix_caching=bool(flags.get("enable_prefix_caching", False)))
     inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=gpu.compute_capability,
                                          gpu_name=gpu.name)
     explanation = explain_selection(profile, inputs, ctx, notes)
