@@ -92,11 +92,11 @@ def register(app: typer.Typer) -> None:
         if output_text is not None and not output_text.strip():
             raise UserInputError("--output is empty: give a file name or leave the flag out (stdout)")
         output = Path(output_text) if output_text is not None else None
-        fmt = pick_format(output_format, as_json, output)
-        if output is not None:
+        if output is not None:  # first: writing over an input is the one mistake that destroys data
             from attnsel.reports.tune import refuse_to_overwrite
 
             refuse_to_overwrite(output, inputs)
+        fmt = pick_format(output_format, as_json, output)
         data = load_report(inputs)
         settings.debug(f"report: {len(data.sources)} input(s), format {fmt}")
         text = render(data, fmt)
