@@ -18,30 +18,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from attnsel.probe.nvml.protocol import (
-    INIT_HINTS,
-    NVML_ERROR_CODES,
-    NVML_ERROR_MESSAGES,
-    NVML_ERROR_NAMES,
     DeviceRef,
     NvmlCallError,
     NvmlFacade,
-    NvmlInitError,
     TorchFacade,
     call_key,
 )
-from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, SCENARIO_SCHEMA, ReplayFacade, ReplayTorch, load_scenario
+from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, ReplayFacade, ReplayTorch, load_scenario
 from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
 from attnsel.probe.nvml.torch_cuda import RealTorch
 
-__all__ = [
-    # the facades (real and replayed) and how one is chosen
-    "NvmlFacade", "TorchFacade", "PynvmlFacade", "RealTorch", "ReplayFacade", "ReplayTorch",
-    "facades_from_env", "load_scenario", "SCENARIO_ENV_VAR", "SCENARIO_SCHEMA",
-    # the funnel every query goes through
-    "NvmlSession", "QueryFailure", "answer_problem", "INVALID_ANSWER", "DeviceRef", "call_key",
-    # NVML's errors (its constants: probe/nvml/protocol.py)
-    "NvmlCallError", "NvmlInitError", "NVML_ERROR_NAMES", "NVML_ERROR_CODES", "NVML_ERROR_MESSAGES", "INIT_HINTS",
-]
+# what this module defines; the room's door (probe/nvml/__init__.py) offers the rest
+__all__ = ["NvmlSession", "QueryFailure", "answer_problem", "facades_from_env", "INVALID_ANSWER"]
 
 
 # ---------------------------------------------------------------------------------------------
