@@ -133,6 +133,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--cases", choices=("quick", "full"), default="full")
     parser.add_argument("--from-verify", type=Path, help="a saved verify.json instead of running engines")
+    parser.add_argument("--only", default="", help="comma-separated case names (of the chosen set) to run")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_verify:
@@ -141,6 +142,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         gpu = this_gpu()
         chosen = [c for c in CASES if args.cases == "full" or c[0] in QUICK]
         chosen = [c for c in chosen if c[2].get("tensor_parallel_size", 1) <= gpu["count"]]
+        if args.only:
+            wanted = {name.strip() for name in args.only.split(",") if name.strip()}
+            unknown = wanted - {c[0] for c in CASES}
+            if unknown:
+                parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
+            chosen = [c for c in chosen if c[0] in wanted]
         records = []
         for name, model, flags, patch in chosen:
             print(f"memory_record: {name} ...", file=sys.stderr, flush=True)
