@@ -41,7 +41,7 @@ CUPTI_SET="cupti-python==13.4.0 nvidia-cuda-cupti==13.4.92 pyelftools"
 STANDIN_SET="flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.15.post2 flash-attn-4==4.0.0b36 quack-kernels==0.6.5
  torch-c-dlpack-ext==0.1.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1
  nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1"
-ENGINE_SET="cuda-tile dill email-validator dnspython fastapi==0.136.3 starlette==1.10.0 python-multipart
+ENGINE_SET="loguru cuda-tile dill email-validator dnspython fastapi==0.136.3 starlette==1.10.0 python-multipart
  pydantic-extra-types fastsafetensors==0.5.0 llguidance==1.7.6 xgrammar==0.2.3 googleapis-common-protos
  opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp==1.45.2
  opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2
