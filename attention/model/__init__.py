@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.model.heads import kv_heads_split_assertion
     from attnsel.attention.model.config import derive_model_facts, list_catalog, load_model_config
     from attnsel.attention.model.kind import attention_layer_count
     from attnsel.attention.model.rules import model_rules_from_data
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
 
 __all__ = [
+    "kv_heads_split_assertion",
     "attention_layer_count",
     "check_heads",
     "check_hybrid_flags",
@@ -37,6 +39,7 @@ __all__ = [
     "model_rules_from_data",
 ]
 __getattr__ = lazy_door(__name__, {
+    "kv_heads_split_assertion": "heads",
     "attention_layer_count": "kind",
     "check_heads": "validation",
     "check_hybrid_flags": "validation",

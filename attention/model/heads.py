@@ -3,7 +3,7 @@ VLLM_MLA_DISABLE head sizes, KV heads, and the tensor-parallel splits vLLM refus
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 from attnsel.attention.model.rules import ModelRules
 from attnsel.errors import CheckFailed, UserInputError
@@ -113,12 +113,27 @@ def check_tensor_parallel(tp: int, total_heads: int, is_attention_free: bool) ->
     return tp
 
 
-def check_kv_heads_split(total_kv_heads: int, tp: int) -> None:
-    """The model's QKV projection splits KV heads over TP ranks, or replicates them when there are
-    fewer KV heads than ranks (models/llama.py and the other decoders: bare asserts)."""
+def kv_heads_split_assertion(total_kv_heads: int, tp: int) -> Optional[str]:
+    """The assertion vLLM's model code fails when it splits `total_kv_heads` over TP ranks, or None.
+    The QKV projection splits KV heads over the ranks, or replicates them when there are fewer KV
+    heads than ranks (models/llama.py and the other decoders: bare asserts).
+
+    >>> kv_heads_split_assertion(8, 2), kv_heads_split_assertion(4, 8), kv_heads_split_assertion(6, 4)
+    (None, None, 'total_num_kv_heads % tp_size == 0')
+    """
     if total_kv_heads >= tp and total_kv_heads % tp:
-        raise CheckFailed(f"vLLM would raise AssertionError (model code: total_num_kv_heads % tp_size == 0): "
-                          f"{total_kv_heads} KV heads cannot be split over tensor parallel size {tp}")
+        return "total_num_kv_heads % tp_size == 0"
     if total_kv_heads < tp and tp % total_kv_heads:
-        raise CheckFailed(f"vLLM would raise AssertionError (model code: tp_size % total_num_kv_heads == 0): "
+        return "tp_size % total_num_kv_heads == 0"
+    return None
+
+
+def check_kv_heads_split(total_kv_heads: int, tp: int) -> None:
+    """A model config whose KV heads vLLM's model code cannot split over `tp`: vLLM would raise."""
+    failed = kv_heads_split_assertion(total_kv_heads, tp)
+    if failed == "total_num_kv_heads % tp_size == 0":
+        raise CheckFailed(f"vLLM would raise AssertionError (model code: {failed}): "
+                          f"{total_kv_heads} KV heads cannot be split over tensor parallel size {tp}")
+    if failed:
+        raise CheckFailed(f"vLLM would raise AssertionError (model code: {failed}): "
                           f"tensor parallel size {tp} is not a multiple of the {total_kv_heads} KV heads to replicate")

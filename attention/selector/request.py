@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
-from attnsel.attention.model import check_heads
+from attnsel.attention.model import check_heads, kv_heads_split_assertion
 from attnsel.errors import UserInputError
 from attnsel.attention.versions import block_size_cli_error
 from attnsel.attention.selector.engine import explain
@@ -119,13 +119,13 @@ def heads_per_gpu(num_heads: Optional[int], num_kv_heads: Optional[int],
     tp = int(tensor_parallel_size or 1)
     if num_heads is not None and num_heads % tp:
         raise UserInputError(f"--num-heads {num_heads} is not divisible by --tensor-parallel-size {tp}")
-    if num_kv_heads is not None and num_kv_heads > 0:
-        if num_kv_heads >= tp and num_kv_heads % tp:
-            raise UserInputError(f"--num-kv-heads {num_kv_heads} cannot be split over --tensor-parallel-size {tp} "
-                                 f"(vLLM's model code asserts total_num_kv_heads % tp_size == 0)")
-        if num_kv_heads < tp and tp % num_kv_heads:
-            raise UserInputError(f"--tensor-parallel-size {tp} is not a multiple of --num-kv-heads {num_kv_heads} "
-                                 f"to replicate (vLLM's model code asserts tp_size % total_num_kv_heads == 0)")
+    failed = kv_heads_split_assertion(num_kv_heads, tp) if num_kv_heads is not None and num_kv_heads > 0 else None
+    if failed == "total_num_kv_heads % tp_size == 0":
+        raise UserInputError(f"--num-kv-heads {num_kv_heads} cannot be split over --tensor-parallel-size {tp} "
+                             f"(vLLM's model code asserts {failed})")
+    if failed:
+        raise UserInputError(f"--tensor-parallel-size {tp} is not a multiple of --num-kv-heads {num_kv_heads} "
+                             f"to replicate (vLLM's model code asserts {failed})")
     per_gpu = None if num_heads is None else num_heads // tp
     kv_per_gpu = None if num_kv_heads is None else max(1, num_kv_heads // tp)
     return per_gpu, kv_per_gpu
