@@ -1,4 +1,4 @@
-"""Developer check for refactors that must not change behaviour: record what ~1,000 CLI commands print
+"""Developer check for refactors that must not change behaviour: record what ~700 CLI commands print
 (exit code, stdout, stderr; `report`'s files by content hash) and compare two recordings.
 
     python -m attnsel.bench.tools.cli_replay record before.json      # on the commit before
