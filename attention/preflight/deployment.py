@@ -24,9 +24,7 @@ from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_ver
 from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.model import derive_model_facts
 from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
-
-PASS, WARN, FAIL = "pass", "warn", "fail"
-STATUSES = (PASS, WARN, FAIL)
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN
 PCI_BUS_ID = "PCI_BUS_ID"
 
 # vLLM custom_all_reduce.py: CustomAllreduce._SUPPORTED_WORLD_SIZES and its warning, verbatim.

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from attnsel.attention.memory import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, MemoryFlags, device_total_bytes, memory_for
-
-PASS, WARN, FAIL = "pass", "warn", "fail"
+from attnsel.attention.preflight.status import FAIL, PASS, WARN
 
 
 def memory_flags(deployment: Any) -> MemoryFlags:

@@ -15,6 +15,12 @@ from attnsel.errors import UserInputError
 KV_CACHE_DTYPES = ("auto", "bfloat16", *FP8_KV_CACHE_DTYPES, "fp8_inc", "fp8_ds_mla")
 
 
+def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
+    """A --kv-cache-dtype tune can build a cache for (the explicit-flag shapes, dense and MLA)."""
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
+
+
 @dataclass(frozen=True)
 class TuneShape:
     """The attention shape of one model layer group, per GPU (after tensor parallelism)."""
@@ -107,8 +113,7 @@ def make_shape(
     from attnsel.attention.selector import heads_per_gpu  # vLLM's split, the one explain uses
 
     q_per_gpu, kv_per_gpu = heads_per_gpu(num_heads, kv, tensor_parallel_size)
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
+    check_kv_cache_dtype(kv_cache_dtype)
     return TuneShape(
         head_size=head_size,
         num_q_heads=q_per_gpu,
