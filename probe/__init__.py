@@ -7,6 +7,7 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.probe.capability import bf16_error, capability_facts, parse_capability
     from attnsel.probe.collect import collect_probe
+    from attnsel.probe.cpus import usable_cpu_count
     from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport, report_fields, report_from_fields
     from attnsel.probe.gpu_table import families, find_gpu, gpu_names, match_device_name
     from attnsel.probe.mixed_gpus import same_model
@@ -38,6 +39,7 @@ __all__ = [
     "report_fields",
     "report_from_fields",
     "same_model",
+    "usable_cpu_count",
 ]
 __getattr__ = lazy_door(__name__, {
     "GpuInfo": "facts",
@@ -59,4 +61,5 @@ __getattr__ = lazy_door(__name__, {
     "report_fields": "facts",
     "report_from_fields": "facts",
     "same_model": "mixed_gpus",
+    "usable_cpu_count": "cpus",
 })

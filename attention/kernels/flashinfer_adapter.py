@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version,
                    module_importable, shape_kind_reason)
 from attnsel.attention.rules import kernel_block_size_for
+from attnsel.probe import usable_cpu_count
 
 WORKSPACE_BYTES = 256 * 1024 * 1024
 # vLLM's FlashInferBackend (docs/vllm-rules.md §3a).
@@ -217,7 +218,7 @@ def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
     if pending:
         set_jobs = "MAX_JOBS" not in os.environ
         if set_jobs:
-            os.environ["MAX_JOBS"] = str(max(1, (os.cpu_count() or 2) // len(pending)))
+            os.environ["MAX_JOBS"] = str(max(1, usable_cpu_count() // len(pending)))
         try:
             threads = [threading.Thread(target=_build_one, args=(spec, out), daemon=True)
                        for spec, out in zip(pending, outcomes)]

@@ -29,6 +29,7 @@ from attnsel.bench.timing import mode_label
 from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers, workers_importing
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
+from attnsel.probe import usable_cpu_count
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, docs/gpu-facts.md §1)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
@@ -64,7 +65,7 @@ def import_slots(cpu_count: Optional[int] = None) -> int:
     >>> import_slots(16), import_slots(2), import_slots(None) >= 1
     (4, 1, True)
     """
-    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    cores = cpu_count if cpu_count is not None else usable_cpu_count()
     return max(1, cores // CORES_PER_IMPORTING_WORKER)
 
 
