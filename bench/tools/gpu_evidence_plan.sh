@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One 4-GPU lease's evidence (issues 21, 22, 25), packed into lanes (bench/tools/gpu_lanes.sh): each lane
+# One 4-GPU lease's evidence (H100 or H200) (issues 21, 22, 25), packed into lanes (bench/tools/gpu_lanes.sh): each lane
 # one GPU, 16 cores and its own caches, i.e. the shape of a one-H100 machine. Needs the carried vLLM
 # (bench/tools/gpu_session.sh receive/unpack) and, for the "before" figures, an older checkout's
 # package in .before/ (git archive <commit> | tar -x -C .before --exclude=tests).
@@ -9,7 +9,7 @@
 # Phase 1, four lanes side by side:
 #   gpu0: `tune` as typed, cold then warm, and probe x7 (this checkout), then two memory records
 #   gpu1: the same with the .before checkout, then two memory records, then the sparse-MLA tunes
-#   gpu2: `verify` as typed, caches emptied (this checkout), then MLA verify of the recorded 0.26 tune
+#   gpu2: `verify` as typed, caches emptied (this checkout), then `tune --model deepseek-v2-lite` (MLA) and its verify
 #   gpu3: `verify` as typed, caches emptied (.before), then the A/A verify (default started twice)
 # Phase 2: `tune --gpus 0,1` cold and warm on 32 cores beside the TP-2 memory record on gpu2-3;
 #          then `tune --gpus all` cold and warm on 64 cores (16 per GPU, as the 1-GPU figure had).
@@ -32,7 +32,7 @@ sparse=${SPARSE_CMD:-'true'}
 bash bench/tools/gpu_lanes.sh "$res/phase1" \
   "gpu0|0|0-15|$after|SPEED_STEPS=tune $speed; $mem qwen06_graphs,llama8b_fp8_kv" \
   "gpu1|1|16-31|$before|SPEED_STEPS=tune $speed; PYTHONPATH=$after:/tmp/site $mem qwen3_8b_fp8_checkpoint,deepseek_v2_lite_mla_moe; PYTHONPATH=$after:/tmp/site $sparse" \
-  "gpu2|2|32-47|$after|SPEED_STEPS=verify $speed; timeout 560 python3 -m attnsel verify tests/fixtures/tune/h100_vllm026_mla --output \$LANE_OUT/mla_verify > \$LANE_OUT/mla_verify.txt 2>&1" \
+  "gpu2|2|32-47|$after|SPEED_STEPS=verify $speed; $timed mla_tune timeout 240 python3 -m attnsel tune --model deepseek-v2-lite --workload decode --output \$LANE_OUT/mla_tune; $timed mla_verify timeout 560 python3 -m attnsel verify \$LANE_OUT/mla_tune --output \$LANE_OUT/mla_verify" \
   "gpu3|3|48-63|$before|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.4 $speed; PYTHONPATH=$after:/tmp/site timeout 400 $aa > \$LANE_OUT/aa.txt 2>&1"
 bash bench/tools/gpu_lanes.sh "$res/phase2a" \
   "gpus2|0,1|0-31|$after|$empty; $timed cold $tune --gpus 0,1 --output \$LANE_OUT/cold; $timed warm $tune --gpus 0,1 --output \$LANE_OUT/warm" \
