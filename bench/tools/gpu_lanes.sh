@@ -25,7 +25,9 @@ site=${LANE_SITE:-/tmp/site}   # the carried vLLM (bench/tools/gpu_session.sh un
 mkdir -p "$out"
 pids=()
 for spec in "$@"; do
-  IFS='|' read -r name gpus cores pkg command <<< "$spec"
+  # the first four fields end at a '|'; the command is the rest, '|' and newlines included
+  name=${spec%%|*}; rest=${spec#*|}; gpus=${rest%%|*}; rest=${rest#*|}
+  cores=${rest%%|*}; rest=${rest#*|}; pkg=${rest%%|*}; command=${rest#*|}
   lane_home=/tmp/lanes/$name; mkdir -p "$lane_home" "$out/$name"
   (
     cd "$root" || exit 2
