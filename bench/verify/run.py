@@ -31,11 +31,12 @@ from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
 from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
+from attnsel.bench.verify.readback import engine_facts, engine_warnings
+from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
 from attnsel.bench.verify.verdict import build_comparisons, engine_start_spreads, summarize
 from attnsel.errors import EnvironmentProblem, UserInputError
 
 SCHEMA = "attnsel-verify/1"
-DOCUMENT_FILE = "verify.json"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
 ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
@@ -255,8 +256,8 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     timing = _Timing(len(candidates) * req.repeat_engine)
     for candidate in candidates:
         row = candidate.to_dict()
-        if _row_key(row) in kept:
-            row = dict(kept[_row_key(row)], resumed=True)  # measured by the run being resumed
+        if row_key(row) in kept:
+            row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
         elif candidate.reasons:
             row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
         else:
@@ -309,45 +310,12 @@ def _restart_engines(req, document, candidates, context, output_dir, progress, e
             restarts = row.setdefault("restarts", [])
             if len(restarts) >= start - 1:
                 continue
-            again = {"start": start, "name": f"{row['name']} start {start}", "short": f"{row['short']} #{start}"}
+            again = {"start": start, "name": f"{row['name']} start {start}", "short": f"{row['short']} #{start}",
+                     "backend": row.get("backend"), "block_size": row.get("block_size")}
             _timed_start(req, document, candidate, context, again, output_dir, progress, env, timing, start)
             restarts.append(again)
             progress.on_candidate_done(again)
             write_document(document, output_dir)
-
-
-# What must match for a resumed run's engines to be compared with new ones
-RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine_overrides", "engine", "repeat_engine")
-
-
-def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
-    """The verify.json already in the folder: refused without --resume (it would be lost)."""
-    path = Path(output_dir) / DOCUMENT_FILE
-    if not path.is_file():
-        return None
-    if not resume:
-        raise UserInputError(f"{path} already holds a verify result: pass --resume to keep the engines it measured, "
-                             f"or remove it to start over")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserInputError(f"{path} cannot be resumed: {exc}; remove it to start over") from None
-
-
-def kept_rows(previous: Optional[dict], document: dict) -> dict:
-    """The measured rows of the run being resumed, by candidate; none if its options differ."""
-    if not previous:
-        return {}
-    old, new = previous.get("options") or {}, document["options"]
-    changed = [k for k in RESUME_OPTIONS if old.get(k) != new.get(k)]
-    if changed:
-        raise UserInputError(f"the verify result being resumed used other {', '.join(changed)}: run with the same "
-                             f"options, or remove verify.json to start over")
-    return {_row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == "ok"}
-
-
-def _row_key(row: dict) -> tuple:
-    return (tuple(row.get("roles") or ()), row.get("backend"), row.get("block_size"))
 
 
 def _estimate(req, document, candidate, starts, measured) -> float:
@@ -398,47 +366,6 @@ def shape_row(result: dict) -> dict:
     if row.get("status") == "ok":
         row["figures"] = shape_figures(row)
     return row
-
-
-def engine_facts(facts: dict, log: dict) -> dict:
-    """What the engine read back in-process, completed and cross-checked by its log lines."""
-    out = dict(facts)
-    backends = facts.get("attention_backends") or ([log["backend_selected"]] if log.get("backend_selected") else [])
-    out["backend_used"] = backends[0] if len(backends) == 1 else (", ".join(backends) or None)
-    out["backend_source"] = "engine" if facts.get("attention_backends") else ("log" if backends else None)
-    out["block_size_used"] = facts.get("block_size") or log.get("block_size_set")
-    if log.get("cudagraph_mode_set"):
-        out["cudagraph_mode"] = log["cudagraph_mode_set"]  # the worker lowered it for this backend
-    if not out.get("kv_cache_tokens") and log.get("kv_cache_tokens"):
-        out["kv_cache_tokens"] = log["kv_cache_tokens"]
-    for key in ("torch_compile_s", "compilation_s", "dynamo_s", "compile_cache", "compile_cache_dir",
-                "graph_capture_s", "graph_memory_gib", "init_engine_s", "model_load_s", "model_memory_gib",
-                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s"):
-        if key in log:
-            out[key] = log[key]
-    if out.get("num_gpu_blocks") and out.get("block_size_used"):
-        out["kv_blocks_x_block_size"] = int(out["num_gpu_blocks"]) * int(out["block_size_used"])
-    return out
-
-
-def engine_warnings(document: dict) -> list[str]:
-    """Where vLLM did something else than asked or predicted."""
-    out = []
-    predicted = document["vllm"].get("predicted_default")
-    for row in document["candidates"]:
-        engine = row.get("engine") or {}
-        used, size = engine.get("backend_used"), engine.get("block_size_used")
-        if row.get("status") != "ok" or not used:
-            continue
-        if row.get("backend") and used != row["backend"]:
-            out.append(f"{row['name']}: vLLM ran {used}, not the requested {row['backend']}")
-        if row.get("block_size") and size and int(size) != int(row["block_size"]):
-            out.append(f"{row['name']}: vLLM used block size {size}, not the requested {row['block_size']}"
-                       + (" (a hybrid model's block size follows its Mamba state)" if document["model"].get("is_hybrid") else ""))
-        if not row.get("backend") and predicted and (used, size) != (predicted[0], predicted[1]):
-            out.append(f"explain predicted vLLM's default {predicted[0]} --block-size {predicted[1]}; "
-                       f"vLLM {engine.get('vllm_version') or ''} chose {used} --block-size {size}")
-    return out
 
 
 def write_document(document: dict, output_dir: Path) -> Path:
