@@ -10,9 +10,9 @@ import html as _html
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from attnsel.bench.tune import advised_flags
-from attnsel.bench.verify import (Candidate, Comparison, EngineFacts, EngineVerdict, Figure, GpuFacts, Judged,
-                                  ModelFacts, ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
-                                  VllmFacts)
+from attnsel.bench.verify import (Comparison, EngineFacts, EngineStart, EngineVerdict, Figure, GpuFacts,
+                                  Judged, ModelFacts, ShapeFigures, ShapeResult, StartFigure, StartSpread, VerdictRecord,
+                                  VerifyDocument, VerifyOptions, VllmFacts)
 from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
@@ -28,7 +28,7 @@ def _figure(fig: Optional[Figure], fmt: str) -> str:
     return fmt.format(fig.median) + ("" if fig.spread is None else f" ±{fig.spread * 100:.1f}%")
 
 
-def _who(entry: Union[Candidate, Comparison]) -> str:
+def _who(entry: Union[EngineStart, Comparison, StartSpread]) -> str:
     return entry.short or getattr(entry, "name", None) or getattr(entry, "candidate", None) or "?"
 
 
@@ -76,7 +76,7 @@ ENGINE_HEADERS = ("candidate", "status", "vLLM ran", "start s", "compile s", "gr
 
 def engine_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
     rows = []
-    for c in typed(doc).candidates or []:
+    for c in [start for row in typed(doc).candidates or [] for start in (row, *(row.restarts or []))]:
         e = c.engine or EngineFacts()
         status = c.status or "?"
         if c.error:
@@ -110,6 +110,29 @@ def shape_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
                          _figure(f.output_tokens_per_s, "{:,.0f}"), _figure(f.prefill_tokens_per_s, "{:,.0f}"),
                          formatted(s.requests_fit, "{:,}"), formatted(s.kernel_ms and s.kernel_ms * 1e3, "{:.1f}"),
                          formatted(s.attention_share and s.attention_share * 100, "{:.0f}%")])
+    return rows
+
+
+START_HEADERS = ("pair", "shape", "starts", "tokens/s per start", "start-to-start", "within one engine", "gate",
+                 "decode ms per start", "start-to-start (decode)")
+
+
+def _per_start(fig: Optional[StartFigure], fmt: str) -> list[str]:
+    """medians per start, start-to-start spread, within-engine noise, the gate it is set beside."""
+    if not fig or not fig.medians:
+        return ["–", "–", "–", "–"]
+    return [" / ".join(fmt.format(m) for m in fig.medians), formatted(fig.start_spread_pct, "{:.1f}%"),
+            formatted(fig.within_noise_pct, "{:.1f}%"), formatted(fig.gate_pct, "{:.1f}%")]
+
+
+def start_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
+    """--repeat-engine: per pair and shape, the spread between its engine starts beside the
+    within-engine noise (none without --repeat-engine)."""
+    rows = []
+    for s in typed(doc).engine_starts or []:
+        decode = _per_start(s.decode, "{:.2f}")
+        rows.append([_who(s), f"b={s.batch} ctx={s.context}", f"{s.measured}/{s.starts}",
+                     *_per_start(s.end_to_end, "{:,.0f}"), decode[0], decode[1]])
     return rows
 
 
@@ -153,6 +176,8 @@ def render_terminal(doc: Union[Mapping, VerifyDocument], console) -> None:
         console.print(line, soft_wrap=True)
     for title, headers, rows in (("Engines", ENGINE_HEADERS, engine_rows(doc)),
                                  ("Per shape (median ±spread of the repeats)", SHAPE_HEADERS, shape_rows(doc)),
+                                 ("Engine starts of the same pair: start-to-start spread vs within-engine noise",
+                                  START_HEADERS, start_rows(doc)),
                                  ("Predicted (kernel) vs observed (engine): gain over vLLM's default",
                                   COMPARISON_HEADERS, comparison_rows(doc))):
         if rows:
@@ -185,6 +210,7 @@ def markdown(doc: Union[Mapping, VerifyDocument], level: int = 1) -> str:
     parts += [f"- {line}" for line in context_lines(doc)] + [""]
     for title, headers, rows in (("Engines", ENGINE_HEADERS, engine_rows(doc)),
                                  ("Per shape", SHAPE_HEADERS, shape_rows(doc)),
+                                 ("Engine starts", START_HEADERS, start_rows(doc)),
                                  ("Predicted vs observed", COMPARISON_HEADERS, comparison_rows(doc))):
         if rows:
             parts += [f"{h}# {title}", "", table(headers, rows), ""]
@@ -210,6 +236,7 @@ def html_section(doc: Union[Mapping, VerifyDocument]) -> str:
     parts.append("<ul>" + "".join(f"<li>{_html.escape(line)}</li>" for line in context_lines(doc)) + "</ul>")
     for title, headers, rows in (("Engines", ENGINE_HEADERS, engine_rows(doc)),
                                  ("Per shape", SHAPE_HEADERS, shape_rows(doc)),
+                                 ("Engine starts", START_HEADERS, start_rows(doc)),
                                  ("Predicted vs observed", COMPARISON_HEADERS, comparison_rows(doc))):
         if rows:
             parts.append(f"<h3>{_html.escape(title)}</h3>{_html_table(headers, rows)}")

@@ -60,6 +60,8 @@ def _check_rederived(doc: dict, tune) -> None:
                 assert EC.shape_figures(shape) == shape["figures"], (row["name"], shape.get("label"))
     again["comparisons"] = VV.build_comparisons(again, tune)
     assert again["comparisons"] == doc["comparisons"]
+    if "engine_starts" in doc:  # --repeat-engine: the spread between starts of the same pair
+        assert VV.engine_start_spreads(again) == doc["engine_starts"]
     assert VV.summarize(again) == doc["verdict"]
 
 

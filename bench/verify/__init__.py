@@ -8,17 +8,18 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.verify.compare import EngineVerdict, Judgement
     from attnsel.bench.verify.engine_log import parse_engine_log, read_log
     from attnsel.bench.verify.engine_process import run_engine
-    from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, Figure, GpuFacts, Judged, ModelFacts,
-                                              ShapeFigures, ShapeResult, VerdictRecord, VerifyDocument, VerifyOptions,
-                                              VllmFacts)
+    from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, EngineStart, Figure, GpuFacts,
+                                              Judged, ModelFacts, ShapeFigures, ShapeResult, StartFigure, StartSpread, VerdictRecord,
+                                              VerifyDocument, VerifyOptions, VllmFacts)
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
     from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify, write_model_dir
-    from attnsel.bench.verify.verdict import build_comparisons, summarize
+    from attnsel.bench.verify.verdict import build_comparisons, engine_start_spreads, is_aa_check, summarize
 
 __all__ = [
     "Candidate",
     "Comparison",
     "EngineFacts",
+    "EngineStart",
     "EngineVerdict",
     "Figure",
     "GpuFacts",
@@ -27,6 +28,8 @@ __all__ = [
     "ModelFacts",
     "ShapeFigures",
     "ShapeResult",
+    "StartFigure",
+    "StartSpread",
     "VerdictRecord",
     "VerifyDocument",
     "VerifyOptions",
@@ -36,6 +39,8 @@ __all__ = [
     "build_comparisons",
     "check_verify_flags",
     "check_verify_possible",
+    "engine_start_spreads",
+    "is_aa_check",
     "parse_engine_log",
     "read_log",
     "run_engine",
@@ -47,6 +52,7 @@ __getattr__ = lazy_door(__name__, {
     "Candidate": "records",
     "Comparison": "records",
     "EngineFacts": "records",
+    "EngineStart": "records",
     "EngineVerdict": "compare",
     "Figure": "records",
     "GpuFacts": "records",
@@ -55,6 +61,8 @@ __getattr__ = lazy_door(__name__, {
     "ModelFacts": "records",
     "ShapeFigures": "records",
     "ShapeResult": "records",
+    "StartFigure": "records",
+    "StartSpread": "records",
     "VerdictRecord": "records",
     "VerifyDocument": "records",
     "VerifyOptions": "records",
@@ -64,6 +72,8 @@ __getattr__ = lazy_door(__name__, {
     "build_comparisons": "verdict",
     "check_verify_flags": "flags",
     "check_verify_possible": "flags",
+    "engine_start_spreads": "verdict",
+    "is_aa_check": "verdict",
     "parse_engine_log": "engine_log",
     "read_log": "engine_log",
     "run_engine": "engine_process",

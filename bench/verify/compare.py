@@ -13,6 +13,12 @@ Noise rule (the same gate as tune, bench/tune/recommend.py): a margin between tw
 when it exceeds max(2%, the mean of the two engines' relative spreads) of that figure over their
 repeated calls. Otherwise the two are "within noise" of each other.
 
+Several engine starts per pair (`--repeat-engine N`, N >= 2; across_starts): each figure of a pair is
+the median of its starts' medians, its within-engine noise the mean of their spreads, and its
+start-to-start spread (max - min) / median of the per-start medians. A margin then counts only when it
+also exceeds the larger of the two pairs' start-to-start spreads: a gap two starts of the same pair can
+open by themselves is no gap. With one start per pair nothing of this applies (and nothing changes).
+
 Verdict for tune's pick against vLLM's default, per shape, on tokens/s (end to end), where tune
 advised the pick's flags (recommendation_verdict):
   holds         the pick is faster beyond noise;
@@ -132,6 +138,32 @@ def shape_figures(result: dict) -> Optional[dict]:
     }
 
 
+FIGURE_KEYS = ("decode_step_ms", "output_tokens_per_s", "prefill_tokens_per_s")
+
+
+def across_starts(per_start: Sequence[Optional[dict]]) -> Optional[dict]:
+    """One pair's figures at one shape over its engine starts (None: a start that measured nothing);
+    module docstring. None when no start measured the shape.
+
+    >>> fig = lambda m, s: {"output_tokens_per_s": {"median": m, "spread": s}}
+    >>> across_starts([fig(100.0, 0.01), fig(104.0, 0.03), None])["output_tokens_per_s"]
+    {'median': 102.0, 'spread': 0.02, 'start_spread': 0.039215686275, 'medians': [100.0, 104.0], 'n': 2}
+    """
+    measured = [f for f in per_start if f]
+    if not measured:
+        return None
+    out: dict = {"starts": len(per_start), "measured": len(measured)}
+    for key in FIGURE_KEYS:
+        figures = [f[key] for f in measured if f.get(key) and f[key].get("median") is not None]
+        if not figures:
+            continue
+        medians = [float(g["median"]) for g in figures]
+        spreads = [float(g["spread"]) for g in figures if g.get("spread") is not None]
+        out[key] = {"median": statistics.median(medians), "spread": sum(spreads) / len(spreads) if spreads else None,
+                    "start_spread": relative_spread(medians), "medians": medians, "n": len(medians)}
+    return out
+
+
 def noise_bar(a: Optional[dict], b: Optional[dict]) -> float:
     """The relative margin two figures must exceed: max(2%, the mean of their spreads)."""
     spreads = [f.get("spread") for f in (a, b) if f and f.get("spread") is not None]
@@ -166,8 +198,14 @@ def compare_shape(candidate: dict, default: dict) -> dict:
         c, d = candidate.get(key), default.get(key)
         gain = margin(c, d, lower_is_better=lower)
         bar = noise_bar(c, d)
-        out[name] = {"margin_pct": None if gain is None else gain * 100, "noise_pct": bar * 100,
-                     "result": judge(gain, bar)}
+        entry = {"margin_pct": None if gain is None else gain * 100, "noise_pct": bar * 100}
+        starts = [f["start_spread"] for f in (c, d) if f and f.get("start_spread") is not None]
+        if any(f and "start_spread" in f for f in (c, d)):  # several engine starts per pair
+            entry["within_noise_pct"] = bar * 100
+            entry["start_spread_pct"] = max(starts) * 100 if starts else None
+            bar = max([bar, *starts])
+            entry["noise_pct"] = bar * 100
+        out[name] = {**entry, "result": judge(gain, bar)}
     return out
 
 

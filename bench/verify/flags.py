@@ -12,11 +12,13 @@ from attnsel.errors import UserInputError
 
 MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
 MAX_REPEATS = 100
+MAX_ENGINE_STARTS = 10  # --repeat-engine: starts of each pair's engine (each takes minutes on a GPU)
 
 
 def check_verify_flags(run_dir: Optional[Path], output: Optional[Path], *, model: Optional[str],
                        candidates: Optional[str], shapes: Optional[str], repeats: int, decode_steps: int,
-                       gpu_memory_utilization: float, start_timeout: float, timeout: float) -> None:
+                       gpu_memory_utilization: float, start_timeout: float, timeout: float,
+                       repeat_engine: int = 1) -> None:
     """Every verify flag, in the order a user reads them; the output folder must be writable."""
     if run_dir is None and output is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
@@ -25,6 +27,7 @@ def check_verify_flags(run_dir: Optional[Path], output: Optional[Path], *, model
     check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
     if repeats > MAX_REPEATS:  # too few: bench/verify/run.py says why two are needed
         raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
+    check_size("--repeat-engine", repeat_engine, minimum=1, maximum=MAX_ENGINE_STARTS)
     check_positive_number("--start-timeout", start_timeout)
     check_positive_number("--timeout", timeout)
     check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))

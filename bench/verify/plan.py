@@ -11,7 +11,8 @@ Candidates (choose_candidates):
     advised": the pair a user would be tempted by;
   * the runner-up: the best-ranked config of ANOTHER backend than the pick (block sizes of one
     backend are usually ties, e.g. FlashInfer's), that is not vLLM's default either;
-or the pairs the user names (`--candidates FLASH_ATTN:16,TRITON_ATTN:64`), always with vLLM's default.
+or the pairs the user names (`--candidates FLASH_ATTN:16,TRITON_ATTN:64`), always with vLLM's default;
+`--candidates default` starts vLLM's default alone (with `--repeat-engine N`: an A/A check).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Candidate:
                 "name": self.name, "short": self.short, "reasons": list(self.reasons)}
 
 
+DEFAULT_WORD = "default"  # in --candidates: vLLM's default pair, which always runs
 MAX_LIST = 32  # candidates or shapes: each one starts an engine or times a shape; bound the work first
 MAX_BATCH = 4096  # sequences in one decode batch
 MAX_CONTEXT = 1 << 24  # tokens of context (beyond any model's max_model_len)
@@ -111,23 +113,29 @@ def _whole(text: str, maximum: int) -> bool:
 
 
 def parse_candidates(text: Optional[str]) -> Optional[list[tuple[str, int]]]:
-    """`FLASH_ATTN:16,TRITON_ATTN:64` -> [("FLASH_ATTN", 16), ("TRITON_ATTN", 64)].
+    """`FLASH_ATTN:16,TRITON_ATTN:64` -> [("FLASH_ATTN", 16), ("TRITON_ATTN", 64)]; `default` names
+    vLLM's default, which always runs, so `default` alone is [] (vLLM's default and nothing else).
 
     >>> parse_candidates("flash_attn:16, TRITON_ATTN:64")
     [('FLASH_ATTN', 16), ('TRITON_ATTN', 64)]
+    >>> parse_candidates("default")
+    []
     """
     if text is None:
         return None
     out: list[tuple[str, int]] = []
-    for part in _bounded_list(text, "--candidates"):
+    parts = _bounded_list(text, "--candidates")
+    for part in parts:
+        if part.lower() == DEFAULT_WORD:
+            continue
         backend, sep, size = part.partition(":")
         if not sep or not _whole(size.strip(), P.MAX_TUNE_BLOCK_SIZE):
             raise UserInputError(f"--candidates takes BACKEND:BLOCK_SIZE pairs, e.g. FLASH_ATTN:16,TRITON_ATTN:64; got {part!r}")
         pair = (P.parse_backends(backend)[0], int(size))
         if pair not in out:
             out.append(pair)
-    if not out:
-        raise UserInputError("--candidates is empty; pass BACKEND:BLOCK_SIZE pairs, e.g. FLASH_ATTN:16")
+    if not parts:
+        raise UserInputError("--candidates is empty; pass BACKEND:BLOCK_SIZE pairs, e.g. FLASH_ATTN:16, or `default`")
     return out
 
 
@@ -177,7 +185,7 @@ def choose_candidates(recommendation: Union[Mapping, RecommendationRecord, None]
         elif all(c.config != tuple(config) for c in out):
             out.append(Candidate([role], config[0], int(config[1])))
 
-    if named:
+    if named is not None:  # [] (`--candidates default`): vLLM's default alone
         for config in named:
             add(ROLE_NAMED, config)
         return out

@@ -60,7 +60,9 @@ class ShapeResult(Record):
 
 
 @dataclass
-class Candidate(Record):
+class EngineStart(Record):
+    """One engine start of a pair: the candidate's own row, and each further start (--repeat-engine)."""
+
     short: Optional[str] = None
     name: Optional[str] = None
     status: Optional[str] = None
@@ -72,12 +74,19 @@ class Candidate(Record):
 
 
 @dataclass
+class Candidate(EngineStart):
+    restarts: Optional[list[EngineStart]] = None  # --repeat-engine: the pair's further engine starts
+
+
+@dataclass
 class Judged(Record):
     """One figure of a candidate against vLLM's default at one shape."""
 
     margin_pct: Optional[float] = None
     noise_pct: Optional[float] = None
     result: Optional[Judgement] = None
+    within_noise_pct: Optional[float] = None  # --repeat-engine: the gate before the start-to-start spread
+    start_spread_pct: Optional[float] = None
 
 
 @dataclass
@@ -93,6 +102,31 @@ class Comparison(Record):
     decode: Optional[Judged] = None
     end_to_end: Optional[Judged] = None
     prefill: Optional[Judged] = None
+
+
+@dataclass
+class StartFigure(Record):
+    """One figure of a pair over its engine starts (bench/verify/verdict.py engine_start_spreads)."""
+
+    medians: Optional[list[float]] = None
+    median: Optional[float] = None
+    start_spread_pct: Optional[float] = None
+    within_noise_pct: Optional[float] = None
+    gate_pct: Optional[float] = None
+
+
+@dataclass
+class StartSpread(Record):
+    """A pair started --repeat-engine times, at one shape: the spread between its starts."""
+
+    short: Optional[str] = None
+    candidate: Optional[str] = None
+    batch: Optional[int] = None
+    context: Optional[int] = None
+    starts: Optional[int] = None
+    measured: Optional[int] = None
+    decode: Optional[StartFigure] = None
+    end_to_end: Optional[StartFigure] = None
 
 
 @dataclass
@@ -129,6 +163,7 @@ class VerifyOptions(Record):
     gpu_memory_utilization: Optional[float] = None
     max_model_len: Optional[Scalar] = None
     repeats: Optional[Scalar] = None
+    repeat_engine: Optional[Scalar] = None
 
 
 @dataclass
@@ -155,3 +190,4 @@ class VerifyDocument(Record):
     vllm: Optional[VllmFacts] = None
     options: VerifyOptions = required_field()
     tune: Optional[TuneAdvice] = None
+    engine_starts: Optional[list[StartSpread]] = None

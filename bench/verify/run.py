@@ -30,11 +30,13 @@ from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
-from attnsel.bench.verify.verdict import build_comparisons, summarize
+from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
+from attnsel.bench.verify.readback import engine_facts, engine_warnings
+from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
+from attnsel.bench.verify.verdict import build_comparisons, engine_start_spreads, summarize
 from attnsel.errors import EnvironmentProblem, UserInputError
 
 SCHEMA = "attnsel-verify/1"
-DOCUMENT_FILE = "verify.json"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
 ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
@@ -50,6 +52,7 @@ class VerifyRequest:
     candidates: Optional[list[tuple[str, int]]] = None  # instead of tune's pick and runner-up
     shapes: Optional[list[tuple[int, int]]] = None  # (batch, context) decode shapes
     repeats: int = 2  # timed N1/N2 pairs per shape (>= 2: the spread is the noise)
+    repeat_engine: int = 1  # engine starts per pair (>= 2: their spread is reported and gates the verdict)
     decode_steps: int = 128  # N2 - N1
     gpu_memory_utilization: float = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
@@ -158,7 +161,7 @@ def write_model_dir(hf_config: dict, folder: Path) -> Path:
 def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple[dict, list, dict]:
     """Everything decided before the first engine: (document, candidates, context)."""
     tune_doc = load_tune_document(req.tune_dir) if req.tune_dir else None
-    if tune_doc is None and not req.candidates:
+    if tune_doc is None and req.candidates is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR) or --candidates BACKEND:BLOCK_SIZE,...")
     vllm_version = vllm_version_or_fail(req.engine)
     gpu = read_gpu(env)
@@ -199,7 +202,8 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
                     "engine_overrides": VP.graph_overrides(profile.cudagraph, shapes),
                     "start_timeout_s": req.start_timeout_s, "call_timeout_s": req.call_timeout_s,
                     "engine": req.engine, "compile_cache_root": str(VP.compile_cache_root(env)),
-                    "prefix_caching": False, "weights": "dummy (load_format=dummy, config.json only)"},
+                    "prefix_caching": False, "weights": "dummy (load_format=dummy, config.json only)",
+                    **({"repeat_engine": req.repeat_engine} if req.repeat_engine > 1 else {})},
         "candidates": [], "comparisons": [], "verdict": None,
         "warnings": [memory_note] if memory_note else [],
     }
@@ -220,7 +224,8 @@ def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict
             "gpu": gpu.name or (tune.plan.gpu if tune.plan else None), "created": tune.created}
 
 
-def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, context: dict, util: float) -> dict:
+def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, context: dict, util: float,
+               start: int = 1) -> dict:
     opts = document["options"]
     return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
             "model_dir": str(context["model_dir"]), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
@@ -228,7 +233,7 @@ def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, cont
             "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
             "engine_overrides": opts.get("engine_overrides") or {},
             "vocab_size": VP.vocab_size(context["hf_config"]), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
-            "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0}
+            "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start}
 
 
 def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyProgress] = None,
@@ -236,6 +241,8 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     """Plan, run every candidate's engine, compare, write verify.json (after each candidate too)."""
     if req.repeats < 2:
         raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
+    if not 1 <= req.repeat_engine <= MAX_ENGINE_STARTS:
+        raise UserInputError(f"--repeat-engine must be between 1 and {MAX_ENGINE_STARTS} engine starts per pair")
     progress = progress or VerifyProgress()
     output_dir = Path(output_dir)
     previous = previous_rows(output_dir, req.resume)
@@ -246,25 +253,22 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     kept = kept_rows(previous, document)
     write_document(document, output_dir)
     progress.on_plan(document)
-    starts: list[float] = []
-    measured: list[float] = []
-    for index, candidate in enumerate(candidates):
+    timing = _Timing(len(candidates) * req.repeat_engine)
+    for candidate in candidates:
         row = candidate.to_dict()
-        if _row_key(row) in kept:
-            row = dict(kept[_row_key(row)], resumed=True)  # measured by the run being resumed
+        if row_key(row) in kept:
+            row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
         elif candidate.reasons:
             row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
         else:
-            estimate = _estimate(req, document, candidate, starts, measured)
-            progress.on_candidate(index, len(candidates), row, estimate)
-            _run_candidate(req, document, candidate, context, row, output_dir, progress, env)
-            if row.get("start_s"):
-                starts.append(row["start_s"] - (row.get("engine", {}).get("torch_compile_s") or 0.0))
-                measured.append(max(0.0, (row.get("wall_s") or 0.0) - row["start_s"]))
+            _timed_start(req, document, candidate, context, row, output_dir, progress, env, timing)
         document["candidates"].append(row)
         progress.on_candidate_done(row)
         write_document(document, output_dir)
+    _restart_engines(req, document, candidates, context, output_dir, progress, env, timing)
     document["comparisons"] = build_comparisons(document, context["tune_doc"])
+    if req.repeat_engine > 1:
+        document["engine_starts"] = engine_start_spreads(document)
     document["verdict"] = summarize(document)
     document["elapsed_s"] = time.time() - started
     document["warnings"] += engine_warnings(document)
@@ -272,38 +276,46 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     return document
 
 
-# What must match for a resumed run's engines to be compared with new ones
-RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine_overrides", "engine")
+@dataclass
+class _Timing:
+    """What the engines started so far took, for the next one's estimate and the progress count."""
+
+    total: int
+    done: int = 0
+    starts: list[float] = field(default_factory=list)
+    measured: list[float] = field(default_factory=list)
 
 
-def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
-    """The verify.json already in the folder: refused without --resume (it would be lost)."""
-    path = Path(output_dir) / DOCUMENT_FILE
-    if not path.is_file():
-        return None
-    if not resume:
-        raise UserInputError(f"{path} already holds a verify result: pass --resume to keep the engines it measured, "
-                             f"or remove it to start over")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserInputError(f"{path} cannot be resumed: {exc}; remove it to start over") from None
+def _timed_start(req, document, candidate, context, row, output_dir, progress, env, timing: _Timing,
+                 start: int = 1) -> None:
+    estimate = _estimate(req, document, candidate, timing.starts, timing.measured)
+    progress.on_candidate(timing.done, timing.total, row, estimate)
+    timing.done += 1
+    _run_candidate(req, document, candidate, context, row, output_dir, progress, env, start)
+    if row.get("start_s"):
+        timing.starts.append(row["start_s"] - (row.get("engine", {}).get("torch_compile_s") or 0.0))
+        timing.measured.append(max(0.0, (row.get("wall_s") or 0.0) - row["start_s"]))
 
 
-def kept_rows(previous: Optional[dict], document: dict) -> dict:
-    """The measured rows of the run being resumed, by candidate; none if its options differ."""
-    if not previous:
-        return {}
-    old, new = previous.get("options") or {}, document["options"]
-    changed = [k for k in RESUME_OPTIONS if old.get(k) != new.get(k)]
-    if changed:
-        raise UserInputError(f"the verify result being resumed used other {', '.join(changed)}: run with the same "
-                             f"options, or remove verify.json to start over")
-    return {_row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == "ok"}
-
-
-def _row_key(row: dict) -> tuple:
-    return (tuple(row.get("roles") or ()), row.get("backend"), row.get("block_size"))
+def _restart_engines(req, document, candidates, context, output_dir, progress, env, timing: _Timing) -> None:
+    """--repeat-engine N: starts 2..N of every pair that was not refused, round by round (A B A B,
+    not A A B B, so a drift of the GPU over the run reaches every pair alike), each row's further
+    starts kept under its "restarts"; a resumed row keeps the starts it already has."""
+    if req.repeat_engine < 2:
+        return
+    for start in range(2, req.repeat_engine + 1):
+        for candidate, row in zip(candidates, document["candidates"]):
+            if candidate.reasons:
+                continue
+            restarts = row.setdefault("restarts", [])
+            if len(restarts) >= start - 1:
+                continue
+            again = {"start": start, "name": f"{row['name']} start {start}", "short": f"{row['short']} #{start}",
+                     "backend": row.get("backend"), "block_size": row.get("block_size")}
+            _timed_start(req, document, candidate, context, again, output_dir, progress, env, timing, start)
+            restarts.append(again)
+            progress.on_candidate_done(again)
+            write_document(document, output_dir)
 
 
 def _estimate(req, document, candidate, starts, measured) -> float:
@@ -325,13 +337,14 @@ def _installed(distribution: str) -> bool:
         return False
 
 
-def _run_candidate(req, document, candidate, context, row, output_dir, progress, env) -> None:
+def _run_candidate(req, document, candidate, context, row, output_dir, progress, env, start: int = 1) -> None:
     gpu = wait_for_memory(context["gpu"].get("memory_free_bytes"), env)
     util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization)
     row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
-    log_path = output_dir / LOG_DIR / f"engine-{candidate.slug}.log"
+    log_path = output_dir / LOG_DIR / (f"engine-{candidate.slug}.log" if start == 1 else
+                                       f"engine-{candidate.slug}-start{start}.log")
     row["log"] = str(log_path.relative_to(output_dir))
-    run = run_engine(engine_job(req, document, candidate, context, util), log_path,
+    run = run_engine(engine_job(req, document, candidate, context, util, start), log_path,
                      start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
                      env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick)
     log = engine_log.parse_engine_log(engine_log.read_log(log_path))
@@ -353,47 +366,6 @@ def shape_row(result: dict) -> dict:
     if row.get("status") == "ok":
         row["figures"] = shape_figures(row)
     return row
-
-
-def engine_facts(facts: dict, log: dict) -> dict:
-    """What the engine read back in-process, completed and cross-checked by its log lines."""
-    out = dict(facts)
-    backends = facts.get("attention_backends") or ([log["backend_selected"]] if log.get("backend_selected") else [])
-    out["backend_used"] = backends[0] if len(backends) == 1 else (", ".join(backends) or None)
-    out["backend_source"] = "engine" if facts.get("attention_backends") else ("log" if backends else None)
-    out["block_size_used"] = facts.get("block_size") or log.get("block_size_set")
-    if log.get("cudagraph_mode_set"):
-        out["cudagraph_mode"] = log["cudagraph_mode_set"]  # the worker lowered it for this backend
-    if not out.get("kv_cache_tokens") and log.get("kv_cache_tokens"):
-        out["kv_cache_tokens"] = log["kv_cache_tokens"]
-    for key in ("torch_compile_s", "compilation_s", "dynamo_s", "compile_cache", "compile_cache_dir",
-                "graph_capture_s", "graph_memory_gib", "init_engine_s", "model_load_s", "model_memory_gib",
-                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s"):
-        if key in log:
-            out[key] = log[key]
-    if out.get("num_gpu_blocks") and out.get("block_size_used"):
-        out["kv_blocks_x_block_size"] = int(out["num_gpu_blocks"]) * int(out["block_size_used"])
-    return out
-
-
-def engine_warnings(document: dict) -> list[str]:
-    """Where vLLM did something else than asked or predicted."""
-    out = []
-    predicted = document["vllm"].get("predicted_default")
-    for row in document["candidates"]:
-        engine = row.get("engine") or {}
-        used, size = engine.get("backend_used"), engine.get("block_size_used")
-        if row.get("status") != "ok" or not used:
-            continue
-        if row.get("backend") and used != row["backend"]:
-            out.append(f"{row['name']}: vLLM ran {used}, not the requested {row['backend']}")
-        if row.get("block_size") and size and int(size) != int(row["block_size"]):
-            out.append(f"{row['name']}: vLLM used block size {size}, not the requested {row['block_size']}"
-                       + (" (a hybrid model's block size follows its Mamba state)" if document["model"].get("is_hybrid") else ""))
-        if not row.get("backend") and predicted and (used, size) != (predicted[0], predicted[1]):
-            out.append(f"explain predicted vLLM's default {predicted[0]} --block-size {predicted[1]}; "
-                       f"vLLM {engine.get('vllm_version') or ''} chose {used} --block-size {size}")
-    return out
 
 
 def write_document(document: dict, output_dir: Path) -> Path:

@@ -61,6 +61,13 @@ def run_config(row: dict) -> Optional[tuple[str, int]]:
 
 
 def _figures(row: Optional[dict], index: int) -> Optional[dict]:
+    """One pair's figures at shape `index`: its engine's, or over its engine starts with --repeat-engine."""
+    if row is not None and "restarts" in row:
+        return EC.across_starts([_start_figures(start, index) for start in (row, *row["restarts"])])
+    return _start_figures(row, index)
+
+
+def _start_figures(row: Optional[dict], index: int) -> Optional[dict]:
     shapes = (row or {}).get("shapes") or []
     if row is None or row.get("status") != "ok" or index >= len(shapes):
         return None
@@ -128,6 +135,41 @@ def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
     return out
 
 
+def engine_start_spreads(document: dict) -> list[dict]:
+    """Per pair started more than once (--repeat-engine) and shape: each start's median, the spread
+    between the starts beside the within-engine noise the gate uses (compare.py across_starts)."""
+    out = []
+    for row in document["candidates"]:
+        if "restarts" not in row:
+            continue
+        for index, (batch, context) in enumerate(document["options"]["shapes"]):
+            across = _figures(row, index) or {}
+            entry = {"candidate": row["name"], "short": row.get("short"), "shape": _label(batch, context),
+                     "batch": batch, "context": context, "starts": 1 + len(row["restarts"]),
+                     "measured": across.get("measured", 0)}
+            for name, key in (("decode", "decode_step_ms"), ("end_to_end", "output_tokens_per_s")):
+                fig = across.get(key)
+                if fig:
+                    entry[name] = {"medians": fig["medians"], "median": fig["median"],
+                                   "start_spread_pct": _pct(fig["start_spread"]), "within_noise_pct": _pct(fig["spread"]),
+                                   "gate_pct": EC.noise_bar(fig, None) * 100}
+            out.append(entry)
+    return out
+
+
+def _pct(fraction: Optional[float]) -> Optional[float]:
+    return None if fraction is None else fraction * 100
+
+
+def is_aa_check(document: dict) -> bool:
+    """Only vLLM's default, started several times (`--candidates default --repeat-engine N`), and
+    some shape measured on two of its starts: an A/A check, whose answer is the spread, not a verdict."""
+    rows = document["candidates"]
+    return (len(rows) == 1 and "restarts" in rows[0]
+            and any((e.get("end_to_end") or {}).get("start_spread_pct") is not None
+                    for e in document.get("engine_starts") or []))
+
+
 def _missing(row: dict, base: Optional[dict], index: int) -> str:
     for who, r in (("this candidate", row), ("vLLM's default", base)):
         if r is None:
@@ -190,6 +232,8 @@ def summarize(document: dict) -> dict:
     subject, pick_is_default = _subject(document)
     comparisons = document["comparisons"]
     if subject is None:
+        if is_aa_check(document):
+            return _not_measured(document, _aa_text(document))
         return _not_measured(document, "there is no second candidate to compare with vLLM's default")
     advised, min_gain = tune_advice(document)
     keeps_default = pick_is_default or advised is False
@@ -213,7 +257,7 @@ def summarize(document: dict) -> dict:
         else:  # within noise: keep the default; reversed: the best pair end to end, if any beat it
             flags = "" if word.keeps_default else (best or {}).get("flags", "")
     text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
-            else _verdict_text(word, pick_row, mine, flags))
+            else _verdict_text(word, pick_row, mine, flags)) + _starts_note(mine)
     return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
             "tune_advised_flags": not keeps_default, "min_gain_pct": min_gain,
             "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
@@ -234,6 +278,39 @@ def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: fl
 def _not_measured(document: dict, why: str) -> dict:
     return {"verdict": EngineVerdict.NOT_MEASURED, "flags": None, "shapes": [], "best_end_to_end": None,
             "text": f"no verdict: {why}"}
+
+
+def _aa_text(document: dict) -> str:
+    """The A/A check's answer: how far two starts of vLLM's default drift apart, against the noise gate."""
+    parts = []
+    for entry in document.get("engine_starts") or []:
+        e2e = entry.get("end_to_end") or {}
+        if e2e.get("start_spread_pct") is not None:
+            parts.append(f"{entry['shape']}: {e2e['start_spread_pct']:.1f}% tokens/s between starts "
+                         f"(within one engine {_pct_words(e2e.get('within_noise_pct'))}, gate {e2e['gate_pct']:.1f}%)")
+    starts = document["candidates"][0]
+    return (f"only vLLM's default was started ({1 + len(starts['restarts'])} engine starts, an A/A check): "
+            + "; ".join(parts))
+
+
+def _pct_words(value: Optional[float]) -> str:
+    return "?" if value is None else f"{value:.1f}%"
+
+
+def _starts_note(comparisons: list[dict]) -> str:
+    """With several engine starts per pair: where a gap beat the within-engine noise but not the
+    start-to-start spread, and so was counted as within noise. Empty with one start per pair."""
+    judged = [(c, c["end_to_end"]) for c in comparisons if "start_spread_pct" in (c.get("end_to_end") or {})]
+    if not judged:
+        return ""
+    swallowed = [f"at {c['shape']} the {e['margin_pct']:+.1f}% gap exceeds the within-engine noise "
+                 f"({e['within_noise_pct']:.1f}%) but not the start-to-start spread ({e['start_spread_pct']:.1f}%)"
+                 for c, e in judged if e.get("margin_pct") is not None and e.get("start_spread_pct") is not None
+                 and e["within_noise_pct"] < abs(e["margin_pct"]) <= e["start_spread_pct"]]
+    spreads = [e["start_spread_pct"] for _c, e in judged if e.get("start_spread_pct") is not None]
+    note = (f"; engine starts: each pair's figure is the median over its starts; a gap must also exceed the "
+            f"start-to-start spread (up to {max(spreads):.1f}% here)") if spreads else "; engine starts: no pair measured twice"
+    return note + ("; " + "; ".join(swallowed) + ": counted as within noise" if swallowed else "")
 
 
 def _gain_words(comparisons: list[dict]) -> str:
