@@ -98,7 +98,7 @@ case "$cmd" in
   pack) pack "${2:-kernels}" ;;
   receive)  # a part, and any loose wheels carried in .whl/extra (a package a set lacked, unpacked as they are)
     mkdir -p /tmp/carry && cp "$root"/.whl/p*/bundle.part.* /tmp/carry/ 2>/dev/null
-    cp "$root"/.whl/extra/*.whl /tmp/carry/ 2>/dev/null; ls /tmp/carry ;;
+    cp "$root"/.whl/extra/*.whl /tmp/carry/ 2>/dev/null || true; ls /tmp/carry ;;
   unpack)
     python3 - <<'PY'
 import glob, io, os, tarfile
