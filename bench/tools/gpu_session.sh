@@ -163,7 +163,8 @@ PY
     # issue 21 item 4: DeepSeek-V3.2's sparse MLA decode with vLLM's own sparse classes (vLLM >= 0.25:
     # FLASH_ATTN_MLA_SPARSE, vLLM's Hopper pick, and FLASHMLA_SPARSE) at the per-GPU heads of TP 1, 2,
     # 4 and 8 (128, 64, 32, 16), each decode token over the indexer's top-k (2048). Both run 64-token
-    # kernel pages, so --block-size 64 only (vLLM's default for them). ~1 min per TP warm on an H100.
+    # kernel pages, so --block-size 64 only (vLLM's default for them). 121 s for all four on an H100
+    # (vLLM 0.26.0, the "engine" set; 22 rows per TP).
     out=${2:?OUT folder}; mkdir -p "$out"
     python3 -c "import vllm; print('vllm', vllm.__version__)" 2>&1 | tail -1
     for tp in 8 4 2 1; do
@@ -174,10 +175,11 @@ PY
       grep -h "error\|Error" "$out/h100_sparse_tp$tp.err" | tail -3
     done ;;
   sparse-verify)
-    # optional, after `sparse` (needs the "engine" set): vLLM's engine on one GPU with a DeepSeek-V3.2-shaped
-    # model whose attention is the TP-8 shard's (16 heads, latent 512 + 64, index_topk 2048), 4 layers, 32
-    # experts, bf16 dummy weights (the fp8 checkpoint's block GEMMs left out), vLLM's default against both
-    # sparse backends at decode. Not run before: the indexer's DeepGEMM kernels may refuse to start.
+    # optional (needs the "engine" set): vLLM's engine on one GPU with a DeepSeek-V3.2-shaped model whose
+    # attention is the TP-8 shard's (16 heads, latent 512 + 64, index_topk 2048), 4 layers, 32 experts,
+    # bf16 dummy weights (the fp8 checkpoint's block GEMMs left out): tune that shard (quick grid), then
+    # verify vLLM's default against both sparse backends. (Verifying the `-tp 8` run itself asks vLLM for
+    # 8 GPUs: ParallelConfig refuses it on one.) Ran on an H100 with vLLM 0.26: engines start in ~2-4 min.
     out=${2:?OUT folder}; mkdir -p "$out/dsv32_tp8_shard"
     python3 - "$root/attention/models/deepseek-v3.2.json" "$out/dsv32_tp8_shard/config.json" <<'PY'
 import json, sys
@@ -186,10 +188,12 @@ c.update(num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=4, fi
          n_routed_experts=32, num_nextn_predict_layers=0)
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
-    timeout 560 python3 -m attnsel verify "$out/h100_sparse_tp8" --model "$out/dsv32_tp8_shard/config.json" \
-      --candidates FLASH_ATTN_MLA_SPARSE:64,FLASHMLA_SPARSE:64 --shapes 1x16384,64x4096,256x1024 --repeats 2 \
-      --output "$out/sparse_verify" > "$out/sparse_verify.txt" 2> "$out/sparse_verify.err" || true
-    tail -25 "$out/sparse_verify.txt"; tail -5 "$out/sparse_verify.err" | cut -c1-300 ;;
+    timeout 120 python3 -m attnsel tune --model "$out/dsv32_tp8_shard/config.json" --workload decode --block-sizes 64 \
+      --quick --output "$out/sparse_shard" > "$out/sparse_shard.txt" 2>&1 || true
+    timeout 560 python3 -m attnsel verify "$out/sparse_shard" --candidates FLASH_ATTN_MLA_SPARSE:64,FLASHMLA_SPARSE:64 \
+      --shapes 1x4096,64x4096,256x1024 --repeats 3 --start-timeout 300 --output "$out/sparse_verify" \
+      > "$out/sparse_verify.txt" 2> "$out/sparse_verify.err" || true
+    grep -A2 "^Verdict" "$out/sparse_verify.txt"; tail -3 "$out/sparse_verify.err" | cut -c1-300 ;;
   fp8)
     # issue 13: Llama-3.1-8B with an fp8 KV cache (FA3's fp8 path, FlashInfer's fp8 KV, vLLM's Triton
     # kernel), decode at block sizes 16/64/128 (FLEX_ATTENTION is refused by vLLM for fp8); then the
