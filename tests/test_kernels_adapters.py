@@ -27,7 +27,8 @@ BAR = Workload("decode", 64, 4096, 1, 32, 8, 128, "bfloat16")
 
 def test_registry_lists_the_vllm_backends_with_best_provider_first():
     assert all_backends() == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION",
-                              "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA"]
+                              "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA",
+                              "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]
     # vLLM's own classes first wherever vLLM is installed; stand-ins after (issue "tune measures what vLLM runs")
     assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm", "vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]
     assert [a.name for a in adapters_for("FLASHINFER")] == ["vllm", "flashinfer", "flashinfer-cuda-cores"]
@@ -36,6 +37,8 @@ def test_registry_lists_the_vllm_backends_with_best_provider_first():
     # the other MLA kernels ship only inside vLLM
     assert [a.name for a in adapters_for("FLASHINFER_MLA")] == ["vllm", "flashinfer-mla-wrapper"]
     assert [a.name for a in adapters_for("FLASHMLA")] == ["vllm"]
+    # sparse MLA (DeepSeek-V3.2): vLLM's own sparse impl only
+    assert [type(a).__name__ for a in adapters_for("FLASHMLA_SPARSE")] == ["VllmSparseMlaAdapter"]
     for backend in all_backends():
         for adapter in adapters_for(backend):
             assert isinstance(adapter, KernelAdapter)

@@ -54,6 +54,25 @@ def test_every_row_of_the_recorded_check_matched_the_reference(path):
     assert {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "TRITON_MLA", "FLASHMLA"} <= ran
 
 
+SPARSE_RECORDINGS = [p for p in RECORDINGS if any("top" in r["shape"] for r in _load(p)["rows"])]
+
+
+def test_a_release_with_sparse_mla_was_checked_with_it():
+    assert [p.stem for p in SPARSE_RECORDINGS] == ["vllm_0_26"]
+
+
+@pytest.mark.parametrize("path", SPARSE_RECORDINGS, ids=lambda p: p.stem)
+def test_sparse_mla_matched_the_topk_reference_at_the_heads_of_tp_8_and_tp_1(path):
+    """Both Hopper sparse backends, at 16 and 128 heads, over a context shorter than the top-k
+    (every position) and one longer (2048 chosen of it): vLLM's own index conversion and impl ran,
+    and the recorded kernel's answer matched attention over the chosen positions only."""
+    rows = [r for r in _load(path)["rows"] if "top2048" in r["shape"] and r["kv_cache_dtype"] == "auto"]
+    ran = {(r["backend"], r["shape"].split()[3], r["shape"].split()[2]) for r in rows if r["ok"]}
+    for backend in ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"):
+        for heads in ("h16/1", "h128/1"):
+            assert {(backend, heads, "ctx200"), (backend, heads, "ctx2500")} <= ran
+
+
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
 def test_the_release_profile_holds_the_facts_the_check_ran_with(path):
     recording = _load(path)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS
+    from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS
     from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
     from attnsel.attention.kernels.registry import adapters_for
 
@@ -13,11 +13,13 @@ __all__ = [
     "BACKENDS",
     "FP8_TOLERANCE",
     "MLA_BACKENDS",
+    "SPARSE_MLA_BACKENDS",
     "adapters_for",
 ]
 __getattr__ = lazy_door(__name__, {
     "BACKENDS": "base",
     "FP8_TOLERANCE": "kv_quant",
     "MLA_BACKENDS": "base",
+    "SPARSE_MLA_BACKENDS": "base",
     "adapters_for": "registry",
 })

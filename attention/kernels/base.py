@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
 BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 # vLLM's dense MLA backends (docs/vllm-rules.md §3b), timed at decode over a latent cache (kernels/mla.py)
 MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
+# vLLM's sparse MLA backends (an index_topk model, DeepSeek-V3.2): decode over the indexer's top-k
+# positions of the latent cache (kernels/mla.py, vllm/sparse_mla.py); Hopper has the first two
+SPARSE_MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE")
 
 
 @dataclass

@@ -17,6 +17,17 @@ cache as (num_blocks, block_size, kv_lora_rank + rope) (fp8 with one per-tensor 
 cache: vLLM's concat_and_cache_mla writes kv_c and k_pe with layer._k_scale), and the paged
 metadata of paged.PagedBatch (shuffled block table, ragged lengths, block 0 left free).
 
+Sparse MLA (an index_topk model: DeepSeek-V3.2, GLM-5): each query token attends only to the
+positions its indexer chose. vLLM's indexer (vllm/model_executor/layers/sparse_attn_indexer.py,
+decode path) writes, per token, up to index_topk positions of the token's own sequence (0 ..
+seq_len-1) into the shared topk_indices_buffer and -1 after them (the buffer is filled with -1
+first, :405-411); a sequence no longer than index_topk gets every position. The backends turn those
+request-local positions into cache slots through the block table (sparse_utils.py
+triton_convert_req_index_to_global_index, inside the timed forward_mqa). The batch here holds the
+same (tokens, index_topk) int32 table: every position when seq_len <= index_topk, else index_topk
+distinct positions drawn with the batch's seeded generator and sorted (a deterministic stand-in for
+the indexer's scores: which positions are chosen changes which cache rows are read, not how many).
+
 Prefill is not timed for MLA: vLLM runs it non-absorbed (forward_mha: the latent cache and the
 new tokens up-projected with the model's kv_b_proj, then the MLA prefill backend), and that prefill
 backend is chosen apart from --attention-backend (`--attention-config.mla_prefill_backend`,
@@ -29,6 +40,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Optional
+
 import torch
 
 from attnsel.attention.kernels import kv_quant
@@ -53,6 +66,11 @@ class MlaBatch:
     kv_cache_dtype: str = "auto"
     k_scale: float = 1.0  # the one scale of the latent cache (vLLM writes kv_c and k_pe with _k_scale)
     q_scale: float = 1.0
+    topk_indices: Optional[torch.Tensor] = None  # sparse MLA: (tokens, index_topk) int32 positions, -1 after
+
+    @property
+    def index_topk(self) -> Optional[int]:
+        return None if self.topk_indices is None else int(self.topk_indices.shape[1])
 
     @property
     def batch(self) -> int:
@@ -98,11 +116,18 @@ class MlaBatch:
         every query head reads the same latent rows (MQA), so the cache counts once."""
         q_tokens, heads = int(self.query.shape[0]), self.num_q_heads
         q_and_o = q_tokens * heads * (self.head_size + self.kv_lora_rank) * self.query.element_size()
-        return q_and_o + int(self.seq_lens.sum()) * self.head_size * self.latent_cache.element_size()
+        return q_and_o + sum(self.attended_lengths()) * self.head_size * self.latent_cache.element_size()
+
+    def attended_lengths(self) -> list[int]:
+        """Cache rows each request's decode token reads: its length, or the indexer's top-k of it."""
+        lens = self.seq_lens.tolist()
+        return lens if self.index_topk is None else [min(n, self.index_topk) for n in lens]
 
     def flops(self) -> float:
         """2 x visible keys x heads x (kv_lora_rank + rope) for QK^T + 2 x ... x kv_lora_rank for PV."""
         seq_lens, q_lens = self.host_lists()
+        if self.index_topk is not None:  # sparse MLA: decode tokens, each over its top-k rows
+            return 2.0 * sum(self.attended_lengths()) * self.num_q_heads * (self.head_size + self.kv_lora_rank)
         visible = sum(q * (kv - q) + q * (q + 1) // 2 for kv, q in zip(seq_lens, q_lens))
         return 2.0 * visible * self.num_q_heads * (self.head_size + self.kv_lora_rank)
 
@@ -131,6 +156,7 @@ def make_mla_batch(w: Workload, block_size: int, device="cuda", seed: int = 0, r
         query_lens=as_i32([1] * w.batch), cu_query_lens=as_i32(list(range(w.batch + 1))),
         block_size=block_size, scale=(qk_nope_head_dim + w.head_size - w.kv_lora_rank) ** -0.5, kind=w.kind,
         kv_lora_rank=w.kv_lora_rank, qk_nope_head_dim=qk_nope_head_dim,
+        topk_indices=None if w.index_topk is None else indexer_topk(seq_lens, w.index_topk, gen).to(dev),
     )
     if kv_quant.is_fp8(w.kv_cache_dtype):
         k_scale = kv_quant.computed_scale(cache, "k")
@@ -138,6 +164,23 @@ def make_mla_batch(w: Workload, block_size: int, device="cuda", seed: int = 0, r
                         kv_cache_dtype=w.kv_cache_dtype, k_scale=k_scale,
                         q_scale=kv_quant.computed_scale(query, "q"))
     return batch
+
+
+def indexer_topk(seq_lens: list[int], topk: int, gen: torch.Generator) -> torch.Tensor:
+    """(decode tokens, topk) int32: what vLLM's indexer hands the sparse backends for one decode
+    token per sequence (module docstring): positions of the token's own sequence, -1 after them.
+
+    >>> indexer_topk([3, 5], 4, torch.Generator().manual_seed(0)).tolist()[0]
+    [0, 1, 2, -1]
+    """
+    table = torch.full((len(seq_lens), topk), -1, dtype=torch.int32)
+    for row, seq_len in enumerate(seq_lens):
+        if seq_len <= topk:
+            chosen = torch.arange(seq_len)
+        else:
+            chosen = torch.randperm(seq_len, generator=gen)[:topk].sort().values
+        table[row, : chosen.numel()] = chosen.to(torch.int32)
+    return table
 
 
 def split_into_kernel_blocks(b: MlaBatch, kernel_block_size: int) -> MlaBatch:
@@ -166,5 +209,10 @@ def reference_mla(b: MlaBatch) -> torch.Tensor:
         scores = torch.einsum("qhd,kd->hqk", q, latent) * b.scale
         q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)[:, None]
         scores = scores.masked_fill(torch.arange(kv_len, device=q.device)[None, :] > q_pos, float("-inf"))
+        if b.topk_indices is not None:  # sparse MLA: only the positions the indexer chose
+            chosen = torch.zeros(kv_len, dtype=torch.bool, device=q.device)
+            rows = b.topk_indices[cu[r]:cu[r + 1]].long()
+            chosen[rows[rows >= 0]] = True
+            scores = scores.masked_fill(~chosen[None, None, :], float("-inf"))
         out[cu[r]:cu[r + 1]] = torch.einsum("hqk,kd->qhd", torch.softmax(scores, -1), latent[:, : b.kv_lora_rank])
     return out

@@ -54,6 +54,7 @@ class Workload:
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: auto/bfloat16/float16, or fp8 (kv_quant.py)
     kv_lora_rank: int | None = None  # MLA: the latent width; head_size = kv_lora_rank + qk_rope_head_dim
     qk_nope_head_dim: int | None = None  # MLA: sets the softmax scale (qk_nope + rope) ** -0.5 (mla.py)
+    index_topk: int | None = None  # sparse MLA: the indexer's top-k positions each token attends to (mla.py)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +75,8 @@ class Workload:
                              f"({', '.join(kv_quant.TIMED_KV_CACHE_DTYPES)})")
         if self.kv_lora_rank is not None and not (0 < self.kv_lora_rank <= self.head_size and self.num_kv_heads == 1):
             raise ValueError("MLA workloads have one KV head and kv_lora_rank <= head_size")
+        if self.index_topk is not None and (self.kv_lora_rank is None or self.index_topk < 1):
+            raise ValueError("index_topk (sparse MLA) needs an MLA workload and a positive top-k")
 
     @property
     def is_mla(self) -> bool:
@@ -87,6 +90,7 @@ class Workload:
         q = "" if self.kind == "decode" else f" q{self.query_len}"
         kv = "" if self.kv_cache_dtype == "auto" else f" kv {self.kv_cache_dtype}"
         mla = f" mla{self.kv_lora_rank}" if self.is_mla else ""
+        mla += f" top{self.index_topk}" if self.index_topk else ""
         return (
             f"{self.kind} b{self.batch} ctx{self.context_len}{q} "
             f"h{self.num_q_heads}/{self.num_kv_heads} d{self.head_size}{mla} {self.dtype}{kv}"
@@ -378,4 +382,5 @@ def workload_of(b, context_len: int | None = None) -> Workload:
         kv_cache_dtype=b.kv_cache_dtype,
         kv_lora_rank=getattr(b, "kv_lora_rank", None),
         qk_nope_head_dim=getattr(b, "qk_nope_head_dim", None),
+        index_topk=getattr(b, "index_topk", None),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, KernelAdapter
+from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS, KernelAdapter
 
 
 def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
@@ -20,6 +20,7 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
     MLA backends: vLLM's own MLA impl at decode (vllm_mla.py); FLASHINFER_MLA without vLLM:
       FlashInfer's BatchMLAPagedAttentionWrapper (a named stand-in). The other MLA kernels ship
       only inside vLLM (vllm._flashmla_C, vllm.vllm_flash_attn, its Triton decode, CUTLASS MLA).
+    Sparse MLA backends: vLLM's own sparse MLA impl at decode with the indexer's top-k (vllm/sparse_mla.py).
     """
     from attnsel.attention.kernels import flash_attn_adapter as fa
     from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter
@@ -28,6 +29,10 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
     from attnsel.attention.kernels.vllm import VllmBackendAdapter
 
     key = backend.upper()
+    if key in SPARSE_MLA_BACKENDS:  # shipped only inside vLLM: no stand-in
+        from attnsel.attention.kernels.vllm import VllmSparseMlaAdapter
+
+        return [VllmSparseMlaAdapter(key, device=device)]
     if key in MLA_BACKENDS:
         from attnsel.attention.kernels.flashinfer_mla import FlashInferMlaAdapter
         from attnsel.attention.kernels.vllm import VllmMlaAdapter
@@ -41,11 +46,11 @@ def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:
         return [VllmBackendAdapter(key, device=device), AttnselTritonAdapter()]
     if key == "FLEX_ATTENTION":
         return [FlexAttentionAdapter()]
-    raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS + MLA_BACKENDS)}")
+    raise ValueError(f"unknown backend {backend!r}; known: {', '.join(all_backends())}")
 
 
 def all_backends() -> list[str]:
-    return list(BACKENDS + MLA_BACKENDS)
+    return list(BACKENDS + MLA_BACKENDS + SPARSE_MLA_BACKENDS)
 
 
 def first_available(backend: str) -> tuple[KernelAdapter | None, dict[str, str]]:

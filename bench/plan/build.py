@@ -58,14 +58,14 @@ def parse_block_sizes(value: Optional[str]) -> list[int]:
 def parse_backends(value: Optional[str]) -> list[str]:
     """--backends as a list; empty: the model's grid (dense backends, or vLLM's MLA backends for an
     MLA model: bench/plan/mla.py)."""
-    from attnsel.attention.kernels import MLA_BACKENDS
+    from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
 
     if not value:
         return []
     names = [v.strip().upper() for v in value.split(",") if v.strip()]
     if not names:  # "--backends ,,," names none, as --backends "" does: not the default grid
         raise UserInputError(f"--backends {value!r} names no backend; leave the flag out for the default grid")
-    supported = BACKENDS + MLA_BACKENDS
+    supported = BACKENDS + MLA_BACKENDS + SPARSE_MLA_BACKENDS
     bad = [n for n in names if n not in supported]
     if bad:
         from attnsel.attention.versions import close_backend_names
@@ -193,7 +193,7 @@ def build_plan(
     from attnsel.bench.plan import mla as plan_mla
 
     notes: list[str] = [shape.assumed] if shape.assumed else []
-    backends = list(backends) or plan_mla.default_backends(shape.use_mla, BACKENDS)
+    backends = list(backends) or plan_mla.default_backends(shape.use_mla, BACKENDS, shape.use_sparse)
     kinds, mla_notes = plan_mla.workload_kinds(shape.use_mla, kinds)
     notes += mla_notes + plan_mla.shape_notes(shape)
     if shape.has_sink:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from attnsel.attention.kernels import MLA_BACKENDS  # vLLM's dense MLA backends (one list)
+from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS  # vLLM's MLA backends (one list each)
 from attnsel.errors import UserInputError
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
@@ -32,12 +32,19 @@ PREFILL_NOTE = ("MLA: decode is timed; prefill and mixed batches are not. vLLM r
 TIMED_NOTE = ("MLA decode is timed as vLLM's MLA impl runs it: forward_mqa (absorbed multi-query attention over "
               "the latent cache) with the metadata of vLLM's MLA builder; the W_UK_T / W_UV projections around it "
               "(model GEMMs, the same for every backend) are not part of the timed call")
-SPARSE_NOTE = ("sparse MLA (an index_topk model, e.g. DeepSeek-V3.2) is not timed: its kernels read the indexer's "
-               "top-k per token; vLLM's reasons for the dense MLA backends are shown")
+SPARSE_NOTE = ("sparse MLA (an index_topk model, e.g. DeepSeek-V3.2): vLLM's sparse MLA backends are timed, each "
+               "decode token attending to the indexer's top-k positions of its sequence (every position when the "
+               "context is no longer than the top-k; a seeded choice otherwise: attention/kernels/mla.py); the "
+               "indexer itself (its own kernels, the same whichever backend runs) is not timed")
+SPARSE_WITHOUT_TOPK_NOTE = ("sparse MLA without the model's index_topk: tune cannot build the indexer's top-k, so the "
+                            "sparse backends' rows will say so")
 
 
-def default_backends(use_mla: bool, dense: Sequence[str]) -> list[str]:
-    """The grid's backends when --backends is not given: vLLM's MLA backends for an MLA model."""
+def default_backends(use_mla: bool, dense: Sequence[str], use_sparse: bool = False) -> list[str]:
+    """The grid's backends when --backends is not given: vLLM's MLA backends for an MLA model, its
+    sparse MLA backends for a sparse one (vLLM refuses the dense ones for it: "sparse not supported")."""
+    if use_mla and use_sparse:
+        return list(SPARSE_MLA_BACKENDS)
     return list(MLA_BACKENDS if use_mla else dense)
 
 
@@ -106,7 +113,7 @@ def workload_kinds(use_mla: bool, kinds: Sequence[str]) -> tuple[list[str], list
 def shape_notes(shape) -> list[str]:
     notes = []
     if shape.use_sparse:
-        notes.append(SPARSE_NOTE)
+        notes.append(SPARSE_NOTE if shape.index_topk else SPARSE_WITHOUT_TOPK_NOTE)
     if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
         from attnsel.attention.kernels import FP8_TOLERANCE
         from attnsel.attention.rules import is_fp8  # the fp8 cache names live with the rules' vocabulary

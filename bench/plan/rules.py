@@ -141,6 +141,8 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
     from attnsel.attention.selector import backend_kernel_block_size, check_supports_dtype, validate_backend
 
     profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
+    if profile.registry_names and backend not in profile.registry_names:  # e.g. FLASH_ATTN_MLA_SPARSE before 0.25
+        return [f"vLLM {profile.vllm_version} has no {backend} backend"], None
     cli_error = versions.block_size_cli_error(profile, block_size)
     if cli_error:
         # where the version has the BlockSize literal its argument parser refuses other sizes (docs/vllm-rules.md §4, §9)

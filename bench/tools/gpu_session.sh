@@ -6,6 +6,8 @@
 #     bash bench/tools/gpu_session.sh sweeps OUT && bash bench/tools/gpu_session.sh checks OUT
 #     bash bench/tools/gpu_session.sh mla OUT && bash bench/tools/gpu_session.sh fp8 OUT   # MLA and fp8 KV
 #     bash bench/tools/gpu_session.sh speed OUT      # issue 25's speed table (< 9 min, needs the "engine" set)
+#     VLLM_RELEASE=0.26.0 ... sparse OUT             # issue 21: DeepSeek-V3.2's sparse MLA at TP 1/2/4/8 (vLLM >= 0.25)
+#     ... sparse-verify OUT                           # then the TP-8 shard in vLLM's engine (optional, "engine" set)
 #
 # An offline GPU machine (the ones our device tool lends) gets the same Python packages as files:
 #   here, with PyPI:  bash bench/tools/gpu_session.sh pack [kernels|engine]
@@ -163,6 +165,41 @@ PY
     timeout 240 python3 -m attnsel tune --model deepseek-v3 --workload decode --quick --output "$out/h100_mla_tp1" \
       > "$out/h100_mla_tp1.txt" 2> "$out/h100_mla_tp1.err" || true
     python3 -m attnsel.bench.tools.peak_share "$out/h100_mla_tp8" "$out/h100_mla_tp1" ;;
+  sparse)
+    # issue 21 item 4: DeepSeek-V3.2's sparse MLA decode with vLLM's own sparse classes (vLLM >= 0.25:
+    # FLASH_ATTN_MLA_SPARSE, vLLM's Hopper pick, and FLASHMLA_SPARSE) at the per-GPU heads of TP 1, 2,
+    # 4 and 8 (128, 64, 32, 16), each decode token over the indexer's top-k (2048). Both run 64-token
+    # kernel pages, so --block-size 64 only (vLLM's default for them). 121 s for all four on an H100
+    # (vLLM 0.26.0, the "engine" set; 22 rows per TP).
+    out=${2:?OUT folder}; mkdir -p "$out"
+    python3 -c "import vllm; print('vllm', vllm.__version__)" 2>&1 | tail -1
+    for tp in 8 4 2 1; do
+      timeout 150 python3 -m attnsel tune --model deepseek-v3.2 -tp "$tp" --workload decode --block-sizes 64 \
+        --output "$out/h100_sparse_tp$tp" > "$out/h100_sparse_tp$tp.txt" 2> "$out/h100_sparse_tp$tp.err" || true
+      echo "== TP $tp: $(grep -h "vLLM's default" "$out/h100_sparse_tp$tp.txt" | head -1)"
+      sed -n '/^Recommendation/,/^$/p' "$out/h100_sparse_tp$tp.txt" | head -12
+      grep -h "error\|Error" "$out/h100_sparse_tp$tp.err" | tail -3
+    done ;;
+  sparse-verify)
+    # optional (needs the "engine" set): vLLM's engine on one GPU with a DeepSeek-V3.2-shaped model whose
+    # attention is the TP-8 shard's (16 heads, latent 512 + 64, index_topk 2048), 4 layers, 32 experts,
+    # bf16 dummy weights (the fp8 checkpoint's block GEMMs left out): tune that shard (quick grid), then
+    # verify vLLM's default against both sparse backends. (Verifying the `-tp 8` run itself asks vLLM for
+    # 8 GPUs: ParallelConfig refuses it on one.) Ran on an H100 with vLLM 0.26: engines start in ~2-4 min.
+    out=${2:?OUT folder}; mkdir -p "$out/dsv32_tp8_shard"
+    python3 - "$root/attention/models/deepseek-v3.2.json" "$out/dsv32_tp8_shard/config.json" <<'PY'
+import json, sys
+c = {k: v for k, v in json.load(open(sys.argv[1])).items() if not k.startswith("_") and k != "quantization_config"}
+c.update(num_attention_heads=16, num_key_value_heads=16, num_hidden_layers=4, first_k_dense_replace=1,
+         n_routed_experts=32, num_nextn_predict_layers=0)
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
+    timeout 120 python3 -m attnsel tune --model "$out/dsv32_tp8_shard/config.json" --workload decode --block-sizes 64 \
+      --quick --output "$out/sparse_shard" > "$out/sparse_shard.txt" 2>&1 || true
+    timeout 560 python3 -m attnsel verify "$out/sparse_shard" --candidates FLASH_ATTN_MLA_SPARSE:64,FLASHMLA_SPARSE:64 \
+      --shapes 1x4096,64x4096,256x1024 --repeats 3 --start-timeout 300 --output "$out/sparse_verify" \
+      > "$out/sparse_verify.txt" 2> "$out/sparse_verify.err" || true
+    grep -A2 "^Verdict" "$out/sparse_verify.txt"; tail -3 "$out/sparse_verify.err" | cut -c1-300 ;;
   fp8)
     # issue 13: Llama-3.1-8B with an fp8 KV cache (FA3's fp8 path, FlashInfer's fp8 KV, vLLM's Triton
     # kernel), decode at block sizes 16/64/128 (FLEX_ATTENTION is refused by vLLM for fp8); then the
@@ -225,5 +262,5 @@ PY
     tail -14 "$out/fidelity.txt"
     python3 -m attnsel explain --model llama-3.1-8b --compare-live > "$out/live.txt" 2>&1 || true
     tail -8 "$out/live.txt" ;;
-  *) sed -n '2,22p' "$0" ;;
+  *) sed -n '2,24p' "$0" ;;
 esac

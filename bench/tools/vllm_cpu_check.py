@@ -27,9 +27,9 @@ import sys
 import time
 from typing import Any
 
-from attnsel.attention.kernels import MLA_BACKENDS
+from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels import FP8_TOLERANCE
-from attnsel.bench.tools import cpu_recorders
+from attnsel.bench.tools import cpu_recorders, cpu_recorders_sparse
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # vllm.triton_utils disables Triton unless exactly one Triton driver is active; an empty
@@ -48,6 +48,13 @@ MLA_BLOCK_SIZES = {"FLASHMLA": (64, 128), "FLASHINFER_MLA": (32, 128), "FLASH_AT
                    "TRITON_MLA": (16, 64), "CUTLASS_MLA": (128,)}
 DENSE = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
 MLA_CHECKED = ("TRITON_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA")
+# sparse MLA: DeepSeek-V3.2's top-k 2048 at its per-GPU heads of TP 8 (16) and TP 1 (128), one
+# context shorter than the top-k (every position chosen) and one longer (2048 of 2500 chosen)
+SPARSE_CHECKED = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
+SPARSE_SHAPES = (("decode", 3, 200, 1), ("decode", 2, 2500, 1))
+SPARSE_HEADS = (16, 128)
+INDEX_TOPK = 2048
+SPARSE_BLOCK_SIZES = (64, 128)  # their kernel block size (64), and one vLLM splits into kernel blocks
 
 
 class _FakeOpNamespace:
@@ -82,10 +89,27 @@ def _recorded_calls(backend: str) -> list[dict]:
     """The backend's recorder, installed once per process (a second patch would wrap the first)."""
     if backend not in _CALLS:
         _CALLS[backend] = []
-        patch = cpu_recorders.PATCHES.get(backend)
+        patch = {**cpu_recorders.PATCHES, **cpu_recorders_sparse.PATCHES}.get(backend)
         if patch is not None:
             patch(_CALLS[backend])
     return _CALLS[backend]
+
+
+def _checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]]:
+    """(workload, block size) rows of one backend's check."""
+    from attnsel.attention.kernels import paged
+
+    if backend in SPARSE_MLA_BACKENDS:  # bfloat16: FLASHMLA_SPARSE takes nothing else (Triton only converts indices)
+        return [(paged.Workload(kind, batch, context, qlen, heads, 1, 576, "bfloat16", kv_cache_dtype,
+                                kv_lora_rank=512, index_topk=INDEX_TOPK), block_size)
+                for heads in SPARSE_HEADS for kind, batch, context, qlen in SPARSE_SHAPES
+                for block_size in SPARSE_BLOCK_SIZES]
+    # float16: the Triton interpreter's bf16 dot products are wrong (_triton_kernels.py)
+    if backend in MLA_BACKENDS:
+        return [(paged.Workload(kind, batch, context, qlen, 16, 1, 576, "float16", kv_cache_dtype, kv_lora_rank=512),
+                 block_size) for kind, batch, context, qlen in MLA_SHAPES for block_size in MLA_BLOCK_SIZES[backend]]
+    return [(paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16", kv_cache_dtype), block_size)
+            for kind, batch, context, qlen in SHAPES for block_size in (16, 64)]
 
 
 def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
@@ -94,38 +118,34 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
 
     calls = _recorded_calls(backend)
     adapter = adapters_for(backend, device="cpu")[0]
-    is_mla = backend in MLA_BACKENDS
     results = []
-    for kind, batch, context, qlen in (MLA_SHAPES if is_mla else SHAPES):
-        for block_size in MLA_BLOCK_SIZES.get(backend, (16, 64)) if is_mla else (16, 64):
-            # float16: the Triton interpreter's bf16 dot products are wrong (_triton_kernels.py)
-            if is_mla:
-                w = paged.Workload(kind, batch, context, qlen, 16, 1, 576, "float16", kv_cache_dtype, kv_lora_rank=512)
-                make = mla.make_mla_batch
-            else:
-                w = paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16", kv_cache_dtype)
-                make = paged.make_paged_batch
-            row = {"backend": backend, "shape": w.label(), "block_size": block_size}
-            reason = adapter.unsupported_reason(w, block_size, "cpu")
-            if reason:
-                row.update(ok=None, skipped=reason, seconds=0.0, recorded_calls=[])
-                results.append(row)
-                continue
-            b = make(w, block_size, device="cpu", seed=1)
-            started = time.perf_counter()
-            try:
-                prepared = adapter.prepare(b)
-                if prepared.poison_output is not None:
-                    prepared.poison_output()
-                err = paged.relative_error(prepared.run(), paged.reference_attention(b))
-                tolerance = FP8_TOLERANCE if kv_cache_dtype != "auto" else 2e-2
-                row.update(ok=err < tolerance, rel_error=err, provider=prepared.provider,
-                           launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes)
-            except Exception as exc:  # noqa: BLE001 -- reported per row
-                row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-            row["seconds"] = round(time.perf_counter() - started, 2)
-            row["recorded_calls"] = calls[-3:]
+    for w, block_size in _checked_workloads(backend, kv_cache_dtype):
+        make = mla.make_mla_batch if w.is_mla else paged.make_paged_batch
+        row = {"backend": backend, "shape": w.label(), "block_size": block_size}
+        reason = adapter.unsupported_reason(w, block_size, "cpu")
+        if reason:
+            row.update(ok=None, skipped=reason, seconds=0.0, recorded_calls=[])
             results.append(row)
+            continue
+        b = make(w, block_size, device="cpu", seed=1)
+        started = time.perf_counter()
+        try:
+            prepared = adapter.prepare(b)
+            if prepared.poison_output is not None:
+                prepared.poison_output()
+            err = paged.relative_error(prepared.run(), paged.reference_attention(b))
+            tolerance = FP8_TOLERANCE if kv_cache_dtype != "auto" else 2e-2
+            row.update(ok=err < tolerance, rel_error=err, provider=prepared.provider,
+                       launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes)
+        except Exception as exc:  # noqa: BLE001 -- reported per row
+            row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+            if os.environ.get("ATTNSEL_VERBOSE"):
+                import traceback
+
+                traceback.print_exc()
+        row["seconds"] = round(time.perf_counter() - started, 2)
+        row["recorded_calls"] = calls[-3:]
+        results.append(row)
     return results
 
 
@@ -134,6 +154,9 @@ def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
     at TP 8 (16 heads, latent 512 + 64), bf16, on an H100 with vllm serve's limits."""
     from attnsel.attention.kernels.vllm import MlaDims, StackSpec
 
+    if backend in SPARSE_MLA_BACKENDS:
+        return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
+                         mla=MlaDims(512, 64, 128, 128, INDEX_TOPK))
     if backend in MLA_BACKENDS:
         return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
                          mla=MlaDims(512, 64, 128, 128))
@@ -204,13 +227,14 @@ def _signatures_and_layout(builder: Any, backend: str) -> dict:
     cache shape and stride order get_kv_cache_shape gives for 10 blocks."""
     from attnsel.attention.kernels.vllm.inputs import backend_cache_layout
 
-    block_size = MLA_BLOCK_SIZES.get(backend, (16,))[0]
+    block_size = MLA_BLOCK_SIZES.get(backend, SPARSE_BLOCK_SIZES if backend in SPARSE_MLA_BACKENDS else (16,))[0]
     stack = builder.build(_spec(backend, block_size))
     impl = stack.layer.impl
     entry: dict = {"block_size": block_size, "impl": type(impl).__name__, "builder": type(stack.builder).__name__,
                    "builder_build": _parameters(stack.builder.build),
                    "cudagraph_support": _parameters(type(stack.builder).get_cudagraph_support)}
-    if backend in MLA_BACKENDS:
+    latent = backend in MLA_BACKENDS + SPARSE_MLA_BACKENDS
+    if latent:
         entry["mla_forward_mqa"] = _parameters(impl.forward_mqa)
         heads, width = 1, stack.spec.head_size
     else:
@@ -218,7 +242,7 @@ def _signatures_and_layout(builder: Any, backend: str) -> dict:
         heads, width = stack.spec.num_kv_heads, stack.spec.head_size
     with stack.active():
         shape, order = backend_cache_layout(stack, 10, stack.kernel_block_size, heads, width,
-                                            latent=backend in MLA_BACKENDS)
+                                            latent=latent)
         entry["kv_cache_shape_10_blocks"], entry["stride_order"] = list(shape), list(order)
     return entry
 
@@ -257,7 +281,7 @@ def _print_row(row: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", action="append", choices=list(DENSE + MLA_CHECKED + ("CUTLASS_MLA",)))
+    parser.add_argument("--backend", action="append", choices=list(DENSE + MLA_CHECKED + SPARSE_CHECKED + ("CUTLASS_MLA",)))
     parser.add_argument("--kv-cache-dtype", action="append", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
                         help="default: auto and fp8")
     parser.add_argument("--record", help="write what vLLM's classes answered (JSON) to this file and exit")
@@ -265,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "tests/fixtures/vllm_cpu/vllm_0_X.json, replayed without vLLM")
     args = parser.parse_args(argv)
     stand_in_gpu()
-    backends = args.backend or list(DENSE + MLA_CHECKED)
+    backends = args.backend or list(DENSE + MLA_CHECKED + SPARSE_CHECKED)
     if args.record:
         import json
 

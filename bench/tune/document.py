@@ -93,7 +93,7 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
 
 def _row_order(row: dict) -> tuple:
     w = row.get("workload") or {}
-    order = P.BACKENDS + plan_mla.MLA_BACKENDS
+    order = P.BACKENDS + plan_mla.MLA_BACKENDS + plan_mla.SPARSE_MLA_BACKENDS
     return (order.index(row["backend"]) if row.get("backend") in order else 99, row.get("block_size", 0),
             WORKLOAD_KINDS.index(row.get("kind")) if row.get("kind") in WORKLOAD_KINDS else 9,
             w.get("batch", 0), w.get("context_len", 0), w.get("query_len", 0))

@@ -90,6 +90,8 @@ class KernelToolkit:
             kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
             kv_lora_rank=int(shape["kv_lora_rank"]) if mla else None,
             qk_nope_head_dim=shape.get("qk_nope_head_dim") if mla else None,
+            # sparse MLA: each decode token attends to the indexer's top-k (attention/kernels/mla.py)
+            index_topk=shape.get("index_topk") if mla and shape.get("use_sparse") else None,
         )
 
     def make_batch(self, workload: Any, block_size: int, seed: int) -> Any:

@@ -7,6 +7,7 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.kernels.vllm.backend import STANDINS_ENV, VllmBackendAdapter
     from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+    from attnsel.attention.kernels.vllm.sparse_mla import VllmSparseMlaAdapter
     from attnsel.attention.kernels.vllm.stack import (
         MlaDims,
         StackBuilder,
@@ -22,6 +23,7 @@ __all__ = [
     "StackSpec",
     "VllmBackendAdapter",
     "VllmMlaAdapter",
+    "VllmSparseMlaAdapter",
     "backend_class",
     "call_accepting",
 ]
@@ -32,6 +34,7 @@ __getattr__ = lazy_door(__name__, {
     "StackSpec": "stack",
     "VllmBackendAdapter": "backend",
     "VllmMlaAdapter": "mla",
+    "VllmSparseMlaAdapter": "sparse_mla",
     "backend_class": "stack",
     "call_accepting": "stack",
 })

@@ -59,6 +59,10 @@ def synthetic_mla_model_config(spec: Any) -> dict:
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "torch_dtype": spec.dtype,
+        # sparse MLA: vLLM's use_sparse is hasattr(hf_config, "index_topk"); the sparse builders size
+        # their buffers from it (sparse_mla_attention.py SparseMLACommonMetadataBuilder)
+        **({"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+            "index_topk": mla.index_topk} if mla.index_topk else {}),
     }
 
 
@@ -90,12 +94,31 @@ def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any)
     mla = spec.mla
     # no weights either way; a release whose __init__ marks kv_b_proj gets an object to mark (adapter facts)
     kv_b_proj = SimpleNamespace() if facts.mla_kv_b_proj == "placeholder" else None
+    sparse = sparse_layer_arguments(spec, config) if mla.index_topk else {}
     return call_accepting(
         mla_layer_class(), num_heads=spec.num_q_heads, scale=mla_scale(mla), qk_nope_head_dim=mla.qk_nope_head_dim,
         qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim, q_lora_rank=1536,
         kv_lora_rank=mla.kv_lora_rank, kv_b_proj=kv_b_proj, cache_config=config.cache_config, prefix=prefix,
-        attn_backend=backend_cls,
+        attn_backend=backend_cls, **sparse,
     )
+
+
+def sparse_layer_arguments(spec: Any, config: Any) -> dict:
+    """What DeepSeek-V3.2's model code gives a sparse MLAAttention (vllm/model_executor/models/
+    deepseek_v2.py: one topk_indices_buffer of (max_num_batched_tokens, index_topk) int32 shared by
+    every layer, use_sparse=True; the indexer that fills it is not built: tune fills the buffer with
+    the batch's top-k, kernels/mla.py). The sparse impls take scratch space from the engine's
+    workspace manager (FlashMLASparseImpl's q_concat_buffer), which GPUModelRunner sets up first."""
+    import torch
+
+    try:
+        from vllm.v1.worker import workspace  # type: ignore
+    except ImportError:
+        workspace = None
+    if workspace is not None and not workspace.is_workspace_manager_initialized():
+        workspace.init_workspace_manager(torch.empty(0).device)  # the current (layer build) device
+    buffer = torch.full((config.scheduler_config.max_num_batched_tokens, spec.mla.index_topk), -1, dtype=torch.int32)
+    return dict(use_sparse=True, topk_indices_buffer=buffer)
 
 
 def latent_cache_tensor(stack: Any, batch: Any) -> Any:
@@ -148,7 +171,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
     driven_backends = MLA_BACKENDS
 
     def unsupported_reason(self, w: Any, block_size: int, device: str) -> Optional[str]:
-        kind = shape_kind_reason(w, mla=True, fp8=True)
+        kind = shape_kind_reason(w, mla=True, fp8=True) or self.sparsity_reason(w)
         if kind:
             return kind
         try:
@@ -158,6 +181,16 @@ class VllmMlaAdapter(VllmBackendAdapter):
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {exc}"
         return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))
+
+    def sparsity_reason(self, w: Any) -> Optional[str]:
+        if getattr(w, "index_topk", None):
+            return "a sparse MLA (index_topk) workload: vLLM runs it with its sparse MLA backends"
+        return None
+
+    def fill_model_inputs(self, stack: Any, b: Any) -> list[str]:
+        """What the model hands the layer besides q and the cache (sparse MLA: the indexer's top-k);
+        dense MLA: nothing."""
+        return []
 
     def preload_modules(self) -> list[str]:
         modules = super().preload_modules()
@@ -170,7 +203,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
 
         spec = super().stack_spec(b)
         # v_head_dim only sizes W_UV (not built): DeepSeek's 128
-        mla = MlaDims(b.kv_lora_rank, b.qk_rope_head_dim, b.qk_nope_head_dim, 128)
+        mla = MlaDims(b.kv_lora_rank, b.qk_rope_head_dim, b.qk_nope_head_dim, 128, getattr(b, "index_topk", None))
         return dataclasses.replace(spec, num_kv_heads=1, mla=mla)
 
     def prepare(self, b: Any) -> PreparedKernel:
@@ -190,6 +223,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
             metadata = keyword_call(stack.builder.build, stack.facts.builder_build, 0, common_metadata(kb, device))
             kv_cache = latent_cache_tensor(stack, kb)
             query, quant_note = mqa_query(stack, b)
+            notes += self.fill_model_inputs(stack, kb)
         result: list[Any] = [None]
         mqa_arguments = keyword_arguments(stack.facts.mla_forward_mqa, query, kv_cache, metadata, layer)
 

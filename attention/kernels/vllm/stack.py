@@ -210,6 +210,7 @@ class MlaDims:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+    index_topk: Optional[int] = None  # sparse MLA (DeepSeek-V3.2: 2048): the layer is built use_sparse
 
 
 @dataclass

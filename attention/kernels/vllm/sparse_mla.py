@@ -1,0 +1,63 @@
+"""Sparse MLA backends (FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE) run by the
+installed vLLM's own classes at decode, with the indexer's top-k, the way MLAAttention calls them.
+
+Built as for dense MLA (mla.py), from a DeepSeek-V3.2-style config (index_topk set, so the sparse
+builders size their buffers from it) and an MLAAttention built use_sparse=True with one shared
+topk_indices_buffer, as deepseek_v2.py builds it (mla.py sparse_layer_arguments). The indexer is
+not run: before the timed call the first rows of that buffer get the batch's top-k per decode token
+(request-local positions, -1 after them: what vLLM's indexer writes, attention/kernels/mla.py says
+how they are chosen). The timed call is `impl.forward_mqa(q, kv_cache, metadata, layer)`, which
+includes what vLLM runs per layer to turn those positions into cache slots
+(sparse_utils.py triton_convert_req_index_to_global_index) and the sparse kernel: FA3 with the
+top-k as a page-size-1 block table (flashattn_mla_sparse.py), FlashMLA's flash_mla_sparse_fwd over
+the concatenated query (flashmla_sparse.py _bf16_flash_mla_kernel, heads padded to 64 on Hopper).
+
+Not timed, as for dense MLA: the W_UK_T / W_UV GEMMs and the KV-cache write; and the indexer
+itself (its own kernels and cache, the same whichever attention backend runs).
+fp8: FLASHMLA_SPARSE stores an fp8 cache in DeepSeek's 656-byte fp8_ds_mla format (vLLM
+canonicalizes --kv-cache-dtype fp8 to it, mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype);
+tune does not build that format yet, so fp8 rows say so. FLASH_ATTN_MLA_SPARSE takes 16-bit caches only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from attnsel.attention.kernels.base import SPARSE_MLA_BACKENDS
+from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+
+FP8_DS_MLA_NOTE = ("--kv-cache-dtype fp8: vLLM's sparse FlashMLA stores it as fp8_ds_mla (656 bytes per token: "
+                   "512 fp8 values, 4 fp32 tile scales, 64 bf16 rope values), which tune does not build yet")
+
+
+class VllmSparseMlaAdapter(VllmMlaAdapter):
+    """vLLM's own sparse MLA impl (forward_mqa over the indexer's top-k) + its sparse metadata builder."""
+
+    driven_backends = SPARSE_MLA_BACKENDS
+
+    def sparsity_reason(self, w: Any) -> Optional[str]:
+        from attnsel.attention.kernels.kv_quant import is_fp8
+
+        if not getattr(w, "index_topk", None):
+            return "needs a sparse MLA workload (the indexer's index_topk)"
+        if is_fp8(getattr(w, "kv_cache_dtype", "auto")):
+            return FP8_DS_MLA_NOTE
+        return None
+
+    def fill_model_inputs(self, stack: Any, b: Any) -> list[str]:
+        """The indexer's output for this step in the layer's shared topk_indices_buffer (the rows
+        of the batch's tokens; the rest keep -1, as the indexer leaves them)."""
+        buffer = stack.layer.impl.topk_indices_buffer
+        tokens, topk = b.topk_indices.shape
+        if buffer.shape[1] != topk:
+            raise ValueError(f"the layer's top-k buffer is {buffer.shape[1]} wide, the batch's top-k {topk}")
+        buffer.fill_(-1)
+        buffer[:tokens].copy_(b.topk_indices)
+        return [f"top-k: {topk} positions per decode token (every position of a sequence no longer than that), "
+                f"written into the layer's topk_indices_buffer before the timed call, as the indexer writes them"]
+
+    def details(self, stack: Any, metadata: Any, launch: tuple[str, str], kv_cache: Any) -> dict:
+        facts = super().details(stack, metadata, launch, kv_cache)
+        facts["index_topk"] = int(stack.layer.impl.topk_indices_buffer.shape[1])
+        facts["fp8_use_mixed_batch"] = getattr(metadata, "fp8_use_mixed_batch", None)
+        return facts
