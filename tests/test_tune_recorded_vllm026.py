@@ -16,7 +16,9 @@ from attnsel.bench.tune import recommend as REC
 from recordings import recorded
 
 RUNS = {"dense": recorded("tune", "h100_vllm026_dense", "tune.json"),
-        "mla": recorded("tune", "h100_vllm026_mla", "tune.json")}
+        "mla": recorded("tune", "h100_vllm026_mla", "tune.json"),
+        # DeepSeek-V3.2's sparse MLA at the per-GPU heads of TP 1, 2, 4 and 8 (`gpu_session.sh sparse`)
+        **{f"sparse_tp{tp}": recorded("tune", f"h100_vllm026_sparse_tp{tp}", "tune.json") for tp in (1, 2, 4, 8)}}
 
 
 def _doc(name):
