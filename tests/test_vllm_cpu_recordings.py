@@ -127,7 +127,7 @@ def _read_back(cache, kv_split: str, d: int):
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
-def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path):
+def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path, monkeypatch):
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -140,10 +140,16 @@ def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path):
     b = paged.make_paged_batch(w, 16, device="cpu", seed=7)
     for backend in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"):
         entry = recording["backends"][backend]
+        if facts.shape_from == "kv_cache_layouts":
+            # the release's KVCacheLayout order for the backend, as recorded (vLLM is not imported)
+            monkeypatch.setattr(inputs, "layer_view_order", lambda cls, order=tuple(entry["stride_order"]): order)
         stack = SimpleNamespace(backend_cls=_backend_from(entry, 8, 128), facts=facts,
                                 layer=SimpleNamespace(impl=SimpleNamespace()),
                                 spec=SimpleNamespace(kv_cache_dtype="auto", dtype="bfloat16"),
                                 kv_cache_spec=SimpleNamespace(dtype=torch.bfloat16))
+        # the logical shape the adapter gives the recorded layer (8 KV heads, d128) is the release's
+        shape, _ = inputs.backend_cache_layout(stack, 10, entry["block_size"], 8, 128)
+        assert list(shape) == entry["kv_cache_shape_10_blocks"], backend
         cache = inputs.kv_cache_tensor(stack, b)
         keys, values = _read_back(cache, facts.kv_split, 64)
         assert torch.equal(keys, b.key_cache) and torch.equal(values, b.value_cache), backend
@@ -178,6 +184,6 @@ def test_a_release_between_checked_ones_borrows_facts_and_says_whose(tmp_path, m
 def test_tune_names_the_unchecked_release_in_its_warnings(tmp_path, monkeypatch):
     from attnsel.bench.tune.run import vllm_adapter_note
 
-    _installed(tmp_path, monkeypatch, "0.33.0")
+    _installed(tmp_path, monkeypatch, "0.32.0")
     note = vllm_adapter_note()
-    assert note.startswith("vLLM 0.33.0 is installed") and "vllm_0_33" in note
+    assert note.startswith("vLLM 0.32.0 is installed") and "vllm_0_32" in note

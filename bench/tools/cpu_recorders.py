@@ -176,18 +176,27 @@ class _NativeFp8Quant:
 
 
 def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
-    """vLLM 0.26 decodes on SM90 with FlashInfer's XQA kernel through trtllm_batch_decode_with_kv_cache
-    (a block table, not a planned wrapper), with a workspace it allocates on "cuda" on first use.
-    bmm1_scale is the softmax scale times the fp8 query and K scales; bmm2_scale the V scale."""
+    """vLLM decodes on SM90 with FlashInfer's XQA kernel: 0.26 through trtllm_batch_decode_with_kv_cache,
+    0.33 through xqa_batch_decode_with_kv_cache (flashinfer_xqa_batch_decode_with_kv_cache in
+    vllm/utils/flashinfer.py; vllm/v1/attention/backends/flashinfer.py FlashInferImpl.forward), both
+    a block table rather than a planned wrapper, with a workspace vLLM allocates on "cuda" on first use.
+    bmm1_scale is the softmax scale times the fp8 query (when the query is fp8) and K scales; bmm2_scale
+    the V scale (FlashInfer's xqa_batch_decode_with_kv_cache folds them into the kernel's scales)."""
     import torch
 
     def decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale=1.0,
-               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, **kwargs):
+               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, q_cu_seq_lens=None, **kwargs):
         k_pages, v_pages = _flashinfer_pages(kv_cache, kv_layout)
         calls.append({"trtllm_decode": {"query": tuple(query.shape), "q_dtype": str(query.dtype),
                                         "k": tuple(k_pages.shape), "kv_layout": kv_layout, "backend": kwargs.get("backend"),
-                                        "bmm1_scale": _scalar(bmm1_scale), "bmm2_scale": _scalar(bmm2_scale)}})
-        q_starts = list(range(0, query.shape[0] + 1, q_len_per_req))
+                                        "bmm1_scale": _scalar(bmm1_scale), "bmm2_scale": _scalar(bmm2_scale),
+                                        "q_len_per_req": q_len_per_req, "ragged": q_cu_seq_lens is not None}})
+        if kwargs.get("window_left", -1) >= 0 or kwargs.get("sinks") is not None:
+            raise NotImplementedError("the CPU check's XQA recorder has no sliding window or sinks")
+        if q_cu_seq_lens is not None:
+            q_starts = q_cu_seq_lens.tolist()
+        else:
+            q_starts = list(range(0, query.shape[0] + 1, q_len_per_req or 1))
         ref = reference_from_pages(query, k_pages, v_pages, block_tables.tolist(), seq_lens.tolist(), q_starts,
                                    _scalar(bmm1_scale), v_scale=_scalar(bmm2_scale))
         if out is None:
@@ -196,6 +205,8 @@ def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
         return out
 
     fi.trtllm_batch_decode_with_kv_cache = decode
+    if hasattr(fi, "flashinfer_xqa_batch_decode_with_kv_cache"):
+        fi.flashinfer_xqa_batch_decode_with_kv_cache = decode
     fi._get_trtllm_workspace_buffer = lambda: torch.zeros(1, dtype=torch.uint8)
 
 
@@ -288,6 +299,10 @@ def patch_flashinfer_mla(calls: list[dict]) -> None:
         return (out, torch.zeros(batch, s_q, heads)) if kwargs.get("return_lse") else out
 
     fim.trtllm_batch_decode_with_kv_cache_mla = decode
+    if hasattr(fim, "get_device_sm_count"):  # 0.33 sizes its multi-CTA counter from the GPU: a B200's
+        fim.get_device_sm_count = lambda device=None: 148
+    if hasattr(fim, "_get_multi_ctas_kv_counter_buffer"):  # 0.33: a kernel scratch buffer on "cuda"
+        fim._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device=None: _zeros_on_cpu(min_bytes)
     if hasattr(fim, "_get_workspace_buffer"):
         # 0.26 allocates the kernel's workspace on "cuda" on first use (a driver call); the kernel
         # that reads it is the recorder above

@@ -11,11 +11,13 @@ TRITON_MLA) vLLM's own Triton kernels run by the Triton interpreter on CPU tenso
 attnsel's fp32 reference. Every backend is checked with a 16-bit and an fp8 KV cache where vLLM's
 class accepts fp8 (otherwise the row says vLLM's reason).
 What is not: the platform is a CUDA platform stand-in reporting an H100 (attention/explain/live.py, as the
-parity harness does); extensions that need a driver are empty modules and `torch.ops._C` answers
-False to capability probes; the CUDA-only kernel calls (FA3, FlashInfer's wrappers, FlashMLA, FA3
-MLA, FlashInfer's TRT-LLM MLA) are replaced by recorders (cpu_recorders.py) that compute the
-reference from the arguments vLLM passes them (so a wrong block table, length, scale or query
-layout in what we hand vLLM fails the check).
+parity harness does), or a B200 for the backends vLLM takes only there (STAND_IN: FLASHINFER_MLA);
+extensions that need a driver are empty modules and `torch.ops._C` answers False to capability
+probes; the CUDA-only kernel calls (FA3 and, for head size 512 on SM90, FA4; FlashInfer's wrappers
+and its XQA decode; FlashMLA; FA3 MLA; FlashInfer's TRT-LLM MLA) are replaced by recorders
+(cpu_recorders.py) that compute the reference from the arguments vLLM passes them (so a wrong
+block table, length, scale or query layout in what we hand vLLM fails the check). Each row
+records the kernel block size vLLM split the cache into and, for FLASH_ATTN, the FA version.
 Exit 0 when every row checked matches the reference.
 """
 
@@ -46,6 +48,11 @@ MLA_SHAPES = (("decode", 3, 200, 1), ("decode", 1, 700, 1))  # 16 heads (DeepSee
 # split by vLLM into kernel blocks (128)
 MLA_BLOCK_SIZES = {"FLASHMLA": (64, 128), "FLASHINFER_MLA": (32, 128), "FLASH_ATTN_MLA": (16, 64),
                    "TRITON_MLA": (16, 64), "CUTLASS_MLA": (128,)}
+# FLASH_ATTN on SM90 runs head size 512 on FlashAttention 4 (FA3 stops at 256; get_flash_attn_version
+# in vllm/v1/attention/backends/fa_utils.py), an fp8 cache there with 64-token kernel blocks
+# (_get_sm90_fa4_fp8_kv_block_size, flash_attn.py): 64, and 128 split into two. Releases without FA4
+# answer with their own reason (head size) in the row.
+HEAD_512_SHAPES = {"FLASH_ATTN": ((("decode", 3, 200, 1), ("mixed", 4, 96, 40)), (64, 128))}
 DENSE = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
 MLA_CHECKED = ("TRITON_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA")
 # sparse MLA: DeepSeek-V3.2's top-k 2048 at its per-GPU heads of TP 8 (16) and TP 1 (128), one
@@ -64,7 +71,30 @@ class _FakeOpNamespace:
         return lambda *args, **kwargs: False
 
 
-def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 80GB HBM3") -> Any:
+H100 = ((9, 0), "NVIDIA H100 80GB HBM3")
+# The GPU each backend is checked on: an H100, except where vLLM takes the backend on other GPUs
+# only. FLASHINFER_MLA: supports_compute_capability is `capability.major == 10` (0.26
+# mla/flashinfer_mla.py:91, 0.33 mla/flashinfer_mla.py:220), so it is checked on a B200.
+STAND_IN = {"FLASHINFER_MLA": ((10, 0), "NVIDIA B200")}
+
+
+def gpu_label(backend: str) -> str:
+    (major, minor), name = STAND_IN.get(backend, H100)
+    return f"{name.split()[1]} stand-in (CC {major}.{minor})"
+
+
+def target_gpu(runtime: Any, backend: str) -> None:
+    """The stand-in platform reports the GPU the backend is checked on (STAND_IN); vLLM's
+    functools caches that read the platform are cleared when it changes."""
+    capability, name = STAND_IN.get(backend, H100)
+    target = runtime.capability(capability)
+    if runtime.platform_cls.target != target:
+        runtime.platform_cls.target, runtime.platform_cls.target_name = target, name
+        for cached in runtime._all_caches():
+            cached.cache_clear()
+
+
+def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> Any:
     import torch
 
     from attnsel.attention.explain import vllm_runtime
@@ -73,12 +103,17 @@ def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 
     runtime.platform_cls.target = runtime.capability(capability)
     runtime.platform_cls.target_name = name
     torch.ops.__dict__["_C"] = _FakeOpNamespace()
-    try:
-        from vllm.v1.attention.backends import flashinfer as fi  # type: ignore
+    import importlib
 
-        fi.PIN_MEMORY = False  # pinned host buffers need a driver
-    except Exception:  # noqa: BLE001 -- FLASHINFER is then reported as not importable
-        pass
+    # pinned host buffers need a driver: FlashInfer's builder and (0.33) CpuGpuBuffer.copy_to_gpu
+    # (vllm/v1/utils.py) read a module-level PIN_MEMORY
+    for module_name in ("vllm.v1.attention.backends.flashinfer", "vllm.v1.utils"):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 -- FLASHINFER is then reported as not importable
+            continue
+        if hasattr(module, "PIN_MEMORY"):
+            module.PIN_MEMORY = False
     return runtime
 
 
@@ -108,8 +143,11 @@ def _checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int
     if backend in MLA_BACKENDS:
         return [(paged.Workload(kind, batch, context, qlen, 16, 1, 576, "float16", kv_cache_dtype, kv_lora_rank=512),
                  block_size) for kind, batch, context, qlen in MLA_SHAPES for block_size in MLA_BLOCK_SIZES[backend]]
-    return [(paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16", kv_cache_dtype), block_size)
-            for kind, batch, context, qlen in SHAPES for block_size in (16, 64)]
+    cases = [(paged.Workload(kind, batch, context, qlen, 8, 2, 64, "float16", kv_cache_dtype), block_size)
+             for kind, batch, context, qlen in SHAPES for block_size in (16, 64)]
+    shapes, sizes = HEAD_512_SHAPES.get(backend, ((), ()))
+    return cases + [(paged.Workload(kind, batch, context, qlen, 8, 2, 512, "float16", kv_cache_dtype), block_size)
+                    for kind, batch, context, qlen in shapes for block_size in sizes]
 
 
 def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
@@ -136,7 +174,8 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
             err = paged.relative_error(prepared.run(), paged.reference_attention(b))
             tolerance = FP8_TOLERANCE if kv_cache_dtype != "auto" else 2e-2
             row.update(ok=err < tolerance, rel_error=err, provider=prepared.provider,
-                       launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes)
+                       launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes,
+                       kernel_block_size=prepared.kernel_block_size, fa_version=prepared.details.get("fa_version"))
         except Exception as exc:  # noqa: BLE001 -- reported per row
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
             if os.environ.get("ATTNSEL_VERBOSE"):
@@ -247,10 +286,16 @@ def _signatures_and_layout(builder: Any, backend: str) -> dict:
     return entry
 
 
-def save_check(path: str, backends: list[str], rows: list[dict]) -> None:
+def _layout_on_its_gpu(runtime: Any, builder: Any, backend: str) -> dict:
+    target_gpu(runtime, backend)
+    return {**_signatures_and_layout(builder, backend), "gpu": gpu_label(backend)}
+
+
+def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -> None:
     """The check's recording: the release, the adapter facts it drove the classes with, per backend
     the signatures and cache layout (_signatures_and_layout), and every row's outcome."""
     import dataclasses
+    import importlib
     import json
 
     import vllm  # type: ignore
@@ -258,11 +303,17 @@ def save_check(path: str, backends: list[str], rows: list[dict]) -> None:
     from attnsel.attention.kernels.vllm import StackBuilder
 
     builder = StackBuilder(device="cpu")
-    doc = {"vllm": getattr(vllm, "__version__", "?"), "gpu": "H100 stand-in (CC 9.0)",
+    version = getattr(vllm, "__version__", "?")
+    commit = getattr(importlib.import_module("vllm._version"), "__commit_id__", None) or "?"
+    counts = {name: sum(1 for r in rows if r["ok"] is value) for name, value in
+              (("ok", True), ("BAD", False), ("refused by vLLM", None))}
+    doc = {"_source": f"python -m attnsel.bench.tools.vllm_cpu_check --save on the vLLM {version} wheel "
+                      f"(vllm/_version.py commit {commit}): " + ", ".join(f"{n} {k}" for k, n in counts.items()),
+           "vllm": version, "wheel_commit": commit, "gpu": "H100 stand-in (CC 9.0) unless the row says otherwise",
            "adapter_facts": dataclasses.asdict(builder.facts),
-           "backends": {b: _signatures_and_layout(builder, b) for b in backends},
+           "backends": {b: _layout_on_its_gpu(runtime, builder, b) for b in backends},
            "rows": [{k: row.get(k) for k in ("backend", "kv_cache_dtype", "shape", "block_size", "ok", "skipped",
-                                             "rel_error", "launch", "error")} for row in rows]}
+                                             "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error")} for row in rows]}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(f"saved the check of vLLM {doc['vllm']} ({len(rows)} rows) into {path}")
@@ -288,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", help="run the check and write its recording (JSON) to this file: "
                                        "tests/fixtures/vllm_cpu/vllm_0_X.json, replayed without vLLM")
     args = parser.parse_args(argv)
-    stand_in_gpu()
+    runtime = stand_in_gpu()
     backends = args.backend or list(DENSE + MLA_CHECKED + SPARSE_CHECKED)
     if args.record:
         import json
@@ -301,13 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     rows = []
     for backend in backends:
+        target_gpu(runtime, backend)
         for kv in args.kv_cache_dtype or ["auto", "fp8"]:
             for row in check_backend(backend, kv):
                 failed += row["ok"] is False
                 _print_row(row)
-                rows.append({**row, "kv_cache_dtype": kv})
+                rows.append({**row, "kv_cache_dtype": kv, "gpu": gpu_label(backend)})
     if args.save:
-        save_check(args.save, backends, rows)
+        save_check(args.save, backends, rows, runtime)
     return 1 if failed else 0
 
 

@@ -75,12 +75,17 @@ def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
             return shape, tuple(cls.get_kv_cache_stride_order())
         except (AttributeError, NotImplementedError):
             return shape, tuple(range(len(shape)))
-    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
-
-    layout = get_supported_kv_cache_layouts([cls])[0]
     # an MLA latent cache holds one vector per token (no K/V pair)
     content = 2 * d if stack.facts.kv_split == "packed_content" and not latent else d
-    return (nb, hkv, bs, content), tuple(layout.layer_view_order)
+    return (nb, hkv, bs, content), layer_view_order(cls)
+
+
+def layer_view_order(backend_cls: Any) -> tuple:
+    """The physical order of a layer's [blocks, heads, block_size, content] cache view in the
+    KVCacheLayout vLLM resolves for the backend (0.33: get_supported_kv_cache_layouts' first)."""
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
+
+    return tuple(get_supported_kv_cache_layouts([backend_cls])[0].layer_view_order)
 
 
 def backend_cache_shape(stack: VllmStack, nb: int, bs: int, hkv: int, d: int) -> tuple:

@@ -125,9 +125,12 @@ def backend_class(backend: str) -> Any:
     return AttentionBackendEnum[backend].get_class()
 
 
-def kernel_block_size(backend_cls: Any, block_size: int) -> int:
+def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = None) -> int:
     """The page size vLLM's kernels use for a --block-size (GPUModelRunner splits a cache block into
-    kernel blocks with vllm.v1.worker.utils.select_common_block_size)."""
+    kernel blocks with vllm.v1.worker.utils.select_common_block_size). Where that helper takes the
+    layers' KV-cache specs (0.33: prepare_kernel_block_sizes passes each group's specs, and
+    FLASH_ATTN answers from the spec: the SM90 FP8-KV FA4 kernel's 64-token page,
+    _get_sm90_fa4_fp8_kv_block_size in vllm/v1/attention/backends/flash_attn.py) the layer's is passed."""
     try:
         from vllm.v1.worker.utils import select_common_block_size  # type: ignore
     except ImportError:
@@ -138,7 +141,7 @@ def kernel_block_size(backend_cls: Any, block_size: int) -> int:
         if found is None:
             raise ValueError(f"No common block size for {block_size}. ") from None  # vLLM's own message
         return found
-    return int(select_common_block_size(block_size, [backend_cls]))
+    return int(call_accepting(select_common_block_size, block_size, [backend_cls], kv_cache_specs=[kv_cache_spec]))
 
 
 def installed_facts() -> Any:
@@ -298,10 +301,10 @@ class StackBuilder:
         from vllm.config import set_current_vllm_config  # type: ignore
 
         with set_current_vllm_config(config):
-            # inside: FLASH_ATTN's supported kernel sizes read the current config (hybrid models)
-            kernel_bs = kernel_block_size(backend_cls, spec.block_size)
             layer = self._layer(spec, config, backend_cls)
             kv_spec = layer.get_kv_cache_spec(config)
+            # inside: FLASH_ATTN's supported kernel sizes read the current config (hybrid models)
+            kernel_bs = kernel_block_size(backend_cls, spec.block_size, kv_spec)
             if kernel_bs != spec.block_size and hasattr(kv_spec, "copy_with_new_block_size"):
                 kv_spec = kv_spec.copy_with_new_block_size(kernel_bs)
             builder_cls = backend_cls.get_builder_cls()
