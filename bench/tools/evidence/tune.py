@@ -289,3 +289,20 @@ def gpus_prespawn_hides_the_first_start(rec: Recordings) -> None:
 
 def _two_gpu_speedup(runs: dict) -> float:
     return runs["warm_1gpu"]["phases"]["total_s"] / runs["warm_2gpu"]["phases"]["total_s"]
+
+
+SPARSE_026 = tuple(f"tune/h100_vllm026_sparse_tp{tp}/tune.json" for tp in (8, 4, 2, 1))
+
+
+@claim("docs/evidence.md 'vLLM 0.26.0 on the H100': DeepSeek-V3.2's sparse MLA at the per-GPU heads of TP 8, 4, 2 "
+       "and 1: vLLM's default FLASH_ATTN_MLA_SPARSE is faster than FLASHMLA_SPARSE overall at every head count",
+       *SPARSE_026)
+def tune_sparse_mla_default_wins_at_every_tp(rec: Recordings) -> None:
+    for name, heads in zip(SPARSE_026, (16, 32, 64, 128)):
+        doc = rec.json(name)
+        expect(doc["plan"]["shape"]["num_q_heads"] == heads and doc["plan"]["shape"]["use_sparse"], f"{name}: not {heads} sparse heads")
+        rec_ = doc["recommendation"]
+        expect(rec_["vllm_default"]["backend"] == "FLASH_ATTN_MLA_SPARSE", f"{name}: default {rec_['vllm_default']}")
+        expect(rec_["overall"]["verdict"] == "default is fastest", f"{name}: verdict {rec_['overall']['verdict']!r}")
+        timed = {r["backend"] for r in doc["rows"] if r["status"] == "ok"}
+        expect(timed == {"FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"}, f"{name}: timed {sorted(timed)}")

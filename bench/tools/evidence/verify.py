@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnsel.bench.tools.evidence.claims import Recordings, claim, expect
+from attnsel.bench.tune import Verdict
 
 
 # --- attnsel verify on an H100 (docs/verify.md "attnsel verify": Measured, More H100 runs) ------------------
@@ -86,3 +87,38 @@ def verify_fp8_kernel_gain_is_within_noise(rec: Recordings) -> None:
     bf16 = rec.json(VERIFY[0])["candidates"][0]["engine"]["kv_cache_tokens"]
     fp8 = doc["candidates"][0]["engine"]["kv_cache_tokens"]
     expect(abs(fp8 - 2 * bf16) <= 0.01 * 2 * bf16, f"fp8 cache {fp8} tokens vs bf16 {bf16}")
+
+
+# --- vLLM 0.26.0 on the H100 (docs/evidence.md "vLLM 0.26.0 on the H100 (issue 21)") ----------------------
+
+MLA_026 = "verify/h100_vllm026_mla/verify.json"
+AA_026 = "verify/h100_vllm026_aa/verify.json"
+
+
+@claim("docs/evidence.md 'vLLM 0.26.0 on the H100': tune's keep-the-default advice for DeepSeek-V2-Lite (MLA) holds in "
+       "vLLM 0.26.0's engine; every engine ran the MLA backend it was asked for", MLA_026,
+       "verify/h100_vllm026_mla/tune.json")
+def verify_mla_026_keeps_the_default(rec: Recordings) -> None:
+    doc, tune = rec.json(MLA_026), rec.json("verify/h100_vllm026_mla/tune.json")
+    expect(not Verdict(tune["recommendation"]["overall"]["verdict"]).advises_flags, "tune advised flags")
+    _verdict_holds_without_flags(doc, MLA_026)
+    for row in doc["candidates"]:
+        asked = tuple(row["predicted"]) if row["backend"] is None else (row["backend"], row["block_size"])
+        used = (row["engine"]["backend_used"], row["engine"]["block_size_used"])
+        expect(used == asked, f"{row['name']}: ran {used}, asked {asked}")
+        expect(row["engine"]["vllm_version"] == "0.26.0", f"{row['name']}: vLLM {row['engine']['vllm_version']}")
+    runner_up = [c for c in doc["comparisons"] if "runner-up" in c["short"] and c["batch"] == 1]
+    expect(runner_up and runner_up[0]["end_to_end"]["result"] == "slower", "FLASHMLA was not slower at batch 1")
+
+
+@claim("docs/evidence.md 'vLLM 0.26.0 on the H100': two starts of vLLM's default engine (an A/A run) differ by less "
+       "than verify's 2% gate at every shape", AA_026)
+def verify_engine_starts_stay_under_the_gate(rec: Recordings) -> None:
+    doc = rec.json(AA_026)
+    expect(len(doc["candidates"]) == 1 and doc["candidates"][0]["backend"] is None, "not an A/A run of the default")
+    starts = doc["engine_starts"]
+    expect(len(starts) == 3 and all(s["measured"] == 2 for s in starts), "three shapes with two measured starts each")
+    for s in starts:
+        for figure in ("decode", "end_to_end"):
+            spread, gate = s[figure]["start_spread_pct"], s[figure]["gate_pct"]
+            expect(spread < gate, f"{s['shape']} {figure}: starts {spread:.2f}% apart, gate {gate}%")
