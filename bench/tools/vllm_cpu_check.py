@@ -4,6 +4,9 @@ machine without a GPU, before spending GPU time on them.
     PYTHONPATH=<folder holding an `attnsel` link to this repo> \\
         /path/to/venv-with-vllm/bin/python -m attnsel.bench.tools.vllm_cpu_check [--backend B ...]
 
+or, with this checkout installed in vLLM's virtualenv (`pip install -e .`, docs/tune.md), that
+virtualenv's `python -m attnsel.bench.tools.vllm_cpu_check`.
+
 What is real: vLLM's VllmConfig, Attention / MLAAttention layer, AttentionImpl / MLA impl,
 metadata builder, CUDA-graph resolution and dispatcher, KV-cache shape/stride order and storage
 dtype, the layer's fp8 scales and query quantization (QuantFP8, run natively), and (TRITON_ATTN,
