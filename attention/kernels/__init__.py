@@ -6,18 +6,20 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS
-    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, TIMED_KV_CACHE_DTYPES
     from attnsel.attention.kernels.registry import adapters_for
 
 __all__ = [
     "BACKENDS",
     "FP8_TOLERANCE",
     "MLA_BACKENDS",
+    "TIMED_KV_CACHE_DTYPES",
     "adapters_for",
 ]
 __getattr__ = lazy_door(__name__, {
     "BACKENDS": "base",
     "FP8_TOLERANCE": "kv_quant",
     "MLA_BACKENDS": "base",
+    "TIMED_KV_CACHE_DTYPES": "kv_quant",
     "adapters_for": "registry",
 })
