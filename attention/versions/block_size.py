@@ -344,7 +344,10 @@ def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: l
     vLLM logs the size only when it is not the default 16."""
     if inputs.block_size is not None:
         return inputs.block_size  # cache_config.user_specified_block_size
-    size = common_block_size(run.profile, backends, run.ctx, inputs=inputs)
+    # vLLM sizes the block once the model is built: a bare shape's missing model config is there by now
+    # (the backends' get_preferred_block_size read it, e.g. FlashAttention's FA4 head-256 page)
+    built = run.ctx.replace(model_dims_known=True)
+    size = common_block_size(run.profile, backends, built, inputs=inputs)
     if size != run.profile.params["default_block_size"]:
         names = "/".join(dict.fromkeys(backends))
         run.log("info", log_format.format(size=size, backends=names),
