@@ -1,6 +1,6 @@
 """Selector corners the random parity grid held out, replayed without vLLM (issue 21 item 6C).
 
-tests/fixtures/parity_corners/corners_0XX.json hold the answers the real vLLM 0.31.0 / 0.33.0 wheels
+tests/fixtures/parity_corners/corners_0XX.json hold the answers the real vLLM 0.29.0-0.31.0 / 0.33.0 wheels
 gave on CPU for the cases in corner_cases.json:
     python -m attnsel.bench.tools.release_env run 0.33.0 -- -m attnsel.bench.tools.parity_live \\
         --vllm-version 0.33 --case tests/fixtures/parity_corners/corner_cases.json \\
