@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total (vLLM runs total // TP per GPU), as `attnsel explain --num-heads` reads them; default: a representative layout for --head-size."),
         num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (GQA; per GPU: max(1, total // TP), replicated when fewer than TP); default = --num-heads."),
         dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
-        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype: auto, or fp8 / fp8_e4m3 / fp8_e5m2 (an fp8 cache with per-tensor scales; backends vLLM refuses it for are skipped with vLLM's reason)."),
+        kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype: auto, float16/bfloat16, or fp8 / fp8_e4m3 / fp8_e5m2 (an fp8 cache with per-tensor scales; backends vLLM refuses it for are skipped with vLLM's reason). Other values the release knows are not timed (exit 1)."),
         use_mla: bool = typer.Option(False, "--use-mla", help="An MLA layer without --model: with --kv-lora-rank, --qk-rope-head-dim, --num-heads (DeepSeek-V3: 512, 64, 128)."),
         kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA latent width (head size = this + --qk-rope-head-dim)."),
         qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA rope part of the cache and query."),

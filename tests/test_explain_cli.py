@@ -17,9 +17,9 @@ RUNNER = CliRunner()
 
 def run(*args):
     # This file describes the seed-era profile. Since the vLLM 0.33 issue the default profile is
-    # the installed vLLM's (else the newest), so these tests name the seed profile explicitly.
+    # the installed vLLM's (else the newest), so these tests name the seed profile (vLLM main of Feb 2026) by name.
     if "--vllm-version" not in args:
-        args = (*args, "--vllm-version", "0.17")
+        args = (*args, "--vllm-version", "seed")
     return RUNNER.invoke(app, ["explain", *args])
 
 
@@ -155,12 +155,12 @@ def test_capability_flag_and_vllm_version():
     assert result.exit_code == 0
     assert doc["gpu"] == {"name": None, "capability": "12.0"}
     assert doc["selected"] == "FLASH_ATTN"  # §5a: SM12x uses the "other" list
-    assert doc["profile"] == "seed_0_17" and doc["profile_note"] is None
+    assert doc["profile"] == "vllm_0_17" and doc["profile_note"] is None  # the 0.17.0 release
 
 
 def test_close_version_says_which_profile_answered():
     result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.16.0")
-    assert result.exit_code == 0 and "seed_0_17" in doc["profile_note"]
+    assert result.exit_code == 0 and "vllm_0_17" in doc["profile_note"]
 
 
 def test_check_imports_reports_missing_packages(monkeypatch):
@@ -214,11 +214,14 @@ def test_model_hook_feeds_the_selector():
     assert doc["model"]["model_type"] == "gpt_oss"
 
 
-@pytest.mark.parametrize("version", ["0.17", "0.24", "0.33"])
+@pytest.mark.parametrize("version", ["seed", "0.17", "0.24", "0.33"])
 def test_bare_mla_shapes_apply_no_check_on_dimensions_nobody_gave(version):
     # vLLM reads qk_nope_head_dim from hf_text_config only when it has a model config
-    # (mla/flashinfer_mla.py supports_combination): bare shapes must not invent "got 1"
-    result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--vllm-version", version)
+    # (mla/flashinfer_mla.py supports_combination): bare shapes must not invent "got 1". (--block-size 64:
+    # 0.17.0 forces an MLA kernel's block size only with a model config, cuda.py:186, so a bare shape
+    # keeps 16, which FLASHINFER_MLA's 32/64-token kernel cannot split)
+    result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--block-size", "64",
+                           "--vllm-version", version)
     assert result.exit_code == 0
     flashinfer_mla = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA")
     assert flashinfer_mla["valid"] and not any("qk_nope_head_dim" in r for r in flashinfer_mla["reasons"])

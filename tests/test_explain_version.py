@@ -1,6 +1,6 @@
 """Which rule profile answers: --vllm-version, the installed vLLM (package metadata, never an
 import), or the newest profile. The issue's contract: a release between two profiles -> the "nearest
-older"; < 0.17 -> the seed profile with a note that it is older than any profile; newer than every
+older"; < 0.17 -> the oldest release profile (0.17.0) with a note that it is older than any profile; newer than every
 profile -> the newest, with a note.
 """
 
@@ -33,13 +33,13 @@ def run_json(*args):
 @pytest.mark.parametrize(
     "version,profile,note_fragment",
     [
-        ("0.17.0", "seed_0_17", None),
-        ("0.17.1", "seed_0_17", None),
+        ("0.17.0", "vllm_0_17", None),
+        ("0.17.1", "vllm_0_17", None),
         ("0.24.0", "vllm_0_24", None),
         ("0.32.9", "vllm_0_32", None),
         ("0.31.2", "vllm_0_31", None),
-        ("0.16.0", "seed_0_17", "older than every rule profile"),
-        ("0.14.0", "seed_0_17", "older than every rule profile"),
+        ("0.16.0", "vllm_0_17", "older than every rule profile"),
+        ("0.14.0", "vllm_0_17", "older than every rule profile"),
         ("0.33.0", "vllm_0_33", None),
         ("0.33.1", "vllm_0_33", None),
         ("0.33.0rc1.dev12+g4ba787ec9", "vllm_0_33", None),
@@ -70,10 +70,10 @@ def test_a_newer_unknown_release_keeps_the_newest_profile_with_a_note(version):
     assert "newer than every rule profile" in choice.note and newest in choice.note and version in choice.note
 
 
-@pytest.mark.parametrize("version,profile", [("0.20", "seed_0_17"), ("0.23.4", "seed_0_17"), ("0.32.9", "vllm_0_24")])
+@pytest.mark.parametrize("version,profile", [("0.20", "vllm_0_17"), ("0.23.4", "vllm_0_17"), ("0.32.9", "vllm_0_24")])
 def test_a_release_between_profiles_gets_the_nearest_older_with_a_note(monkeypatch, version, profile):
     # only three releases known: the ones in between are answered by the nearest older
-    monkeypatch.setattr(rules, "release_profiles", lambda: ["seed_0_17", "vllm_0_24", "vllm_0_33"])
+    monkeypatch.setattr(rules, "release_profiles", lambda: ["vllm_0_17", "vllm_0_24", "vllm_0_33"])
     choice = profile_for_version(version)
     assert choice.profile.name == profile
     assert "nearest older" in choice.note and profile in choice.note and version in choice.note
@@ -87,6 +87,8 @@ def test_unreadable_version_is_bad_input():
 
 def test_profile_names_still_work():
     assert choose_profile("seed").profile.name == "seed_0_17"
+    assert choose_profile("seed-0.17").profile.name == "seed_0_17"  # vLLM main of Feb 2026, by name only
+    assert choose_profile("0.17").profile.name == "vllm_0_17"  # the 0.17.0 release
     assert choose_profile("vllm_0_33").profile.name == "vllm_0_33"
     assert choose_profile(None).profile.name == "seed_0_17"  # library default unchanged
 
@@ -117,7 +119,7 @@ def test_flag_beats_the_installed_version(monkeypatch):
     assert select_profile("0.33").profile.name == "vllm_0_33"
 
 
-@pytest.mark.parametrize("era,version,profile", [("v033", "0.33.0", "vllm_0_33"), ("seed", "0.17.0", "seed_0_17")])
+@pytest.mark.parametrize("era,version,profile", [("v033", "0.33.0", "vllm_0_33"), ("seed", "0.17.0", "vllm_0_17")])
 def test_detection_reads_a_real_dist_info_without_importing_vllm(monkeypatch, era, version, profile):
     # a tmp-style dist-info on sys.path is what importlib.metadata sees for an installed vLLM
     monkeypatch.syspath_prepend(str(FAKE / era))
@@ -138,14 +140,14 @@ def test_cli_note_for_a_newer_version():
 def test_cli_note_for_an_older_version():
     result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.12.0")
     assert result.exit_code == 0
-    assert doc["profile"] == "seed_0_17" and "older than every rule profile" in doc["profile_note"]
+    assert doc["profile"] == "vllm_0_17" and "older than every rule profile" in doc["profile_note"]
 
 
 # --- both profiles on the same inputs, where vLLM changed ------------------------------------------
 def test_block_size_48_seed_literal_vs_033_divisibility():
     # seed: --block-size must be in the BlockSize Literal (§4) -> argparse error, exit 1;
     # 0.33: no Literal, TRITON/FLASH_ATTN accept any multiple of 16 (§9) -> vLLM starts with 48
-    seed, seed_doc = run_json("--head-size", "128", "--gpu", "H100", "--block-size", "48", "--vllm-version", "0.17")
+    seed, seed_doc = run_json("--head-size", "128", "--gpu", "H100", "--block-size", "48", "--vllm-version", "seed")
     assert seed.exit_code == 1 and "invalid choice: 48" in seed_doc["error"]
     assert all(b["reasons"] == ["block_size not supported"] for b in seed_doc["backends"])
     new, new_doc = run_json("--head-size", "128", "--gpu", "H100", "--block-size", "48", "--vllm-version", "0.33")

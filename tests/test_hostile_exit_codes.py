@@ -27,7 +27,7 @@ EXIT_CODE_CASES = [
     ("tune-dry-run-fp8-kv-cache", ["tune", "--dry-run", "--gpu", "H100", "--model", "llama-3.1-8b",
                                    "--kv-cache-dtype", "fp8"], {}, 0, None),  # was exit 70 (is_fp8 moved)
     ("tune-dry-run-kv-cache-0", ["tune", "--dry-run", "--gpu", "H100", "--model", "llama-3.1-8b",
-                                 "--kv-cache-dtype", "0"], {}, 2, "Invalid kv_cache_dtype: 0"),
+                                 "--kv-cache-dtype", "0"], {}, 2, "unknown --kv-cache-dtype '0' for vLLM"),
     ("backends-only-commas", ["tune", "--dry-run", "--gpu", "H100", "--head-size", "128", "--backends", ",,,"], {},
      2, "names no backend"),
     ("backends-comma-space", ["tune", "--dry-run", "--gpu", "H100", "--head-size", "128", "--backends", " , "], {},

@@ -131,9 +131,9 @@ def test_bf16_on_a_pre_ampere_gpu_fails_with_vllms_message():
 
 
 def test_an_attention_configuration_vllm_refuses_fails_with_vllms_error():
-    """docs/vllm-rules.md §5f (seed era, pinned with --vllm-version 0.17.0)."""
+    """docs/vllm-rules.md §5f (seed era, pinned with --vllm-version seed: vLLM main of Feb 2026)."""
     result = preflight("h100_sxm_x8_nvlink.json", "--attention-backend", "FLASHINFER", "--block-size", "8",
-                       "--vllm-version", "0.17.0", "--json")
+                       "--vllm-version", "seed", "--json")
     assert result.exit_code == 1
     check = checks_of(result)["attention"]
     assert check["status"] == "fail"
@@ -142,7 +142,7 @@ def test_an_attention_configuration_vllm_refuses_fails_with_vllms_error():
 
 def test_vllm_warnings_about_the_attention_configuration_are_warnings():
     """--block-size 8 alone: the seed-era vLLM falls back from its preferred backend and logs a warning (§5f)."""
-    result = preflight("h100_sxm_x8_nvlink.json", "--block-size", "8", "--vllm-version", "0.17.0", "--json")
+    result = preflight("h100_sxm_x8_nvlink.json", "--block-size", "8", "--vllm-version", "seed", "--json")
     assert result.exit_code == 0
     check = checks_of(result)["attention"]
     assert check["status"] == "warn"

@@ -24,7 +24,7 @@ def test_dry_run_json_lists_the_filtered_grid_without_a_gpu():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "attnsel-tune-plan/1"
-    assert doc["rule_profile"] == "seed_0_17"
+    assert doc["rule_profile"] == "vllm_0_17"
     configs = {(c["backend"], c["block_size"]): c for c in doc["configs"]}
     # docs/vllm-rules.md §2/§3a: 8 is not a multiple of FLASH_ATTN's 16; FLEX_ATTENTION (MultipleOf(1)) accepts it in the seed
     # (0.33 raised FLEX_ATTENTION to MultipleOf(16), §9)

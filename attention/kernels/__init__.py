@@ -6,7 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS
-    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE
+    from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, TIMED_KV_CACHE_DTYPES
     from attnsel.attention.kernels.registry import adapters_for
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "FP8_TOLERANCE",
     "MLA_BACKENDS",
     "SPARSE_MLA_BACKENDS",
+    "TIMED_KV_CACHE_DTYPES",
     "adapters_for",
 ]
 __getattr__ = lazy_door(__name__, {
@@ -21,5 +22,6 @@ __getattr__ = lazy_door(__name__, {
     "FP8_TOLERANCE": "kv_quant",
     "MLA_BACKENDS": "base",
     "SPARSE_MLA_BACKENDS": "base",
+    "TIMED_KV_CACHE_DTYPES": "kv_quant",
     "adapters_for": "registry",
 })

@@ -334,7 +334,8 @@ def _kv_cache_split(
     run: Run, inputs: SelectorInputs, selected: Optional[str], block_size: Optional[int], notes: list[str]
 ) -> tuple[Optional[tuple], Optional[int], Optional[str], Optional[VllmRaises]]:
     """(kernel block sizes, kernel block size, KV layout, error) of the selected backend."""
-    profile, ctx = run.profile, run.ctx
+    # the KV cache is split with the model built: a bare shape's missing model config is there by now
+    profile, ctx = run.profile, run.ctx.replace(model_dims_known=True)
     if selected is None:
         return None, None, None, None
     kernel_block_size, error = None, None

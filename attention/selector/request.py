@@ -163,6 +163,8 @@ def build_selection(
                              importable=importable)
     if inputs.use_mla and not ctx.model_dims_known:
         notes.append(unknown_model_dims_note(profile, inputs, ctx))
+    elif not ctx.model_dims_known:
+        notes.extend(bare_shape_note(profile, inputs, ctx))
     return inputs, ctx, notes
 
 
@@ -282,6 +284,19 @@ def unknown_model_dims_note(profile: Any, inputs: Any, ctx: Any) -> str:
         f"MLA model dimensions unknown (no --model, none of {flags}): vLLM applies no check that reads "
         f"them when it has no model config, and neither does attnsel; {which}: pass --model or those flags"
     )
+
+
+def bare_shape_note(profile: Any, inputs: Any, ctx: Any) -> list[str]:
+    """A dense shape without --model selects as vLLM does with no model config; where a verdict reads
+    the model config (mm-prefix and R-SWA before FA4's head-256 kernel, fa_utils.py; FlashInfer's
+    query-lens check), say which backends a real model's config would refuse."""
+    with_model = ctx.replace(model_dims_known=True)
+    depends = [name for name in profile.backend_names
+               if not profile.validate(name, inputs, ctx) and profile.validate(name, inputs, with_model)]
+    if not depends:
+        return []
+    return [f"no --model: vLLM selects without a model config here, as attnsel does; with a model's config "
+            f"{', '.join(depends)} would be refused (those checks read it): pass --model"]
 
 
 def _kv_heads_per_gpu(facts: Any) -> Optional[int]:

@@ -5,6 +5,9 @@ object per start-up path, named by the version's data (`"block_size_flow": {"kin
   `_update_block_size_for_backend` picks the block size first, then the layers select with it.
 - `layer_backends` (docs/vllm-rules.md §9): the layers select first (with the user's --block-size only),
   then `Platform.update_block_size_for_backend` picks one size their backends accept.
+- `release_0_17` (the 0.17.0 release, vllm/platforms/cuda.py:168-279 @ v0.17.0): `check_and_update_config`
+  sets the block size (16, a hybrid model's aligned size, or the MLA kernel's it forces; on 10.x it
+  also forces FLASHINFER_MLA), then every layer selects with block_size=None (cuda.py:351).
 
 A release with a new path adds a flow class here (or in its own module) and names it in its data.
 Hybrid attention + Mamba models plug in through `hybrid_block_size`, which sees the selected
@@ -136,7 +139,84 @@ class LayerBackendsFlow(BlockSizeFlow):
             log_precluded_by_block_size(run, cfg, chosen, valid, invalid)
 
 
-FLOWS: dict[str, type[BlockSizeFlow]] = {flow.kind: flow for flow in (ConfigTimeFlow, LayerBackendsFlow)}
+class Release017Flow(ConfigTimeFlow):
+    """0.17.0's start-up: the block size at config time (16, a hybrid model's aligned size, or an MLA
+    kernel's), then the layers select without it."""
+
+    kind = "release_0_17"
+    hybrid_note = (
+        "hybrid (attention + Mamba) model: vLLM sizes its KV block from the Mamba state "
+        "(HybridAttentionMambaModelConfig); without the model's config attnsel shows 0.17's default, 16"
+    )
+
+    def layer_inputs(self, inputs: SelectorInputs) -> SelectorInputs:
+        return inputs.replace(block_size=None)  # cuda.py:351 get_attn_backend_cls
+
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+        block_size = inputs.block_size
+        if run.ctx.is_hybrid:
+            block_size = self.hybrid_block_size(run, inputs, [], block_size, notes)
+        if block_size is None:
+            block_size = run.profile.params["default_block_size"]  # cuda.py:178-179
+        backend = user_backend
+        if inputs.use_mla and run.ctx.model_dims_known:  # `model_config is not None and model_config.use_mla`
+            block_size, backend = mla_block_size_and_backend(run, inputs, user_backend, block_size)
+        run.block_size = block_size
+        if run.ctx.is_attention_free:
+            return self.attention_free(run, inputs, block_size, notes)
+        layer_cfg = self.layer_inputs(inputs)
+        return block_size, get_attn_backend_cls(run, layer_cfg, backend), layer_cfg
+
+
+CUDA_PY_0_17 = "cuda.py check_and_update_config"
+
+
+def mla_block_size_and_backend(
+    run: Run, inputs: SelectorInputs, user_backend: Optional[str], block_size: int
+) -> tuple[int, Optional[str]]:
+    """cuda.py:186-279, step by step: the MLA kernel the start-up expects and the block size it forces
+    for it; on 10.x with qk_nope_head_dim 128 (and no index_topk) FLASHINFER_MLA becomes the backend."""
+    ctx = run.ctx
+    sparse = ctx.has_index_topk  # hasattr(hf_config, "index_topk")
+    blackwell = ctx.capability[0] == 10  # is_device_capability_family(100)
+    # v1/attention/ops/flashmla.py is_flashmla_dense_supported: the FLASHMLA combination rule, dense
+    flashmla_rule = run.profile.code._dispatch("combination", "flashmla")
+    dense_flashmla = flashmla_rule(inputs.replace(use_sparse=False), ctx) is None
+    backend = user_backend
+    if user_backend is None:
+        if blackwell and not sparse and ctx.effective_qk_nope_head_dim == 128:
+            backend = "FLASHINFER_MLA"  # set in attention_config: the layers select it explicitly
+            expected = {"FLASHINFER_MLA"}
+        elif blackwell and not sparse:
+            expected = {"CUTLASS_MLA"}
+        else:
+            expected = {"FLASHMLA"} if dense_flashmla else set()
+    else:
+        expected = {user_backend}
+    size = block_size
+
+    def force(to: int, kernel: str) -> None:
+        nonlocal size
+        size = to
+        run.log("info", f"Forcing kv cache block size to {to} for {kernel} backend.", CUDA_PY_0_17)
+
+    if "FLASHMLA" in expected and dense_flashmla and size % 64:
+        force(64, "FlashMLA")
+    if "CUTLASS_MLA" in expected and size % 128:
+        force(128, "CUTLASS_MLA")
+    if "FLASHINFER_MLA" in expected and size != 32 and size % 64:
+        force(64, "FlashInferMLA")
+    if sparse:
+        if not expected & {"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"}:
+            expected.add("FLASHMLA_SPARSE")
+        if "FLASHMLA_SPARSE" in expected and size != 64:
+            force(64, "FlashMLASparse")
+        elif "FLASHINFER_MLA_SPARSE" in expected and size not in (32, 64):
+            force(64, "FlashInferMLASparse")
+    return size, backend
+
+
+FLOWS: dict[str, type[BlockSizeFlow]] = {flow.kind: flow for flow in (ConfigTimeFlow, LayerBackendsFlow, Release017Flow)}
 
 
 def flow_from_data(data: dict) -> BlockSizeFlow:
@@ -264,7 +344,10 @@ def update_block_size_after_layers(run: Run, inputs: SelectorInputs, backends: l
     vLLM logs the size only when it is not the default 16."""
     if inputs.block_size is not None:
         return inputs.block_size  # cache_config.user_specified_block_size
-    size = common_block_size(run.profile, backends, run.ctx, inputs=inputs)
+    # vLLM sizes the block once the model is built: a bare shape's missing model config is there by now
+    # (the backends' get_preferred_block_size read it, e.g. FlashAttention's FA4 head-256 page)
+    built = run.ctx.replace(model_dims_known=True)
+    size = common_block_size(run.profile, backends, built, inputs=inputs)
     if size != run.profile.params["default_block_size"]:
         names = "/".join(dict.fromkeys(backends))
         run.log("info", log_format.format(size=size, backends=names),

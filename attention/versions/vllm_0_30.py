@@ -25,7 +25,9 @@ class Rules(vllm_0_31.Rules):
 
     def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
         # flash_attn.py _get_fa4_hd256_block_size: the FA4 head-256 kernel's page only
-        if inputs is None or not self._uses_fa4_hd256_kernel(ctx, inputs.head_size, None):
+        if inputs is None or not ctx.model_dims_known:
+            return None  # no model config: flash_attn.py:297 @ v0.30.0 returns None
+        if not self._uses_fa4_hd256_kernel(ctx, inputs.head_size, None):
             return None
         version = self.fa_version(ctx, inputs, head_size=inputs.head_size, supports_fa4_hd256=True).version
         return FA4_HD256_PAGE_SIZE if version == 4 else None

@@ -61,7 +61,9 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return f"quantized KV cache dtype {inputs.kv_cache_dtype}"
         if block_size is not None and block_size % FA4_HD256_PAGE_SIZE:
             return f"a KV cache block size of {block_size}"
-        if inputs is not None:
+        # the model-level reasons sit under `if model_config is not None` (fa_utils.py:257 @ v0.31.0/v0.33.0):
+        # a bare shape (no --model: SelectionContext.model_dims_known) selects with no model config
+        if inputs is not None and ctx.model_dims_known:
             if inputs.use_mm_prefix:
                 return "mm_prefix bidirectional attention"
             if inputs.use_rswa:
@@ -128,6 +130,8 @@ class Rules(MlaRules, vllm_0_24.Rules):
         # FlashInferBackend.supports_device_cpu_query_lens_mismatch: trtllm-gen decode on 10.x
         if ctx.capability[0] != 10:
             return False
+        if not ctx.model_dims_known:
+            return True  # no model config (a bare shape): flashinfer.py:622 answers True
         return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
@@ -164,8 +168,8 @@ class Rules(MlaRules, vllm_0_24.Rules):
     def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
         """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4
         head-256 kernel on 10.x/11.x -> 128 (FA4_HD256_PAGE_SIZE)."""
-        if inputs is None:
-            return None  # no model config: vLLM returns None from both helpers
+        if inputs is None or not ctx.model_dims_known:
+            return None  # no model config: vLLM returns None from both helpers (flash_attn.py:333)
         head_size = inputs.head_size
         if (
             ctx.capability[0] == 9

@@ -12,7 +12,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         vllm_default_choice,
         vllm_verdict,
     )
-    from attnsel.bench.plan.shape import TuneShape, default_head_layout, make_shape, shape_from_model
+    from attnsel.bench.plan.shape import (
+        TuneShape,
+        check_kv_cache_dtype,
+        default_head_layout,
+        make_shape,
+        shape_from_model,
+    )
     from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, parse_workloads
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "TuneShape",
     "WORKLOAD_KINDS",
     "WorkloadSpec",
+    "check_kv_cache_dtype",
     "default_head_layout",
     "hybrid_block_size",
     "make_shape",
@@ -34,6 +41,7 @@ __getattr__ = lazy_door(__name__, {
     "TuneShape": "shape",
     "WORKLOAD_KINDS": "workloads",
     "WorkloadSpec": "workloads",
+    "check_kv_cache_dtype": "shape",
     "default_head_layout": "shape",
     "hybrid_block_size": "rules",
     "make_shape": "shape",

@@ -69,14 +69,13 @@ def make_mla_shape(
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.attention.rules import parse_dtype
-    from attnsel.bench.plan.shape import TuneShape, check_kv_cache_dtype
+    from attnsel.bench.plan.shape import TuneShape
 
     from attnsel.attention.selector import heads_per_gpu
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
     q_per_gpu, _kv = heads_per_gpu(num_heads, None, tensor_parallel_size)  # MLA: one latent KV head per GPU
-    check_kv_cache_dtype(kv_cache_dtype)
     return TuneShape(num_q_heads=q_per_gpu, dtype=parse_dtype(dtype),
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),

@@ -8,17 +8,37 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
-from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, parse_dtype
-from attnsel.errors import UserInputError
-
-# docs/vllm-rules.md §4 CacheDType.
-KV_CACHE_DTYPES = ("auto", "bfloat16", *FP8_KV_CACHE_DTYPES, "fp8_inc", "fp8_ds_mla")
+from attnsel.attention.rules import parse_dtype
+from attnsel.errors import CheckFailed, UserInputError
 
 
-def check_kv_cache_dtype(kv_cache_dtype: str) -> None:
-    """A --kv-cache-dtype tune can build a cache for (the explicit-flag shapes, dense and MLA)."""
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; one of {', '.join(KV_CACHE_DTYPES)}")
+def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: Optional[tuple[int, int]] = None) -> None:
+    """tune's --kv-cache-dtype against the release whose rules filter the grid (`profile`, the version
+    object `explain` asks too). A value that release does not know is bad input (exit 2) listing that
+    release's own values; one it knows that tune cannot time is CheckFailed (exit 1, as a grid with
+    nothing to time: README, tune's exit codes), "not timed: <why>"."""
+    if kv_cache_dtype not in profile.cache_dtypes:
+        # selector.get_attn_backend's assert names the same list (docs/vllm-rules.md §4 CacheDType)
+        raise UserInputError(f"unknown --kv-cache-dtype {kv_cache_dtype!r} for vLLM {profile.vllm_version} "
+                             f"(rule profile {profile.name}); one of {', '.join(profile.cache_dtypes)}")
+    why = untimed_kv_cache_dtype(kv_cache_dtype, profile, capability)
+    if why:
+        raise CheckFailed(f"not timed: {why}")
+
+
+def untimed_kv_cache_dtype(kv_cache_dtype: str, profile, capability: Optional[tuple[int, int]]) -> Optional[str]:
+    """Why tune cannot time a cache dtype the release accepts; None when it can."""
+    from attnsel.attention.kernels import TIMED_KV_CACHE_DTYPES
+
+    explain = f"`attnsel explain --kv-cache-dtype {kv_cache_dtype}` gives vLLM's verdict without timing"
+    if kv_cache_dtype not in TIMED_KV_CACHE_DTYPES:
+        return (f"vLLM {profile.vllm_version} accepts --kv-cache-dtype {kv_cache_dtype}, but tune's kernel adapters "
+                f"build only {', '.join(TIMED_KV_CACHE_DTYPES)} caches (attention/kernels/kv_quant.py); {explain}")
+    if kv_cache_dtype == "bfloat16" and capability is not None and tuple(capability) < (8, 0):
+        # CudaPlatformBase: bf16 needs compute capability 8.0 (probe/capability.py supported_dtypes)
+        return (f"a bfloat16 KV cache needs compute capability 8.0; this GPU has {capability[0]}.{capability[1]} "
+                f"(--kv-cache-dtype float16 or auto)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -113,7 +133,6 @@ def make_shape(
     from attnsel.attention.selector import heads_per_gpu  # vLLM's split, the one explain uses
 
     q_per_gpu, kv_per_gpu = heads_per_gpu(num_heads, kv, tensor_parallel_size)
-    check_kv_cache_dtype(kv_cache_dtype)
     return TuneShape(
         head_size=head_size,
         num_q_heads=q_per_gpu,

@@ -202,12 +202,15 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
             _decide_cache_mode(vllm_config, model_cls, flags)
         checkpoint = _checkpoint_alignment(vllm_config, layout.kind)
         abstract = _optional("vllm.model_executor.layers.mamba", "abstract")
-        with _patched(platform, "_find_non_ssm_backends", classmethod(lambda cls, cfg: backends)), \
-                _patched(platform, "_find_non_ssm_backend", classmethod(lambda cls, cfg: backends[0])), \
-                _patched(registry.ModelRegistry, "resolve_model_cls", lambda *a, **k: (model_cls, arch)), \
-                _patched(abstract or types.SimpleNamespace(), "get_mamba_prefill_checkpoint_alignment",
-                         lambda cfg: checkpoint):
-            platform.update_block_size_for_backend(vllm_config)
+        # 0.17.0 has no update_block_size_for_backend: HybridAttentionMambaModelConfig sized the block
+        # at config time (above) and the layers select with block_size=None (cuda.py:351)
+        if hasattr(platform, "update_block_size_for_backend"):
+            with _patched(platform, "_find_non_ssm_backends", classmethod(lambda cls, cfg: backends)), \
+                    _patched(platform, "_find_non_ssm_backend", classmethod(lambda cls, cfg: backends[0])), \
+                    _patched(registry.ModelRegistry, "resolve_model_cls", lambda *a, **k: (model_cls, arch)), \
+                    _patched(abstract or types.SimpleNamespace(), "get_mamba_prefill_checkpoint_alignment",
+                             lambda cfg: checkpoint):
+                platform.update_block_size_for_backend(vllm_config)
         mamba = _mamba_spec(vllm_config, model_cls, checkpoint)
         state_page = importlib.import_module("vllm.v1.kv_cache_interface").MambaSpec(
             shapes=mamba.shapes, dtypes=mamba.dtypes, block_size=-1).page_size_bytes

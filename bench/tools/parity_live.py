@@ -1,7 +1,7 @@
 """Parity check: a rule profile vs the REAL vLLM installed here, over a large random grid of selector inputs.
 
     python -m attnsel.bench.tools.parity_live [--vllm-version X] [--cases N] [--seed S] [--focus fp8-blackwell]
-                                              [--out FILE] [--record FILE] [--record-size N]
+                                              [--case JSON|FILE ...] [--out FILE] [--record FILE] [--record-size N]
 
 Run it with the Python of an environment where vLLM is installed (any machine: no GPU needed); for a
 release other than the installed one, `python -m attnsel.bench.tools.release_env run 0.24.0 --
@@ -32,7 +32,10 @@ present"), because this machine has no GPU driver (docs/vllm-rules.md §10):
 Every case runs through the profile (`explain`) and through vLLM; the JSON document gives the counts,
 per-dimension coverage and the mismatches (valid set, reasons, priority order, explicit backend,
 selected backend, block size, the selector config text). `--record` writes the compact evidence that
-tests/test_parity_recorded.py replays without vLLM. Exit 0 when everything matches, 1 otherwise,
+tests/test_parity_recorded.py replays without vLLM. `--case` (repeatable) asks about given cases instead
+of the random grid: a JSON object `{"inputs": {SelectorInputs fields}, "context": {SelectionContext
+fields}}` (a mismatch or a recorded case of an earlier run has this form), or a file holding one or a
+list of them; every given case is recorded (tests/test_parity_corners.py replays such corners). Exit 0 when everything matches, 1 otherwise,
 2 without vLLM.
 """
 
@@ -179,8 +182,21 @@ def _compare_case(profile: Any, inputs: Any, ctx: Any) -> tuple[Any, Any, list]:
     return ours, live, found
 
 
+def given_cases(specs: list[str]) -> list[tuple[dict, dict]]:
+    """`--case` values: inline JSON objects or files of one object or a list, as (inputs, context) kwargs."""
+    found: list[tuple[dict, dict]] = []
+    for spec in specs:
+        text = spec if spec.lstrip().startswith(("{", "[")) else Path(spec).read_text(encoding="utf-8")
+        loaded = json.loads(text)
+        for case in loaded if isinstance(loaded, list) else [loaded]:
+            ctx = dict(case.get("context", {}))
+            ctx["capability"] = tuple(ctx["capability"])
+            found.append((dict(case["inputs"]), ctx))
+    return found
+
+
 def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
-        focus: str = "all") -> tuple[dict, list[dict]]:
+        focus: str = "all", chosen: Optional[list[tuple[dict, dict]]] = None) -> tuple[dict, list[dict]]:
     from attnsel.attention.explain import require_vllm, vllm_runtime
     from attnsel.attention.versions import select_profile
     from attnsel.attention.rules import SelectionContext, SelectorInputs
@@ -199,11 +215,10 @@ def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
     records: list[dict] = []
     checked = 0
     start = time.perf_counter()
-    all_cases = sorted(
-        cases(count, seed, profile.cache_dtypes, _cuda_backends(profile),
-              {n for n in profile.backend_names if profile.backend(n).mla}, focus),
-        key=lambda case: (case[1]["capability"], bool(case[1].get("batch_invariant"))),
-    )
+    grid = chosen if chosen is not None else cases(
+        count, seed, profile.cache_dtypes, _cuda_backends(profile),
+        {n for n in profile.backend_names if profile.backend(n).mla}, focus)
+    all_cases = sorted(grid, key=lambda case: (case[1]["capability"], bool(case[1].get("batch_invariant"))))
     for inputs_kw, ctx_kw in all_cases:
         inputs, _notes = strip_unknown_inputs(profile, SelectorInputs(**inputs_kw))
         ctx = SelectionContext(**ctx_kw)
@@ -236,7 +251,7 @@ def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
         "profile": profile.name,
         "profile_reason": choice.reason,
         "seed": seed,
-        "focus": focus,
+        "focus": "given cases" if chosen is not None else focus,
         "cases_compared": checked,
         "cases_skipped": dict(skipped),
         "mismatching_cases": len(mismatches),
@@ -249,7 +264,7 @@ def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
         "vit": vit,
         "mismatches": mismatches,
     }
-    return doc, _pick_records(records, record_size, seed)
+    return doc, records if chosen is not None else _pick_records(records, record_size, seed)
 
 
 def importlib_version() -> Any:
@@ -294,12 +309,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--record-size", type=int, default=200)
     parser.add_argument("--focus", choices=sorted(FOCUS), default="all",
                         help="bias half the grid towards one corner (fp8-blackwell: CC 10.x, fp8 KV, FA overrides)")
+    parser.add_argument("--case", action="append", default=[],
+                        help='a case instead of the grid: {"inputs": {...}, "context": {...}} or a file of them')
     parser.add_argument("--max-print", type=int, default=50, help="mismatches printed on stdout")
     ns = parser.parse_args(argv)
     from attnsel.errors import UserInputError
 
     try:
-        doc, records = run(ns.vllm_version, ns.cases, ns.seed, ns.record_size, ns.focus)
+        doc, records = run(ns.vllm_version, ns.cases, ns.seed, ns.record_size, ns.focus,
+                           given_cases(ns.case) if ns.case else None)
     except UserInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

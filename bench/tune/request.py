@@ -18,7 +18,7 @@ from attnsel.bench.plan import mla as plan_mla
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.plan import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
 from attnsel.bench.sweep import SweepOptions
-from attnsel.bench.plan import TuneShape, default_head_layout, make_shape, shape_from_model
+from attnsel.bench.plan import TuneShape, check_kv_cache_dtype, default_head_layout, make_shape, shape_from_model
 from attnsel.bench.plan import WORKLOAD_KINDS
 from attnsel.attention.model import check_hybrid_flags
 from attnsel.errors import UserInputError
@@ -61,8 +61,14 @@ class TuneRequest:
 MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
 
 
-def check_shape_flags(req: TuneRequest) -> None:
-    """Bad shape flags fail before anything starts (no GPU probe, no output folder)."""
+def check_shape_flags(req: TuneRequest, capability: Optional[tuple[int, int]] = None) -> None:
+    """Bad shape flags fail before anything starts (no GPU probe, no output folder); then a
+    --kv-cache-dtype the target release accepts but tune cannot time (on `capability`, when known)."""
+    _check_layer_flags(req)
+    check_kv_cache_dtype(req.kv_cache_dtype, rule_profile_choice(req.vllm_version).profile, capability)
+
+
+def _check_layer_flags(req: TuneRequest) -> None:
     mla_flags = req.use_mla or any(v is not None for v in (req.kv_lora_rank, req.qk_rope_head_dim, req.qk_nope_head_dim))
     if req.model:
         if req.head_size or req.num_heads or req.num_kv_heads or mla_flags:
@@ -110,7 +116,7 @@ def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
 
 
 def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
-    check_shape_flags(req)
+    check_shape_flags(req, capability)
     if req.model:
         profile = rule_profile_choice(req.vllm_version).profile
         check_hybrid_flags(req, profile)  # the --mamba-* values this vLLM parses, as `explain` checks them
