@@ -1,6 +1,6 @@
 """What `attnsel verify`'s engine worker gives vLLM and reads back, per release: the records
 bench/tools/engine_cpu_check.py made from each release's wheel (tests/fixtures/verify_engine/vllm_0_X.json;
-0.26-0.29, 0.31 and 0.33 from the installed release on a stand-in H100, 0.24 from its source), replayed
+0.26-0.33 from the installed release on a stand-in H100, 0.24 from its source), replayed
 against today's code and release data. A change to the engine arguments, the facts read back, a
 log pattern or a release's `engine` data fails here until the check is run again for it."""
 
@@ -13,7 +13,7 @@ from attnsel.bench.verify import engine_worker as EW
 from attnsel.bench.verify import inspection as RB
 from recordings import recorded
 
-RELEASES = ("0_24", "0_26", "0_27", "0_28", "0_29", "0_31", "0_33")
+RELEASES = ("0_24", "0_26", "0_27", "0_28", "0_29", "0_30", "0_31", "0_32", "0_33")
 INSTALLED = RELEASES[1:]  # 0.24: no release layer here, its source only
 RECORDS = {r: recorded("verify_engine", f"vllm_{r}.json") for r in RELEASES}
 
