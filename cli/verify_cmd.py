@@ -55,8 +55,10 @@ class _Display:
         kind = message.get("type")
         if kind == "started":
             facts = message.get("facts") or {}
+            backends = ", ".join(facts.get("attention_backends") or []) or (
+                f"{facts['logged_backend']} (from vLLM's log)" if facts.get("logged_backend") else "?")
             self.console.print(f"  {self.label}: engine started in {message.get('start_s', 0):.1f} s "
-                               f"({', '.join(facts.get('attention_backends') or []) or '?'}, block size "
+                               f"({backends}, block size "
                                f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)")
         elif kind == "shape_start":
             self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]

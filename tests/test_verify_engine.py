@@ -175,3 +175,17 @@ def test_resume_keeps_the_measured_engines_and_runs_the_rest(fake_engine, tune_r
     assert second["verdict"]["verdict"] == "holds"
     with pytest.raises(UserInputError, match="other shapes"):
         verify(tune_run_dir, resume=True, shapes=[(1, 1024)])
+
+
+def test_an_mla_backend_the_inspection_does_not_name_is_read_from_vllm_s_log_when_the_engine_starts(fake_engine, tune_run_dir):
+    # vLLM's MLAAttention prints no backend in the model inspection (0.24-0.33): the progress line
+    # showed `?` (issue 21 item 2); the backend vLLM logged when it chose it is read at the start
+    fake_engine(scenario_with(FLASHINFER={"mla": True}))
+    seen = []
+    doc = V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=SHAPES, decode_steps=32), tune_run_dir,
+                       V.VerifyProgress(on_message=seen.append))
+    started = [m["facts"] for m in seen if m["type"] == "started"]
+    assert [f.get("logged_backend") for f in started] == [None, "FLASHINFER", None]
+    pick = rows_by_role(doc)["tune-pick"]["engine"]
+    assert pick["inspection_unnamed_layers"] == ["MLAAttention"]
+    assert pick["backend_used"] == "FLASHINFER" and pick["backend_source"] == "log"

@@ -105,6 +105,14 @@ class RuleProfile:
         return AdapterFacts.from_data(self.data)
 
     @property
+    def engine(self) -> dict:
+        """What `attnsel verify`'s engine worker reads back from this release and where: whether each
+        attention layer class names its backend in the model inspection, and the log calls
+        bench/verify/engine_log.py mirrors where the release moved one (`log_sources`); checked on
+        CPU by bench/tools/engine_cpu_check.py (tests/fixtures/verify_engine/vllm_0_X.json)."""
+        return dict(self.data.get("engine") or {})
+
+    @property
     def memory(self) -> Optional[dict]:
         """How this release sizes its KV cache at start-up and the errors it raises when it cannot
         (attention/memory/plan.py reads it); None for a release whose memory flow is not modelled."""

@@ -12,7 +12,7 @@ pattern searches anywhere in the line.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 _NUMBER = r"([\d,]+(?:\.\d+)?)"
 
@@ -21,44 +21,104 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-# (field, pattern, how to read the match); the first match wins unless the field is a list.
-_PATTERNS: list[tuple[str, "re.Pattern[str]", Callable[["re.Match[str]"], Any]]] = [
-    # platforms/cuda.py:481 (vLLM picked it) and :419 (--attention-backend given)
-    ("backend_selected", re.compile(r"Using (\w+) attention backend out of potential backends"), lambda m: m.group(1)),
-    ("backend_selected", re.compile(r"Using (?:AttentionBackendEnum\.)?(\w+) backend\.\s*$"), lambda m: m.group(1)),
-    # platforms/interface.py:621
-    ("block_size_set", re.compile(r"Setting kv cache block size to (\d+) for (\w+) backend"), lambda m: int(m.group(1))),
-    # v1/attention/backends/flash_attn.py:671
-    ("flash_attn_version", re.compile(r"Using FlashAttention version (\d+)"), lambda m: int(m.group(1))),
+class LogPattern(NamedTuple):
+    """One fact read from one vLLM log call: `source` and `anchor` say where the call is (its file
+    in the vllm package, a literal of its format string as the source spells it: what
+    bench/tools/engine_cpu_check.py looks for in a release's wheel) and `example` is a line as
+    vLLM prints it, which `regex` must read (tests/test_verify_engine_releases.py)."""
+
+    field: str
+    regex: "re.Pattern[str]"
+    read: Callable[["re.Match[str]"], Any]
+    source: str
+    anchor: str
+    example: str
+
+
+def _p(field: str, regex: str, read: Callable[["re.Match[str]"], Any], source: str, anchor: str,
+       example: str) -> LogPattern:
+    return LogPattern(field, re.compile(regex), read, source, anchor, example)
+
+
+# The first match wins unless the field is counted or listed. file:line are vLLM 0.24.0's; a
+# release that moved a call names its own source in attention/versions (`engine.log_sources`).
+PATTERNS: tuple[LogPattern, ...] = (
+    # platforms/cuda.py:481 (vLLM picked it) and :419 (--attention-backend given); for MLA layers too
+    _p("backend_selected", r"Using (\w+) attention backend out of potential backends", lambda m: m.group(1),
+       "platforms/cuda.py", "Using %s attention backend out of potential backends: %s.",
+       "Using FLASHMLA attention backend out of potential backends: ['FLASHMLA', 'TRITON_MLA']."),
+    _p("backend_selected", r"Using (?:AttentionBackendEnum\.)?(\w+) backend\.\s*$", lambda m: m.group(1),
+       "platforms/cuda.py", '"Using %s backend."', "Using AttentionBackendEnum.FLASHMLA backend."),
+    _p("block_size_set", r"Setting kv cache block size to (\d+) for ([\w/]+) backend", lambda m: int(m.group(1)),
+       "platforms/interface.py", "Setting kv cache block size to %d for %s backend.",
+       "Setting kv cache block size to 64 for FLASHMLA backend."),
+    _p("flash_attn_version", r"Using FlashAttention version (\d+)", lambda m: int(m.group(1)),
+       "v1/attention/backends/flash_attn.py", "Using FlashAttention version %s", "Using FlashAttention version 3"),
     # v1/worker/gpu_model_runner.py:5256
-    ("model_load_s", re.compile(rf"Model loading took {_NUMBER} GiB memory and {_NUMBER} seconds"), lambda m: _number(m.group(2))),
-    ("model_memory_gib", re.compile(rf"Model loading took {_NUMBER} GiB memory"), lambda m: _number(m.group(1))),
-    # compilation/backends.py:1148, compilation/monitor.py:53
-    ("dynamo_s", re.compile(rf"Dynamo bytecode transform time: {_NUMBER} s"), lambda m: _number(m.group(1))),
-    ("torch_compile_s", re.compile(rf"torch\.compile took {_NUMBER} s in total"), lambda m: _number(m.group(1))),
+    _p("model_load_s", rf"Model loading took {_NUMBER} GiB memory and {_NUMBER} seconds", lambda m: _number(m.group(2)),
+       "v1/worker/gpu_model_runner.py", "Model loading took %s GiB memory and %.6f seconds",
+       "Model loading took 14.99 GiB memory and 3.125000 seconds"),
+    _p("model_memory_gib", rf"Model loading took {_NUMBER} GiB memory", lambda m: _number(m.group(1)),
+       "v1/worker/gpu_model_runner.py", "Model loading took %s GiB memory",
+       "Model loading took 14.99 GiB memory and 3.125000 seconds"),
+    # compilation/backends.py:1148, compilation/monitor.py:20
+    _p("dynamo_s", rf"Dynamo bytecode transform time: {_NUMBER} s", lambda m: _number(m.group(1)),
+       "compilation/backends.py", "Dynamo bytecode transform time: %.2f s", "Dynamo bytecode transform time: 6.10 s"),
+    _p("torch_compile_s", rf"torch\.compile took {_NUMBER} s in total", lambda m: _number(m.group(1)),
+       "compilation/monitor.py", "torch.compile took %.2f s in total", "torch.compile took 30.71 s in total"),
     # compilation/backends.py:292 (a graph read from the compile cache) and :393 (compiled now)
-    ("compile_cache_hits", re.compile(r"Directly load the compiled graph\(s\) for compile range"), lambda m: 1),
-    ("compile_cache_misses", re.compile(r"Compiling a graph for compile range"), lambda m: 1),
+    _p("compile_cache_hits", r"Directly load the compiled graph\(s\) for compile range", lambda m: 1,
+       "compilation/backends.py", "Directly load the compiled graph(s) for compile range %s ",
+       "Directly load the compiled graph(s) for compile range (1, 16384) from the cache, took 2.107 s"),
+    _p("compile_cache_misses", r"Compiling a graph for compile range", lambda m: 1,
+       "compilation/backends.py", "Compiling a graph for compile range %s takes %.2f s",
+       "Compiling a graph for compile range (1, 16384) takes 21.40 s"),
     # compilation/backends.py:1089
-    ("compile_cache_dir", re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile"), lambda m: m.group(1)),
+    _p("compile_cache_dir", r"Using cache directory: (\S+) for vLLM's torch\.compile", lambda m: m.group(1),
+       "compilation/backends.py", "Using cache directory: %s for vLLM's torch.compile",
+       "Using cache directory: /root/.cache/vllm/torch_compile_cache/0a1b2c3d/rank_0_0/backbone for vLLM's torch.compile"),
     # v1/worker/gpu_worker.py:509
-    ("kv_cache_memory_gib", re.compile(rf"Available KV cache memory: {_NUMBER} GiB"), lambda m: _number(m.group(1))),
+    _p("kv_cache_memory_gib", rf"Available KV cache memory: {_NUMBER} GiB", lambda m: _number(m.group(1)),
+       "v1/worker/gpu_worker.py", "Available KV cache memory: %s GiB", "Available KV cache memory: 55.53 GiB"),
     # v1/core/kv_cache_utils.py:2146-2148
-    ("kv_cache_tokens", re.compile(rf"GPU KV cache size: {_NUMBER} tokens"), lambda m: int(_number(m.group(1)))),
-    ("max_concurrency", re.compile(rf"Maximum concurrency for {_NUMBER} tokens per request: {_NUMBER}x"),
-     lambda m: {"tokens": int(_number(m.group(1))), "requests": _number(m.group(2))}),
-    # config/compilation.py:1353-1400 (vLLM lowered the CUDA-graph mode for this backend)
-    ("cudagraph_mode_set", re.compile(r"setting cudagraph_mode=(\w+)"), lambda m: m.group(1)),
+    _p("kv_cache_tokens", rf"GPU KV cache size: {_NUMBER} tokens", lambda m: int(_number(m.group(1))),
+       "v1/core/kv_cache_utils.py", '"GPU KV cache size: %s tokens"', "GPU KV cache size: 832,000 tokens"),
+    _p("max_concurrency", rf"Maximum concurrency for {_NUMBER} tokens per request: {_NUMBER}x",
+       lambda m: {"tokens": int(_number(m.group(1))), "requests": _number(m.group(2))},
+       "v1/core/kv_cache_utils.py", "Maximum concurrency for %s tokens per request: %.2fx",
+       "Maximum concurrency for 4,352 tokens per request: 20.05x"),
+    # config/compilation.py:1353-1403 (vLLM lowered the CUDA-graph mode for this backend)
+    _p("cudagraph_mode_set", r"setting cudagraph_mode=(\w+)", lambda m: m.group(1),
+       "config/compilation.py", "; setting cudagraph_mode=PIECEWISE",
+       "FLASHMLA backend does not support full cudagraphs; setting cudagraph_mode=PIECEWISE"),
     # v1/worker/gpu_model_runner.py:6718 (tqdm description of each capture pass)
-    ("cudagraph_captures", re.compile(r"Capturing CUDA graphs \(([\w -]+), (\w+)\)"), lambda m: f"{m.group(1)}: {m.group(2)}"),
+    _p("cudagraph_captures", r"Capturing CUDA graphs \(([\w -]+), (\w+)\)", lambda m: f"{m.group(1)}: {m.group(2)}",
+       "v1/worker/gpu_model_runner.py", "Capturing CUDA graphs ({}, {})",
+       "Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67 [00:03<00:00]"),
     # v1/worker/gpu_model_runner.py:6657
-    ("graph_capture_s", re.compile(rf"Graph capturing finished in {_NUMBER} secs"), lambda m: _number(m.group(1))),
-    ("graph_memory_gib", re.compile(rf"Graph capturing finished in {_NUMBER} secs, took {_NUMBER} GiB"), lambda m: _number(m.group(2))),
+    _p("graph_capture_s", rf"Graph capturing finished in {_NUMBER} secs", lambda m: _number(m.group(1)),
+       "v1/worker/gpu_model_runner.py", "Graph capturing finished in %.0f secs, took %.2f GiB",
+       "Graph capturing finished in 7 secs, took 0.53 GiB"),
+    _p("graph_memory_gib", rf"Graph capturing finished in {_NUMBER} secs, took {_NUMBER} GiB", lambda m: _number(m.group(2)),
+       "v1/worker/gpu_model_runner.py", "Graph capturing finished in %.0f secs, took %.2f GiB",
+       "Graph capturing finished in 7 secs, took 0.53 GiB"),
     # v1/engine/core.py:328-345
-    ("init_engine_s", re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s"),
-     lambda m: _number(m.group(1))),
-    ("compilation_s", re.compile(rf"init engine .* took {_NUMBER} s \(compilation: {_NUMBER} s"), lambda m: _number(m.group(2))),
-]
+    _p("init_engine_s", rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s",
+       lambda m: _number(m.group(1)), "v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took ",
+       "init engine (profile, create kv cache, warmup model) took 49.80 s (compilation: 30.71 s)"),
+    _p("compilation_s", rf"init engine .* took {_NUMBER} s \(compilation: {_NUMBER} s", lambda m: _number(m.group(2)),
+       "v1/engine/core.py", "(compilation: %.2f s", "init engine (profile, create kv cache, warmup model) took 49.80 s (compilation: 30.71 s)"),
+)
+
+
+def release_source(pattern: LogPattern, log_sources: Optional[dict]) -> tuple[str, str, str]:
+    """(file, anchor, example) of a pattern's log call in one release: PATTERNS' own (vLLM 0.24.0),
+    or where the release moved or reworded it (attention/versions `engine.log_sources`, by field)."""
+    moved = (log_sources or {}).get(pattern.field) or {}
+    return (moved.get("source", pattern.source), moved.get("anchor", pattern.anchor),
+            moved.get("example", pattern.example))
+
+
 # flashinfer/autotuner.py:622 and :641 (flashinfer-python 0.6.12, run by vLLM's kernel warm-up):
 # FlashInfer's own logger stamps its lines; the time between the two is its autotuning
 _FLASHINFER_STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - autotuner\.py:\d+ - flashinfer\.jit: \[Autotuner\]: "
@@ -69,7 +129,7 @@ _LISTED = {"cudagraph_captures"}
 
 
 def parse_engine_log(text: str) -> dict:
-    """The facts vLLM logged, by field (see _PATTERNS); fields it did not log are absent.
+    """The facts vLLM logged, by field (see PATTERNS); fields it did not log are absent.
 
     >>> facts = parse_engine_log("(EngineCore pid=7) INFO [kv_cache_utils.py:2146] GPU KV cache size: 834,272 tokens")
     >>> facts["kv_cache_tokens"]
@@ -108,7 +168,7 @@ def flashinfer_autotune_s(text: str) -> Optional[float]:
 
 
 def _read_line(line: str, facts: dict) -> None:
-    for name, pattern, read in _PATTERNS:
+    for name, pattern, read, *_where in PATTERNS:
         match = pattern.search(line)
         if match is None:
             continue

@@ -199,8 +199,10 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             detail = f"the engine worker {describe_exit(code)}" + (f" ({cause})" if cause else "")
             _fail(run, current, "crashed", detail)
             return
-        on_message(message)
         kind = message["type"]
+        if kind == "started":
+            _backend_from_log(message, process)
+        on_message(message)
         if kind == "started":
             run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
         elif kind == "shape_start":
@@ -215,6 +217,18 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             return
         elif kind == "done":
             return
+
+
+def _backend_from_log(message: dict, process: EngineProcess) -> None:
+    """Where the model inspection named no backend (MLA layers print none: inspection.py
+    unnamed_attention_layers), the one vLLM logged when it chose it (platforms/cuda.py "Using %s
+    attention backend ..." / "Using %s backend.", logged before the engine reports it started)."""
+    facts = message.get("facts")
+    if not isinstance(facts, dict) or facts.get("attention_backends"):
+        return
+    logged = engine_log.parse_engine_log(process.log_text()).get("backend_selected")
+    if logged:
+        facts["logged_backend"] = logged
 
 
 def _with_cause(error: str, cause: Optional[str]) -> str:

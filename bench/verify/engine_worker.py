@@ -37,26 +37,19 @@ import json
 import math
 import os
 import random
-import re
 import sys
 import time
 import traceback
 from typing import Any, Callable, Optional, Protocol, TextIO
+
+from attnsel.bench.verify.inspection import (backends_in_inspection, config_facts, installed_engine_facts,
+                                             unnamed_attention_layers)
 
 DEFAULT_ENGINE = "attnsel.bench.verify.engine_worker:VllmEngine"
 # Steps after the last request of the batch got its first token before the N1 call ends: the
 # scheduler runs the decode of early requests alongside the prefill of later ones.
 SETTLE_STEPS = 8
 
-# vLLM's attention implementation classes (Attention.extra_repr prints `backend=<class>`,
-# model_executor/layers/attention/attention.py:561) -> the --attention-backend name.
-IMPL_BACKENDS = {
-    "FlashAttentionImpl": "FLASH_ATTN", "FlashAttentionDiffKVImpl": "FLASH_ATTN",
-    "FlashInferImpl": "FLASHINFER", "TritonAttentionImpl": "TRITON_ATTN", "TritonAttentionDiffKVImpl": "TRITON_ATTN",
-    "FlexAttentionImpl": "FLEX_ATTENTION", "TurboQuantAttentionImpl": "TURBOQUANT",
-    "FlashMLAImpl": "FLASHMLA", "FlashAttnMLAImpl": "FLASH_ATTN_MLA", "CutlassMLAImpl": "CUTLASS_MLA",
-    "FlashInferMLAImpl": "FLASHINFER_MLA", "TritonMLAImpl": "TRITON_MLA",
-}
 OOM_MARKERS = ("out of memory", "outofmemoryerror", "no available memory for the cache blocks",
                "larger than the available kv cache memory", "is less than desired gpu memory utilization")
 
@@ -137,20 +130,6 @@ def make_prompts(batch: int, length: int, vocab_size: int, seed: int) -> list[li
     rng = random.Random(seed)
     population = range(1, max(2, int(vocab_size)))
     return [rng.choices(population, k=length) for _ in range(batch)]
-
-
-def backends_in_inspection(text: str) -> list[str]:
-    """The attention backends named in vLLM's model inspection (`LLM.__repr__`), in order of appearance.
-
-    >>> backends_in_inspection("(attn): Attention(head_size=128, num_heads=32, backend=TritonAttentionImpl)")
-    ['TRITON_ATTN']
-    """
-    found: list[str] = []
-    for impl in re.findall(r"backend=(\w+)", text or ""):
-        name = IMPL_BACKENDS.get(impl, impl)
-        if name not in found:
-            found.append(name)
-    return found
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -323,29 +302,17 @@ class VllmEngine:
         the call `LLM.__repr__` makes (entrypoints/llm.py:906)."""
         import vllm
 
-        cfg = self.llm.llm_engine.vllm_config
-        cache, sched, comp = cfg.cache_config, cfg.scheduler_config, cfg.compilation_config
-        facts = {
-            "vllm_version": getattr(vllm, "__version__", None),
-            "block_size": cache.block_size,
-            "num_gpu_blocks": cache.num_gpu_blocks,
-            "kv_cache_tokens": getattr(cache, "kv_cache_size_tokens", None),
-            "max_concurrency": getattr(cache, "kv_cache_max_concurrency", None),
-            "gpu_memory_utilization": cache.gpu_memory_utilization,
-            "max_model_len": cfg.model_config.max_model_len,
-            "dtype": str(cfg.model_config.dtype).removeprefix("torch."),
-            "is_hybrid": bool(getattr(cfg.model_config, "is_hybrid", False)),
-            "max_num_batched_tokens": sched.max_num_batched_tokens,
-            "max_num_seqs": sched.max_num_seqs,
-            "async_scheduling": getattr(sched, "async_scheduling", None),
-            "cudagraph_mode": getattr(comp.cudagraph_mode, "name", str(comp.cudagraph_mode)),
-            "compilation_mode": getattr(comp.mode, "name", str(comp.mode)),
-            "requested_backend": getattr(cfg.attention_config.backend, "name", None),
-            "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0",
-        }
+        facts = config_facts(self.llm.llm_engine.vllm_config)
+        facts["vllm_version"] = getattr(vllm, "__version__", None)
+        facts["multiprocessing"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
         try:
             inspection = self.llm.collective_rpc("get_model_inspection", timeout=120)
-            facts["attention_backends"] = backends_in_inspection(inspection[0] if inspection else "")
+            text = inspection[0] if inspection else ""
+            engine = installed_engine_facts()
+            facts["attention_backends"] = backends_in_inspection(text, engine.get("inspection_ambiguous_impls") or ())
+            unnamed = unnamed_attention_layers(text, engine)
+            if unnamed:  # MLA: the backend is read from vLLM's log line instead (bench/verify/engine_process.py)
+                facts["inspection_unnamed_layers"] = unnamed
         except Exception as exc:  # noqa: BLE001 -- the log lines still say which backend ran
             facts["inspection_error"] = error_text(exc)
         return facts
