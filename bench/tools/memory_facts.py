@@ -29,7 +29,7 @@ import sys
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 ERROR_MODULES = ("vllm/v1/core/kv_cache_planning.py", "vllm/v1/core/kv_cache_utils.py")
 SOURCES = ("vllm/config/cache.py", "vllm/engine/arg_utils.py", "vllm/envs.py", *ERROR_MODULES)
@@ -221,8 +221,7 @@ def _profile_rules(version: str) -> Optional[dict]:
     return get_profile(version).memory
 
 
-def check(version: str, read: Callable[[str], dict[str, str]], as_json: bool) -> bool:
-    facts = memory_facts(read(version))
+def check(version: str, facts: dict[str, Any], as_json: bool) -> bool:
     found = differences(facts, _profile_rules(version))
     print(json.dumps({"release": version, **facts}, indent=1) if as_json else
           f"{version}: util {facts['gpu_memory_utilization']}, {facts['error_module']}, "
@@ -241,12 +240,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("last", nargs="?", help="last release (every minor X.Y.0 between); default: first only")
     parser.add_argument("--site-packages", type=Path, help="read an installed vLLM here instead of the wheel (one release)")
     parser.add_argument("--json", action="store_true", help="print every fact, texts included")
+    parser.add_argument("--record", type=Path, help="also write the facts per release to this JSON file "
+                        "(tests/fixtures/memory/wheel_facts.json, replayed by tests/test_memory_releases.py)")
     ns = parser.parse_args(argv)
     major, first = (int(p) for p in ns.first.split(".")[:2])
     last = int(ns.last.split(".")[1]) if ns.last else first
     versions = [f"{major}.{minor}.0" for minor in range(first, last + 1)] if ns.last else [ns.first]
     read = (lambda _v: local_sources(ns.site_packages)) if ns.site_packages else wheel_sources
-    results = [check(v, read, ns.json) for v in versions]
+    facts = {v: memory_facts(read(v)) for v in versions}
+    results = [check(v, facts[v], ns.json) for v in versions]
+    if ns.record:
+        ns.record.write_text(json.dumps(facts, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0 if all(results) else 1
 
 
