@@ -63,6 +63,7 @@ class MemoryPlan:
     verdict: str
     estimated_max_model_len: Optional[int] = None
     vllm_message: Optional[str] = None
+    vllm_source: Optional[str] = None  # the release's module that raises vllm_message (`error_module`)
     fixes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
@@ -75,7 +76,7 @@ class MemoryPlan:
             "gpu_name", "total_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
             "max_num_batched_tokens", "block_size", "weights_gib", "kv_cache_gib", "kv_cache_blocks",
             "kv_cache_tokens", "max_concurrency", "needed_gib", "verdict", "estimated_max_model_len",
-            "vllm_message")}
+            "vllm_message", "vllm_source")}
         doc["reserved_gib"] = dict(zip(("low", "mid", "high"), (round(r, 2) for r in self.reserved_gib)))
         doc["kv_cache_tokens_range"] = list(self.kv_cache_tokens_range)
         doc["fixes"], doc["notes"] = list(self.fixes), list(self.notes)
@@ -316,7 +317,8 @@ def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes
         # vLLM dies in torch's allocator (CUDA out of memory, naming one tensor): no text of its own to quote
         return replace(plan, verdict=WEIGHTS, kv_cache_gib=0.0)
     if available <= 0:
-        return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"], kv_cache_gib=0.0)
+        return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"], kv_cache_gib=0.0,
+                       vllm_source=_raised_in(rules))
     needed = cache.needed_bytes(plan.max_model_len)
     if needed <= available:
         return plan
@@ -325,4 +327,11 @@ def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes
     text = rules["max_model_len_error"].format(
         max_model_len=plan.max_model_len, needed_gib=format_gib(needed), available_gib=format_gib(available),
         estimated_msg=estimated_msg)
-    return replace(plan, verdict=MAX_MODEL_LEN, vllm_message=text, estimated_max_model_len=estimated)
+    return replace(plan, verdict=MAX_MODEL_LEN, vllm_message=text, estimated_max_model_len=estimated,
+                   vllm_source=_raised_in(rules))
+
+
+def _raised_in(rules: Mapping) -> Optional[str]:
+    """Where the release raises its refusal: kv_cache_utils.py up to 0.32, kv_cache_planning.py from 0.33."""
+    module = rules.get("error_module")
+    return f"{module} _check_enough_kv_cache_memory" if module else None
