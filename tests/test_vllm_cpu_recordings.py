@@ -138,9 +138,9 @@ def _installed(tmp_path, monkeypatch, version: str) -> None:
 
 
 def test_tune_says_in_one_line_when_the_installed_release_was_not_checked(tmp_path, monkeypatch):
-    _installed(tmp_path, monkeypatch, "0.28.0")
+    _installed(tmp_path, monkeypatch, "0.23.0")
     installed, facts, note = installed_adapter_facts()
-    assert installed == "0.28.0" and facts.profile == "vllm_0_28" and not facts.checked
+    assert installed == "0.23.0" and facts.profile == "vllm_0_23" and not facts.checked
     assert "not checked" in note and "\n" not in note
 
 
@@ -151,7 +151,7 @@ def test_a_checked_release_needs_no_warning(tmp_path, monkeypatch):
 
 
 def test_a_release_between_checked_ones_borrows_facts_and_says_whose(tmp_path, monkeypatch):
-    _installed(tmp_path, monkeypatch, "0.25.0")
+    _installed(tmp_path, monkeypatch, "0.23.0")
     _, facts, note = installed_adapter_facts()
     assert facts.kv_split == get_profile("0.24").adapter_facts.kv_split and "0.24.0" in note
 
