@@ -98,6 +98,18 @@ def _backend_from(entry: dict, spec_heads: int, spec_width: int):
                                         "get_kv_cache_stride_order": staticmethod(lambda: order)})
 
 
+def _layouts_as_recorded(monkeypatch, entry: dict) -> None:
+    """vLLM's get_supported_kv_cache_layouts (a release whose facts say `kv_cache_layouts`) answering
+    the layout the check recorded: its layer view order is the recorded stride order."""
+    from types import ModuleType, SimpleNamespace
+
+    layout = SimpleNamespace(layer_view_order=tuple(entry["stride_order"]))
+    names = ("vllm", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends", "vllm.v1.attention.backends.utils")
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    sys.modules[names[-1]].get_supported_kv_cache_layouts = lambda backends: [layout]  # type: ignore[attr-defined]
+
+
 def _read_back(cache, kv_split: str, d: int):
     """K and V as the release's impls read them: 0.24 selects the size-2 axis; 0.26's impls do
     kv_cache.transpose(1, 2).split(head_size, dim=-1) (flash_attn.py, triton_attn.py)."""
@@ -108,7 +120,7 @@ def _read_back(cache, kv_split: str, d: int):
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
-def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path):
+def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path, monkeypatch):
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -121,10 +133,14 @@ def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path):
     b = paged.make_paged_batch(w, 16, device="cpu", seed=7)
     for backend in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"):
         entry = recording["backends"][backend]
+        if facts.shape_from == "kv_cache_layouts":
+            _layouts_as_recorded(monkeypatch, entry)
         stack = SimpleNamespace(backend_cls=_backend_from(entry, 8, 128), facts=facts,
                                 layer=SimpleNamespace(impl=SimpleNamespace()),
                                 spec=SimpleNamespace(kv_cache_dtype="auto", dtype="bfloat16"),
                                 kv_cache_spec=SimpleNamespace(dtype=torch.bfloat16))
+        recorded = (tuple(entry["kv_cache_shape_10_blocks"]), tuple(entry["stride_order"]))
+        assert inputs.backend_cache_layout(stack, 10, entry["block_size"], 8, 128) == recorded, backend
         cache = inputs.kv_cache_tensor(stack, b)
         keys, values = _read_back(cache, facts.kv_split, 64)
         assert torch.equal(keys, b.key_cache) and torch.equal(values, b.value_cache), backend
