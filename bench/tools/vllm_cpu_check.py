@@ -72,6 +72,10 @@ def stand_in_gpu(capability: tuple[int, int] = (9, 0), name: str = "NVIDIA H100 
         fi.PIN_MEMORY = False  # pinned host buffers need a driver
     except Exception:  # noqa: BLE001 -- FLASHINFER is then reported as not importable
         pass
+    from vllm.v1 import utils as v1_utils  # type: ignore
+
+    # 0.31+: CpuGpuBuffer.copy_to_gpu pins its host copy when PIN_MEMORY (vllm/v1/utils.py:143)
+    v1_utils.PIN_MEMORY = False
     return runtime
 
 
