@@ -298,7 +298,7 @@ def patch_flashinfer_mla(calls: list[dict]) -> None:
         # that reads it is the recorder above
         fim._get_workspace_buffer = lambda return_lse=False: torch.zeros(1, dtype=torch.int8)
     if hasattr(fim, "get_device_sm_count"):
-        # 0.27 sizes trtllm-gen's multi-CTA-KV counter by the GPU's SM count (flashinfer_mla.py:330, a
+        # 0.27+ size trtllm-gen's multi-CTA-KV counter by the GPU's SM count (0.27: flashinfer_mla.py:330, a
         # driver call): the H100 SXM's
         fim.get_device_sm_count = lambda device=None: 132
 
