@@ -147,9 +147,8 @@ def test_the_cache_the_adapter_fills_is_read_back_as_the_release_reads_it(path, 
                                 layer=SimpleNamespace(impl=SimpleNamespace()),
                                 spec=SimpleNamespace(kv_cache_dtype="auto", dtype="bfloat16"),
                                 kv_cache_spec=SimpleNamespace(dtype=torch.bfloat16))
-        # the logical shape the adapter gives the recorded layer (8 KV heads, d128) is the release's
-        shape, _ = inputs.backend_cache_layout(stack, 10, entry["block_size"], 8, 128)
-        assert list(shape) == entry["kv_cache_shape_10_blocks"], backend
+        recorded = (tuple(entry["kv_cache_shape_10_blocks"]), tuple(entry["stride_order"]))
+        assert inputs.backend_cache_layout(stack, 10, entry["block_size"], 8, 128) == recorded, backend
         cache = inputs.kv_cache_tensor(stack, b)
         keys, values = _read_back(cache, facts.kv_split, 64)
         assert torch.equal(keys, b.key_cache) and torch.equal(values, b.value_cache), backend
@@ -163,9 +162,9 @@ def _installed(tmp_path, monkeypatch, version: str) -> None:
 
 
 def test_tune_says_in_one_line_when_the_installed_release_was_not_checked(tmp_path, monkeypatch):
-    _installed(tmp_path, monkeypatch, "0.28.0")
+    _installed(tmp_path, monkeypatch, "0.23.0")
     installed, facts, note = installed_adapter_facts()
-    assert installed == "0.28.0" and facts.profile == "vllm_0_28" and not facts.checked
+    assert installed == "0.23.0" and facts.profile == "vllm_0_23" and not facts.checked
     assert "not checked" in note and "\n" not in note
 
 
@@ -176,7 +175,7 @@ def test_a_checked_release_needs_no_warning(tmp_path, monkeypatch):
 
 
 def test_a_release_between_checked_ones_borrows_facts_and_says_whose(tmp_path, monkeypatch):
-    _installed(tmp_path, monkeypatch, "0.25.0")
+    _installed(tmp_path, monkeypatch, "0.23.0")
     _, facts, note = installed_adapter_facts()
     assert facts.kv_split == get_profile("0.24").adapter_facts.kv_split and "0.24.0" in note
 
@@ -184,6 +183,13 @@ def test_a_release_between_checked_ones_borrows_facts_and_says_whose(tmp_path, m
 def test_tune_names_the_unchecked_release_in_its_warnings(tmp_path, monkeypatch):
     from attnsel.bench.tune.run import vllm_adapter_note
 
-    _installed(tmp_path, monkeypatch, "0.32.0")
+    _installed(tmp_path, monkeypatch, "0.23.0")  # every release from 0.24.0 to 0.33.0 is checked
     note = vllm_adapter_note()
-    assert note.startswith("vLLM 0.32.0 is installed") and "vllm_0_32" in note
+    assert note.startswith("vLLM 0.23.0 is installed") and "vllm_0_23" in note and "vLLM 0.24.0's checked facts" in note
+
+
+def test_every_release_from_0_24_to_0_33_has_checked_adapter_facts_and_a_recording():
+    for minor in range(24, 34):
+        facts = get_profile(f"0.{minor}").adapter_facts
+        assert facts.checked and facts.cpu_check, minor
+        assert (REPO / facts.cpu_check).is_file(), facts.cpu_check

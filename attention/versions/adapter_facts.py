@@ -2,17 +2,18 @@
 about one vLLM release, from the `kernel_adapters` section of the release's data file:
 
 - `kv_cache.shape_from`: how the model runner shapes a layer's cache: `get_kv_cache_shape` (the
-  backend's static method plus `get_kv_cache_stride_order`, 0.24-0.26) or `kv_cache_layouts`
-  (`supported_kv_cache_layouts()` / `KVCacheLayout` of vllm/v1/kv_cache_layout.py, 0.33);
+  backend's static method plus `get_kv_cache_stride_order`, 0.24-0.28) or `kv_cache_layouts`
+  (`supported_kv_cache_layouts()` / `KVCacheLayout` of vllm/v1/kv_cache_layout.py, 0.29-0.33);
 - `kv_cache.kv_split`: where K and V sit in that shape: `kv_axis` (a 5-D shape with a size-2 axis,
-  0.24: (num_blocks, 2, block_size, heads, head_size)) or `packed_content` (a 4-D shape whose last
-  axis holds K then V, 0.26: (num_blocks, heads, block_size, 2 * head_size));
+  0.24-0.25: (num_blocks, 2, block_size, heads, head_size)) or `packed_content` (a 4-D shape whose
+  last axis holds K then V, 0.26-0.33: (num_blocks, heads, block_size, 2 * head_size));
 - `impl_forward`, `builder_build`, `mla_forward_mqa`, `cudagraph_support`: the keyword names the
   adapters pass AttentionImpl.forward, AttentionMetadataBuilder.build, the MLA impl's forward_mqa
   and the builder's get_cudagraph_support;
 - `mla_kv_b_proj`: what MLAAttention is built with for kv_b_proj (no weights are loaded here):
-  `none` (0.24-0.26 only read it in forward_mha / process_weights_after_loading) or `placeholder`
-  (0.33's __init__ sets kv_b_proj._cpu_skip_gemm_dispatch: an object that takes attributes);
+  `none` (0.24-0.28 only read it in forward_mha / process_weights_after_loading) or `placeholder`
+  (0.29-0.33's __init__ sets an attribute on it, _cpu_skip_gemm_dispatch; 0.30 skip_weight_relayout:
+  an object that takes attributes);
 - `checked_on`: the release whose real classes `python -m attnsel.bench.tools.vllm_cpu_check` drove
   through these facts with every row matching the reference, and `cpu_check`, its recording.
 

@@ -185,9 +185,10 @@ def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
     import torch
 
     def decode(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale=1.0,
-               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, q_cu_seq_lens=None, **kwargs):
+               bmm2_scale=1.0, out=None, kv_layout="NHD", q_len_per_req=1, q_cu_seq_lens=None, kernel="trtllm_decode",
+               **kwargs):
         k_pages, v_pages = _flashinfer_pages(kv_cache, kv_layout)
-        calls.append({"trtllm_decode": {"query": tuple(query.shape), "q_dtype": str(query.dtype),
+        calls.append({kernel: {"query": tuple(query.shape), "q_dtype": str(query.dtype),
                                         "k": tuple(k_pages.shape), "kv_layout": kv_layout, "backend": kwargs.get("backend"),
                                         "bmm1_scale": _scalar(bmm1_scale), "bmm2_scale": _scalar(bmm2_scale),
                                         "q_len_per_req": q_len_per_req, "ragged": q_cu_seq_lens is not None}})
@@ -205,9 +206,11 @@ def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
         return out
 
     fi.trtllm_batch_decode_with_kv_cache = decode
-    if hasattr(fi, "flashinfer_xqa_batch_decode_with_kv_cache"):
-        fi.flashinfer_xqa_batch_decode_with_kv_cache = decode
     fi._get_trtllm_workspace_buffer = lambda: torch.zeros(1, dtype=torch.uint8)
+    if hasattr(fi, "flashinfer_xqa_batch_decode_with_kv_cache"):
+        # 0.28+ call FlashInfer's XQA decode by its own name on SM90 (0.31: flashinfer.py:2540), with
+        # the same arguments and scales (bmm1 = softmax scale x K scale, x Q scale for an fp8 query)
+        fi.flashinfer_xqa_batch_decode_with_kv_cache = lambda *a, **kw: decode(*a, kernel="xqa_decode", **kw)
 
 
 def _flashinfer_pages(kv: Any, kv_layout: str) -> tuple[Any, Any]:
@@ -307,6 +310,10 @@ def patch_flashinfer_mla(calls: list[dict]) -> None:
         # 0.26 allocates the kernel's workspace on "cuda" on first use (a driver call); the kernel
         # that reads it is the recorder above
         fim._get_workspace_buffer = lambda return_lse=False: torch.zeros(1, dtype=torch.int8)
+    if hasattr(fim, "get_device_sm_count"):
+        # 0.27+ size trtllm-gen's multi-CTA-KV counter by the GPU's SM count (0.27: flashinfer_mla.py:330, a
+        # driver call): the H100 SXM's
+        fim.get_device_sm_count = lambda device=None: 132
 
 
 PATCHES = {

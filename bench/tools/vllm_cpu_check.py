@@ -108,8 +108,8 @@ def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> 
     torch.ops.__dict__["_C"] = _FakeOpNamespace()
     import importlib
 
-    # pinned host buffers need a driver: FlashInfer's builder and (0.33) CpuGpuBuffer.copy_to_gpu
-    # (vllm/v1/utils.py) read a module-level PIN_MEMORY
+    # pinned host buffers need a driver: FlashInfer's builder and (0.31+) CpuGpuBuffer.copy_to_gpu
+    # (vllm/v1/utils.py:143 in 0.31) read a module-level PIN_MEMORY
     for module_name in ("vllm.v1.attention.backends.flashinfer", "vllm.v1.utils"):
         try:
             module = importlib.import_module(module_name)
