@@ -65,7 +65,7 @@ def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
                          latent: bool = False) -> tuple[tuple, tuple]:
     """(logical shape, stride order) of the backend's cache for `nb` blocks, the way this release's
     model runner lays it out (stack.facts.shape_from): the backend's get_kv_cache_shape and
-    get_kv_cache_stride_order (0.24-0.26), or 0.33's per-layer view [blocks, heads, block_size,
+    get_kv_cache_stride_order (0.24-0.28), or the per-layer view of 0.29+ [blocks, heads, block_size,
     content] in the physical order of the KVCacheLayout vLLM resolves for the backend
     (get_supported_kv_cache_layouts' first; create_kv_cache_views, vllm/v1/kv_cache_interface.py)."""
     cls = stack.backend_cls
@@ -82,7 +82,7 @@ def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
 
 def layer_view_order(backend_cls: Any) -> tuple:
     """The physical order of a layer's [blocks, heads, block_size, content] cache view in the
-    KVCacheLayout vLLM resolves for the backend (0.33: get_supported_kv_cache_layouts' first)."""
+    KVCacheLayout vLLM resolves for the backend (0.29+: get_supported_kv_cache_layouts' first)."""
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
 
     return tuple(get_supported_kv_cache_layouts([backend_cls])[0].layer_view_order)

@@ -133,7 +133,7 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     cache = allocate_like_vllm(stack, shape, order, batch.latent_cache.device)
     cache.copy_(as_storage(batch.latent_cache, cache.dtype).reshape(shape))
     if stack.facts.shape_from == "kv_cache_layouts":
-        cache = cache.squeeze(1)  # 0.33's MLAAttention binds its [blocks, 1, block_size, width] view squeezed
+        cache = cache.squeeze(1)  # MLAAttention binds its [blocks, 1, block_size, width] view squeezed (0.29+, KVCacheLayout releases)
     if is_fp8(batch.kv_cache_dtype):
         return cache.view(fp8_torch_dtype(batch.kv_cache_dtype))
     return cache

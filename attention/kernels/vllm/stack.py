@@ -157,7 +157,7 @@ def installed_facts() -> Any:
 
 
 def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> None:
-    """What the engine core does once in a release that lays caches out by KVCacheLayout (0.33):
+    """What the engine core does once in a release that lays caches out by KVCacheLayout (0.29+):
     the layout every backend supports, most preferred first, recorded in the cache config, where
     builders and impls read it (CacheConfig.get_resolved_kv_cache_layout)."""
     from vllm.v1.attention.backends import utils as U  # type: ignore
