@@ -9,16 +9,9 @@ import re
 
 import pytest
 
-from attnsel.attention.preflight.deployment import (
-    FAIL,
-    PASS,
-    WARN,
-    Check,
-    Deployment,
-    PreflightResult,
-    check_interconnect,
-    target_report,
-)
+from attnsel.attention.preflight.deployment import Deployment, PreflightResult
+from attnsel.attention.preflight.gpu_checks import check_interconnect, target_report
+from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
 from attnsel.probe import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.links import nvlink_verdict
 from attnsel.reports.preflight_report import github_line, render_text

@@ -5,16 +5,9 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.preflight.deployment import (
-        Check,
-        Deployment,
-        FAIL,
-        PASS,
-        PreflightResult,
-        WARN,
-        run_preflight,
-        target_report,
-    )
+    from attnsel.attention.preflight.deployment import Deployment, PreflightResult, run_preflight
+    from attnsel.attention.preflight.gpu_checks import target_report
+    from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
     from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck, run_fleet_preflight
     from attnsel.attention.preflight.outcome import machine_report, raise_if_failed
 
@@ -34,17 +27,17 @@ __all__ = [
     "target_report",
 ]
 __getattr__ = lazy_door(__name__, {
-    "Check": "deployment",
+    "Check": "status",
     "Deployment": "deployment",
-    "FAIL": "deployment",
+    "FAIL": "status",
     "FleetPreflightResult": "fleet",
-    "PASS": "deployment",
+    "PASS": "status",
     "PreflightResult": "deployment",
     "ScopedCheck": "fleet",
-    "WARN": "deployment",
+    "WARN": "status",
     "machine_report": "outcome",
     "raise_if_failed": "outcome",
     "run_fleet_preflight": "fleet",
     "run_preflight": "deployment",
-    "target_report": "deployment",
+    "target_report": "gpu_checks",
 })

@@ -1,57 +1,29 @@
-"""Preflight checks for one vLLM deployment: GPUs, device order, interconnect, dtype, attention.
+"""Preflight checks for one vLLM deployment: GPUs, device order, interconnect, dtype, attention, memory.
 
 Pure functions: a `ProbeReport` (from `probe/`, or built from `--gpu NAME --num-gpus N` for a
 target machine) plus the deployment's flags in, a list of `Check(name, status, message, hint)`
 out. vLLM's own words are kept verbatim in `vllm_message`. Nothing here talks to NVML or CUDA.
 
-What vLLM does with a tensor-parallel group of N on one host: it uses logical GPUs 0..N-1, reads
-the compute capability of GPU 0 (`current_platform.get_device_capability()`), warns about
-different device names unless `CUDA_DEVICE_ORDER=PCI_BUS_ID` (docs/vllm-rules.md §5g), and turns its
-custom all-reduce off (falling back to NCCL, slower but working) when the GPUs lack P2P (TP=2) or
-a full NVLink mesh (TP>2) or the world size is not one it supports (docs/probe.md, "Custom all-reduce").
+What vLLM does with a tensor-parallel group of N on one host: it uses logical GPUs 0..N-1 and reads
+the compute capability of GPU 0 (`current_platform.get_device_capability()`); the checks of those
+GPUs (count, one model, links, dtype) are in gpu_checks.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed
-from attnsel.probe import GpuInfo, ProbeReport, bf16_error, same_model
-from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
+from attnsel.probe import GpuInfo, ProbeReport
 from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.model import derive_model_facts
+from attnsel.attention.preflight.gpu_checks import (
+    TARGET_SOURCE, check_dtype, check_gpu_count, check_interconnect, check_same_model, group_gpus,
+)
 from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN
-PCI_BUS_ID = "PCI_BUS_ID"
-
-# vLLM custom_all_reduce.py: CustomAllreduce._SUPPORTED_WORLD_SIZES and its warning, verbatim.
-CUSTOM_ALLREDUCE_WORLD_SIZES = (2, 4, 6, 8)
-VLLM_CAR_WORLD_SIZE = (
-    "Custom allreduce is disabled due to an unsupported world size: {n}. Supported world sizes: {sizes}. "
-    "To silence this warning, specify disable_custom_all_reduce=True explicitly."
-)
-# docs/vllm-rules.md §5g, NvmlCudaPlatform.log_warnings (the probe keeps the same text).
-VLLM_MIXED_GPU_WARNING = (
-    "Detected different devices in the system: {names}. Please make sure to set `CUDA_DEVICE_ORDER=PCI_BUS_ID` "
-    "to avoid unexpected behavior."
-)
-
-TARGET_SOURCE = "target"  # ProbeReport.source for a machine described by --gpu/--num-gpus
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str  # short id: gpu-count, same-model, interconnect, model-config, dtype, attention
-    status: str  # pass | warn | fail
-    message: str
-    hint: Optional[str] = None  # what to do next, one line
-    vllm_message: Optional[str] = None  # vLLM's own text (error or log line), verbatim
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check
 
 
 @dataclass(frozen=True)
@@ -115,191 +87,6 @@ class PreflightResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-
-# ---------------------------------------------------------------------------------------------
-# A target machine without GPUs here
-
-
-def target_report(gpu_name: str, num_gpus: int) -> ProbeReport:
-    """A ProbeReport for `--gpu NAME --num-gpus N`: N identical GPUs from the built-in table;
-    links between them unknown (nothing was probed)."""
-    from attnsel.probe import find_gpu
-
-    spec = find_gpu(gpu_name, capability_flag=False)  # preflight has no --capability
-    gpus = tuple(
-        GpuInfo(
-            index=i,
-            physical_index=None,
-            name=spec.name,
-            compute_capability=spec.compute_capability,
-            memory_total_bytes=int(spec.memory_gib * 2**30),
-            table_peak_memory_bandwidth_bytes_per_s=spec.peak_memory_bandwidth_bytes_per_s,
-        )
-        for i in range(num_gpus)
-    )
-    verdict = unknown_verdict(f"not probed: --gpu {gpu_name} describes a target machine", num_gpus)
-    return ProbeReport(
-        source=TARGET_SOURCE, driver_version=None, cuda_driver_version=None, gpus=gpus,
-        nvlink=verdict, mixed_gpus=False, device_order=PCI_BUS_ID,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# The checks
-
-
-def _usable(report: ProbeReport) -> list[GpuInfo]:
-    return [g for g in report.gpus if g.error is None and g.compute_capability is not None]
-
-
-def group_gpus(report: ProbeReport, tp: int) -> list[GpuInfo]:
-    """The GPUs a TP group of `tp` runs on: logical 0..tp-1 (vLLM's local ranks)."""
-    return sorted(report.gpus, key=lambda g: g.index)[:tp]
-
-
-def check_gpu_count(report: ProbeReport, tp: int, parallel: Optional[str] = None) -> Check:
-    """Enough usable GPUs for `tp` (with pipeline parallelism: TP x PP, named by `parallel`)."""
-    needs = parallel or f"--tensor-parallel-size {tp}"
-    lower = "--tensor-parallel-size" if parallel is None else "--tensor-parallel-size or --pipeline-parallel-size"
-    usable = _usable(report)
-    usable_ids = {id(g) for g in usable}  # identity, not ==: linear in the GPU count
-    broken = [g for g in report.gpus if id(g) not in usable_ids]
-    if not report.gpus:
-        # the probe's note names CUDA_VISIBLE_DEVICES when it hides every GPU NVML sees (probe/collect.py)
-        hidden = next((note for note in report.notes if "CUDA_VISIBLE_DEVICES=" in note), None)
-        why = report.fallback_reason or hidden or "NVML and torch.cuda see no GPU"
-        return Check(
-            "gpu-count", FAIL, f"no GPU visible ({why}); {needs} needs {tp}",
-            hint="run preflight on the GPU machine, or pass --gpu NAME --num-gpus N to check a target machine",
-        )
-    if len(usable) < tp:
-        extra = f" ({len(broken)} more visible but failing: {broken[0].error})" if broken else ""
-        return Check(
-            "gpu-count", FAIL,
-            f"{len(usable)} usable GPU(s) visible{extra}, {needs} needs {tp}",
-            hint=f"make {tp} GPUs visible (CUDA_VISIBLE_DEVICES={report.cuda_visible_devices or 'unset'}) "
-                 f"or lower {lower}" + (f" to {max(1, len(usable))}" if parallel is None else ""),
-        )
-    if any(g.index < tp for g in broken):
-        bad = next(g for g in broken if g.index < tp)
-        return Check("gpu-count", FAIL, f"GPU {bad.index} of the tensor-parallel group cannot be used: {bad.error}",
-                     hint="check `nvidia-smi`; hide the GPU with CUDA_VISIBLE_DEVICES")
-    used = "GPU 0" if tp == 1 else f"GPUs 0-{tp - 1}"
-    seen = "on the target machine" if report.source == TARGET_SOURCE else "visible"
-    return Check("gpu-count", PASS, f"{len(usable)} GPU(s) {seen}; {parallel or f'TP={tp}'} uses {used}")
-
-
-def _model_names(gpus: Sequence[GpuInfo]) -> list[str]:
-    return list(dict.fromkeys(g.name for g in gpus))
-
-
-def check_same_model(report: ProbeReport, tp: int, strict: bool = False) -> Check:
-    group = group_gpus(report, tp)
-    order_set = report.cuda_device_order == PCI_BUS_ID or report.device_order == PCI_BUS_ID
-    names = ", ".join(_model_names(group))
-    if not group:
-        return Check("same-model", WARN, "not checked: no GPU visible (see gpu-count)")
-    if len(group) < 2 and not report.vllm_device_warning:
-        return Check("same-model", PASS, f"one GPU in the group ({names})")
-    if not same_model(group):
-        if order_set:
-            return Check("same-model", PASS, f"different models in the group ({names}); CUDA_DEVICE_ORDER=PCI_BUS_ID is set")
-        # vLLM's own line names every GPU of the machine (the probe keeps it); else the visible ones
-        text = report.vllm_device_warning or VLLM_MIXED_GPU_WARNING.format(names=", ".join(g.name for g in report.gpus))
-        return Check(
-            "same-model", FAIL if strict else WARN,
-            f"different GPU models in the tensor-parallel group ({names}) and CUDA_DEVICE_ORDER is not PCI_BUS_ID: "
-            "CUDA numbers GPUs fastest first, so GPU k may not be the one nvidia-smi calls k",
-            hint="export CUDA_DEVICE_ORDER=PCI_BUS_ID and choose one model with CUDA_VISIBLE_DEVICES",
-            vllm_message=text,
-        )
-    if report.vllm_device_warning:
-        # vllm#19045, #16740: vLLM compares the raw names of every GPU in the machine.
-        return Check(
-            "same-model", PASS,
-            f"the group is one model ({names}); vLLM will still log its mixed-device warning because it also "
-            "looks at GPUs hidden by CUDA_VISIBLE_DEVICES (vllm#19045): harmless here",
-            hint="export CUDA_DEVICE_ORDER=PCI_BUS_ID to silence it",
-            vllm_message=report.vllm_device_warning,
-        )
-    return Check("same-model", PASS, f"one model: {names}")
-
-
-def check_interconnect(report: ProbeReport, tp: int) -> Check:
-    """vLLM's custom all-reduce for a TP group of `tp` (custom_all_reduce.py; vllm#56128, PR#4159)."""
-    if tp == 1:
-        return Check("interconnect", PASS, "TP=1: no all-reduce, no GPU-to-GPU link needed")
-    if tp not in CUSTOM_ALLREDUCE_WORLD_SIZES:
-        text = VLLM_CAR_WORLD_SIZE.format(n=tp, sizes=str(list(CUSTOM_ALLREDUCE_WORLD_SIZES)))
-        return Check(
-            "interconnect", WARN, f"TP={tp}: vLLM's custom all-reduce does not support this size and uses NCCL (slower, works)",
-            hint=f"prefer --tensor-parallel-size in {', '.join(map(str, CUSTOM_ALLREDUCE_WORLD_SIZES))}",
-            vllm_message=text,
-        )
-    if report.source == TARGET_SOURCE:
-        return Check(
-            "interconnect", WARN, f"TP={tp}: NVLink/P2P not checked for a --gpu target machine",
-            hint="run `attnsel preflight` (or `attnsel probe`) on the machine itself",
-        )
-    group = group_gpus(report, tp)
-    if len(group) < tp:
-        return Check("interconnect", WARN, f"TP={tp}: not checked, only {len(group)} GPU(s) visible (see gpu-count)")
-    ids = {g.index for g in group}
-    pairs = [p for p in report.nvlink.pairs if p.a in ids and p.b in ids]
-    if report.source != "nvml" or len(pairs) < tp * (tp - 1) // 2:
-        return Check(
-            "interconnect", WARN, f"TP={tp}: NVLink/P2P unknown ({report.nvlink.reason})",
-            hint="run where NVML works (`nvidia-smi` must work) to check vLLM's custom all-reduce",
-        )
-    fully, reason = vllm_fully_connected(pairs, tp)
-    if fully:
-        return Check("interconnect", PASS, f"TP={tp}: {reason}; vLLM's custom all-reduce can run")
-    if tp == 2:
-        pair = pairs[0]
-        if pair.pcie_read and pair.pcie_write:
-            return Check(
-                "interconnect", PASS,
-                f"TP=2 without NVLink ({pair.topology or pair.pcie_topology or 'PCIe'}): NVML reports PCIe P2P read/write OK, "
-                "so custom all-reduce runs if vLLM's own P2P test passes",
-            )
-        return Check(
-            "interconnect", WARN, f"TP=2: no P2P between GPU {pair.a} and GPU {pair.b}: custom all-reduce falls back to NCCL (slower, works)",
-            hint="check the PCIe topology (`nvidia-smi topo -m`); IOMMU/ACS settings can block P2P",
-            vllm_message=VLLM_CAR_NO_P2P,
-        )
-    return Check(
-        "interconnect", WARN,
-        f"TP={tp}: {reason}; vLLM disables custom all-reduce on more than two GPUs without a full NVLink mesh and uses NCCL "
-        "(slower, works)",
-        hint="use GPUs with a full NVLink mesh (`nvidia-smi topo -m` shows NV# between every pair) or a smaller TP",
-        vllm_message=VLLM_CAR_PCIE_ONLY,
-    )
-
-
-def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: Optional[str] = None) -> Check:
-    """vLLM's check_if_supports_dtype looks at GPU 0 only (docs/vllm-rules.md §5g); other GPUs of the group
-    with a lower capability fail later, inside the kernels."""
-    where = f" ({dtype_source})" if dtype_source else ""
-    if not group:
-        return Check("dtype", WARN, f"dtype {dtype}{where}: not checked, no GPU visible (see gpu-count)")
-    if dtype != "bfloat16":
-        return Check("dtype", PASS, f"dtype {dtype}{where}")
-    first = group[0]
-    error = bf16_error(first.name, first.compute_capability)
-    if error:
-        return Check("dtype", FAIL, f"bfloat16 needs compute capability 8.0; GPU 0 ({first.name}) has {first.capability_str}",
-                     hint="pass --dtype half (float16)", vllm_message=error)
-    weaker = [g for g in group[1:] if bf16_error(g.name, g.compute_capability)]
-    if weaker:
-        g = weaker[0]
-        return Check(
-            "dtype", FAIL,
-            f"bfloat16: GPU {g.index} ({g.name}, CC {g.capability_str}) of the group cannot run it; vLLM checks only GPU 0, "
-            "so this fails later inside the kernels",
-            hint="use one GPU model (CUDA_VISIBLE_DEVICES) or --dtype half",
-        )
-    return Check("dtype", PASS, f"dtype bfloat16{where}: supported by every GPU of the group")
 
 
 def check_attention(explanation: Any) -> Check:

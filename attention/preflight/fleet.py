@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
-from attnsel.attention.preflight.deployment import (
-    FAIL, PASS, STATUSES, WARN, Check, Deployment, check_interconnect, check_same_model, run_preflight,
-)
+from attnsel.attention.preflight.deployment import Deployment, run_preflight
+from attnsel.attention.preflight.gpu_checks import check_interconnect, check_same_model
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check
 from attnsel.probe import GpuInfo, ProbeReport
 from attnsel.probe.fleet import FleetProbe, NodeProbe
 from attnsel.probe.fleet import FleetVerdict, fleet_verdict, model_classes, model_of

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import ProbeReport
-from attnsel.attention.preflight.deployment import target_report
+from attnsel.attention.preflight.gpu_checks import target_report
 
 
 def machine_report(gpu: Optional[str], num_gpus: Optional[int], tp: int) -> ProbeReport:

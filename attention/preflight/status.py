@@ -1,4 +1,23 @@
-"""The statuses of a preflight check, shared by every check (deployment, memory, the Ray fleet)."""
+"""The statuses of a preflight check and the check itself, shared by every check (deployment, GPUs,
+memory, the Ray fleet)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)  # in rising severity: the worst of several checks is the one with the highest index
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # short id: gpu-count, same-model, interconnect, model-config, dtype, attention
+    status: str  # pass | warn | fail
+    message: str
+    hint: Optional[str] = None  # what to do next, one line
+    vllm_message: Optional[str] = None  # vLLM's own text (error or log line), verbatim
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
