@@ -74,7 +74,40 @@ class _NativeConcat:
     def concat_mla_q(ql_nope: Any, q_pe: Any, out: Any) -> None:
         import torch
 
-        out.copy_(torch.cat([ql_nope, q_pe], dim=-1))
+        # the op fills the first heads of `out`: 0.33's concat buffer is padded to FlashMLA's 64 heads
+        out[:, : ql_nope.shape[1]].copy_(torch.cat([ql_nope, q_pe], dim=-1))
+
+
+class _OneStream:
+    """A CPU has one stream: nothing to wait for, nothing to record."""
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def __enter__(self) -> "_OneStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def _one_stream_index_groups() -> None:
+    """0.33 converts the top-k to cache slots once per step for every layer of an index group, on a
+    side stream with events (v1/attention/backends/mla/index_group.py); CPU tensors have no events,
+    so the harness's streams and events are no-ops (the conversion itself runs as vLLM wrote it)."""
+    try:
+        from vllm.v1.attention.backends.mla import index_group  # type: ignore
+    except ImportError:  # before 0.33: the conversion runs inside each layer's forward
+        return
+    index_group.current_stream = lambda: _OneStream()
+    index_group._create_side_stream = lambda device: _OneStream()
+    index_group._create_event = lambda: _OneStream()
 
 
 def patch_flashmla_sparse(calls: list[dict]) -> None:
@@ -91,6 +124,7 @@ def patch_flashmla_sparse(calls: list[dict]) -> None:
         return ref.to(q.dtype), torch.zeros(q.shape[0], q.shape[1]), torch.zeros(q.shape[0], q.shape[1])
 
     fms.flash_mla_sparse_fwd = sparse_fwd
+    _one_stream_index_groups()
     _no_pinned_memory()
     fms.ops = _NativeConcat(fms.ops)
     fms.num_compute_units = lambda device_id=0: 132  # the H100 SXM's SMs (the builder sizes buffers by it)

@@ -22,9 +22,10 @@ loaded), and the KV-cache write. MLA prefill is not timed (mla.py says why).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from attnsel.attention.kernels.base import MLA_BACKENDS, PreparedKernel, cuda_device_reason, installed_version, shape_kind_reason
 from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter, _synchronize, class_reason
@@ -95,12 +96,38 @@ def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any)
     # no weights either way; a release whose __init__ marks kv_b_proj gets an object to mark (adapter facts)
     kv_b_proj = SimpleNamespace() if facts.mla_kv_b_proj == "placeholder" else None
     sparse = sparse_layer_arguments(spec, config) if mla.index_topk else {}
-    return call_accepting(
-        mla_layer_class(), num_heads=spec.num_q_heads, scale=mla_scale(mla), qk_nope_head_dim=mla.qk_nope_head_dim,
-        qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim, q_lora_rank=1536,
-        kv_lora_rank=mla.kv_lora_rank, kv_b_proj=kv_b_proj, cache_config=config.cache_config, prefix=prefix,
-        attn_backend=backend_cls, **sparse,
-    )
+    with tp_world_of_one() if sparse else contextlib.nullcontext():
+        return call_accepting(
+            mla_layer_class(), num_heads=spec.num_q_heads, scale=mla_scale(mla), qk_nope_head_dim=mla.qk_nope_head_dim,
+            qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim, q_lora_rank=1536,
+            kv_lora_rank=mla.kv_lora_rank, kv_b_proj=kv_b_proj, cache_config=config.cache_config, prefix=prefix,
+            attn_backend=backend_cls, **sparse,
+        )
+
+
+@contextlib.contextmanager
+def tp_world_of_one() -> Iterator[None]:
+    """vLLM's sparse MLA impls ask the tensor-parallel group's size while they are built (from 0.27:
+    model_executor/layers/attention/sparse_mla_attention.py, num_heads_total = num_heads x
+    get_tensor_model_parallel_world_size(), read only by Blackwell's masked-MHA prefill path, which
+    tune does not time). A tune worker is one process with no TP group; where vLLM's group is not set
+    up, it answers 1 while the layer is built, as a TP=1 engine's group would. Releases without that
+    module or call are left as they are."""
+    try:
+        from vllm.distributed import parallel_state  # type: ignore
+        from vllm.model_executor.layers.attention import sparse_mla_attention as sparse_module  # type: ignore
+    except ImportError:
+        yield
+        return
+    asked = getattr(sparse_module, "get_tensor_model_parallel_world_size", None)
+    if asked is None or parallel_state.model_parallel_is_initialized():
+        yield
+        return
+    sparse_module.get_tensor_model_parallel_world_size = lambda: 1
+    try:
+        yield
+    finally:
+        sparse_module.get_tensor_model_parallel_world_size = asked
 
 
 def sparse_layer_arguments(spec: Any, config: Any) -> dict:
