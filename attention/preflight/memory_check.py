@@ -5,6 +5,8 @@ rank asks for the same KV cache, vllm#34076)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Optional, Sequence
 
 from attnsel.attention.memory import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, MemoryFlags, device_total_bytes, memory_for
@@ -12,17 +14,10 @@ from attnsel.attention.preflight.status import FAIL, PASS, WARN
 
 
 def memory_flags(deployment: Any) -> MemoryFlags:
-    return MemoryFlags(
-        tensor_parallel_size=deployment.tensor_parallel_size,
-        pipeline_parallel_size=deployment.pipeline_parallel_size,
-        gpu_memory_utilization=deployment.gpu_memory_utilization,
-        max_model_len=deployment.max_model_len,
-        kv_cache_dtype=deployment.kv_cache_dtype,
-        max_num_seqs=deployment.max_num_seqs,
-        max_num_batched_tokens=deployment.max_num_batched_tokens,
-        quantization=deployment.quantization,
-        enforce_eager=deployment.enforce_eager,
-    )
+    """The deployment's flags the memory plan reads: each MemoryFlags field the deployment carries
+    under the same name (the entry point stays MemoryFlags' default, `vllm serve`'s)."""
+    return MemoryFlags(**{f.name: getattr(deployment, f.name) for f in dataclasses.fields(MemoryFlags)
+                          if hasattr(deployment, f.name)})
 
 
 def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
