@@ -12,6 +12,16 @@ VERIFY_RUNS = ("verify/h100_llama8b", "verify/h100_qwen06", "verify/h100_nemotro
 VERIFY = tuple(f"{run}/verify.json" for run in VERIFY_RUNS)
 
 
+def _engines_ran_what_they_were_asked(candidates: list, name: str, vllm_version: str) -> None:
+    """Each engine ran the backend and block size it was started for (vLLM's default: what explain
+    predicted), read back from that vLLM release."""
+    for row in candidates:
+        asked = tuple(row["predicted"]) if row["backend"] is None else (row["backend"], row["block_size"])
+        used = (row["engine"]["backend_used"], row["engine"]["block_size_used"])
+        expect(used == asked, f"{name} {row['name']}: ran {used}, asked {asked}")
+        expect(row["engine"]["vllm_version"] == vllm_version, f"{name} {row['name']}: vLLM {row['engine']['vllm_version']}")
+
+
 def _verdict_holds_without_flags(doc: dict, name: str) -> None:
     verdict = doc["verdict"]
     expect(verdict["verdict"] == "holds" and verdict["flags"] == "", f"{name}: verdict {verdict['verdict']!r}, flags {verdict['flags']!r}")
@@ -23,11 +33,7 @@ def verify_engines_ran_what_they_were_asked(rec: Recordings) -> None:
     for name in VERIFY:
         candidates = rec.json(name)["candidates"]
         expect(len([r for r in candidates if r["status"] == "ok"]) >= 2, f"{name}: fewer than two engines measured")
-        for row in candidates:
-            asked = tuple(row["predicted"]) if row["backend"] is None else (row["backend"], row["block_size"])
-            used = (row["engine"]["backend_used"], row["engine"]["block_size_used"])
-            expect(used == asked, f"{name} {row['name']}: ran {used}, asked {asked}")
-            expect(row["engine"]["vllm_version"] == "0.24.0", f"{name} {row['name']}: vLLM {row['engine']['vllm_version']}")
+        _engines_ran_what_they_were_asked(candidates, name, "0.24.0")
 
 
 @claim("docs/verify.md 'attnsel verify' (H100, Llama-3.1-8B): tune's keep-the-default advice holds in vLLM's engine; "
@@ -102,11 +108,7 @@ def verify_mla_026_keeps_the_default(rec: Recordings) -> None:
     doc, tune = rec.json(MLA_026), rec.json("verify/h100_vllm026_mla/tune.json")
     expect(not Verdict(tune["recommendation"]["overall"]["verdict"]).advises_flags, "tune advised flags")
     _verdict_holds_without_flags(doc, MLA_026)
-    for row in doc["candidates"]:
-        asked = tuple(row["predicted"]) if row["backend"] is None else (row["backend"], row["block_size"])
-        used = (row["engine"]["backend_used"], row["engine"]["block_size_used"])
-        expect(used == asked, f"{row['name']}: ran {used}, asked {asked}")
-        expect(row["engine"]["vllm_version"] == "0.26.0", f"{row['name']}: vLLM {row['engine']['vllm_version']}")
+    _engines_ran_what_they_were_asked(doc["candidates"], MLA_026, "0.26.0")
     runner_up = [c for c in doc["comparisons"] if "runner-up" in c["short"] and c["batch"] == 1]
     expect(runner_up and runner_up[0]["end_to_end"]["result"] == "slower", "FLASHMLA was not slower at batch 1")
 
