@@ -2,7 +2,7 @@
 # One 4-GPU lease's evidence (H100 or H200) (issues 21, 22, 25), packed into lanes (bench/tools/gpu_lanes.sh): each lane
 # one GPU, 16 cores and its own caches, i.e. the shape of a one-H100 machine. Needs the carried vLLM
 # (bench/tools/gpu_session.sh receive/unpack) and, for the "before" figures, an older checkout's
-# package in .before/ (git archive <commit> | tar -x -C .before --exclude=tests).
+# package in .before/ (git archive <commit> | tar -x -C .before --exclude=tests; echo <commit> > .before/COMMIT).
 #
 #   setsid bash bench/tools/gpu_evidence_plan.sh RESULTS > RESULTS.log 2>&1 &     # ~20 min on 4 H100s
 #
@@ -29,7 +29,7 @@ timed='bash bench/tools/gpu_lanes.sh --timed'
 aa='python3 -m attnsel verify --model llama-3.1-8b --candidates default --repeat-engine 2 --shapes 1x32768,4x16384,64x4096 --output $LANE_OUT/aa'
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
-  echo "after: $(cat .after/COMMIT 2>/dev/null || git -C "$root" log -1 --format=%h 2>/dev/null) before: $(cat .before/COMMIT 2>/dev/null)"; } > "$res/machine.txt" 2>&1
+  echo "after: $(git -C "$root" log -1 --format=%h 2>/dev/null) before: $(cat .before/COMMIT 2>/dev/null)"; } > "$res/machine.txt" 2>&1
 case "${PLAN:-evidence}" in
   evidence)
     half_a="$lanes $res/A1 'memory0|0|0-15|$after|$mem qwen3_8b_fp8_checkpoint,deepseek_v2_lite_mla_moe,qwen06_graphs' 'memory1|1|16-31|$after|$mem llama8b_u030_len131072,llama8b_fp8_kv';
