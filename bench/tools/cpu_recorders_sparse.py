@@ -31,14 +31,6 @@ def _valid_prefix(indices: Any, counts: Any) -> list[list[int]]:
     return rows
 
 
-def _no_pinned_memory() -> None:
-    """The sparse builder copies its request ids from pinned host memory (np_to_pinned_tensor):
-    pinning needs a driver, so host tensors stay unpinned here (the values are the same)."""
-    from vllm.utils import torch_utils  # type: ignore
-
-    torch_utils.PIN_MEMORY = False
-
-
 def patch_flash_attn_mla_sparse(calls: list[dict]) -> None:
     """FA3's sparse MLA call: q = q_pe, q_v = ql_nope, k / v the cache's k_pe / kv_c parts as pages of
     one token, the converted top-k as the block table and the valid counts as seqused_k."""
@@ -57,7 +49,6 @@ def patch_flash_attn_mla_sparse(calls: list[dict]) -> None:
         return ref.to(q.dtype)
 
     fams.flash_attn_varlen_func = varlen
-    _no_pinned_memory()
 
 
 class _NativeConcat:
@@ -125,7 +116,6 @@ def patch_flashmla_sparse(calls: list[dict]) -> None:
 
     fms.flash_mla_sparse_fwd = sparse_fwd
     _one_stream_index_groups()
-    _no_pinned_memory()
     fms.ops = _NativeConcat(fms.ops)
     fms.num_compute_units = lambda device_id=0: 132  # the H100 SXM's SMs (the builder sizes buffers by it)
 

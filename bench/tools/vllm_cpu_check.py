@@ -111,8 +111,9 @@ def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> 
     # pinned host buffers need a driver: FlashInfer's builder and (0.31+) CpuGpuBuffer.copy_to_gpu
     # (vllm/v1/utils.py:143 in 0.31) read a module-level PIN_MEMORY
     for module_name in ("vllm.v1.attention.backends.flashinfer", "vllm.v1.utils",
-                        # 0.33's sparse MLA builder pins its context-length copy
-                        "vllm.model_executor.layers.attention.sparse_mla_attention"):
+                        # the sparse MLA builders: np_to_pinned_tensor (request ids) and 0.33's
+                        # pinned context-length copy
+                        "vllm.utils.torch_utils", "vllm.model_executor.layers.attention.sparse_mla_attention"):
         try:
             module = importlib.import_module(module_name)
         except Exception:  # noqa: BLE001 -- FLASHINFER is then reported as not importable
