@@ -12,6 +12,8 @@
 #               the TP-2 memory record; then `verify` as typed (caches emptied)
 #   B (gpu2-3): `tune` as typed cold, warm, probe x7, then the A/A verify (vLLM's default started twice)
 #               | `tune --model deepseek-v2-lite` (MLA) and its verify (default, pick, runner-up)
+# PLAN=release: issue 21 on a carried release (dense tune+verify | MLA tune+verify | fp8 KV tune+verify |
+# sparse MLA at TP 8/4/2/1, then head size 512 with an fp8 cache: FA4 on SM90 in 0.33), four lanes, ~12 min.
 # PLAN=before adds nothing of this; it runs the speed steps with the .before checkout instead (the
 # "before" column, same lanes), and PLAN=gpus the `tune --gpus 0,1` / `--gpus all` scaling, cold and warm.
 set -uo pipefail
@@ -28,7 +30,7 @@ tune='python3 -m attnsel tune --head-size 128 --dtype bf16'
 timed='bash bench/tools/gpu_lanes.sh --timed'
 aa='python3 -m attnsel verify --model llama-3.1-8b --candidates default --repeat-engine 2 --shapes 1x32768,4x16384,64x4096 --output $LANE_OUT/aa'
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  python3 -c "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
+  python3 -c "import torch, triton, vllm, flashinfer; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'triton', triton.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
   echo "after: $(git -C "$root" log -1 --format=%h 2>/dev/null) before: $(cat .before/COMMIT 2>/dev/null)"; } > "$res/machine.txt" 2>&1
 case "${PLAN:-evidence}" in
   evidence)
@@ -43,5 +45,15 @@ case "${PLAN:-evidence}" in
   gpus)
     $lanes "$res/gpus2" "gpus2|0,1|0-31|$after|$empty; $timed cold $tune --gpus 0,1 --output \$LANE_OUT/cold; $timed warm $tune --gpus 0,1 --output \$LANE_OUT/warm"
     $lanes "$res/gpus4" "gpus4|0,1,2,3|0-63|$after|$empty; $timed cold $tune --gpus all --output \$LANE_OUT/cold; $timed warm $tune --gpus all --output \$LANE_OUT/warm" ;;
+  release)
+    # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
+    # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run
+    sparse='for tp in 8 4 2 1; do '"$timed"' sparse_tp$tp timeout 200 python3 -m attnsel tune --model deepseek-v3.2 -tp $tp --workload decode --block-sizes 64 --output $LANE_OUT/sparse_tp$tp; done'
+    verify='python3 -m attnsel verify'
+    $lanes "$res/release" \
+      "dense|0|0-15|$after|$timed dense_tune timeout 330 $tune --output \$LANE_OUT/dense_tune; $timed dense_verify timeout 560 $verify \$LANE_OUT/dense_tune --output \$LANE_OUT/dense_verify" \
+      "mla|1|16-31|$after|$timed mla_tune timeout 300 python3 -m attnsel tune --model deepseek-v2-lite --workload decode --output \$LANE_OUT/mla_tune; $timed mla_verify timeout 600 $verify \$LANE_OUT/mla_tune --output \$LANE_OUT/mla_verify" \
+      "fp8|2|32-47|$after|$timed fp8_tune timeout 330 python3 -m attnsel tune --model llama-3.1-8b --kv-cache-dtype fp8 --output \$LANE_OUT/fp8_tune; $timed fp8_verify timeout 500 $verify \$LANE_OUT/fp8_tune --output \$LANE_OUT/fp8_verify" \
+      "sparse|3|48-63|$after|$sparse; $timed head512_fp8 timeout 240 python3 -m attnsel tune --head-size 512 --dtype bf16 --kv-cache-dtype fp8 --workload decode --output \$LANE_OUT/head512_fp8" ;;
 esac
 echo "plan finished $(date -u +%H:%M:%S)" > "$res/DONE"

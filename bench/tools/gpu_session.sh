@@ -25,14 +25,16 @@
 set -euo pipefail
 cmd=${1:-help}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-PART_MIB=${PART_MIB:-48}  # a device call carries 64 MiB with the tree (~13 MiB)
+PART_MIB=${PART_MIB:-46}  # a device call carries 64 MiB with the tree (~16.4 MiB, 2026-11-27)
 
 # The release whose wheels are packed: its own pins (`python -m attnsel.bench.tools.release_env pins X`
 # reads them from the wheel). Releases after 0.26 pin another torch than the device's 2.11: not packed here.
 case "${VLLM_RELEASE:-0.24.0}" in
   0.24.0) VLLM_PINS="vllm==0.24.0 flashinfer-python==0.6.12 apache-tvm-ffi==0.1.9" ;;
   0.26.0) VLLM_PINS="vllm==0.26.0 flashinfer-python==0.6.14 apache-tvm-ffi==0.1.10" ;;
-  *) echo "no wheel set for vLLM ${VLLM_RELEASE} here (0.24.0, 0.26.0: the releases that pin torch 2.11)" >&2; exit 2 ;;
+  *) # a release that pins another torch brings its own torch, triton and NCCL: a list of its own
+    VLLM_LIST=$root/bench/tools/carry/vllm-${VLLM_RELEASE}.txt
+    [ -f "$VLLM_LIST" ] || { echo "no wheel set for vLLM ${VLLM_RELEASE} here (0.24.0, 0.26.0, or a list in bench/tools/carry/)" >&2; exit 2; } ;;
 esac
 VLLM_SET="$VLLM_PINS pydantic==2.12.5 pydantic-core==2.41.5
  annotated-types typing-inspection msgspec cachetools cbor2 pybase64 blake3 setproctitle pyzmq gguf diskcache==5.6.3
@@ -66,7 +68,47 @@ site() {
   rm -rf "$dl"
 }
 
+# strip_site DIR: what no Hopper run here loads (FA2: Hopper runs FA3; Blackwell-only kernels, headers
+# and ptxas; Triton's profiler CUPTI; FlashInfer sources for kernels vLLM does not JIT for these runs)
+strip_site() {
+  local d=$1
+  rm -rf "$d/vllm/vllm-rs" "$d/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$d/vllm/third_party/fmha_sm100" \
+    "$d/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so \
+    "$d/triton/backends/nvidia/lib/cupti-blackwell" "$d/triton/backends/nvidia/lib/cupti" \
+    "$d/triton/backends/nvidia/bin/ptxas-blackwell" "$d/bin" \
+    "$d/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
+  find "$d" -name __pycache__ -prune -exec rm -rf {} +
+}
+
+# pack_list: a release with its own torch (VLLM_LIST), one zstd member per large package so that the
+# machine unpacks them side by side. zstd, not xz: 3.1 GB of xz -6 takes ~20 min on a 2-core machine,
+# zstd -9 two, for 7% more bytes; the machine reads it with the zstandard wheel carried beside it.
+pack_list() {
+  local work; work=$(mktemp -d); mkdir -p "$work/out"
+  site "$work/site" -r "$VLLM_LIST"
+  strip_site "$work/site"
+  local big="torch triton vllm nvidia flashinfer" g
+  for g in $big; do tar cf - -C "$work/site" "$g" | zstd -q -T0 -9 --long=27 > "$work/out/site-$g.tar.zst"; done
+  # shellcheck disable=SC2086
+  (cd "$work/site" && ls | grep -vxF "$(printf '%s\n' $big)" | tar cf - -T -) | zstd -q -T0 -9 --long=27 > "$work/out/site-rest.tar.zst"
+  # shellcheck disable=SC2046
+  PIP_FIND_LINKS= python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    $(platforms) -d "$work/out" zstandard==0.25.0
+  split_parts "$work/out"; rm -rf "$work"
+}
+
+# split_parts DIR: DIR's files as one tar stream in .whl/p1 .. .whl/pN, PART_MIB each
+split_parts() {
+  cd "$root"
+  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+  rm -rf .whl && mkdir -p .whl
+  tar cf - -C "$1" . | split -b "${PART_MIB}M" -a 2 - .whl/bundle.part.
+  local n=0; for f in .whl/bundle.part.*; do n=$((n + 1)); mkdir -p ".whl/p$n"; mv "$f" ".whl/p$n/"; done
+  du -sh .whl/p*; echo "$n parts"
+}
+
 pack() {
+  [ -n "${VLLM_LIST:-}" ] && { pack_list; return; }
   local set=${1:-kernels} work; work=$(mktemp -d)
   # shellcheck disable=SC2086
   site "$work/site-vllm" $VLLM_SET $CUPTI_SET
@@ -88,12 +130,7 @@ pack() {
   tar cf - -C "$work/site-vllm" "${drop[@]}" . | xz -T0 -9 > "$work/out/site-vllm.tar.xz"
   [ -d "$work/site-standin" ] && tar cf - -C "$work/site-standin" . | xz -T0 -9 > "$work/out/site-standin.tar.xz"
   [ -d "$work/site-engine" ] && tar cf - -C "$work/site-engine" . | xz -T0 -9 > "$work/out/site-engine.tar.xz"
-  cd "$root"
-  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-  rm -rf .whl && mkdir -p .whl
-  tar cf - -C "$work/out" . | split -b "${PART_MIB}M" -a 2 - .whl/bundle.part.
-  local n=0; for f in .whl/bundle.part.*; do n=$((n + 1)); mkdir -p ".whl/p$n"; mv "$f" ".whl/p$n/"; done
-  rm -rf "$work"; du -sh .whl/p*; echo "$n parts"
+  split_parts "$work/out"; rm -rf "$work"
 }
 
 case "$cmd" in
@@ -103,22 +140,41 @@ case "$cmd" in
     cp "$root"/.whl/extra/*.whl /tmp/carry/ 2>/dev/null || true; ls /tmp/carry ;;
   unpack)
     python3 - <<'PY'
-import glob, io, os, tarfile
-data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundle.part.*")))
-with tarfile.open(fileobj=io.BytesIO(data)) as outer:
-    for member in outer.getmembers():
-        if member.name.endswith(".tar.xz"):
-            name = os.path.basename(member.name)[: -len(".tar.xz")]
-            # vLLM and the engine add-on (MoE extension, server packages) share one site folder
-            target = "/tmp/site-standin" if name == "site-standin" else "/tmp/site"
-            os.makedirs(target, exist_ok=True)
-            with tarfile.open(fileobj=outer.extractfile(member), mode="r:xz") as inner:
+import glob, io, os, sys, tarfile, zipfile
+from concurrent.futures import ProcessPoolExecutor
+
+def target_of(name):
+    # vLLM, the engine add-on and a release's own torch share /tmp/site; the stand-ins have their own
+    return "/tmp/site-standin" if name.startswith("site-standin") else "/tmp/site"
+
+def extract(member_path):
+    name = os.path.basename(member_path)
+    target = target_of(name); os.makedirs(target, exist_ok=True)
+    if name.endswith(".tar.zst"):
+        import zstandard
+        with open(member_path, "rb") as raw:
+            stream = zstandard.ZstdDecompressor(max_window_size=2**27).stream_reader(raw)
+            with tarfile.open(fileobj=stream, mode="r|") as inner:
                 inner.extractall(target, filter="tar")
-            print("unpacked", member.name, "->", target)
-for wheel in glob.glob("/tmp/carry/*.whl"):
-    import zipfile
+    else:
+        with tarfile.open(member_path, mode="r:xz") as inner:
+            inner.extractall(target, filter="tar")
+    return f"unpacked {name} -> {target}"
+
+data = b"".join(open(p, "rb").read() for p in sorted(glob.glob("/tmp/carry/bundle.part.*")))
+os.makedirs("/tmp/carry/members", exist_ok=True)
+if data:
+    with tarfile.open(fileobj=io.BytesIO(data)) as outer:
+        outer.extractall("/tmp/carry/members", filter="tar")
+# loose wheels first (a set's zstandard, a package a set lacked): unpacked as they are
+for wheel in glob.glob("/tmp/carry/*.whl") + glob.glob("/tmp/carry/members/**/*.whl", recursive=True):
     zipfile.ZipFile(wheel).extractall("/tmp/site")
     print("unpacked", os.path.basename(wheel), "-> /tmp/site")
+sys.path.insert(0, "/tmp/site")
+members = sorted(p for ext in ("xz", "zst") for p in glob.glob(f"/tmp/carry/members/**/*.tar.{ext}", recursive=True))
+with ProcessPoolExecutor(max_workers=8) as pool:
+    for line in pool.map(extract, members):
+        print(line)
 PY
     ;;
   env)
@@ -126,7 +182,16 @@ PY
     # --target installs skip .pth files: FA4's cutlass needs its dsl_packages on the path by hand
     mkdir -p /tmp/attnsel-pkg && ln -sfn "$root" /tmp/attnsel-pkg/attnsel
     case "${2:-vllm}" in
-      vllm) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site" ;;
+      vllm) dsl=/tmp/site/nvidia_cutlass_dsl/dsl_packages   # FA4 (a release that carries cutlass-dsl)
+            echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site$([ -d $dsl ] && echo ":$dsl")"
+            # a carried torch (a release that pins another torch) finds the CUDA libraries it did not
+            # bring in the machine's own torch's folders; its RPATH ($ORIGIN/../../nvidia/*/lib, searched
+            # first) keeps the NCCL it brought
+            if [ -d /tmp/site/torch ]; then
+              sp=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+              libs=$(ls -d "$sp"/nvidia/*/lib 2>/dev/null | grep -v /nccl/ | tr '\n' ':')
+              echo "export LD_LIBRARY_PATH=${libs}\${LD_LIBRARY_PATH:-}"
+            fi ;;
       standin) echo "export PYTHONPATH=/tmp/attnsel-pkg:/tmp/site-standin:/tmp/site-standin/nvidia_cutlass_dsl/dsl_packages:/tmp/site ATTNSEL_TUNE_STANDINS=1" ;;
     esac ;;
   sweeps)
