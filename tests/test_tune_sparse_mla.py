@@ -47,6 +47,7 @@ def test_0_33_on_hopper_also_plans_flashinfers_sm90_sparse_backend(tp):
     planned = {c["backend"]: c["kernel_block_size"] for c in doc["configs"] if c["status"] == "planned"}
     assert planned == {"FLASH_ATTN_MLA_SPARSE": 64, "FLASHMLA_SPARSE": 64, "FLASHINFER_MLA_SPARSE_SM90": 64}
     assert doc["shape"]["num_q_heads"] == 128 // tp
+    assert {k for w in doc["launch"].values() for k in w.values()} == {"graph"}  # its builder is UNIFORM_BATCH too
 
 
 def test_a_release_without_the_sm90_sparse_backend_says_so_in_its_rows():
