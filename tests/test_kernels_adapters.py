@@ -28,7 +28,8 @@ BAR = Workload("decode", 64, 4096, 1, 32, 8, 128, "bfloat16")
 def test_registry_lists_the_vllm_backends_with_best_provider_first():
     assert all_backends() == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION",
                               "FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA",
-                              "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]
+                              "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE",
+                              "FLASHINFER_MLA_SPARSE_SM90"]
     # vLLM's own classes first wherever vLLM is installed; stand-ins after (issue "tune measures what vLLM runs")
     assert [a.name for a in adapters_for("FLASH_ATTN")] == ["vllm", "vllm-flash-attn", "fa3", "fa4-cute", "flash-attn-2"]
     assert [a.name for a in adapters_for("FLASHINFER")] == ["vllm", "flashinfer", "flashinfer-cuda-cores"]

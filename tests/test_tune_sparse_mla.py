@@ -38,6 +38,33 @@ def test_hopper_plans_both_sparse_backends_at_the_heads_of_each_tp(tp):
     assert {k for w in doc["launch"].values() for k in w.values()} == {"graph"}  # UNIFORM_BATCH builders
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_0_33_on_hopper_also_plans_flashinfers_sm90_sparse_backend(tp):
+    # FLASHINFER_MLA_SPARSE_SM90 (vLLM 0.30+; vllm issue 56564: picked on 8xH100 and slower than
+    # FLASH_ATTN_MLA_SPARSE): tune times it beside the other two at 64-token kernel pages
+    doc = plan_json("--model", "deepseek-v3.2", "-tp", str(tp), "--gpu", "H100", "--workload", "decode",
+                    "--block-sizes", "64", "--dry-run", "--json", "--vllm-version", "0.33")
+    planned = {c["backend"]: c["kernel_block_size"] for c in doc["configs"] if c["status"] == "planned"}
+    assert planned == {"FLASH_ATTN_MLA_SPARSE": 64, "FLASHMLA_SPARSE": 64, "FLASHINFER_MLA_SPARSE_SM90": 64}
+    assert doc["shape"]["num_q_heads"] == 128 // tp
+    assert {k for w in doc["launch"].values() for k in w.values()} == {"graph"}  # its builder is UNIFORM_BATCH too
+
+
+def test_a_release_without_the_sm90_sparse_backend_says_so_in_its_rows():
+    doc = deepseek_v32(8, "0.26")
+    sm90 = [c for c in doc["configs"] if c["backend"] == "FLASHINFER_MLA_SPARSE_SM90"]
+    assert sm90 and all(c["status"] != "planned" for c in sm90)
+    assert all(c["reasons"] == ["vLLM 0.26.0 has no FLASHINFER_MLA_SPARSE_SM90 backend"] for c in sm90)
+
+
+def test_the_release_facts_say_why_sm90_sparse_is_not_timed_with_fp8():
+    from attnsel.attention.versions import get_profile
+
+    assert "kpe_scale=1.0" in get_profile("0.33").adapter_facts.fp8_refusal("FLASHINFER_MLA_SPARSE_SM90")
+    assert get_profile("0.33").adapter_facts.fp8_refusal("FLASHMLA_SPARSE") is None
+    assert get_profile("0.26").adapter_facts.fp8_refusal("FLASHINFER_MLA_SPARSE_SM90") is None
+
+
 def test_before_0_25_hopper_has_only_sparse_flashmla_and_says_so():
     doc = deepseek_v32(8, "0.24")
     assert doc["vllm_default"]["backend"] == "FLASHMLA_SPARSE"

@@ -76,6 +76,18 @@ def test_sparse_mla_matched_the_topk_reference_at_the_heads_of_tp_8_and_tp_1(pat
             assert {(backend, heads, "ctx200"), (backend, heads, "ctx2500")} <= ran
 
 
+def test_hoppers_flashinfer_sparse_backend_matched_the_topk_reference_where_the_release_has_it():
+    """0.33's FLASHINFER_MLA_SPARSE_SM90: vLLM's builder planned FlashInfer's MLA wrapper, its Triton
+    kernels packed the top-k and clamped each planned work to the valid count, and the recorded
+    kernel's answer over the packed slots matched the reference at 16 and 128 heads."""
+    recorded = [p for p in SPARSE_RECORDINGS if "FLASHINFER_MLA_SPARSE_SM90" in _load(p)["backends"]]
+    assert [p.stem for p in recorded] == ["vllm_0_33"]
+    rows = [r for r in _load(recorded[0])["rows"] if r["backend"] == "FLASHINFER_MLA_SPARSE_SM90"]
+    ran = {(r["shape"].split()[3], r["shape"].split()[2]) for r in rows if r["ok"] and r["kv_cache_dtype"] == "auto"}
+    assert ran == {(h, c) for h in ("h16/1", "h128/1") for c in ("ctx200", "ctx2500")}
+    assert all(r["ok"] is None and "kpe_scale" in r["skipped"] for r in rows if r["kv_cache_dtype"] == "fp8")
+
+
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
 def test_the_release_profile_holds_the_facts_the_check_ran_with(path):
     recording = _load(path)

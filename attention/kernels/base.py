@@ -19,8 +19,10 @@ BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_AT
 # vLLM's dense MLA backends (docs/vllm-rules.md §3b), timed at decode over a latent cache (kernels/mla.py)
 MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")
 # vLLM's sparse MLA backends (an index_topk model, DeepSeek-V3.2): decode over the indexer's top-k
-# positions of the latent cache (kernels/mla.py, vllm/sparse_mla.py); Hopper has the first two
-SPARSE_MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE")
+# positions of the latent cache (kernels/mla.py, vllm/sparse_mla.py); Hopper has the first two and,
+# from vLLM 0.33, FLASHINFER_MLA_SPARSE_SM90 (a release without it says so in its rows: bench/plan/rules.py)
+SPARSE_MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE",
+                                        "FLASHINFER_MLA_SPARSE_SM90")
 
 
 @dataclass

@@ -14,6 +14,10 @@ about one vLLM release, from the `kernel_adapters` section of the release's data
   `none` (0.24-0.28 only read it in forward_mha / process_weights_after_loading) or `placeholder`
   (0.29-0.33's __init__ sets an attribute on it, _cpu_skip_gemm_dispatch; 0.30 skip_weight_relayout:
   an object that takes attributes);
+- `fp8_not_timed`: per backend, why tune does not time it with an fp8 KV cache on this release although
+  vLLM accepts one (0.30-0.33 FLASHINFER_MLA_SPARSE_SM90: its impl dequantizes the rope part with scale
+  1.0); 0.29 and 0.24 (whose bases are 0.30 and 0.33), which have no
+  such backend, set it to null;
 - `checked_on`: the release whose real classes `python -m attnsel.bench.tools.vllm_cpu_check` drove
   through these facts with every row matching the reference, and `cpu_check`, its recording.
 
@@ -45,6 +49,11 @@ class AdapterFacts:
     mla_kv_b_proj: str = "none"
     checked_on: Optional[str] = None
     cpu_check: Optional[str] = None
+    fp8_not_timed: tuple[tuple[str, str], ...] = ()  # (backend, why), from a JSON object
+
+    def fp8_refusal(self, backend: str) -> Optional[str]:
+        """Why `backend` is not timed with an fp8 KV cache on this release; None where it is."""
+        return dict(self.fp8_not_timed).get(backend)
 
     @classmethod
     def from_data(cls, data: dict) -> Optional["AdapterFacts"]:
@@ -60,7 +69,8 @@ class AdapterFacts:
                    builder_build=tuple(section["builder_build"]), mla_forward_mqa=tuple(section["mla_forward_mqa"]),
                    cudagraph_support=tuple(section["cudagraph_support"]), mla_kv_b_proj=section["mla_kv_b_proj"],
                    checked_on=section.get("checked_on"),
-                   cpu_check=section.get("cpu_check"))
+                   cpu_check=section.get("cpu_check"),
+                   fp8_not_timed=tuple(sorted((section.get("fp8_not_timed") or {}).items())))
 
     @property
     def checked(self) -> bool:

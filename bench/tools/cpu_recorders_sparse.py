@@ -120,4 +120,146 @@ def patch_flashmla_sparse(calls: list[dict]) -> None:
     fms.num_compute_units = lambda device_id=0: 132  # the H100 SXM's SMs (the builder sizes buffers by it)
 
 
-PATCHES = {"FLASH_ATTN_MLA_SPARSE": patch_flash_attn_mla_sparse, "FLASHMLA_SPARSE": patch_flashmla_sparse}
+# A stand-in for FlashInfer's FA3 MLA schedule (its int workspace, flashinfer/mla/_batch_mla): one work
+# item per KV chunk of each query row, so vLLM's device-side clamp of every work's kv_end
+# (flashinfer_mla_sparse_sm90.py _clamp_work_kv_end) runs over split rows as on the GPU.
+SM90_WORK_CHUNK = 512
+# MLAPlanInfo field indices vLLM reads (flashinfer_mla_sparse_sm90.py _PI_*): byte offsets of the per-work
+# arrays in the int workspace, and the number of y blocks (the works' count follows work_indptr).
+SM90_PLAN_FIELDS = {"num_blks_y": 1, "q_indptr": 2, "kv_indptr": 3, "kv_start": 13, "kv_end": 14, "work_indptr": 15}
+
+
+class _Sm90Schedule:
+    """The int workspace of one plan: per work its query row, the row's offset into kv_indices, and
+    the [kv_start, kv_end) part of the row it reads; then work_indptr (0, number of works)."""
+
+    def __init__(self, kv_indptr: Any, kv_lens: Any, rows: int, capacity: int):
+        import torch
+
+        works = [(r, int(kv_indptr[r]), start, min(start + SM90_WORK_CHUNK, int(kv_lens[r])))
+                 for r in range(rows) for start in range(0, max(int(kv_lens[r]), 1), SM90_WORK_CHUNK)]
+        if len(works) > capacity:
+            raise AssertionError(f"{len(works)} works planned, the schedule holds {capacity}")
+        self.int_workspace = torch.zeros(4 * capacity + 2, dtype=torch.int32)
+        for field, column in enumerate(zip(*works)):
+            self.int_workspace[field * capacity: field * capacity + len(works)] = torch.tensor(column)
+        self.int_workspace[4 * capacity + 1] = len(works)
+        info = [0] * 18
+        for name, field in (("q_indptr", 0), ("kv_indptr", 1), ("kv_start", 2), ("kv_end", 3), ("work_indptr", 4)):
+            info[SM90_PLAN_FIELDS[name]] = 4 * field * capacity
+        info[SM90_PLAN_FIELDS["num_blks_y"]] = 1
+        self.plan_info, self.capacity = info, capacity
+
+    def rows(self) -> dict[int, list[int]]:
+        """Per query row, the kv_indices positions its works read (kv_end as vLLM's clamp left it)."""
+        cap, ws = self.capacity, self.int_workspace.tolist()
+        read: dict[int, list[int]] = {}
+        for w in range(ws[4 * cap + 1]):
+            row, offset, start, end = (ws[f * cap + w] for f in range(4))
+            read.setdefault(row, []).extend(range(offset + start, offset + end))
+        return read
+
+
+def _sm90_wrapper(real: Any, calls: list[dict]) -> type:
+    """flashinfer.mla.BatchMLAPagedAttentionWrapper as vLLM's SM90 sparse backend drives it: every call
+    bound to the real class's signature (a wrong argument fails), plan() copying its CSR metadata into
+    the caller's reserved buffers as use_cuda_graph=True does, run() computing the fp32 reference over
+    the slots the planned works read in the kv_indices vLLM packed."""
+    import inspect
+
+    signatures = {name: inspect.signature(getattr(real, name)) for name in ("__init__", "plan", "run")}
+
+    class RecordingWrapper:
+        def __init__(self, *args: Any, **kwargs: Any):
+            self.init = signatures["__init__"].bind(self, *args, **kwargs).arguments
+            self._plan: dict = {}
+            self._planned_backend: Any = None
+            self._plan_info: list[int] = []
+
+        def plan(self, *args: Any, **kwargs: Any) -> None:
+            import types
+
+            given = signatures["plan"].bind(self, *args, **kwargs).arguments
+            for name in ("qo_indptr", "kv_indptr", "kv_len_arr"):  # exact-size copies (CUDA-graph plans)
+                self.init[name].copy_(given[name])
+            self.init["kv_indices"][: given["kv_indices"].numel()].copy_(given["kv_indices"])
+            rows = int(given["qo_indptr"][-1])
+            if not bool((given["qo_indptr"][: rows + 1] == _arange(rows + 1)).all()):
+                raise AssertionError("the SM90 plan must give each query token its own row")
+            capacity = self.init["kv_len_arr"].numel() * -(-self.init["kv_indices"].numel()
+                                                           // (self.init["kv_len_arr"].numel() * SM90_WORK_CHUNK))
+            schedule = _Sm90Schedule(given["kv_indptr"], given["kv_len_arr"], rows, capacity)
+            self._planned_backend = types.SimpleNamespace(_int_workspace_buffer=schedule.int_workspace,
+                                                          schedule=schedule)
+            self._plan_info, self._plan = schedule.plan_info, given
+
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            given = signatures["run"].bind(self, *args, **kwargs).arguments
+            q_nope, q_pe, ckv, kpe = (given[k] for k in ("q_nope", "q_pe", "ckv_cache", "kpe_cache"))
+            plan = self._plan
+            _check_sm90_plan(plan, q_nope, q_pe, ckv)
+            slots = [self.init["kv_indices"][positions].tolist()
+                     for _row, positions in sorted(self._planned_backend.schedule.rows().items())]
+            if any(len(set(r)) != len(r) for r in slots):
+                raise AssertionError("a planned work read past its row's valid prefix (a repeated slot)")
+            latent = _sm90_latent(ckv, kpe, given.get("ckv_scale"), given.get("kpe_scale"))
+            calls.append({"flashinfer_mla_sm90": {"q_nope": tuple(q_nope.shape), "q_pe": tuple(q_pe.shape),
+                                                  "ckv": tuple(ckv.shape), "kv_dtype": str(plan["kv_data_type"]),
+                                                  "ckv_scale": given.get("ckv_scale"), "valid": [len(r) for r in slots][:4]}})
+            ref = sparse_reference(_concat_query(q_nope, q_pe), latent, slots, plan["sm_scale"], ckv.shape[-1])
+            return ref.to(q_nope.dtype)
+
+    return RecordingWrapper
+
+
+def _arange(n: int) -> Any:
+    import torch
+
+    return torch.arange(n, dtype=torch.int32)
+
+
+def _concat_query(q_nope: Any, q_pe: Any) -> Any:
+    import torch
+
+    return torch.cat([q_nope, q_pe], dim=-1)
+
+
+def _check_sm90_plan(plan: dict, q_nope: Any, q_pe: Any, ckv: Any) -> None:
+    """What FlashInfer's kernel would refuse or misread: heads, widths, page size, dtypes."""
+    import torch
+
+    kv_dtype = torch.float8_e4m3fn if ckv.dtype == torch.uint8 else ckv.dtype
+    expected = {"num_heads": q_nope.shape[1], "head_dim_ckv": q_nope.shape[-1], "head_dim_kpe": q_pe.shape[-1],
+                "page_size": 1, "causal": False, "q_data_type": q_nope.dtype, "kv_data_type": kv_dtype}
+    wrong = {k: (plan[k], v) for k, v in expected.items() if plan[k] != v}
+    if wrong:
+        raise AssertionError(f"SM90 plan does not match its run (planned, run): {wrong}")
+
+
+def _sm90_latent(ckv: Any, kpe: Any, ckv_scale: Any, kpe_scale: Any) -> Any:
+    """The flat cache as rows of [kv_c | k_pe], dequantized with the scales vLLM passed for fp8."""
+    import torch
+
+    parts = [ckv[:, 0].float() * (ckv_scale or 1.0), kpe[:, 0].float() * (kpe_scale or 1.0)]
+    return torch.cat(parts, dim=-1)
+
+
+def patch_flashinfer_mla_sparse_sm90(calls: list[dict]) -> None:
+    """FlashInfer's BatchMLAPagedAttentionWrapper (FA3 MLA) as vLLM 0.33's SM90 sparse backend plans and
+    runs it: one query token per row, its top-k slots packed into kv_indices as pages of one token
+    (vLLM's Triton _pack_topk_indices and _clamp_work_kv_end run by the interpreter on the recorder's
+    schedule). Releases without the backend are left as they are (their rows say it is missing)."""
+    import torch
+
+    try:
+        import flashinfer.mla as flashinfer_mla  # type: ignore
+        from vllm.v1.attention.backends.mla import flashinfer_mla_sparse_sm90  # type: ignore  # noqa: F401
+    except ImportError:
+        return
+    flashinfer_mla.BatchMLAPagedAttentionWrapper = _sm90_wrapper(flashinfer_mla.BatchMLAPagedAttentionWrapper, calls)
+    torch.cuda.is_current_stream_capturing = lambda: False  # a CPU captures no graph (the builder asks before plan)
+    _one_stream_index_groups()
+
+
+PATCHES = {"FLASH_ATTN_MLA_SPARSE": patch_flash_attn_mla_sparse, "FLASHMLA_SPARSE": patch_flashmla_sparse,
+           "FLASHINFER_MLA_SPARSE_SM90": patch_flashinfer_mla_sparse_sm90}

@@ -235,11 +235,14 @@ PY
     # FLASH_ATTN_MLA_SPARSE, vLLM's Hopper pick, and FLASHMLA_SPARSE) at the per-GPU heads of TP 1, 2,
     # 4 and 8 (128, 64, 32, 16), each decode token over the indexer's top-k (2048). Both run 64-token
     # kernel pages, so --block-size 64 only (vLLM's default for them). 121 s for all four on an H100
-    # (vLLM 0.26.0, the "engine" set; 22 rows per TP).
+    # (vLLM 0.26.0, the "engine" set; 22 rows per TP). vLLM 0.30+ adds FLASHINFER_MLA_SPARSE_SM90, whose FA3
+    # MLA module FlashInfer JIT-compiles on its first use (nvcc, minutes) unless its JIT cache holds it:
+    # hence up to 360 s a row (tune's --timeout, 180 by default, counts JIT) and 600 s per TP; the cache it
+    # writes serves the later TPs.
     out=${2:?OUT folder}; mkdir -p "$out"
     python3 -c "import vllm; print('vllm', vllm.__version__)" 2>&1 | tail -1
     for tp in 8 4 2 1; do
-      timeout 150 python3 -m attnsel tune --model deepseek-v3.2 -tp "$tp" --workload decode --block-sizes 64 \
+      timeout 600 python3 -m attnsel tune --model deepseek-v3.2 -tp "$tp" --workload decode --block-sizes 64 --timeout 360 \
         --output "$out/h100_sparse_tp$tp" > "$out/h100_sparse_tp$tp.txt" 2> "$out/h100_sparse_tp$tp.err" || true
       echo "== TP $tp: $(grep -h "vLLM's default" "$out/h100_sparse_tp$tp.txt" | head -1)"
       sed -n '/^Recommendation/,/^$/p' "$out/h100_sparse_tp$tp.txt" | head -12

@@ -60,7 +60,7 @@ DENSE = ("TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
 MLA_CHECKED = ("TRITON_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA")
 # sparse MLA: DeepSeek-V3.2's top-k 2048 at its per-GPU heads of TP 8 (16) and TP 1 (128), one
 # context shorter than the top-k (every position chosen) and one longer (2048 of 2500 chosen)
-SPARSE_CHECKED = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE")
+SPARSE_CHECKED = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90")
 SPARSE_SHAPES = (("decode", 3, 200, 1), ("decode", 2, 2500, 1))
 SPARSE_HEADS = (16, 128)
 INDEX_TOPK = 2048

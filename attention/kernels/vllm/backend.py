@@ -122,7 +122,10 @@ class VllmBackendAdapter:
             return []
         from vllm.v1.attention.backends.registry import AttentionBackendEnum  # type: ignore
 
-        backend_module = str(AttentionBackendEnum[self.backend].value).rsplit(".", 1)[0]
+        try:
+            backend_module = str(AttentionBackendEnum[self.backend].value).rsplit(".", 1)[0]
+        except (KeyError, ValueError):  # a backend this release lacks: its rows say so, nothing to preload
+            return []
         from attnsel.attention.kernels.vllm.stack import ATTENTION_LAYER_MODULES
 
         return ["vllm.config", backend_module, ATTENTION_LAYER_MODULES[0], "vllm.v1.worker.utils",

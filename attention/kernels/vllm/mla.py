@@ -205,6 +205,8 @@ class VllmMlaAdapter(VllmBackendAdapter):
             from attnsel.attention.kernels.vllm.stack import backend_class
 
             cls = backend_class(self.backend)
+        except KeyError as exc:  # MissingBackend: not in this release's AttentionBackendEnum
+            return str(exc)
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {exc}"
         return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))

@@ -118,11 +118,25 @@ def attention_layer_class() -> Any:
     raise ImportError(f"no vLLM Attention layer class in {', '.join(ATTENTION_LAYER_MODULES)}")
 
 
+class MissingBackend(KeyError):
+    """The installed vLLM's AttentionBackendEnum has no member of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def backend_class(backend: str) -> Any:
-    """vLLM's backend class for an AttentionBackendEnum name (raises ImportError/KeyError)."""
+    """vLLM's backend class for an AttentionBackendEnum name (raises ImportError, or MissingBackend
+    where this release has no such backend, e.g. FLASHINFER_MLA_SPARSE_SM90 before 0.30)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum  # type: ignore
 
-    return AttentionBackendEnum[backend].get_class()
+    try:
+        member = AttentionBackendEnum[backend]
+    except (KeyError, ValueError):  # the enum's metaclass raises ValueError("Unknown attention backend ...")
+        from attnsel.attention.kernels.base import installed_version
+
+        raise MissingBackend(f"vLLM {installed_version('vllm')} has no {backend} backend") from None
+    return member.get_class()
 
 
 def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = None) -> int:
