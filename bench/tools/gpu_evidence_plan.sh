@@ -48,7 +48,9 @@ case "${PLAN:-evidence}" in
   release)
     # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
     # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run
-    sparse='for tp in 8 4 2 1; do '"$timed"' sparse_tp$tp timeout 200 python3 -m attnsel tune --model deepseek-v3.2 -tp $tp --workload decode --block-sizes 64 --output $LANE_OUT/sparse_tp$tp; done'
+    # the first sparse TP compiles FlashInfer's FA3 MLA module for FLASHINFER_MLA_SPARSE_SM90 (minutes);
+    # then GLM-5-Next at TP 8 (NoPE, head 512: where vLLM 0.30+ picks that backend, vllm#56564)
+    sparse='for tp in 8 4 2 1; do '"$timed"' sparse_tp$tp timeout 600 python3 -m attnsel tune --model deepseek-v3.2 -tp $tp --workload decode --block-sizes 64 --timeout 360 --output $LANE_OUT/sparse_tp$tp; done; '"$timed"' glm5_tp8 timeout 600 python3 -m attnsel tune --model glm-5-next -tp 8 --workload decode --timeout 360 --output $LANE_OUT/glm5_tp8'
     verify='python3 -m attnsel verify'
     $lanes "$res/release" \
       "dense|0|0-15|$after|$timed dense_tune timeout 330 $tune --output \$LANE_OUT/dense_tune; $timed dense_verify timeout 560 $verify \$LANE_OUT/dense_tune --output \$LANE_OUT/dense_verify" \
