@@ -139,6 +139,17 @@ def test_the_entry_point_and_the_typer_main_agree_byte_for_byte(args, scenario):
     assert _process(QUICK_MAIN, args, scenario) == _process(TYPER_MAIN, args, scenario)
 
 
+@pytest.mark.parametrize("redirect", ["> /dev/full", ">&-"])
+def test_stdout_that_cannot_be_written_ends_the_same_both_ways(redirect):
+    """One line, exit 2 (docs/errors.md), from the quick start as from the Typer command."""
+    import shlex
+
+    answers = [_process(["bash", "-c", f"{shlex.join(command + ['probe', '--json'])} {redirect}"], [],
+                        "h100_sxm_x8_nvlink.json") for command in (QUICK_MAIN, TYPER_MAIN)]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 2 and answers[0][2].startswith(b"error: cannot write to stdout")
+
+
 def test_quick_json_probe_imports_neither_typer_nor_rich():
     code = ("import sys, runpy; sys.argv = ['attnsel', 'probe', '--json']\n"
             "try:\n    runpy.run_module('attnsel', run_name='__main__')\n"
