@@ -1,4 +1,5 @@
-"""The `attnsel` command: builds the Typer app and registers each command module."""
+"""The `attnsel` command: builds the Typer app and registers each command module. The entry point
+is cli/entry.py, which runs a plain local `attnsel probe` without this module."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typer.core import TyperGroup
 
 from attnsel import __version__
 from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
-from attnsel.cli.common import (degrade_unencodable_glyphs, drop_unusable_terminal_size, exit_for, guarded_stdout,
-                                 reserve_standard_streams)
+from attnsel.cli.common import exit_for
+from attnsel.cli.streams import drop_unusable_terminal_size, guarded_stdout, start_command
 from attnsel.cli.fast_params import install
 from attnsel.errors import EnvironmentProblem
 from attnsel.cli.help_labels import plain_help_labels
@@ -131,15 +132,6 @@ _register_commands()
 
 
 def main() -> None:
-    import signal
-
-    reserve_standard_streams()
-    degrade_unencodable_glyphs()
-    # `attnsel explain | head`: when the reader leaves, end like a Unix tool killed by SIGPIPE
-    # (shell status 141) instead of click's exit 1, which here means "vLLM would raise" / "a check
-    # failed". Not for `tune` and `verify`, whose workers must be shut down by the parent itself
-    # (`tune --dry-run` starts none).
-    starts_workers = bool({"tune", "verify"} & set(sys.argv[1:])) and "--dry-run" not in sys.argv[1:]
-    if hasattr(signal, "SIGPIPE") and not starts_workers:
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    """The full command (cli/entry.py sends everything here but a plain local `probe`)."""
+    start_command(sys.argv[1:])
     app()

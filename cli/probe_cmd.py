@@ -3,20 +3,19 @@
 Exit codes: 0 probe done (also when no GPU is found); 1 a --require-* check failed;
 2 bad arguments (or an unreadable ATTNSEL_NVML_SCENARIO file); 3 the probe itself broke, or
 (--ray) Ray is not installed or no cluster answers.
-Import-light on purpose: no torch unless NVML is unavailable or --measure-p2p is given.
+Import-light on purpose: no torch unless NVML is unavailable or --measure-p2p is given. A plain local
+probe does not even come here: cli/entry.py runs cli/probe_local.py without Typer.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import typer
 
-from attnsel.cli.common import handle_errors, print_json, stdout_console
-from attnsel.cli.settings import is_quiet
+from attnsel.cli.common import handle_errors
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
-from attnsel.errors import AttnselError, EnvironmentProblem
+from attnsel.cli.probe_local import check_capability_flag, probe_here
 
 
 def register(app: typer.Typer) -> None:
@@ -43,28 +42,13 @@ def register(app: typer.Typer) -> None:
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """GPUs seen through NVML (no CUDA context), the CUDA_VISIBLE_DEVICES mapping, NVLink/P2P and vLLM's verdicts."""
-        from attnsel.probe import parse_required_capability
-
-        if require_capability is not None:
-            parse_required_capability(require_capability)  # bad input fails before any probing
-        refuse_timeout_without_ray(ray, timeout)
+        check_capability_flag(require_capability)  # bad input fails before any probing
+        if ray is not None or timeout is not None:
+            refuse_timeout_without_ray(ray, timeout)
         if ray is not None:
             from attnsel.cli.fleet_cmd import run_probe
 
             return run_probe(ray, timeout, json_output, measure_p2p, require_gpus, require_capability,
                              require_nvlink, require_same_model)
-        from attnsel.probe import check_requirements, collect_probe, raise_if_unmet
-        from attnsel.reports import print_probe, probe_json
-
-        try:
-            report = collect_probe(os.environ, measure_p2p=measure_p2p)
-        except AttnselError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- a probe must end with one line, never a traceback
-            raise EnvironmentProblem(f"probe failed: {type(exc).__name__}: {exc}") from None
-        results = check_requirements(report, require_gpus, require_capability, require_nvlink, require_same_model)
-        if json_output:
-            print_json(probe_json(report, results))
-        else:
-            print_probe(report, stdout_console(), results, notes=not is_quiet())
-        raise_if_unmet(results)
+        # the same body as the quick start's (cli/entry.py): both print the same bytes
+        probe_here(json_output, measure_p2p, require_gpus, require_capability, require_nvlink, require_same_model)

@@ -8,7 +8,6 @@ NVML reading (6016-bit bus x 3201 MHz x 2 = 4.81 TB/s, docs/gpu-facts.md §1).
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -153,6 +152,8 @@ def _shown(name: str) -> str:
 
 def _suggestion(name: str) -> str:
     """Table names the typed one contains as a word ("a100 nonsense" -> A100), then look-alikes."""
+    import difflib  # only for a name that is not in the table: `probe` never needs it
+
     words = {_norm(w) for w in re.split(r"[\s,;/]+", name[:200]) if w}
     contained = [spec.key for key, spec in _BY_KEY.items() if key in words]
     similar = [_BY_KEY[k].key for k in difflib.get_close_matches(_norm(name[:200]), list(_BY_KEY), n=3, cutoff=0.6)]

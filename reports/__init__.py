@@ -7,7 +7,8 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.reports.fleet_report import fleet_probe_json, print_fleet, render_preflight_text
     from attnsel.reports.preflight_report import FORMATS
-    from attnsel.reports.probe_report import print_probe, probe_json
+    from attnsel.reports.probe_document import probe_json
+    from attnsel.reports.probe_report import print_probe
 
 __all__ = [
     "FORMATS",
@@ -22,6 +23,6 @@ __getattr__ = lazy_door(__name__, {
     "fleet_probe_json": "fleet_report",
     "print_fleet": "fleet_report",
     "print_probe": "probe_report",
-    "probe_json": "probe_report",
+    "probe_json": "probe_document",
     "render_preflight_text": "fleet_report",
 })

@@ -16,7 +16,7 @@ from attnsel.attention.preflight import FleetPreflightResult, ScopedCheck
 from attnsel.probe.fleet import FleetProbe, NodeProbe
 from attnsel.probe.fleet import MAX_LISTED, Difference, FleetVerdict, NodeSummary
 from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
-from attnsel.reports.probe_report import probe_json
+from attnsel.reports.probe_document import probe_json
 from attnsel.reports.explain import explanation_to_dict
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Rendering of a `ProbeReport`: a rich table for people, a JSON dict for CI. Never calls NVML."""
+"""Rendering of a `ProbeReport`: a rich table for people (the JSON dict for CI: reports/probe_document.py).
+Never calls NVML."""
 
 from __future__ import annotations
 
@@ -18,18 +19,6 @@ if TYPE_CHECKING:
 
 TOPOLOGY_LEGEND = "NV# = NVLink (# active links); PIX/PXB/PHB/NODE/SYS = PCIe path, as in nvidia-smi topo -m"
 PAIR_TABLE_MAX = 10  # above this many pairs, show the nvidia-smi-style matrix only
-
-
-def probe_json(report: ProbeReport, requirements: Sequence[RequirementResult] = ()) -> dict:
-    """The `attnsel probe --json` document: the report plus vLLM's capability facts per GPU."""
-    data = report.to_dict()
-    for gpu_dict, gpu in zip(data["gpus"], report.gpus):
-        gpu_dict["vllm"] = capability_facts(gpu)
-    data["requirements"] = [r.to_dict() for r in requirements]
-    return data
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def _gib(nbytes: Optional[int]) -> str:

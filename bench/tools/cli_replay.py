@@ -8,7 +8,8 @@
 The grid: explain, tune --dry-run and preflight over every bundled model on five GPUs, every release
 on four GPUs and several dtype spellings, probe / preflight / explain over every recorded NVML
 scenario, `report` of every tune and verify fixture in each format, and every --help. Commands run in
-this process (typer's runner, NO_COLOR, 160 columns), so a recording takes about a minute. The checkout's
+this process (typer's runner, NO_COLOR, 160 columns), so a recording takes about a minute; a plain local
+`probe` runs as the `attnsel` command runs it, through its quick start without Typer (cli/entry.py). The checkout's
 own path is replaced by ROOT, so recordings made in two worktrees compare. "The house" (issue 23)
 replayed 1,069 commands byte-identical across its moves with the harness this tool grew from.
 """
@@ -77,9 +78,36 @@ def commands() -> list[tuple[list[str], Optional[str]]]:
 
 
 def _run(runner, app, args: list[str], env: Optional[dict] = None) -> dict:
+    from attnsel.cli.entry import quick_probe_options
+
+    if quick_probe_options(args, os.environ) is not None:
+        return _run_quick(args, env or {})
     result = runner.invoke(app, args, env=env)
     return {"rc": result.exit_code, "out": result.stdout, "err": result.stderr,
             "exc": None if result.exception is None or isinstance(result.exception, SystemExit) else repr(result.exception)}
+
+
+def _run_quick(args: list[str], env: dict) -> dict:
+    """A plain local `probe` as the `attnsel` command runs it: through the quick start (cli/entry.py),
+    not Typer, so a recording compares what users get with what the Typer command printed before."""
+    import contextlib
+    import io
+
+    from attnsel.cli.entry import quick_probe_options, run_quick_probe
+
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run_quick_probe(quick_probe_options(args, os.environ) or {})
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return {"rc": code, "out": out.getvalue(), "err": err.getvalue(), "exc": None}
 
 
 def record(path: Path) -> int:

@@ -3,7 +3,9 @@ torch but no NVML; no torch import where there is no driver (docs/probe.md, "Spe
 
     python -m attnsel.bench.tools.probe_speed --runs 7
 prints one JSON object: the subprocess wall time of `python -m attnsel probe --json` (median of N),
-the in-process `collect_probe()` time (first call and median of N), and whether torch was imported.
+the same for `python -c pass` (what the interpreter's own start costs on this machine: the floor), the
+in-process `collect_probe()` time (first call and median of N), and whether torch was imported.
+`writes_bytecode` false (PYTHONDONTWRITEBYTECODE set): modules without a .pyc compile anew on every run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ def time_subprocess(runs: int) -> dict:
     }
 
 
+def python_start(runs: int) -> float:
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], capture_output=True)
+        walls.append(time.perf_counter() - start)
+    return round(statistics.median(walls), 4)
+
+
 def time_in_process(runs: int) -> dict:
     from attnsel.probe import collect_probe
 
@@ -67,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "python": sys.version.split()[0],
         "scenario": os.environ.get("ATTNSEL_NVML_SCENARIO"),
+        "writes_bytecode": not sys.flags.dont_write_bytecode,
+        "python_c_pass_median_s": python_start(args.runs),
         "subprocess": time_subprocess(args.runs),
         "in_process": time_in_process(args.runs),
         "target_s": 0.2,
