@@ -53,7 +53,7 @@ case "${PLAN:-evidence}" in
     sparse='for tp in 8 4 2 1; do '"$timed"' sparse_tp$tp timeout 600 python3 -m attnsel tune --model deepseek-v3.2 -tp $tp --workload decode --block-sizes 64 --timeout 360 --output $LANE_OUT/sparse_tp$tp; done; '"$timed"' glm5_tp8 timeout 600 python3 -m attnsel tune --model glm-5-next -tp 8 --workload decode --timeout 360 --output $LANE_OUT/glm5_tp8'
     verify='python3 -m attnsel verify'
     $lanes "$res/release" \
-      "dense|0|0-15|$after|$timed dense_tune timeout 330 $tune --output \$LANE_OUT/dense_tune; $timed dense_verify timeout 560 $verify \$LANE_OUT/dense_tune --output \$LANE_OUT/dense_verify" \
+      "dense|0|0-15|$after|$timed dense_tune timeout 330 $tune --output \$LANE_OUT/dense_tune; $timed dense_verify timeout 560 $verify \$LANE_OUT/dense_tune --model llama-3.1-8b --output \$LANE_OUT/dense_verify" \
       "mla|1|16-31|$after|$timed mla_tune timeout 300 python3 -m attnsel tune --model deepseek-v2-lite --workload decode --output \$LANE_OUT/mla_tune; $timed mla_verify timeout 600 $verify \$LANE_OUT/mla_tune --output \$LANE_OUT/mla_verify" \
       "fp8|2|32-47|$after|$timed fp8_tune timeout 330 python3 -m attnsel tune --model llama-3.1-8b --kv-cache-dtype fp8 --output \$LANE_OUT/fp8_tune; $timed fp8_verify timeout 500 $verify \$LANE_OUT/fp8_tune --output \$LANE_OUT/fp8_verify" \
       "sparse|3|48-63|$after|$sparse; $timed head512_fp8 timeout 240 python3 -m attnsel tune --head-size 512 --dtype bf16 --kv-cache-dtype fp8 --workload decode --output \$LANE_OUT/head512_fp8" ;;
