@@ -19,11 +19,11 @@ from attnsel.bench.tools import verify_fixture
 from attnsel.cli.app import app
 from recordings import recorded
 
-# the H100 runs docs/verify.md quotes (vLLM 0.24.0), and the vLLM 0.26.0 runs of issue 21: dense,
-# MLA (DeepSeek-V2-Lite) and the A/A check (vLLM's default started twice)
+# the H100 runs docs/verify.md quotes (vLLM 0.24.0), the vLLM 0.26.0 runs of issue 21: dense,
+# MLA (DeepSeek-V2-Lite) and the A/A check (vLLM's default started twice), and 0.33.0's dense and MLA on an H200
 RECORDED = [recorded("verify", run, "verify.json")
             for run in ("h100_llama8b", "h100_qwen06", "h100_nemotron_h", "h100_llama8b_fp8", "h100_vllm026_dense",
-                        "h100_vllm026_mla", "h100_vllm026_aa")]
+                        "h100_vllm026_mla", "h100_vllm026_aa", "h200_vllm033_dense", "h200_vllm033_mla")]
 # the sparse-MLA TP-8 shard in vLLM 0.26.0's engine: the tune run it checked was not kept, so its
 # comparisons (which quote tune's predicted margins) cannot be re-derived; the report and the read-back can
 SPARSE_SHARD = recorded("verify", "h100_vllm026_sparse_tp8", "verify.json")

@@ -51,8 +51,10 @@ def copy_run(run: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     written = [dest / "verify.json"]
     shutil.copy(run / "verify.json", written[0])
-    if (run / "tune.json").is_file():
-        tune = json.loads((run / "tune.json").read_text(encoding="utf-8"))
+    # verify --output puts verify.json beside the engines' logs, away from the tune run it checked
+    source = run if (run / "tune.json").is_file() else Path(str((verify.get("tune") or {}).get("source") or run))
+    if (source / "tune.json").is_file():
+        tune = json.loads((source / "tune.json").read_text(encoding="utf-8"))
         written.append(dest / "tune.json")
         written[-1].write_text(json.dumps(trimmed_tune(tune, verify), indent=1) + "\n", encoding="utf-8")
     for row in verify.get("candidates") or []:

@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from attnsel.bench.tools.evidence import parity, probe, tune, verify  # noqa: F401  (each registers its claims)
+from attnsel.bench.tools.evidence import parity, probe, tune, verify, vllm033  # noqa: F401  (each registers its claims)
 from attnsel.bench.tools.evidence.claims import CLAIMS, FIXTURES, Broken, Claim, Recordings
 
 
