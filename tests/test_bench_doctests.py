@@ -6,11 +6,11 @@ import pytest
 
 from attnsel.bench.tune import env_info
 from attnsel.bench.timing import launch_mode
-from attnsel.bench.tune import recommend
+from attnsel.bench.tune import recommend, weights
 from attnsel.bench.timing import stats as timing
 
 
-@pytest.mark.parametrize("module", [timing, recommend, env_info, launch_mode])
+@pytest.mark.parametrize("module", [timing, recommend, weights, env_info, launch_mode])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0

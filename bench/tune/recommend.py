@@ -27,9 +27,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
 from attnsel.bench.tune.verdict import Verdict
-from attnsel.errors import UserInputError
+from attnsel.bench.tune.weights import DEFAULT_WEIGHTS, parse_weights  # noqa: F401  (REC.parse_weights)
 
-DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
 # A margin above noise but below this is not worth a flag change: attention is only part of a
 # decode step (a 30% kernel margin was 1% of an engine step on an H100, issue "tune --verify"), and
 # a larger --block-size costs KV-cache granularity. `--min-gain` lowers or raises it.
@@ -38,38 +37,12 @@ DEFAULT_MIN_GAIN = 0.05
 Config = tuple[str, int]  # (backend, block size)
 
 
-def parse_weights(text: Optional[str]) -> dict[str, float]:
-    """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
-
-    >>> parse_weights("decode=3,prefill=1")
-    {'decode': 3.0, 'prefill': 1.0, 'mixed': 0.0}
-    """
-    if not text:
-        return dict(DEFAULT_WEIGHTS)
-    weights = {k: 0.0 for k in DEFAULT_WEIGHTS}
-    seen: set[str] = set()
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition("=")
-        name = name.strip().lower()
-        if sep and name in seen:
-            raise UserInputError(f"--weights gives {name} twice: {text!r}")
-        seen.add(name)
-        if not sep or name not in weights:
-            raise UserInputError(f"--weights must look like decode=0.7,prefill=0.2,mixed=0.1, got {text!r}")
-        try:
-            weights[name] = float(value)
-        except ValueError:
-            raise UserInputError(f"--weights: {value!r} is not a number") from None
-        if weights[name] < 0 or not math.isfinite(weights[name]):
-            raise UserInputError(f"--weights must be finite numbers >= 0, got {name}={value.strip()}")
-    if sum(weights.values()) <= 0:
-        raise UserInputError("--weights must give at least one workload a positive weight")
-    return weights
-
-
 def geometric_mean(values: Iterable[float]) -> float:
+    """Shapes weigh equally.
+
+    >>> geometric_mean([1.0, 4.0])
+    2.0
+    """
     vals = list(values)
     if not vals or any(v <= 0 for v in vals):
         raise ValueError("geometric mean needs positive values")
