@@ -5,7 +5,10 @@ builder run unchanged around it), records the arguments vLLM passed, and compute
 reference FROM THOSE ARGUMENTS: the page table, lengths, scale, fp8 descales and layout vLLM
 derived from what attnsel handed it. A wrong block table, length, scale or query layout in our
 adapters therefore fails the check; a kernel bug on the GPU is out of reach here (the GPU run's
-correctness gate covers that).
+correctness gate covers that). Every argument the real kernel reads counts, scales included, and
+each is applied as the kernel applies it, not as the caller presumably meant it (wrapper_scales: a
+q_scale handed over with a 16-bit query still scales the logits, as vLLM 0.33's native fp8 decode
+showed on an H200).
 """
 
 from __future__ import annotations
@@ -21,6 +24,32 @@ def _scalar(value: Any) -> float:
     if hasattr(value, "reshape"):
         return float(value.reshape(-1)[0])
     return float(value)
+
+
+def wrapper_scales(run_kwargs: dict) -> dict[str, float]:
+    """The scales a FlashInfer paged wrapper's run() applies, as it applies them: q_scale and k_scale
+    multiply the softmax scale WHATEVER the query's dtype (FlashInfer 0.7.2: BatchDecodeWithPagedKVCacheWrapper.run
+    flashinfer/decode.py:2907-2910, BatchPrefillWithPagedKVCacheWrapper.run prefill.py:4322-4326 outside its
+    cudnn backend; 0.6.14: decode.py:1530-1533), and v_scale multiplies the output (0.7.2 decode.py:3316-3318).
+    So a 16-bit query handed over with a q_scale other than 1.0 gets its logits scaled by it: the recorder
+    does the same (it once applied q_scale to fp8 queries only, and passed vLLM 0.33's native fp8 decode,
+    which the H200 failed; docs/tune.md "FlashInfer's native decode with an fp8 cache")."""
+    return {f"{name}_scale": _scalar(run_kwargs.get(f"{name}_scale")) for name in "qkv"}
+
+
+def paged_wrapper_output(plan: dict, q: Any, kv: Any, kv_layout: str, run_kwargs: dict) -> Any:
+    """What a FlashInfer paged wrapper's run(q, kv, **run_kwargs) computes (fp32), from the arguments
+    its plan() was given (`plan`: indptr, indices, last_page_len, optional qo_indptr, sm_scale) and
+    every scale run() is given (wrapper_scales)."""
+    indptr = plan.get("indptr", plan.get("paged_kv_indptr")).tolist()
+    indices = plan.get("indices", plan.get("paged_kv_indices")).tolist()
+    last = plan.get("last_page_len", plan.get("paged_kv_last_page_len")).tolist()
+    qo = plan["qo_indptr"].tolist() if "qo_indptr" in plan else list(range(len(indptr)))
+    k_pages, v_pages = _flashinfer_pages(kv, kv_layout)
+    page = k_pages.shape[1]
+    tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
+    lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
+    return reference_from_pages(q, k_pages, v_pages, tables, lens, qo, plan.get("sm_scale"), **wrapper_scales(run_kwargs))
 
 
 def reference_from_pages(q, k_pages, v_pages, tables: list[list[int]], seq_lens: list[int], q_starts: list[int],
@@ -100,6 +129,10 @@ def patch_flashinfer(calls: list[dict]) -> None:
             def plan(self, *args: Any, **kwargs: Any) -> None:
                 bound = signature.bind(self, *args, **kwargs)
                 self._plan = dict(bound.arguments)
+                # FlashInfer 0.7's decode plan() takes all but the first seven as **kwargs (decode.py:1834)
+                for name, parameter in signature.parameters.items():
+                    if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+                        self._plan.update(self._plan.pop(name, {}))
                 # the real wrappers keep these; vLLM's forward asserts them against its impl
                 self._window_left = self._plan.get("window_left", -1)
                 self._logits_soft_cap = self._plan.get("logits_soft_cap") or 0.0
@@ -110,23 +143,11 @@ def patch_flashinfer(calls: list[dict]) -> None:
                               "kv_data_type": str(self._plan.get("kv_data_type"))})
 
             def run(self, q: Any, kv: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
-                p = self._plan
-                indptr = p.get("indptr", p.get("paged_kv_indptr")).tolist()
-                indices = p.get("indices", p.get("paged_kv_indices")).tolist()
-                last = p.get("last_page_len", p.get("paged_kv_last_page_len")).tolist()
-                qo = p["qo_indptr"].tolist() if "qo_indptr" in p else list(range(len(indptr)))
-                k_pages, v_pages = _flashinfer_pages(kv, self.kv_layout)
-                page = k_pages.shape[1]
-                tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
-                lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
                 calls.append({"run": real.__name__, "q_dtype": str(q.dtype), "q_scale": kwargs.get("q_scale"),
                               "k_scale": kwargs.get("k_scale"), "v_scale": kwargs.get("v_scale"),
                               "kv": "(k, v) tuple" if isinstance(kv, (tuple, list)) else f"{kv.dim()}-D tensor",
                               "kv_layout": self.kv_layout})
-                # an fp8 query (0.26 quantizes the prefill query on SM90) comes with its q_scale
-                q_scale = _scalar(kwargs.get("q_scale")) if q.element_size() == 1 else 1.0
-                ref = reference_from_pages(q, k_pages, v_pages, tables, lens, qo, p.get("sm_scale"), q_scale=q_scale,
-                                           k_scale=_scalar(kwargs.get("k_scale")), v_scale=_scalar(kwargs.get("v_scale")))
+                ref = paged_wrapper_output(self._plan, q, kv, self.kv_layout, kwargs)
                 if out is None:
                     return ref.to(q.dtype)
                 out.copy_(ref.to(out.dtype))
@@ -137,6 +158,11 @@ def patch_flashinfer(calls: list[dict]) -> None:
 
     fi.BatchDecodeWithPagedKVCacheWrapper = recording(fi.BatchDecodeWithPagedKVCacheWrapper)
     fi.BatchPrefillWithPagedKVCacheWrapper = recording(fi.BatchPrefillWithPagedKVCacheWrapper)
+    if hasattr(fi, "fast_decode_plan"):
+        # a CUDA-graph decode wrapper's second and later plans go through FlashInfer's fast_decode_plan
+        # (0.33 flashinfer.py:2934, vLLM's fast_plan_decode), which fills the same plan into the
+        # wrapper's graph buffers: the recorder takes it as a plan()
+        fi.fast_decode_plan = lambda wrapper, *args, **kwargs: wrapper.plan(*args, **kwargs)
     if hasattr(fi, "_get_trtllm_workspace_buffer"):
         _patch_flashinfer_trtllm_decode(fi, calls)
     if hasattr(fi, "custom_ops"):

@@ -7,8 +7,9 @@ halves of one last axis (the layout vLLM 0.26+ allocates and splits, flashinfer.
 Runs FlashInfer's BatchDecodeWithPagedKVCacheWrapper (the decode path vLLM's FLASHINFER backend takes on
 SM90 for a single-token decode, FIDecode) on one cache, four ways: 16-bit and fp8 (e4m3, per-tensor
 scales passed as k_scale/v_scale, as vLLM passes layer._k_scale_float), each as the strided halves and as
-contiguous copies of the same values, with and without tensor cores. Each is compared with an fp32
-reference over the dequantized values. Prints one line per case: relative error, and whether it passes
+contiguous copies of the same values, with and without tensor cores; the fp8 strided case once more
+with the q_scale vLLM 0.25-0.33 pass along with a 16-bit query (expected to miss: FlashInfer scales the
+logits by it). Each is compared with an fp32 reference over the dequantized values. Prints one line per case: relative error, and whether it passes
 tune's fp8 tolerance. Needs a CUDA GPU and flashinfer.
 """
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+
+TUNE_Q_SCALE = 0.01937  # layer._q_scale of tune's llama-3.1-8b decode b=1 ctx=1024 row (H200, 2026-11-27)
 
 
 def _reference(q, k, v, indptr, indices, last, block_size, scale):
@@ -73,10 +77,13 @@ def run_cases() -> list[dict]:
                 wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
                 wrapper.plan(indptr, indices, last, q_heads, kv_heads, dim, block_size,
                              sm_scale=scale, q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
-                out = wrapper.run(q, cache, k_scale=ks, v_scale=vs)
-                err = float((out.float() - ref).norm() / ref.norm())
-                results.append({"kv": str(kv_dtype).split(".")[-1], "layout": layout, "tensor_cores": tensor_cores,
-                                "relative_error": round(err, 4), "passes_0.15": err <= 0.15})
+                # q_scale: as vLLM 0.25-0.33's FlashInferImpl.forward passes it with a 16-bit decode query
+                # (tune's calc_kv_scales value); FlashInfer folds it into sm_scale (docs/tune.md)
+                for q_scale in (None, TUNE_Q_SCALE) if kv_dtype is fp8 and layout == "strided halves" else (None,):
+                    out = wrapper.run(q, cache, q_scale=q_scale, k_scale=ks, v_scale=vs)
+                    err = float((out.float() - ref).norm() / ref.norm())
+                    results.append({"kv": str(kv_dtype).split(".")[-1], "layout": layout, "tensor_cores": tensor_cores,
+                                    "q_scale": q_scale, "relative_error": round(err, 4), "passes_0.15": err <= 0.15})
     return results
 
 
@@ -94,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(meta)
         for r in results:
-            print(f"{r['kv']:14s} {r['layout']:15s} tensor_cores={r['tensor_cores']!s:5s} rel.err {r['relative_error']:.4f}")
+            print(f"{r['kv']:14s} {r['layout']:15s} tensor_cores={r['tensor_cores']!s:5s} q_scale={r['q_scale']} "
+                  f"rel.err {r['relative_error']:.4f}")
     return 0
 
 

@@ -19,7 +19,9 @@ extensions that need a driver are empty modules and `torch.ops._C` answers False
 probes; the CUDA-only kernel calls (FA3 and, for head size 512 on SM90, FA4; FlashInfer's wrappers
 and its XQA decode; FlashMLA; FA3 MLA; FlashInfer's TRT-LLM MLA) are replaced by recorders
 (cpu_recorders.py) that compute the reference from the arguments vLLM passes them (so a wrong
-block table, length, scale or query layout in what we hand vLLM fails the check). Each row
+block table, length, scale or query layout in what we hand vLLM fails the check). FLASHINFER is
+checked with FlashInfer's cubins at hand (XQA decode) and without (native decode, `flashinfer_cubin`
+false in the rows); a row whose output is vLLM's own known fault says so (status "vLLM", not BAD). Each row
 records the kernel block size vLLM split the cache into and, for FLASH_ATTN, the FA version.
 Exit 0 when every row checked matches the reference.
 """
@@ -97,6 +99,20 @@ def target_gpu(runtime: Any, backend: str) -> None:
             cached.cache_clear()
 
 
+# vLLM decodes with FlashInfer's XQA on SM90 only where has_nvidia_artifactory() (flashinfer-cubin, or
+# NVIDIA's artifactory reachable; 0.33 utils/flashinfer.py:647-697), else with its native wrapper (FIDecode),
+# as on the GPU machines tune ran on ("Failed to connect to NVIDIA artifactory"). FLASHINFER: both ways.
+CUBIN_ANSWERS = {"FLASHINFER": (False, True)}
+
+
+def flashinfer_cubin(runtime: Any, available: bool) -> None:
+    """has_nvidia_artifactory() answers `available` (vLLM's functools caches that read it are cleared)."""
+    if runtime._artifactory != available:
+        runtime._artifactory = available
+        for cached in runtime._all_caches():
+            cached.cache_clear()
+
+
 def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> Any:
     import torch
 
@@ -111,6 +127,8 @@ def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> 
     # pinned host buffers need a driver: FlashInfer's builder and (0.31+) CpuGpuBuffer.copy_to_gpu
     # (vllm/v1/utils.py:143 in 0.31) read a module-level PIN_MEMORY
     for module_name in ("vllm.v1.attention.backends.flashinfer", "vllm.v1.utils",
+                        # 0.33's fast_plan_decode pins FlashInfer's host range buffer (pin_host_range_buf)
+                        "vllm.utils.flashinfer",
                         # the sparse MLA builders: np_to_pinned_tensor (request ids) and 0.33's
                         # pinned context-length copy
                         "vllm.utils.torch_utils", "vllm.model_executor.layers.attention.sparse_mla_attention"):
@@ -179,8 +197,10 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
                 prepared.poison_output()
             err = paged.relative_error(prepared.run(), paged.reference_attention(b))
             tolerance = FP8_TOLERANCE if kv_cache_dtype != "auto" else 2e-2
-            row.update(ok=err < tolerance, rel_error=err, provider=prepared.provider,
-                       launch=prepared.details.get("launch"), details=prepared.details, notes=prepared.notes,
+            row.update(ok=_outcome(err < tolerance, prepared.details.get("vllm_fault"), row), rel_error=err,
+                       provider=prepared.provider,
+                       launch=prepared.details.get("launch"), decode_path=prepared.details.get("decode_path"),
+                       details=prepared.details, notes=prepared.notes,
                        kernel_block_size=prepared.kernel_block_size, fa_version=prepared.details.get("fa_version"))
         except Exception as exc:  # noqa: BLE001 -- reported per row
             row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -192,6 +212,18 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
         row["recorded_calls"] = calls[-3:]
         results.append(row)
     return results
+
+
+def _outcome(matched: bool, fault: Any, row: dict) -> Any:
+    """Matched the reference or not; None (row["vllm_fault"]) where the adapter names vLLM's own fault
+    (fp8_faults.py) and the output misses as it says; a named fault that matched is stale: False."""
+    if not fault:
+        return matched
+    row["vllm_fault"] = fault
+    if matched:
+        row["error"] = "the adapter names a fault of vLLM's here, yet the output matched the reference"
+        return False
+    return None
 
 
 def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
@@ -311,28 +343,33 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
     builder = StackBuilder(device="cpu")
     version = getattr(vllm, "__version__", "?")
     commit = getattr(importlib.import_module("vllm._version"), "__commit_id__", None) or "?"
-    counts = {name: sum(1 for r in rows if r["ok"] is value) for name, value in
-              (("ok", True), ("BAD", False), ("refused by vLLM", None))}
+    counts = {name: sum(1 for r in rows if r["ok"] is value and bool(r.get("vllm_fault")) is fault) for name, value, fault
+              in (("ok", True, False), ("BAD", False, False), ("refused by vLLM", None, False),
+                  ("vLLM's own output wrong (a known fault, fp8_faults.py)", None, True))}
     doc = {"_source": f"python -m attnsel.bench.tools.vllm_cpu_check --save on the vLLM {version} wheel "
                       f"(vllm/_version.py commit {commit}): " + ", ".join(f"{n} {k}" for k, n in counts.items()),
            "vllm": version, "wheel_commit": commit, "gpu": "H100 stand-in (CC 9.0) unless the row says otherwise",
            "adapter_facts": dataclasses.asdict(builder.facts),
            "backends": {b: _layout_on_its_gpu(runtime, builder, b) for b in backends},
            "rows": [{k: row.get(k) for k in ("backend", "kv_cache_dtype", "shape", "block_size", "ok", "skipped",
-                                             "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error")} for row in rows]}
+                                             "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error",
+                                             "flashinfer_cubin", "decode_path", "vllm_fault")} for row in rows]}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(f"saved the check of vLLM {doc['vllm']} ({len(rows)} rows) into {path}")
 
 
 def _print_row(row: dict) -> None:
-    if row["ok"] is None:
-        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped: {row['skipped']}")
+    cubin = "" if row.get("flashinfer_cubin", True) else " (no cubin)"
+    if row["ok"] is None and not row.get("vllm_fault"):
+        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped{cubin}: {row['skipped']}")
         return
-    status = "ok " if row["ok"] else "BAD"
+    status = "vLLM" if row["ok"] is None else "ok " if row["ok"] else "BAD"
     detail = f"err {row['rel_error']:.2e} launch={row['launch']}" if "rel_error" in row else row.get("error")
-    print(f"{status} {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} {detail} ({row['seconds']} s)")
-    if not row["ok"] or os.environ.get("ATTNSEL_VERBOSE"):
+    print(f"{status} {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} {detail}{cubin} ({row['seconds']} s)")
+    if row.get("vllm_fault"):
+        print(f"      {row['vllm_fault']}")
+    if row["ok"] is False or os.environ.get("ATTNSEL_VERBOSE"):
         print(f"      {row.get('details') or ''} {row['recorded_calls']}")
 
 
@@ -359,11 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for backend in backends:
         target_gpu(runtime, backend)
-        for kv in args.kv_cache_dtype or ["auto", "fp8"]:
-            for row in check_backend(backend, kv):
-                failed += row["ok"] is False
-                _print_row(row)
-                rows.append({**row, "kv_cache_dtype": kv, "gpu": gpu_label(backend)})
+        for cubin in CUBIN_ANSWERS.get(backend, (True,)):
+            flashinfer_cubin(runtime, cubin)
+            for kv in args.kv_cache_dtype or ["auto", "fp8"]:
+                for row in check_backend(backend, kv):
+                    failed += row["ok"] is False
+                    row = {**row, "kv_cache_dtype": kv, "gpu": gpu_label(backend), "flashinfer_cubin": cubin}
+                    _print_row(row)
+                    rows.append(row)
+        flashinfer_cubin(runtime, True)
     if args.save:
         save_check(args.save, backends, rows, runtime)
     return 1 if failed else 0

@@ -150,6 +150,7 @@ class VllmBackendAdapter:
         import torch
 
         from attnsel.attention.kernels import paged
+        from attnsel.attention.kernels.vllm.fp8_faults import native_decode_q_scale_fault
         from attnsel.attention.kernels.vllm.inputs import common_metadata, fp8_format_the_impl_reads, kv_cache_tensor, set_layer_scales
         from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
@@ -166,6 +167,7 @@ class VllmBackendAdapter:
                 notes.append(f"vLLM's {self.backend} writes and reads a {b.kv_cache_dtype} cache as {read_as}: "
                              f"filled that way here, as vLLM fills it")
             query, quant_note = query_as_vllm_hands_it(stack, b.query)
+        fault = native_decode_q_scale_fault(self.backend, stack.layer, metadata, getattr(b, "kv_cache_dtype", "auto"))
         num_tokens = int(b.query.shape[0])
         # the forward pass reads K/V from the cache; the new-token K/V arguments are only read by
         # encoder attention and DCP (not timed here)
@@ -191,7 +193,10 @@ class VllmBackendAdapter:
             notes=tuple(stack.notes + notes + ([quant_note] if quant_note else [])),
             poison_output=lambda: out.fill_(float("nan")),
             writes_into_given_output=True,
-            details={**self.details(stack, metadata, launch, kv_cache), "query_dtype": str(query.dtype)},
+            # vllm_fault: why vLLM's own output misses the reference at these scales (fp8_faults.py);
+            # bench says it on a row that fails the check
+            details={**self.details(stack, metadata, launch, kv_cache), "query_dtype": str(query.dtype),
+                     **({"vllm_fault": fault} if fault else {})},
         )
 
     def prebuild(self, workloads: Any, **shape: Any) -> dict:
@@ -263,6 +268,11 @@ class VllmBackendAdapter:
                 facts[name] = value
         if getattr(metadata, "scheduler_metadata", None) is not None:
             facts["aot_scheduler_metadata"] = True
+        # FlashInfer (0.25+): the query dtype its builder chose per phase (maybe_quant_query converts to it)
+        for part in ("decode", "prefill"):
+            chosen = getattr(metadata, f"q_data_type_{part}", None)
+            if chosen is not None:
+                facts[f"{part}_query_dtype"] = str(chosen)
         for part in ("decode", "prefill"):
             sub = getattr(metadata, part, None)
             if sub is not None:
