@@ -25,7 +25,9 @@
 set -euo pipefail
 cmd=${1:-help}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-PART_MIB=${PART_MIB:-46}  # a device call carries 64 MiB with the tree (~16.4 MiB, 2026-11-27)
+# a device call carries 64 MiB with the tree (tracked files): a part is what the tree leaves, less 2 MiB
+tree_mib() { git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -cb 2>/dev/null) | tail -1 | awk '{print int($1 / 1048576 + 1)}'; }
+PART_MIB=${PART_MIB:-$(( 62 - $(tree_mib) ))}
 
 # The release whose wheels are packed: its own pins (`python -m attnsel.bench.tools.release_env pins X`
 # reads them from the wheel). Releases after 0.26 pin another torch than the device's 2.11: not packed here.
