@@ -58,10 +58,9 @@ SPARSE_RECORDINGS = [p for p in RECORDINGS if any("top" in r["shape"] for r in _
 
 
 def test_a_release_with_sparse_mla_was_checked_with_it():
-    # the recordings saved since the sparse adapter exists: 0.26, and 0.31-0.33, whose sparse impls ask
-    # vLLM's TP group while built (attention/kernels/vllm/mla.py tp_world_of_one); 0.27-0.30's sparse
-    # rows passed too but their recordings predate them (docs/tune.md)
-    assert [p.stem for p in SPARSE_RECORDINGS] == ["vllm_0_26", "vllm_0_31", "vllm_0_32", "vllm_0_33"]
+    # every recording saved since the sparse adapter exists: 0.26 on (from 0.27 the sparse impls ask
+    # vLLM's TP group while built: attention/kernels/vllm/mla.py tp_world_of_one)
+    assert [p.stem for p in SPARSE_RECORDINGS] == [f"vllm_0_{minor}" for minor in range(26, 34)]
 
 
 @pytest.mark.parametrize("path", SPARSE_RECORDINGS, ids=lambda p: p.stem)

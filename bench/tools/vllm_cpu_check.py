@@ -21,6 +21,9 @@ and its XQA decode; FlashMLA; FA3 MLA; FlashInfer's TRT-LLM MLA) are replaced by
 (cpu_recorders.py) that compute the reference from the arguments vLLM passes them (so a wrong
 block table, length, scale or query layout in what we hand vLLM fails the check). Each row
 records the kernel block size vLLM split the cache into and, for FLASH_ATTN, the FA version.
+Before a row is driven the release's own selector is asked about it, with the inputs tune's plan
+builds (cpu_check_selector.py): a row vLLM refuses is recorded as refused with vLLM's reasons, as
+tune never times it, and every row keeps what the selector answered (`selector_reasons`).
 Exit 0 when every row checked matches the reference.
 """
 
@@ -35,6 +38,7 @@ from typing import Any
 from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels import FP8_TOLERANCE
 from attnsel.bench.tools import cpu_recorders, cpu_recorders_sparse
+from attnsel.bench.tools.cpu_check_selector import selector_reasons
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # vllm.triton_utils disables Triton unless exactly one Triton driver is active; an empty
@@ -136,7 +140,7 @@ def _recorded_calls(backend: str) -> list[dict]:
     return _CALLS[backend]
 
 
-def _checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]]:
+def checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]]:
     """(workload, block size) rows of one backend's check."""
     from attnsel.attention.kernels import paged
 
@@ -163,10 +167,14 @@ def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
     calls = _recorded_calls(backend)
     adapter = adapters_for(backend, device="cpu")[0]
     results = []
-    for w, block_size in _checked_workloads(backend, kv_cache_dtype):
+    for w, block_size in checked_workloads(backend, kv_cache_dtype):
         make = mla.make_mla_batch if w.is_mla else paged.make_paged_batch
         row = {"backend": backend, "shape": w.label(), "block_size": block_size}
-        reason = adapter.unsupported_reason(w, block_size, "cpu")
+        # the release's own selector first, as tune's plan asks it (cpu_check_selector.py): what vLLM
+        # refuses is refused in vLLM's words; the adapter's reasons cover what vLLM accepts
+        capability, gpu_name = STAND_IN.get(backend, H100)
+        row["selector_reasons"] = selector_reasons(backend, w, block_size, capability, gpu_name)
+        reason = "; ".join(row["selector_reasons"]) or adapter.unsupported_reason(w, block_size, "cpu")
         if reason:
             row.update(ok=None, skipped=reason, seconds=0.0, recorded_calls=[])
             results.append(row)
@@ -311,15 +319,18 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
     builder = StackBuilder(device="cpu")
     version = getattr(vllm, "__version__", "?")
     commit = getattr(importlib.import_module("vllm._version"), "__commit_id__", None) or "?"
-    counts = {name: sum(1 for r in rows if r["ok"] is value) for name, value in
-              (("ok", True), ("BAD", False), ("refused by vLLM", None))}
+    refused = [r for r in rows if r["ok"] is None]
+    counts = {"ok": sum(1 for r in rows if r["ok"] is True), "BAD": sum(1 for r in rows if r["ok"] is False),
+              "refused by vLLM's selector": sum(1 for r in refused if r.get("selector_reasons")),
+              "not built by the adapter": sum(1 for r in refused if not r.get("selector_reasons"))}
     doc = {"_source": f"python -m attnsel.bench.tools.vllm_cpu_check --save on the vLLM {version} wheel "
                       f"(vllm/_version.py commit {commit}): " + ", ".join(f"{n} {k}" for k, n in counts.items()),
            "vllm": version, "wheel_commit": commit, "gpu": "H100 stand-in (CC 9.0) unless the row says otherwise",
            "adapter_facts": dataclasses.asdict(builder.facts),
            "backends": {b: _layout_on_its_gpu(runtime, builder, b) for b in backends},
            "rows": [{k: row.get(k) for k in ("backend", "kv_cache_dtype", "shape", "block_size", "ok", "skipped",
-                                             "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error")} for row in rows]}
+                                             "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error",
+                                             "selector_reasons")} for row in rows]}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(f"saved the check of vLLM {doc['vllm']} ({len(rows)} rows) into {path}")
@@ -327,7 +338,8 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
 
 def _print_row(row: dict) -> None:
     if row["ok"] is None:
-        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped: {row['skipped']}")
+        who = "refused by vLLM" if row.get("selector_reasons") else "skipped"
+        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} {who}: {row['skipped']}")
         return
     status = "ok " if row["ok"] else "BAD"
     detail = f"err {row['rel_error']:.2e} launch={row['launch']}" if "rel_error" in row else row.get("error")
