@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.plan.rules import (
         hybrid_block_size,
         rule_profile_choice,
+        selector_inputs,
         vllm_default_choice,
         vllm_verdict,
     )
@@ -32,6 +33,7 @@ __all__ = [
     "make_shape",
     "parse_workloads",
     "rule_profile_choice",
+    "selector_inputs",
     "shape_from_model",
     "vllm_default_choice",
     "vllm_verdict",
@@ -47,6 +49,7 @@ __getattr__ = lazy_door(__name__, {
     "make_shape": "shape",
     "parse_workloads": "workloads",
     "rule_profile_choice": "rules",
+    "selector_inputs": "rules",
     "shape_from_model": "shape",
     "vllm_default_choice": "rules",
     "vllm_verdict": "rules",

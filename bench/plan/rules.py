@@ -107,6 +107,14 @@ def _selection(shape: TuneShape, capability: tuple[int, int], backend: Optional[
     return profile, inputs, ctx
 
 
+def selector_inputs(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
+                    vllm_version: Optional[str] = None):
+    """(SelectorInputs, SelectionContext) of one tune row, the inputs `vllm_verdict` judges with the
+    profile: bench/tools/vllm_cpu_check.py hands the same ones to the installed release's selector."""
+    _profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
+    return inputs, ctx
+
+
 def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int], *,
                       vllm_version: Optional[str] = None) -> Optional[int]:
     """The block size vLLM uses for a hybrid model with `--attention-backend BACKEND` and no

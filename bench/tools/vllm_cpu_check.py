@@ -23,6 +23,9 @@ block table, length, scale or query layout in what we hand vLLM fails the check)
 checked with FlashInfer's cubins at hand (XQA decode) and without (native decode, `flashinfer_cubin`
 false in the rows); a row whose output is vLLM's own known fault says so (status "vLLM", not BAD). Each row
 records the kernel block size vLLM split the cache into and, for FLASH_ATTN, the FA version.
+Before a row is driven the release's own selector is asked about it, with the inputs tune's plan
+builds (cpu_check_selector.py): a row vLLM refuses is recorded as refused with vLLM's reasons, as
+tune never times it, and every row keeps what the selector answered (`selector_reasons`).
 Exit 0 when every row checked matches the reference.
 """
 
@@ -37,6 +40,8 @@ from typing import Any
 from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels import FP8_TOLERANCE
 from attnsel.bench.tools import cpu_recorders, cpu_recorders_sparse
+from attnsel.bench.tools.cpu_check_recording import INDEX_TOPK, record_stacks, signatures_and_layout
+from attnsel.bench.tools.cpu_check_selector import selector_reasons
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # vllm.triton_utils disables Triton unless exactly one Triton driver is active; an empty
@@ -65,7 +70,6 @@ MLA_CHECKED = ("TRITON_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA")
 SPARSE_CHECKED = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90")
 SPARSE_SHAPES = (("decode", 3, 200, 1), ("decode", 2, 2500, 1))
 SPARSE_HEADS = (16, 128)
-INDEX_TOPK = 2048
 SPARSE_BLOCK_SIZES = (64, 128)  # their kernel block size (64), and one vLLM splits into kernel blocks
 
 
@@ -154,7 +158,7 @@ def _recorded_calls(backend: str) -> list[dict]:
     return _CALLS[backend]
 
 
-def _checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]]:
+def checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]]:
     """(workload, block size) rows of one backend's check."""
     from attnsel.attention.kernels import paged
 
@@ -174,17 +178,22 @@ def _checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int
                     for kind, batch, context, qlen in shapes for block_size in sizes]
 
 
-def check_backend(backend: str, kv_cache_dtype: str = "auto") -> list[dict]:
+def check_backend(backend: str, kv_cache_dtype: str = "auto", flashinfer_cubin: bool = True) -> list[dict]:
     from attnsel.attention.kernels import mla, paged
     from attnsel.attention.kernels import adapters_for
 
     calls = _recorded_calls(backend)
     adapter = adapters_for(backend, device="cpu")[0]
     results = []
-    for w, block_size in _checked_workloads(backend, kv_cache_dtype):
+    for w, block_size in checked_workloads(backend, kv_cache_dtype):
         make = mla.make_mla_batch if w.is_mla else paged.make_paged_batch
         row = {"backend": backend, "shape": w.label(), "block_size": block_size}
-        reason = adapter.unsupported_reason(w, block_size, "cpu")
+        # the release's own selector first, as tune's plan asks it (cpu_check_selector.py): what vLLM
+        # refuses is refused in vLLM's words; the adapter's reasons cover what vLLM accepts
+        capability, gpu_name = STAND_IN.get(backend, H100)
+        row["selector_reasons"] = selector_reasons(backend, w, block_size, capability, gpu_name,
+                                                   has_flashinfer_cubin=flashinfer_cubin)
+        reason = "; ".join(row["selector_reasons"]) or adapter.unsupported_reason(w, block_size, "cpu")
         if reason:
             row.update(ok=None, skipped=reason, seconds=0.0, recorded_calls=[])
             results.append(row)
@@ -226,112 +235,20 @@ def _outcome(matched: bool, fault: Any, row: dict) -> Any:
     return None
 
 
-def _spec(backend: str, block_size: int, kv_cache_dtype: str = "auto") -> Any:
-    """The recorded layer: Llama-3.1-8B's (32/8 heads, d128) or, for an MLA backend, DeepSeek-V3's
-    at TP 8 (16 heads, latent 512 + 64), bf16, on an H100 with vllm serve's limits."""
-    from attnsel.attention.kernels.vllm import MlaDims, StackSpec
-
-    if backend in SPARSE_MLA_BACKENDS:
-        return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
-                         mla=MlaDims(512, 64, 128, 128, INDEX_TOPK))
-    if backend in MLA_BACKENDS:
-        return StackSpec(backend, 16, 1, 576, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192,
-                         mla=MlaDims(512, 64, 128, 128))
-    return StackSpec(backend, 32, 8, 128, "bfloat16", kv_cache_dtype, block_size, 131072, 1024, 8192)
-
-
-def _record_backend(builder: Any, backend: str) -> dict:
-    from attnsel.attention.kernels.vllm import backend_class, call_accepting
-
-    cls = backend_class(backend)
-    entry: dict = {"block_sizes": {}, "is_mla": bool(cls.is_mla()),
-                   "supported_kv_cache_dtypes": list(getattr(cls, "supported_kv_cache_dtypes", None) or [])}
-    for block_size in (16, 32, 64, 128, 256):
-        spec = _spec(backend, block_size)
-        try:
-            stack = builder.build(spec)
-        except Exception as exc:  # noqa: BLE001 -- vLLM refuses the block size
-            entry["block_sizes"][str(block_size)] = {"error": f"{type(exc).__name__}: {exc}"}
-            continue
-        with stack.active():
-            shape = call_accepting(stack.backend_cls.get_kv_cache_shape, 10, stack.kernel_block_size,
-                                   spec.num_kv_heads, spec.head_size)
-            order = stack.backend_cls.get_kv_cache_stride_order()
-        entry["block_sizes"][str(block_size)] = {"kernel_block_size": stack.kernel_block_size,
-                                                 "kv_cache_shape_10_blocks": list(shape), "stride_order": list(order)}
-        entry.update(cudagraph_support=stack.cudagraph_support, cudagraph_mode=stack.cudagraph_mode,
-                     impl=type(stack.layer.impl).__name__, builder=type(stack.builder).__name__)
-        entry["dispatch"] = [[n, u, *stack.launch_for(n, u)] for n in (1, 3, 16, 64, 256, 512, 513, 2048)
-                             for u in (True, False)]
-    fp8 = next((k for k in ("fp8", "fp8_e4m3") if k in entry["supported_kv_cache_dtypes"]), None)
-    if fp8 and cls.supports_kv_cache_dtype(fp8):
-        sizes = [int(k) for k, v in entry["block_sizes"].items() if "kernel_block_size" in v]
-        stack = builder.build(_spec(backend, sizes[0], fp8))
-        entry["fp8"] = {"kv_cache_spec_dtype": str(stack.kv_cache_spec.dtype).replace("torch.", ""),
-                        "supports_quant_query_input": bool(getattr(stack.layer.impl, "supports_quant_query_input", False)),
-                        "layer_has_query_quant": getattr(stack.layer, "query_quant", None) is not None}
-    return entry
-
-
-def record_stacks(backends: list[str]) -> dict:
-    """What vLLM's own classes answer per backend and block size (see _spec for the layer): the
-    facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and resolved mode, kernel
-    block size, KV-cache shape and stride order, dispatcher answers, the fp8 KV-cache storage dtype
-    and whether the impl takes an fp8 query)."""
-    from attnsel.attention.kernels.vllm import StackBuilder
-
-    import vllm  # type: ignore
-
-    builder = StackBuilder(device="cpu")
-    doc: dict = {"vllm": getattr(vllm, "__version__", "?"), "gpu": "H100 stand-in (CC 9.0)", "backends": {}}
-    for backend in backends:
-        doc["backends"][backend] = _record_backend(builder, backend)
-    return doc
-
-
-def _parameters(fn: Any) -> list[str]:
-    """A method's parameter names, "name=" where it has a default ("**kwargs" / "*args" as such)."""
-    import inspect
-
-    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
-    return [f"{marks.get(p.kind, '')}{name}{'=' if p.default is not p.empty else ''}"
-            for name, p in inspect.signature(fn).parameters.items() if name not in ("self", "cls")]
-
-
-def _signatures_and_layout(builder: Any, backend: str) -> dict:
-    """What the replay test (tests/test_vllm_cpu_recordings.py) checks our calls against: the
-    parameter names of the methods the adapters call on this release's classes, and the logical
-    cache shape and stride order get_kv_cache_shape gives for 10 blocks."""
-    from attnsel.attention.kernels.vllm.inputs import backend_cache_layout
-
-    block_size = MLA_BLOCK_SIZES.get(backend, SPARSE_BLOCK_SIZES if backend in SPARSE_MLA_BACKENDS else (16,))[0]
-    stack = builder.build(_spec(backend, block_size))
-    impl = stack.layer.impl
-    entry: dict = {"block_size": block_size, "impl": type(impl).__name__, "builder": type(stack.builder).__name__,
-                   "builder_build": _parameters(stack.builder.build),
-                   "cudagraph_support": _parameters(type(stack.builder).get_cudagraph_support)}
-    latent = backend in MLA_BACKENDS + SPARSE_MLA_BACKENDS
-    if latent:
-        entry["mla_forward_mqa"] = _parameters(impl.forward_mqa)
-        heads, width = 1, stack.spec.head_size
-    else:
-        entry["impl_forward"] = _parameters(impl.forward)
-        heads, width = stack.spec.num_kv_heads, stack.spec.head_size
-    with stack.active():
-        shape, order = backend_cache_layout(stack, 10, stack.kernel_block_size, heads, width,
-                                            latent=latent)
-        entry["kv_cache_shape_10_blocks"], entry["stride_order"] = list(shape), list(order)
-    return entry
-
-
 def _layout_on_its_gpu(runtime: Any, builder: Any, backend: str) -> dict:
+    from attnsel.attention.kernels.vllm.stack import MissingBackend
+
     target_gpu(runtime, backend)
-    return {**_signatures_and_layout(builder, backend), "gpu": gpu_label(backend)}
+    try:
+        block_size = MLA_BLOCK_SIZES.get(backend, SPARSE_BLOCK_SIZES if backend in SPARSE_MLA_BACKENDS else (16,))[0]
+        return {**signatures_and_layout(builder, backend, block_size), "gpu": gpu_label(backend)}
+    except MissingBackend as missing:  # a backend of later releases (its rows say the same)
+        return {"missing": str(missing)}
 
 
 def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -> None:
     """The check's recording: the release, the adapter facts it drove the classes with, per backend
-    the signatures and cache layout (_signatures_and_layout), and every row's outcome."""
+    the signatures and cache layout (cpu_check_recording.signatures_and_layout), and every row's outcome."""
     import dataclasses
     import importlib
     import json
@@ -343,9 +260,11 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
     builder = StackBuilder(device="cpu")
     version = getattr(vllm, "__version__", "?")
     commit = getattr(importlib.import_module("vllm._version"), "__commit_id__", None) or "?"
-    counts = {name: sum(1 for r in rows if r["ok"] is value and bool(r.get("vllm_fault")) is fault) for name, value, fault
-              in (("ok", True, False), ("BAD", False, False), ("refused by vLLM", None, False),
-                  ("vLLM's own output wrong (a known fault, fp8_faults.py)", None, True))}
+    refused = [r for r in rows if r["ok"] is None and not r.get("vllm_fault")]
+    counts = {"ok": sum(1 for r in rows if r["ok"] is True), "BAD": sum(1 for r in rows if r["ok"] is False),
+              "refused by vLLM's selector": sum(1 for r in refused if r.get("selector_reasons")),
+              "not built by the adapter": sum(1 for r in refused if not r.get("selector_reasons")),
+              "vLLM's own output wrong (a known fault, fp8_faults.py)": sum(1 for r in rows if r.get("vllm_fault"))}
     doc = {"_source": f"python -m attnsel.bench.tools.vllm_cpu_check --save on the vLLM {version} wheel "
                       f"(vllm/_version.py commit {commit}): " + ", ".join(f"{n} {k}" for k, n in counts.items()),
            "vllm": version, "wheel_commit": commit, "gpu": "H100 stand-in (CC 9.0) unless the row says otherwise",
@@ -353,7 +272,8 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
            "backends": {b: _layout_on_its_gpu(runtime, builder, b) for b in backends},
            "rows": [{k: row.get(k) for k in ("backend", "kv_cache_dtype", "shape", "block_size", "ok", "skipped",
                                              "rel_error", "launch", "kernel_block_size", "fa_version", "gpu", "error",
-                                             "flashinfer_cubin", "decode_path", "vllm_fault")} for row in rows]}
+                                             "flashinfer_cubin", "decode_path", "vllm_fault", "selector_reasons")}
+                     for row in rows]}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
     print(f"saved the check of vLLM {doc['vllm']} ({len(rows)} rows) into {path}")
@@ -362,7 +282,8 @@ def save_check(path: str, backends: list[str], rows: list[dict], runtime: Any) -
 def _print_row(row: dict) -> None:
     cubin = "" if row.get("flashinfer_cubin", True) else " (no cubin)"
     if row["ok"] is None and not row.get("vllm_fault"):
-        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} skipped{cubin}: {row['skipped']}")
+        who = "refused by vLLM" if row.get("selector_reasons") else "skipped"
+        print(f"--  {row['backend']:<14} bs={row['block_size']:<3} {row['shape']:<52} {who}{cubin}: {row['skipped']}")
         return
     status = "vLLM" if row["ok"] is None else "ok " if row["ok"] else "BAD"
     detail = f"err {row['rel_error']:.2e} launch={row['launch']}" if "rel_error" in row else row.get("error")
@@ -399,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         for cubin in CUBIN_ANSWERS.get(backend, (True,)):
             flashinfer_cubin(runtime, cubin)
             for kv in args.kv_cache_dtype or ["auto", "fp8"]:
-                for row in check_backend(backend, kv):
+                for row in check_backend(backend, kv, cubin):
                     failed += row["ok"] is False
                     row = {**row, "kv_cache_dtype": kv, "gpu": gpu_label(backend), "flashinfer_cubin": cubin}
                     _print_row(row)
