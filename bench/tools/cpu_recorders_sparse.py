@@ -209,6 +209,10 @@ def _sm90_wrapper(real: Any, calls: list[dict]) -> type:
             ref = sparse_reference(_concat_query(q_nope, q_pe), latent, slots, plan["sm_scale"], ckv.shape[-1])
             return ref.to(q_nope.dtype)
 
+    # vLLM detects the SM90 support by the real run()'s parameters (0.33 utils/flashinfer.py:442
+    # has_flashinfer_sm90_nope_mla: `ckv_scale_arr`); the stand-in shows the same ones
+    for name in ("__init__", "plan", "run"):
+        getattr(RecordingWrapper, name).__signature__ = signatures[name]
     return RecordingWrapper
 
 
