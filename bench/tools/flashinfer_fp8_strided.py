@@ -23,65 +23,60 @@ import sys
 TUNE_Q_SCALE = 0.01937  # layer._q_scale of tune's llama-3.1-8b decode b=1 ctx=1024 row (H200, 2026-11-27)
 
 
-def _reference(q, k, v, indptr, indices, last, block_size, scale):
+def flashinfer_indices(b) -> tuple:
+    """FlashInfer's CSR page list (indptr, indices, last page length) of a paged batch's block table."""
+    import itertools
+
     import torch
 
-    outs = []
-    for b in range(len(indptr) - 1):
-        pages = indices[indptr[b]:indptr[b + 1]]
-        keys = k[pages].reshape(-1, *k.shape[2:])
-        vals = v[pages].reshape(-1, *v.shape[2:])
-        n = (len(pages) - 1) * block_size + int(last[b])
-        keys, vals = keys[:n].float(), vals[:n].float()
-        group = q.shape[1] // keys.shape[1]
-        keys = keys.repeat_interleave(group, dim=1)
-        vals = vals.repeat_interleave(group, dim=1)
-        logits = torch.einsum("hd,nhd->hn", q[b].float(), keys) * scale
-        outs.append(torch.einsum("hn,nhd->hd", logits.softmax(-1), vals))
-    return torch.stack(outs)
+    seq_lens, _ = b.host_lists()
+    pages = [-(-n // b.block_size) for n in seq_lens]
+    indices = torch.cat([b.block_table[r, :p] for r, p in enumerate(pages)]).int()
+    indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32, device=indices.device)
+    last = torch.tensor([n - (p - 1) * b.block_size for n, p in zip(seq_lens, pages)], dtype=torch.int32,
+                        device=indices.device)
+    return indptr, indices, last
+
+
+def packed_halves(b) -> tuple:
+    """The batch's K and V caches as vLLM 0.26+ allocates them, one last axis of 2 x head_size, split."""
+    import torch
+
+    fp8 = b.key_cache.dtype == torch.float8_e4m3fn
+    parts = [c.view(torch.uint8) if fp8 else c for c in (b.key_cache, b.value_cache)]
+    packed = torch.cat(parts, dim=-1)
+    return (packed.view(torch.float8_e4m3fn) if fp8 else packed).split(b.head_size, dim=-1)
 
 
 def run_cases() -> list[dict]:
+    import dataclasses
+
     import torch
     import flashinfer
 
-    torch.manual_seed(0)
-    dev, blocks, block_size, kv_heads, q_heads, dim, batch, seq = "cuda", 96, 16, 8, 32, 128, 4, 300
-    k = torch.randn(blocks, block_size, kv_heads, dim, device=dev)
-    v = torch.randn(blocks, block_size, kv_heads, dim, device=dev)
-    q = torch.randn(batch, q_heads, dim, device=dev, dtype=torch.bfloat16)
-    per_seq = -(-seq // block_size)
-    indices = torch.randperm(blocks, device=dev)[: batch * per_seq].int()
-    indptr = torch.arange(0, batch * per_seq + 1, per_seq, device=dev, dtype=torch.int32)
-    last = torch.full((batch,), seq - (per_seq - 1) * block_size, device=dev, dtype=torch.int32)
-    scale = dim ** -0.5
-    k_scale, v_scale = float(k.abs().max() / 448), float(v.abs().max() / 448)
-    fp8 = torch.float8_e4m3fn
+    from attnsel.attention.kernels import paged
+
+    decode = paged.Workload("decode", 4, 300, 1, 32, 8, 128, "bfloat16")
     results = []
-    for kv_dtype in (torch.bfloat16, fp8):
-        if kv_dtype is fp8:
-            kq, vq = (k / k_scale).to(fp8), (v / v_scale).to(fp8)
-            k_deq, v_deq, ks, vs = kq.float() * k_scale, vq.float() * v_scale, k_scale, v_scale
-        else:
-            kq, vq = k.to(kv_dtype), v.to(kv_dtype)
-            k_deq, v_deq, ks, vs = kq.float(), vq.float(), None, None
-        packed = torch.cat([kq.view(torch.uint8) if kv_dtype is fp8 else kq,
-                            vq.view(torch.uint8) if kv_dtype is fp8 else vq], dim=-1)
-        if kv_dtype is fp8:
-            packed = packed.view(fp8)
-        halves = packed.split(dim, dim=-1)
-        ref = _reference(q, k_deq, v_deq, indptr.tolist(), indices, last.tolist(), block_size, scale)
+    for kv in ("auto", "fp8"):
+        # tune's own batch: random K/V, a shuffled block table, fp8 with tune's per-tensor scales
+        b = paged.make_paged_batch(dataclasses.replace(decode, kv_cache_dtype=kv), 16, device="cuda", ragged=False)
+        ref = paged.reference_attention(b)
+        indptr, indices, last = flashinfer_indices(b)
+        kv_dtype = b.key_cache.dtype
+        ks, vs = (b.k_scale, b.v_scale) if kv == "fp8" else (None, None)
+        halves = packed_halves(b)
         for layout, cache in (("strided halves", halves), ("contiguous", tuple(h.contiguous() for h in halves))):
             for tensor_cores in (False, True):
-                workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=dev)
+                workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device="cuda")
                 wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
-                wrapper.plan(indptr, indices, last, q_heads, kv_heads, dim, block_size,
-                             sm_scale=scale, q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
+                wrapper.plan(indptr, indices, last, b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size,
+                             sm_scale=b.scale, q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
                 # q_scale: as vLLM 0.25-0.33's FlashInferImpl.forward passes it with a 16-bit decode query
                 # (tune's calc_kv_scales value); FlashInfer folds it into sm_scale (docs/tune.md)
-                for q_scale in (None, TUNE_Q_SCALE) if kv_dtype is fp8 and layout == "strided halves" else (None,):
-                    out = wrapper.run(q, cache, q_scale=q_scale, k_scale=ks, v_scale=vs)
-                    err = float((out.float() - ref).norm() / ref.norm())
+                for q_scale in (None, TUNE_Q_SCALE) if kv == "fp8" and layout == "strided halves" else (None,):
+                    out = wrapper.run(b.query, cache, q_scale=q_scale, k_scale=ks, v_scale=vs)
+                    err = paged.relative_error(out.float(), ref)
                     results.append({"kv": str(kv_dtype).split(".")[-1], "layout": layout, "tensor_cores": tensor_cores,
                                     "q_scale": q_scale, "relative_error": round(err, 4), "passes_0.15": err <= 0.15})
     return results
