@@ -3,9 +3,10 @@ torch 2.14 carried to the GPU machine, tune through 0.33's classes, verify in 0.
 
 from __future__ import annotations
 
-from attnsel.bench.tools.evidence.claims import Recordings, claim, expect
+from attnsel.bench.tools.evidence.claims import Recordings, claim, expect, ok_rows
 from attnsel.bench.tools.evidence.verify import _engines_ran_what_they_were_asked, _verdict_holds_without_flags
 from attnsel.bench.tune import Verdict
+from attnsel.bench.verify.verdict import decode_geomeans
 
 RELEASE = "0.33.0"
 TUNES = {name: f"tune/h200_vllm033_{name}/tune.json"
@@ -16,14 +17,9 @@ KEEP_DEFAULT = (Verdict.DEFAULT_IS_FASTEST, Verdict.NOISY, Verdict.SMALL)  # adv
 
 
 def _geomean_us(doc: dict) -> dict:
-    """Each timed (backend, block size)'s geometric mean over the shapes it ran, in µs."""
-    import math
-
-    logs: dict = {}
-    for row in doc["rows"]:
-        if row["status"] == "ok":
-            logs.setdefault(row["backend"], []).append(math.log(row["timing"]["median_ms"] * 1000))
-    return {backend: math.exp(sum(v) / len(v)) for backend, v in logs.items()}
+    """Each ranked backend's decode geomean as the run's recommendation recorded it, in µs (the
+    sparse runs time one block size per backend)."""
+    return {backend: ms * 1000 for (backend, _size), ms in decode_geomeans(doc).items()}
 
 
 @claim("docs/evidence.md 'vLLM 0.33.0 on the H200': every timed row of every 0.33 run was measured by vLLM 0.33.0's "
@@ -34,7 +30,7 @@ def vllm033_rows_ran_its_own_classes(rec: Recordings) -> None:
         versions = doc["environment"]["versions"]
         expect(versions["vllm"] == RELEASE and versions["torch"].startswith("2.14"), f"{name}: {versions}")
         expect("H200" in doc["environment"]["gpu"]["name"], f"{name}: {doc['environment']['gpu']['name']}")
-        timed = [r for r in doc["rows"] if r["status"] == "ok" and r["backend"] != "FLEX_ATTENTION"]
+        timed = [r for r in ok_rows(doc["rows"]) if r["backend"] != "FLEX_ATTENTION"]
         expect(timed, f"{name}: nothing timed")
         for row in timed:
             expect(row["provider"].startswith(f"vllm {RELEASE} "), f"{name}: {row['provider']}")
