@@ -70,15 +70,25 @@ site() {
   rm -rf "$dl"
 }
 
-# strip_site DIR: what no Hopper run here loads (FA2: Hopper runs FA3; Blackwell-only kernels, headers
-# and ptxas; Triton's profiler CUPTI; FlashInfer sources for kernels vLLM does not JIT for these runs)
+# strip_vllm DIR: what no Hopper run here loads from vLLM's wheel (FA2: Hopper runs FA3; the Rust
+# front end; Blackwell-only headers; deep_gemm builds for other Pythons)
+strip_vllm() {
+  rm -rf "$1/vllm/vllm-rs" "$1/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$1/vllm/third_party/fmha_sm100" \
+    "$1/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so
+}
+
+# strip_flashinfer_sources DIR: FlashInfer sources for kernels vLLM does not JIT for these runs
+strip_flashinfer_sources() {
+  rm -rf "$1/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
+}
+
+# strip_site DIR: a release set with its own torch (pack_list): both of the above, Triton's profiler
+# CUPTI and Blackwell ptxas, console scripts, bytecode caches
 strip_site() {
   local d=$1
-  rm -rf "$d/vllm/vllm-rs" "$d/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$d/vllm/third_party/fmha_sm100" \
-    "$d/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so \
-    "$d/triton/backends/nvidia/lib/cupti-blackwell" "$d/triton/backends/nvidia/lib/cupti" \
-    "$d/triton/backends/nvidia/bin/ptxas-blackwell" "$d/bin" \
-    "$d/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
+  strip_vllm "$d"; strip_flashinfer_sources "$d"
+  rm -rf "$d/triton/backends/nvidia/lib/cupti-blackwell" "$d/triton/backends/nvidia/lib/cupti" \
+    "$d/triton/backends/nvidia/bin/ptxas-blackwell" "$d/bin"
   find "$d" -name __pycache__ -prune -exec rm -rf {} +
 }
 
@@ -114,16 +124,15 @@ pack() {
   local set=${1:-kernels} work; work=$(mktemp -d)
   # shellcheck disable=SC2086
   site "$work/site-vllm" $VLLM_SET $CUPTI_SET
-  rm -f "$work/site-vllm/vllm/vllm-rs" "$work/site-vllm/vllm/third_party/deep_gemm/_C.cpython-31"[0134]-*.so
-  rm -rf "$work/site-vllm/vllm/third_party/fmha_sm100"   # Blackwell-only headers
-  local drop=(--exclude=./vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so)
+  strip_vllm "$work/site-vllm"
+  local drop=()
   if [ "$set" = vllm ]; then
     drop+=(--exclude=./vllm/_moe_C_stable_libtorch.abi3.so)   # vLLM's own kernels only: no stand-ins, no engine
   elif [ "$set" = kernels ]; then
     drop+=(--exclude=./vllm/_moe_C_stable_libtorch.abi3.so)
     # shellcheck disable=SC2086
     site "$work/site-standin" $STANDIN_SET
-    rm -rf "$work/site-standin/flashinfer/data/csrc/"{cake_dsv4,cake_sampling,kda,fused_moe,gdn,cake_fmha,experimental,blackwell_bf16_fp4}
+    strip_flashinfer_sources "$work/site-standin"
   else
     # shellcheck disable=SC2086
     site "$work/site-engine" $ENGINE_SET   # unpacked into the same /tmp/site
