@@ -16,6 +16,7 @@
 # sparse MLA at TP 8/4/2/1, then head size 512 with an fp8 cache: FA4 on SM90 in 0.33), four lanes, ~12 min.
 # PLAN=before adds nothing of this; it runs the speed steps with the .before checkout instead (the
 # "before" column, same lanes), and PLAN=gpus the `tune --gpus 0,1` / `--gpus all` scaling, cold and warm.
+# PLAN=speed: issue 25's whole before/after table in one sitting (below).
 set -uo pipefail
 res=${1:?RESULTS folder}; mkdir -p "$res"
 root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root" || exit 2
@@ -45,6 +46,23 @@ case "${PLAN:-evidence}" in
   gpus)
     $lanes "$res/gpus2" "gpus2|0,1|0-31|$after|$empty; $timed cold $tune --gpus 0,1 --output \$LANE_OUT/cold; $timed warm $tune --gpus 0,1 --output \$LANE_OUT/warm"
     $lanes "$res/gpus4" "gpus4|0,1,2,3|0-63|$after|$empty; $timed cold $tune --gpus all --output \$LANE_OUT/cold; $timed warm $tune --gpus all --output \$LANE_OUT/warm" ;;
+  speed)
+    # issue 25's before/after in one sitting (.before = the checkout before the speed work). Phase 1, four
+    # lanes of one GPU and 16 cores (a one-H100 machine's shape), side by side so both columns share
+    # the machine's state: tune cold+warm before | after, verify (caches emptied) before | after (+ the
+    # A/A verify). Phase 2, `--gpus` scaling with the after checkout, each run given the cores a machine
+    # with that many GPUs has: 1 GPU / 16 cores beside 2 GPUs / 32 cores, then 4 GPUs / 64 cores.
+    # Then `probe --json` x10 before and after on the quiet machine. ~20 min on 4 H100s.
+    $lanes "$res/phase1" "before_tune|0|0-15|$before|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed" \
+      "after_tune|1|16-31|$after|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed" \
+      "before_verify|2|32-47|$before|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.6 $speed" \
+      "after_verify|3|48-63|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2 $speed; $timed aa timeout 360 $aa"
+    scale="$empty; $timed cold timeout 300 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/cold; $timed warm timeout 150 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/warm"
+    $lanes "$res/phase2" "gpus1|0|0-15|$after|GPUS=; $scale" "gpus2|1,2|16-47|$after|GPUS=all; $scale"
+    $lanes "$res/phase3" "gpus4|0,1,2,3|0-63|$after|GPUS=all; $scale"
+    probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
+    $lanes "$res/probe" "probe_before|0,1,2,3|0-63|$before|$probe > \$LANE_OUT/probe.json"
+    $lanes "$res/probe" "probe_after|0,1,2,3|0-63|$after|$probe > \$LANE_OUT/probe.json" ;;
   release)
     # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
     # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run
