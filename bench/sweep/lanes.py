@@ -1,0 +1,134 @@
+"""`tune --gpus`: which rows each GPU's lane runs, and one backend's outcome put back together when
+its rows ran in several lanes (docs/tune-performance.md "Finer lanes").
+
+A lane runs *parts*: a backend's rows for some of its block sizes, in one worker. A part pays its
+own worker start (hidden behind the lane's previous part when pre-spawned) and, cold, the JIT of
+its block sizes; a block size is never split (vLLM's Triton JIT and the crash/timeout limits of
+bench/sweep/groups.py are per (backend, block size)). FlashInfer's JIT build is shared between
+parts through its on-disk cache: each pre-spawned part builds with the module's file lock held
+(attention/kernels/flashinfer_adapter.py `build_kwargs`, need_lock), so a second part waits for
+the first one's ninja, then finds it up to date (flashinfer 0.7.2.post1 flashinfer/jit/core.py:577-599).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+# Rough cost of a part, in "rows": its rows plus a start-up charge (imports, cold JIT), charged to
+# every part: a FlashInfer part waits for the shared JIT build, cold, whichever lane it is in.
+STARTUP_COST_ROWS = {"FLASHINFER": 60, "FLEX_ATTENTION": 30}
+DEFAULT_STARTUP_COST_ROWS = 20
+MAX_MOVES = 64  # the search below stops long before on any real grid (each move lowers the loads)
+
+Part = tuple[str, list[dict]]
+
+
+def part_cost(backend: str, rows: int) -> int:
+    """A part's estimated cost: its rows plus its backend's start-up charge.
+
+    >>> part_cost("FLASHINFER", 16), part_cost("TRITON_ATTN", 80)
+    (76, 100)
+    """
+    return rows + STARTUP_COST_ROWS.get(backend, DEFAULT_STARTUP_COST_ROWS)
+
+
+def _block_sizes(items: list[dict]) -> list[int]:
+    return list(dict.fromkeys(item["block_size"] for item in items))
+
+
+class _Plan:
+    """Lanes as {backend: [block sizes]}, with each (backend, block size)'s row count."""
+
+    def __init__(self, order: list[Part], lanes: int):
+        self.rows = {(b, bs): sum(1 for i in items if i["block_size"] == bs) for b, items in order for bs in _block_sizes(items)}
+        self.lanes: list[dict[str, list[int]]] = [{} for _ in range(lanes)]
+
+    def load(self, lane: dict[str, list[int]]) -> int:
+        return sum(part_cost(b, sum(self.rows[(b, bs)] for bs in sizes)) for b, sizes in lane.items())
+
+    def loads(self) -> list[int]:
+        return [self.load(lane) for lane in self.lanes]
+
+    def moved(self, src: int, dst: int, backend: str, k: int) -> tuple[dict, dict]:
+        """Lanes src and dst after moving `backend`'s last k block sizes of src to dst (merged
+        with dst's part of that backend, if it has one)."""
+        a, b = dict(self.lanes[src]), dict(self.lanes[dst])
+        sizes = a.pop(backend)
+        if k < len(sizes):
+            a[backend] = sizes[:-k]
+        b[backend] = b.get(backend, []) + sizes[-k:]
+        return a, b
+
+    def best_move(self) -> Optional[tuple[int, int, str, int]]:
+        """The move off the most loaded lane that leaves both lanes it touches lightest, if that is
+        below the most loaded lane's load today (ties: fewer parts, then the first found)."""
+        loads = self.loads()
+        heavy = max(range(len(loads)), key=lambda i: (loads[i], -i))
+        best, best_key = None, None
+        for backend, sizes in self.lanes[heavy].items():
+            for dst in (i for i in range(len(self.lanes)) if i != heavy):
+                for k in range(1, len(sizes) + 1):
+                    a, b = self.moved(heavy, dst, backend, k)
+                    key = (max(self.load(a), self.load(b)), len(a) + len(b))
+                    if key[0] < loads[heavy] and (best_key is None or key < best_key):
+                        best, best_key = (heavy, dst, backend, k), key
+        return best
+
+
+def assign_lanes(order: list[Part], lanes: int) -> list[list[Part]]:
+    """Rows onto `lanes` lanes: whole backend groups first, largest estimated cost first onto the
+    least loaded lane; then, while it lowers the most loaded lane's estimated cost (part_cost), some
+    of its backend's block sizes move to another lane (a new part there, or merged into that lane's
+    part of the same backend), never fewer than one block size a part. Each lane keeps the sweep's
+    order (so FLASHINFER stays last in its lane). One lane: `order` itself.
+
+    >>> rows = lambda n: [{"block_size": bs} for bs in (16, 32, 64, 128, 256)[:n // 16] for _ in range(16)]
+    >>> groups = [("FLEX_ATTENTION", rows(16)), ("TRITON_ATTN", rows(80)), ("FLASH_ATTN", rows(80)),
+    ...           ("FLASHINFER", rows(80))]
+    >>> [[b for b, _ in lane] for lane in assign_lanes(groups, 2)]
+    [['FLEX_ATTENTION', 'FLASHINFER'], ['TRITON_ATTN', 'FLASH_ATTN']]
+    >>> [[(b, len(items)) for b, items in lane] for lane in assign_lanes(groups, 4)]
+    [[('FLASHINFER', 64)], [('TRITON_ATTN', 80)], [('FLASH_ATTN', 80)], [('FLEX_ATTENTION', 16), ('FLASHINFER', 16)]]
+    """
+    if lanes <= 1:
+        return [list(order)] if order else []
+    plan = _Plan(order, lanes)
+    for backend, items in sorted(order, key=lambda kv: -part_cost(kv[0], len(kv[1]))):
+        loads = plan.loads()
+        plan.lanes[min(range(lanes), key=lambda i: (loads[i], i))][backend] = _block_sizes(items)
+    for _ in range(MAX_MOVES):
+        move = plan.best_move()
+        if move is None:
+            break
+        src, dst, backend, k = move
+        plan.lanes[src], plan.lanes[dst] = plan.moved(src, dst, backend, k)
+    items_of = dict(order)
+    return [[(b, [i for i in items_of[b] if i["block_size"] in lane[b]]) for b, _ in order if b in lane]
+            for lane in plan.lanes if lane]
+
+
+def lane_facts(gpus: list[str], lanes: list[list[Part]]) -> dict:
+    """tune.json "gpus": `lanes` (GPU -> its backends, in the order run) and `lane_block_sizes`
+    (GPU -> backend -> the block sizes that lane ran: a backend may appear in several lanes)."""
+    return {"lanes": {gpu: [backend for backend, _ in lane] for gpu, lane in zip(gpus, lanes)},
+            "lane_block_sizes": {gpu: {backend: _block_sizes(items) for backend, items in lane}
+                                 for gpu, lane in zip(gpus, lanes)}}
+
+
+def merge_lane_results(gpus: list[str], lanes: list[list[Part]], lane_outcomes: dict[str, dict],
+                       lane_infos: dict[str, dict], outcomes: dict, infos: dict) -> None:
+    """Each lane's outcomes and worker info (by backend) into the sweep's, in GPU order: a backend
+    run in one lane keeps its outcome as is; one split over lanes gets one outcome whose `parts`
+    are its lanes' outcomes (bench/tune/phases.py sums them). Worker info: the first GPU's."""
+    from attnsel.bench.sweep.groups import GroupOutcome
+
+    by_backend: dict[str, list] = {}
+    for gpu, lane in zip(gpus, lanes):
+        for backend, items in lane:
+            outcome = lane_outcomes.get(gpu, {}).get(backend)
+            if outcome is not None:
+                by_backend.setdefault(backend, []).append((gpu, _block_sizes(items), outcome))
+            if backend not in infos and lane_infos.get(gpu, {}).get(backend):
+                infos[backend] = lane_infos[gpu][backend]
+    for backend, parts in by_backend.items():
+        outcomes[backend] = parts[0][2] if len(parts) == 1 else GroupOutcome.merged(parts)
