@@ -66,7 +66,7 @@ class _Plan:
 
     def load(self, lane: dict[str, list[int]]) -> int:
         """lane_load with the lane's parts in the sweep's order."""
-        return lane_load([(b, sum(self.rows[(b, bs)] for bs in lane[b])) for b in sorted(lane, key=self.position.get)])
+        return lane_load([(b, sum(self.rows[(b, bs)] for bs in lane[b])) for b in sorted(lane, key=self.position.__getitem__)])
 
     def loads(self) -> list[int]:
         return [self.load(lane) for lane in self.lanes]
