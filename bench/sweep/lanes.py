@@ -14,41 +14,56 @@ from __future__ import annotations
 
 from typing import Optional
 
-# Rough cost of a part, in "rows": its rows plus a start-up charge (imports, cold JIT). A part's
-# worker is pre-spawned, so the lane's earlier parts hide its start (FLASHINFER's JIT pre-build
-# included: it runs from the lane's start, bench/sweep/run.py); what they do not hide is charged,
-# and at least PART_COST_ROWS: one more worker's setup and exit (recorded warm, 2 x H200: setup_s
-# 0.6-1.4 s + other_s ~0.4 s a backend, at ~0.16 s a row; tests/fixtures/tune/h200x2_gpus).
-STARTUP_COST_ROWS = {"FLASHINFER": 60, "FLEX_ATTENTION": 30}
-DEFAULT_STARTUP_COST_ROWS = 20
-PART_COST_ROWS = 6
+# The cost model, in "rows" of a vLLM-driven backend (~0.16 s each, warm, 2 x H200; the recorded
+# phases in tests/fixtures/tune/h200x2_gpus and docs/tune-performance.md "Finer lanes"):
+# a FLEX_ATTENTION row costs 4 (16 rows took 10.4 s: inductor compiles each shape).
+ROW_COST = {"FLEX_ATTENTION": 4}
+# A worker's start (torch + its library import), warm: FLEX_ATTENTION 9-10 s, the vLLM-driven ones
+# 16-20 s, FlashInfer 17-24 s. It is exposed only where the lane's earlier parts do not hide it.
+STARTUP_COST_ROWS = {"FLEX_ATTENTION": 60, "FLASHINFER": 120}
+DEFAULT_STARTUP_COST_ROWS = 110
+# A lane's first worker imports during the calibration (bench/sweep/run.py `prespawn_lane`): ~11 s
+# hidden (TRITON_ATTN first in its lane: 7.1 s of its ~18 s start still exposed).
+CALIBRATION_ROWS = 70
+# The least one more part costs beyond its rows: its worker's protocol and exit (other_s ~0.4 s).
+PART_COST_ROWS = 3
 MAX_MOVES = 64  # the search below stops long before on any real grid (each move lowers the loads)
 
 Part = tuple[str, list[dict]]
 
 
 def part_cost(backend: str, rows: int) -> int:
-    """A part's estimated cost on its own (first in its lane): its rows plus its start-up charge.
+    """A part's estimated cost first in its lane: its rows, and its start less the calibration.
 
-    >>> part_cost("FLASHINFER", 16), part_cost("TRITON_ATTN", 80)
-    (76, 100)
+    >>> part_cost("FLEX_ATTENTION", 16), part_cost("TRITON_ATTN", 80), part_cost("FLASHINFER", 80)
+    (67, 120, 130)
     """
-    return rows + STARTUP_COST_ROWS.get(backend, DEFAULT_STARTUP_COST_ROWS)
+    return lane_load([(backend, rows)])
+
+
+def _spawned_at(j: int, backend: str, starts: list[int]) -> int:
+    """When part j's worker starts importing (bench/sweep/run.py `positions_to_prespawn`): the
+    first during the calibration, FlashInfer's with the lane, the others PRESPAWN_AHEAD parts ahead."""
+    from attnsel.bench.sweep.run import EARLY_PREBUILD_BACKENDS, PRESPAWN_AHEAD
+
+    if j == 0:
+        return -CALIBRATION_ROWS
+    return 0 if backend in EARLY_PREBUILD_BACKENDS else starts[max(0, j - PRESPAWN_AHEAD)]
 
 
 def lane_load(parts: list[tuple[str, int]]) -> int:
     """A lane's estimated cost from its (backend, rows) parts in the order they run: each part's
-    rows plus what of its start-up charge the parts before it do not hide, at least PART_COST_ROWS.
+    rows, plus what of its worker's start the calibration and the parts before it do not hide
+    (at least PART_COST_ROWS).
 
-    >>> lane_load([("FLASHINFER", 80)]), lane_load([("FLEX_ATTENTION", 16), ("FLASHINFER", 80)])
-    (140, 140)
-    >>> lane_load([("TRITON_ATTN", 80), ("FLASH_ATTN", 80)])
-    186
+    >>> lane_load([("FLEX_ATTENTION", 16), ("FLASHINFER", 80)]), lane_load([("TRITON_ATTN", 80), ("FLASH_ATTN", 80)])
+    (200, 203)
     """
-    load = 0
-    for backend, rows in parts:
-        charge = part_cost(backend, 0)
-        load += rows + (max(PART_COST_ROWS, charge - load) if load else charge)
+    load, starts = 0, []
+    for j, (backend, rows) in enumerate(parts):
+        starts.append(load)
+        ready = _spawned_at(j, backend, starts) + STARTUP_COST_ROWS.get(backend, DEFAULT_STARTUP_COST_ROWS)
+        load += rows * ROW_COST.get(backend, 1) + max(PART_COST_ROWS, ready - load)
     return load
 
 
@@ -108,9 +123,9 @@ def assign_lanes(order: list[Part], lanes: int) -> list[list[Part]]:
     >>> groups = [("FLEX_ATTENTION", rows(16)), ("TRITON_ATTN", rows(80)), ("FLASH_ATTN", rows(80)),
     ...           ("FLASHINFER", rows(80))]
     >>> [[(b, len(items)) for b, items in lane] for lane in assign_lanes(groups, 2)]
-    [[('FLEX_ATTENTION', 16), ('TRITON_ATTN', 16), ('FLASHINFER', 80)], [('TRITON_ATTN', 64), ('FLASH_ATTN', 80)]]
-    >>> [[(b, len(items)) for b, items in lane] for lane in assign_lanes(groups, 4)]
-    [[('FLASHINFER', 48)], [('TRITON_ATTN', 80)], [('FLASH_ATTN', 80)], [('FLEX_ATTENTION', 16), ('FLASHINFER', 32)]]
+    [[('FLEX_ATTENTION', 16), ('FLASHINFER', 80)], [('TRITON_ATTN', 80), ('FLASH_ATTN', 80)]]
+    >>> [[(b, len(items)) for b, items in lane] for lane in assign_lanes(groups[1:3], 4)]
+    [[('TRITON_ATTN', 48)], [('FLASH_ATTN', 48)], [('TRITON_ATTN', 32)], [('FLASH_ATTN', 32)]]
     """
     if lanes <= 1:
         return [list(order)] if order else []
