@@ -16,6 +16,7 @@ from attnsel.bench.sweep import lanes as L
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.run import STARTUP_ORDER, ordered_groups
 from attnsel.bench.tune.phases import phase_breakdown
+from attnsel.reports.tune.text import phase_line
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"
 SHAPE = make_shape(128, 32, 8, "bf16")
@@ -132,7 +133,8 @@ def test_a_backend_split_over_lanes_gives_one_gpu_s_rows_and_one_merged_outcome(
                 for bs in sizes}
     assert recorded == ran_on  # tune.json says which lane ran which backend and block sizes
     assert {gpu: list(parts) for gpu, parts in facts["lane_block_sizes"].items()} == facts["lanes"]
-    phases = phase_breakdown(outcomes, probe_s=0.0, total_s=60.0, probe_source="nvml")["backends"]
+    breakdown = phase_breakdown(outcomes, probe_s=0.0, total_s=60.0, probe_source="nvml")
+    phases = breakdown["backends"]
     assert sorted(phases) == sorted(outcomes) == sorted(infos) == ["FLASH_ATTN", "TRITON_ATTN"]
     for backend, phase in phases.items():
         parts = phase["parts"]
@@ -144,3 +146,4 @@ def test_a_backend_split_over_lanes_gives_one_gpu_s_rows_and_one_merged_outcome(
             {k: v for k, v in ran_on.items() if k[0] == backend}
         for p in parts:
             assert (tmp_path / "four" / f"worker-{backend}-gpu{p['gpu']}.log").exists()
+        assert f"{backend} {phase['wall_s']:.1f} on {len(parts)} GPUs (" in phase_line(breakdown)
