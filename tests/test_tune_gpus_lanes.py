@@ -147,3 +147,25 @@ def test_a_backend_split_over_lanes_gives_one_gpu_s_rows_and_one_merged_outcome(
         for p in parts:
             assert (tmp_path / "four" / f"worker-{backend}-gpu{p['gpu']}.log").exists()
         assert f"{backend} {phase['wall_s']:.1f} on {len(parts)} GPUs (" in phase_line(breakdown)
+
+
+def test_flashinfer_split_over_two_gpus_pre_builds_in_each_lane_and_keeps_the_first_gpu_s_facts(tmp_path, monkeypatch):
+    # each part's pre-spawned worker builds; with real flashinfer the second waits on the module's file lock
+    log = tmp_path / "prebuild.jsonl"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ATTNSEL_FAKE_TUNE_SCENARIO", json.dumps(
+        {"FLASHINFER": {"*": "ok:0.2", "prebuild": "sleep:0.3", "prebuild_log": str(log)}}))
+    plan = P.build_plan(SHAPE, (9, 0), backends=["FLASHINFER"], block_sizes=[16, 32, 64, 128], kinds=["decode"],
+                        grid="quick", block_sizes_given=True)
+    options = SweepOptions(toolkit=FAKE, item_timeout_s=20, startup_timeout_s=30, gpus=["0", "1"])
+    facts, outcomes = {}, {}
+    rows, infos = run_sweep(plan, options, tmp_path / "out", facts=facts, outcomes=outcomes)
+    rows = [r for r in rows if r["status"] != R.STATUS_SKIPPED_BY_VLLM]
+    assert {r["status"] for r in rows} == {R.STATUS_OK} and {r["gpu"] for r in rows} == {"0", "1"}
+    assert facts["lanes"] == {"0": ["FLASHINFER"], "1": ["FLASHINFER"]}
+    parts = outcomes["FLASHINFER"].parts
+    assert [gpu for gpu, _, _ in parts] == ["0", "1"]
+    assert all(part.workers[0]["prespawned"] and part.workers[0]["prebuild"] for _, _, part in parts)
+    starts = [json.loads(line) for line in log.read_text().splitlines() if json.loads(line)["event"] == "start"]
+    assert len(starts) == 2
+    assert infos["FLASHINFER"]["cuda_visible_devices"] == "0"  # the first GPU's worker info, whichever lane ended last
