@@ -8,9 +8,10 @@ from attnsel.bench.tune import env_info
 from attnsel.bench.timing import launch_mode
 from attnsel.bench.tune import recommend, weights
 from attnsel.bench.timing import stats as timing
+from attnsel.bench.sweep import lanes, multi_gpu
 
 
-@pytest.mark.parametrize("module", [timing, recommend, weights, env_info, launch_mode])
+@pytest.mark.parametrize("module", [timing, recommend, weights, env_info, launch_mode, lanes, multi_gpu])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0

@@ -50,10 +50,10 @@ def test_two_gpus_split_the_grid_and_recommend_what_one_gpu_does(tmp_path, monke
     assert sorted(r["key"] for r in two) == sorted(r["key"] for r in one)  # every row once
     assert {r["status"] for r in two} == {R.STATUS_OK}
     assert {r["gpu"] for r in two} == {"0", "1"}  # each row says which GPU timed it
-    by_backend = {}
+    by_config = {}
     for r in two:
-        by_backend.setdefault(r["backend"], set()).add(r["gpu"])
-    assert all(len(g) == 1 for g in by_backend.values())  # a backend's rows share one lane
+        by_config.setdefault((r["backend"], r["block_size"]), set()).add(r["gpu"])
+    assert all(len(g) == 1 for g in by_config.values())  # a (backend, block size)'s rows share one lane
     assert facts["calibration"]["agree"] and sorted(facts["lanes"]) == ["0", "1"]
     assert _decision(two).best.config == _decision(one).best.config == ("FLASHINFER", 16)
     assert (tmp_path / "two" / "worker-FLASHINFER-gpu0.log").exists() or \

@@ -10,7 +10,9 @@ What can go wrong in a kernel library, and what is recorded:
                                        then a fresh worker for the rest;
   * the worker cannot start         -> every row of that backend gets `error` with the reason.
 A (backend, block size) that hung once or crashed twice is not tried on its remaining shapes;
-after `max_restarts` deaths in one backend its remaining rows are not run.
+after `max_restarts` deaths in one group its remaining rows are not run. With --gpus a group may be
+a part of a backend (some of its block sizes, bench/sweep/lanes.py): a block size is never split,
+so the per-(backend, block size) limits are unchanged; `max_restarts` counts per part.
 """
 
 from __future__ import annotations
@@ -68,12 +70,30 @@ class GroupOutcome:
     ended_at: Optional[float] = None
     workers: list[dict] = field(default_factory=list)  # one startup record per worker process
     prespawn_failures: int = 0  # pre-spawned workers that died before "ready" (replaced by a fresh one)
+    # --gpus: a backend whose block sizes ran in several lanes: (gpu, block sizes, that lane's outcome)
+    parts: list[tuple[str, list[int], "GroupOutcome"]] = field(default_factory=list)
 
     @property
     def wall_s(self) -> Optional[float]:
+        """The group's wall time; a backend split over lanes: the sum of its parts' (they overlap,
+        so this is GPU-seconds, like its rows' phases; started_at..ended_at is its elapsed span)."""
+        if self.parts:
+            return sum(part.wall_s or 0.0 for _, _, part in self.parts)
         if self.started_at is None or self.ended_at is None:
             return None
         return self.ended_at - self.started_at
+
+    @classmethod
+    def merged(cls, parts: list[tuple[str, list[int], "GroupOutcome"]]) -> "GroupOutcome":
+        """One backend's outcome from its parts in several lanes (GPU order): rows and workers in
+        that order, restarts and failed pre-spawns summed, the first part's worker info."""
+        outcomes = [outcome for _, _, outcome in parts]
+        starts = [o.started_at for o in outcomes if o.started_at is not None]
+        ends = [o.ended_at for o in outcomes if o.ended_at is not None]
+        return cls(rows=[r for o in outcomes for r in o.rows], info=next((o.info for o in outcomes if o.info), None),
+                   restarts=sum(o.restarts for o in outcomes), started_at=min(starts) if starts else None,
+                   ended_at=max(ends) if ends else None, workers=[w for o in outcomes for w in o.workers],
+                   prespawn_failures=sum(o.prespawn_failures for o in outcomes), parts=list(parts))
 
 
 def worker_record(worker: "WorkerProcess", ready_startup: Optional[dict], ready_at: Optional[float],

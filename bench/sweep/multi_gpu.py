@@ -8,8 +8,9 @@ same noise gate the recommendation uses (bench/timing/stats.py `compare`). If an
 the sweep does not mix GPUs: it runs on the first GPU alone and says why. Every row records the
 GPU that timed it (`gpu`), and the document keeps the calibration.
 
-Split: whole backend groups per lane (a backend's rows share one worker, its imports and its JIT),
-greedily by estimated cost, FLASHINFER last in its lane (its JIT pre-build overlaps the others).
+Split (bench/sweep/lanes.py): whole backend groups per lane, greedily by estimated cost, then some
+of a backend's block sizes moved to another lane while that lowers the most loaded lane's estimated
+cost; FLASHINFER last in its lane (its JIT pre-build overlaps the others).
 """
 
 from __future__ import annotations
@@ -20,13 +21,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench.sweep import results as R
+from attnsel.bench.sweep.lanes import assign_lanes, lane_facts, merge_lane_results
 from attnsel.bench.timing import stats as T
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path
-
-# Rough cost of a backend group, in "rows": its rows plus a start-up charge (imports, cold JIT).
-STARTUP_COST_ROWS = {"FLASHINFER": 60, "FLEX_ATTENTION": 30}
-DEFAULT_STARTUP_COST_ROWS = 20
 
 
 def gpu_ordinals(value: Optional[str]):
@@ -94,26 +92,6 @@ def same_model_reason(devices: list[dict]) -> Optional[str]:
     listed = "; ".join(f"GPU {d.get('ordinal')}: {d.get('name')} (CC {'.'.join(map(str, d.get('capability') or ()))})"
                        for d in devices)
     return f"--gpus needs one GPU model, these differ: {listed}"
-
-
-def assign_lanes(order: list[tuple[str, list[dict]]], lanes: int) -> list[list[tuple[str, list[dict]]]]:
-    """Backend groups onto `lanes` lanes, largest estimated cost first onto the least loaded lane;
-    each lane keeps the sweep's order (so FLASHINFER stays last in its lane).
-
-    >>> groups = [("FLEX_ATTENTION", [0] * 16), ("TRITON_ATTN", [0] * 80), ("FLASH_ATTN", [0] * 80),
-    ...           ("FLASHINFER", [0] * 80)]
-    >>> [[b for b, _ in lane] for lane in assign_lanes(groups, 2)]
-    [['FLEX_ATTENTION', 'FLASHINFER'], ['TRITON_ATTN', 'FLASH_ATTN']]
-    """
-    position = {backend: i for i, (backend, _) in enumerate(order)}
-    cost = {b: len(items) + STARTUP_COST_ROWS.get(b, DEFAULT_STARTUP_COST_ROWS) for b, items in order}
-    loads = [0.0] * lanes
-    chosen: list[list[tuple[str, list[dict]]]] = [[] for _ in range(lanes)]
-    for backend, items in sorted(order, key=lambda kv: -cost[kv[0]]):
-        lane = min(range(lanes), key=lambda i: (loads[i], i))
-        chosen[lane].append((backend, items))
-        loads[lane] += cost[backend]
-    return [sorted(lane, key=lambda kv: position[kv[0]]) for lane in chosen if lane]
 
 
 def calibration_verdict(per_gpu: dict[str, dict]) -> tuple[bool, list[str]]:
@@ -192,13 +170,16 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
         _kill_waiting(early)
         early, gpus = {}, gpus[:1]
         lanes = assign_lanes(order, 1)
-    facts["lanes"] = {gpu: [backend for backend, _ in lane] for gpu, lane in zip(gpus, lanes)}
+    facts.update(lane_facts(gpus, lanes))
     errors: list[BaseException] = []
+    # each lane its own outcomes/infos by backend (a backend may run in two lanes), merged below
+    lane_outcomes: dict[str, dict] = {gpu: {} for gpu in gpus}
+    lane_infos: dict[str, dict] = {gpu: {} for gpu in gpus}
 
     def lane_run(gpu: str, lane_order) -> None:
         try:
-            run_groups(lane_order, plan, options, output_dir, writer, progress, enrich, outcomes, infos,
-                       Lane(*gpu_lane(gpu)), prespawned=early.get(gpu))
+            run_groups(lane_order, plan, options, output_dir, writer, progress, enrich, lane_outcomes[gpu],
+                       lane_infos[gpu], Lane(*gpu_lane(gpu)), prespawned=early.get(gpu))
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
             errors.append(exc)
 
@@ -213,6 +194,8 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
     except BaseException:
         stop_all_workers()  # the lanes' workers run in their own sessions: nothing else stops them
         raise
+    finally:
+        merge_lane_results(gpus, lanes, lane_outcomes, lane_infos, outcomes, infos)
     if errors:
         raise errors[0]
 

@@ -316,7 +316,9 @@ def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOp
                prespawned: Optional[dict[int, WorkerProcess]] = None) -> None:
     """The backend groups of one lane, in order, each with its own worker; the next groups' workers
     are pre-spawned (and FLASHINFER's from the start, for its JIT pre-build). `prespawned`: workers
-    already started for positions of `order` (prespawn_lane); this lane owns them from now on."""
+    already started for positions of `order` (prespawn_lane); this lane owns them from now on.
+    With --gpus a group may be a part of a backend (bench/sweep/lanes.py; a lane holds at most one
+    part of a backend, so `outcomes`/`infos` keyed by backend and the log names stay one per lane)."""
     shape = plan.shape.to_dict()
     log_for = {backend: Path(output_dir) / lane.log_name(backend) for backend, _ in order}
     waiting: dict[int, WorkerProcess] = dict(prespawned or {})  # pre-spawned workers by position in `order`

@@ -1,5 +1,10 @@
 """Where a tune run's wall time went (tune.json "phases"): the probe, each backend's worker
 startup, batch build, setup/JIT, check and timing, and the rest (docs/tune-performance.md item 1).
+
+With --gpus a backend's block sizes may run in several lanes at once (bench/sweep/lanes.py): its
+entry then sums its parts (wall_s, startup_s, the row phases, rows, workers: GPU-seconds, as if the
+parts had run one after another) and lists each part under `parts` with its GPU, block sizes and
+its own phases, from which each lane's elapsed time is read. A backend run whole has no `parts`.
 """
 
 from __future__ import annotations
@@ -34,8 +39,12 @@ def backend_phases(outcome) -> dict:
     out["startup_detail"] = detail
     out["workers"] = len(workers)
     out["prespawn_failures"] = outcome.prespawn_failures
-    return {k: (_round(v) if isinstance(v, float) else v) for k, v in out.items()} | {
+    out = {k: (_round(v) if isinstance(v, float) else v) for k, v in out.items()} | {
         "startup_detail": {k: _round(v) for k, v in detail.items()}}
+    if getattr(outcome, "parts", None):
+        out["parts"] = [{"gpu": gpu, "block_sizes": list(sizes), **backend_phases(part)}
+                        for gpu, sizes, part in outcome.parts]
+    return out
 
 
 def phase_breakdown(outcomes: dict, *, probe_s: float, total_s: float, probe_source: str) -> dict:

@@ -227,7 +227,8 @@ def phase_line(phases: Optional[dict]) -> Optional[str]:
     for backend, b in (phases.get("backends") or {}).items():
         hidden = (b.get("startup_detail") or {}).get("overlapped_s")
         startup = f"startup {_s(b.get('startup_s'))}" + (f" +{_s(hidden)} hidden" if hidden else "")
-        parts.append(f"{backend} {_s(b.get('wall_s'))} ({startup}, batch {_s(b.get('batch_s'))}, "
+        lanes = f" on {len(b['parts'])} GPUs" if b.get("parts") else ""  # split over lanes: summed
+        parts.append(f"{backend} {_s(b.get('wall_s'))}{lanes} ({startup}, batch {_s(b.get('batch_s'))}, "
                      f"setup/JIT {_s(b.get('setup_s'))}, check {_s(b.get('check_s'))}, "
                      f"timing {_s(b.get('timing_s'))}, other {_s(b.get('other_s'))})")
     parts.append(f"other {_s(phases.get('other_s'))}")
