@@ -132,3 +132,17 @@ def test_switched_off_verify_writes_what_it_always_wrote(speed, tune_run_dir, mo
         assert not {"prespawn", "hold"} & set(row) and "import_hidden_s" not in row["engine"]
     seen = events(events_file)
     assert not [e for e in seen if e["event"] in ("prebuild", "preload_start")]
+
+
+def test_the_cli_says_what_each_engine_waited_for_and_what_was_pre_built(speed, tune_run_dir):
+    from typer.testing import CliRunner
+
+    from attnsel.cli.app import app
+
+    speed({"import_s": 0.5}, build={"wait_s": 0.5})
+    result = CliRunner().invoke(app, ["verify", str(tune_run_dir), "--shapes", "1x2048", "--decode-steps", "32"],
+                                env=dict(os.environ))
+    assert result.exit_code in (0, 1), result.output
+    assert "measuring waited" in result.output and "the next engine's import" in result.output
+    assert "vLLM imported while the previous engine started" in result.output
+    assert "FlashInfer sampler module pre-built" in result.output

@@ -22,12 +22,41 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
-from attnsel.bench.verify.prebuild import HOLD_S, SamplerPrebuild
+from attnsel.bench.verify.prebuild import HOLD_S, SamplerPrebuild, note, prebuild_request
+from attnsel.bench.verify.resume import row_key
 
 PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
 IMPORT_WAIT_S = 120.0  # from its spawn, the longest the next worker's import may hold an engine's measuring
 
 RunKey = tuple  # (candidate slug, engine start)
+
+
+def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path) -> Beside:
+    """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
+    to start: then document["prebuild"] says why, or is absent) and returns the run's Beside."""
+    from attnsel.attention import versions
+
+    profile = versions.select_profile(None).profile  # the installed vLLM's release data
+    request = prebuild_request(profile, document["gpu"].get("capability"), env)
+    prebuild = None
+    if request is not None and runs:
+        if request.get("skipped"):
+            document["prebuild"] = dict(request, note=note(request))
+        else:
+            prebuild = SamplerPrebuild(request, log_dir / "prebuild.log", child_env)
+    return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
+
+
+def planned_runs(candidates, kept: dict, repeat_engine: int, log_path: Callable[[str, int], Path]) -> list:
+    """[((slug, start), log path)] in the order bench/verify/run.py starts the engines: each pair
+    not refused and not kept by --resume, then starts 2..N round by round (its _restart_engines)."""
+    def done(candidate) -> int:
+        return len((kept.get(row_key(candidate.to_dict())) or {}).get("restarts") or [])
+
+    keys = [(c.slug, 1) for c in candidates if not c.reasons and row_key(c.to_dict()) not in kept]
+    for start in range(2, repeat_engine + 1):
+        keys += [(c.slug, start) for c in candidates if not c.reasons and done(c) < start - 1]
+    return [(key, log_path(*key)) for key in keys]
 
 
 @dataclass

@@ -237,6 +237,7 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
             if hold is not None:
                 run.hold = hold()
+                on_message({"type": "held", "hold": run.hold})
                 process.release()
         elif kind == "shape_start":
             current = int(message["index"])

@@ -29,7 +29,7 @@ from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, adv
 from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import prebuild as PB
-from attnsel.bench.verify.beside import PRESPAWN_ENV, Beside
+from attnsel.bench.verify.beside import Beside, planned_runs, start_beside
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
 from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
@@ -290,19 +290,8 @@ def _run_engines(req, document, candidates, context, kept, output_dir, progress,
 
 def _beside(req, document, candidates, kept, output_dir, env) -> Beside:
     """The sampler pre-build (started now, beside the first engine) and the pre-spawned workers."""
-    runs = [((c.slug, 1), _log_path(output_dir, c.slug, 1)) for c in candidates
-            if not c.reasons and row_key(c.to_dict()) not in kept]
-    for start in range(2, req.repeat_engine + 1):  # as _restart_engines runs them
-        runs += [((c.slug, start), _log_path(output_dir, c.slug, start)) for c in candidates if not c.reasons
-                 and len((kept.get(row_key(c.to_dict())) or {}).get("restarts") or []) < start - 1]
-    request = PB.prebuild_request(versions.select_profile(None).profile, document["gpu"].get("capability"), env)
-    prebuild = None
-    if request is not None and runs:
-        if request.get("skipped"):
-            document["prebuild"] = dict(request, note=PB.note(request))
-        else:
-            prebuild = PB.SamplerPrebuild(request, output_dir / LOG_DIR / "prebuild.log", engine_env(env))
-    return Beside(runs, engine_env(env), req.engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
+    runs = planned_runs(candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
+    return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR)
 
 
 def _log_path(output_dir: Path, slug: str, start: int) -> Path:
