@@ -9,7 +9,11 @@ Protocol. The parent writes one JSON job as the first line on stdin:
     {"engine": "module:attr" | "/path/file.py:attr", "backend": "TRITON_ATTN" | null,
      "block_size": 64 | null, "model_dir", "tensor_parallel_size", "dtype", "gpu_memory_utilization",
      "max_model_len", "engine_overrides": {LLM argument: value}, "vocab_size", "shapes": [{"batch", "context"}],
-     "repeats", "decode_steps", "seed"}
+     "repeats", "decode_steps", "seed", "hold": true (optional)}
+A pre-spawned worker (bench/verify/beside.py) first gets {"type": "prespawn", "engine"}: it loads the
+engine and runs its optional `preload()` (imports only), answers {"type": "imported", "import_s"} and
+then reads its job. A job with "hold" stops after "started" until the parent writes {"type": "go"}
+(the next engine's worker imports meanwhile, never while this engine measures).
 The worker answers with JSON lines on its original stdout (vLLM's own logs, which go to stdout,
 are sent to stderr with everything else, so they cannot corrupt the protocol):
     {"type": "starting", "pid"}
