@@ -146,3 +146,31 @@ def test_the_cli_says_what_each_engine_waited_for_and_what_was_pre_built(speed, 
     assert "measuring waited" in result.output and "the next engine's import" in result.output
     assert "vLLM imported while the previous engine started" in result.output
     assert "FlashInfer sampler module pre-built" in result.output
+
+
+def test_with_repeat_engine_every_later_start_gets_the_worker_pre_spawned_for_it(speed, tune_run_dir, monkeypatch):
+    monkeypatch.setenv(PB.PREBUILD_ENV, "0")
+    speed()
+    doc = verify(tune_run_dir, repeat_engine=2)
+    starts = [r for row in doc["candidates"] for r in (row, *row["restarts"])]
+    assert len(starts) == 6 and all(r["status"] == "ok" for r in starts)
+    # the runs were started in the order planned: each later one found its own worker waiting
+    order = doc["candidates"] + [row["restarts"][0] for row in doc["candidates"]]
+    assert "prespawn" not in order[0]
+    assert [r["prespawn"]["worker"] for r in order[1:]] == ["pre-spawned"] * 5
+
+
+def test_ctrl_c_kills_the_waiting_worker_and_the_pre_build(speed, tune_run_dir, gone):
+    events_file = speed({"import_s": 0.2}, build={"wait_s": 60.0})
+
+    def interrupt_while_held():  # Ctrl-C while the first engine waits for the build (and the next worker)
+        if any(e["event"] == "preload_end" for e in events(events_file)):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=SHAPES, decode_steps=32), tune_run_dir,
+                     V.VerifyProgress(on_tick=interrupt_while_held))
+    seen = events(events_file)
+    started = {e["pid"] for e in seen if e["event"] in ("preload_start", "start_begin", "prebuild_start")}
+    assert len(started) == 3 and all(gone(pid) for pid in started)  # engine 1, worker 2, the builder
+    assert not [e for e in seen if e["event"] in ("prebuild", "generate")]  # none of them went on
