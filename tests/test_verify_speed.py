@@ -174,3 +174,13 @@ def test_ctrl_c_kills_the_waiting_worker_and_the_pre_build(speed, tune_run_dir, 
     started = {e["pid"] for e in seen if e["event"] in ("preload_start", "start_begin", "prebuild_start")}
     assert len(started) == 3 and all(gone(pid) for pid in started)  # engine 1, worker 2, the builder
     assert not [e for e in seen if e["event"] in ("prebuild", "generate")]  # none of them went on
+
+
+def test_a_build_slower_than_the_hold_budget_is_stopped_and_recorded(speed, tune_run_dir, monkeypatch):
+    monkeypatch.setattr(PB, "HOLD_S", 1.0)
+    monkeypatch.setenv("ATTNSEL_VERIFY_PRESPAWN", "0")
+    speed(build={"wait_s": 60.0})
+    doc = verify(tune_run_dir)
+    held = [r["hold"]["prebuild_s"] for r in doc["candidates"] if "hold" in r]
+    assert held and sum(held) < 3.0  # the engines waited the budget once, not each
+    assert "still building" in doc["prebuild"]["error"] and all(r["status"] == "ok" for r in doc["candidates"])

@@ -9,7 +9,7 @@ import ends while engine k starts. No import may run while an engine is measured
 would reach the timed decode steps): engine k's job carries "hold", its worker reports "started"
 and waits for "go", and the parent sends "go" only once the next worker has imported (at most
 IMPORT_WAIT_S after its spawn: a late worker is killed and run k+1 starts afresh) and the sampler
-pre-build has ended (at most prebuild.HOLD_S). At most one worker waits; whatever waits is killed
+pre-build has ended (at most prebuild.HOLD_S over the run). At most one worker waits; whatever waits is killed
 when verify ends, by an error or Ctrl-C as well.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
-from attnsel.bench.verify.prebuild import HOLD_S, SamplerPrebuild, note, prebuild_request
+from attnsel.bench.verify.prebuild import SamplerPrebuild, note, prebuild_request
 from attnsel.bench.verify.resume import row_key
 
 PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
@@ -103,7 +103,7 @@ class Beside:
 
     def hold_for(self, key: RunKey, on_tick: Callable[[], None]) -> Optional[Callable[[], dict]]:
         """The hold for engine `key` (None: nothing to wait for, the engine runs as before)."""
-        building = self.prebuild is not None and not self.prebuild.done()
+        building = self.prebuild is not None and self.prebuild.must_wait()
         if not building and not (self.prespawn and key in self.next_of):
             return None
         return lambda: self._hold(on_tick)
@@ -111,8 +111,8 @@ class Beside:
     def _hold(self, on_tick: Callable[[], None]) -> dict:
         started = time.monotonic()
         record: dict = {}
-        if self.prebuild is not None and not self.prebuild.done():
-            record["prebuild_s"] = self.prebuild.hold(HOLD_S, on_tick)
+        if self.prebuild is not None and self.prebuild.must_wait():
+            record["prebuild_s"] = self.prebuild.hold(on_tick)
         if self.waiting is not None:
             self._await_import(self.waiting, on_tick)
             record["next_worker"] = self.waiting.lost or "imported"
