@@ -59,7 +59,11 @@ class _Display:
                 f"{facts['logged_backend']} (from vLLM's log)" if facts.get("logged_backend") else "?")
             self.console.print(f"  {self.label}: engine started in {message.get('start_s', 0):.1f} s "
                                f"({backends}, block size "
-                               f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)")
+                               f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)"
+                               + (f"; vLLM imported while the previous engine started ({facts['import_hidden_s']:.0f} s)"
+                                  if facts.get("import_hidden_s") is not None else ""))
+        elif kind == "held":
+            self.console.print(f"  {self.label}: {_held_text(message.get('hold') or {})}")
         elif kind == "shape_start":
             self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]
             self._describe(f"{self.shape}: warm-up call")
@@ -88,6 +92,17 @@ class _Display:
             self.bar.stop()
 
 
+def _held_text(hold: dict) -> str:
+    """What an engine waited for before its first measured call (bench/verify/beside.py)."""
+    parts = []
+    if "prebuild_s" in hold:
+        parts.append(f"FlashInfer's sampler pre-build ({hold['prebuild_s']:.0f} s)")
+    if hold.get("next_worker"):
+        parts.append("the next engine's import" + ("" if hold["next_worker"] == "imported"
+                                                   else f" ({hold['next_worker']}: it starts afresh)"))
+    return f"measuring waited {hold.get('waited_s', 0):.1f} s for " + (" and ".join(parts) or "nothing")
+
+
 def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:
     """Runs the verification, prints it (terminal or JSON), returns the exit code. With
     `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
@@ -105,6 +120,8 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optio
         print_json({"tune": tune_document, "verify": document} if tune_document is not None else document)
     else:
         verify_report.render_terminal(document, stdout_console())
+        if (document.get("prebuild") or {}).get("note"):
+            stderr_console().print(document["prebuild"]["note"])
         stderr_console().print(f"verify.json and the engines' logs are in {output_dir}/")
     not_measured = (document.get("verdict") or {}).get("verdict") == EngineVerdict.NOT_MEASURED
     return EXIT_FAILED if not_measured and not is_aa_check(document) else 0  # an A/A check answers with its spread

@@ -138,8 +138,20 @@ def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int
     return requests
 
 
+def named_jit_requests(generators) -> list[JitModuleRequest]:
+    """Requests for modules named by their generator, "module:function" with no arguments, e.g.
+    "flashinfer.jit.sampling:gen_sampling_module" (what a vLLM release's sampler loads: release
+    data, attention/versions RuleProfile.sampler_jit_modules)."""
+    return [JitModuleRequest(name.rpartition(":")[2], name, None, "", 0) for name in generators]
+
+
 def _jit_spec(modules, request: JitModuleRequest, torch):
     """flashinfer's JitSpec for a request, through the same generator its plan() calls."""
+    if ":" in request.generator:  # named_jit_requests
+        import importlib
+
+        module, _, function = request.generator.rpartition(":")
+        return getattr(importlib.import_module(module), function)()
     if request.generator == "decode":
         return modules.gen_batch_decode_module(*request.generator_args(torch))
     if request.generator == "prefill_primary":

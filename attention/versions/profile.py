@@ -113,6 +113,12 @@ class RuleProfile(ConfigurationChecks):
         return dict(self.data.get("engine") or {})
 
     @property
+    def sampler_jit_modules(self) -> tuple[str, ...]:
+        """The FlashInfer JIT modules this release's sampler builds at engine start-up, named by their
+        generator ("module:function"); `attnsel verify` pre-builds them (bench/verify/prebuild.py)."""
+        return tuple((self.data.get("sampler") or {}).get("jit_modules") or ())
+
+    @property
     def memory(self) -> Optional[dict]:
         """How this release sizes its KV cache at start-up and the errors it raises when it cannot
         (attention/memory/plan.py reads it); None for a release whose memory flow is not modelled."""

@@ -47,7 +47,10 @@ def describe_exit(code: Optional[int]) -> str:
 class EngineProcess:
     """`python -m attnsel.bench.verify.engine_worker` with its job; stderr (vLLM's log) goes to `log_path`."""
 
-    def __init__(self, job: dict, log_path: Path, env: Optional[dict] = None):
+    def __init__(self, job: Optional[dict], log_path: Path, env: Optional[dict] = None,
+                 prespawn: Optional[dict] = None):
+        """`job` now, or `prespawn` ({"type": "prespawn", "engine"}: the worker imports its engine's
+        libraries and waits for `send_job`); a job with "hold" keeps stdin open for `release`."""
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -59,12 +62,27 @@ class EngineProcess:
         )
         self._buffer = b""
         self._eof = False
-        try:
-            self.proc.stdin.write((json.dumps(job) + "\n").encode())
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass  # it died at once; reading sees EOF
         os.set_blocking(self.proc.stdout.fileno(), False)
+        if prespawn is not None:
+            self._write(prespawn, close=False)
+        if job is not None:
+            self.send_job(job)
+
+    def send_job(self, job: dict) -> None:
+        self._write(job, close=not job.get("hold"))
+
+    def release(self) -> None:
+        """A held engine (job "hold") goes on to its shapes."""
+        self._write({"type": "go"}, close=True)
+
+    def _write(self, message: dict, close: bool) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # it died; reading sees EOF
 
     def next_message(self, timeout_s: float) -> Optional[dict]:
         """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
@@ -152,6 +170,7 @@ class CandidateRun:
     wall_s: Optional[float] = None
     exit: Optional[str] = None
     stopped: Optional[str] = None  # why the shapes after a failed one were not run
+    hold: Optional[dict] = None  # what the engine waited for between its start and its first shape
 
 
 Listener = Callable[[dict], None]
@@ -160,14 +179,23 @@ Listener = Callable[[dict], None]
 def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, env: Optional[dict] = None,
                on_message: Listener = lambda message: None,
-               on_tick: Callable[[], None] = lambda: None) -> CandidateRun:
-    """Start one engine, collect its messages until "done", a failure or a timeout; the process
-    group is always ended before this returns."""
+               on_tick: Callable[[], None] = lambda: None, process: Optional[EngineProcess] = None,
+               on_spawned: Callable[[], None] = lambda: None,
+               hold: Optional[Callable[[], dict]] = None) -> CandidateRun:
+    """Start one engine (or give its job to `process`, a pre-spawned worker), collect its messages
+    until "done", a failure or a timeout; the process group is always ended before this returns.
+    `hold`: called once the engine has started, before its first shape (the engine waits; what
+    hold returns is recorded), e.g. until the next engine's worker has imported (bench/verify/beside.py)."""
     started = time.monotonic()
-    process = EngineProcess(job, log_path, env)
+    job = dict(job, hold=True) if hold is not None else job
+    if process is None:
+        process = EngineProcess(job, log_path, env)
+    else:
+        process.send_job(job)
+    on_spawned()
     run = CandidateRun(shapes=[None] * len(job.get("shapes") or []))
     try:
-        _drive(process, run, start_timeout_s, call_timeout_s, on_message, on_tick)
+        _drive(process, run, start_timeout_s, call_timeout_s, on_message, on_tick, hold)
     finally:
         finished = run.status == "ok" and all(s is not None for s in run.shapes)
         code = process.stop(grace_s=60.0 if finished else 0.0)
@@ -178,7 +206,7 @@ def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_ST
 
 
 def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, call_timeout_s: float,
-           on_message: Listener, on_tick: Callable[[], None]) -> None:
+           on_message: Listener, on_tick: Callable[[], None], hold: Optional[Callable[[], dict]] = None) -> None:
     current: Optional[int] = None  # the shape being measured
     waited = 0.0
     while True:
@@ -200,11 +228,17 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             _fail(run, current, "crashed", detail)
             return
         kind = message["type"]
+        if kind == "imported":
+            continue  # a pre-spawned worker's import, before its job (its facts carry import_hidden_s)
         if kind == "started":
             _backend_from_log(message, process)
         on_message(message)
         if kind == "started":
             run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
+            if hold is not None:
+                run.hold = hold()
+                on_message({"type": "held", "hold": run.hold})
+                process.release()
         elif kind == "shape_start":
             current = int(message["index"])
         elif kind == "shape":

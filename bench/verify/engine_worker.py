@@ -9,7 +9,11 @@ Protocol. The parent writes one JSON job as the first line on stdin:
     {"engine": "module:attr" | "/path/file.py:attr", "backend": "TRITON_ATTN" | null,
      "block_size": 64 | null, "model_dir", "tensor_parallel_size", "dtype", "gpu_memory_utilization",
      "max_model_len", "engine_overrides": {LLM argument: value}, "vocab_size", "shapes": [{"batch", "context"}],
-     "repeats", "decode_steps", "seed"}
+     "repeats", "decode_steps", "seed", "hold": true (optional)}
+A pre-spawned worker (bench/verify/beside.py) first gets {"type": "prespawn", "engine"}: it loads the
+engine and runs its optional `preload()` (imports only), answers {"type": "imported", "import_s"} and
+then reads its job. A job with "hold" stops after "started" until the parent writes {"type": "go"}
+(the next engine's worker imports meanwhile, never while this engine measures).
 The worker answers with JSON lines on its original stdout (vLLM's own logs, which go to stdout,
 are sent to stderr with everything else, so they cannot corrupt the protocol):
     {"type": "starting", "pid"}
@@ -66,6 +70,11 @@ class Engine(Protocol):
 
 def load_engine(spec: str) -> Engine:
     """`module:attr` or `/path/file.py:attr` (a class or factory called with no arguments)."""
+    return resolve(spec)()
+
+
+def resolve(spec: str) -> Any:
+    """The object `module:attr` or `/path/file.py:attr` names."""
     import importlib
     import runpy
 
@@ -73,7 +82,7 @@ def load_engine(spec: str) -> Engine:
     if not target or not attr:
         raise ValueError(f"engine spec must be 'module:attr' or 'file.py:attr', got {spec!r}")
     namespace = runpy.run_path(target) if target.endswith(".py") else vars(importlib.import_module(target))
-    return namespace[attr]()
+    return namespace[attr]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,11 +204,13 @@ class ShapeRunner:
         self.send({"type": "call", "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
 
 
-def serve(job: dict, stream: TextIO) -> int:
+def serve(job: dict, stream: TextIO, engine: Optional[Engine] = None, import_hidden_s: Optional[float] = None) -> int:
+    """Start the job's engine (or `engine`, loaded by a pre-spawned worker that imported its
+    libraries for import_hidden_s while it waited) and run its shapes."""
     send = _sender(stream)
     send({"type": "starting", "pid": os.getpid()})
     try:
-        engine = load_engine(job.get("engine") or DEFAULT_ENGINE)
+        engine = engine or load_engine(job.get("engine") or DEFAULT_ENGINE)
         clock = getattr(engine, "clock", time.perf_counter)
         started = clock()
         facts = engine.start(job)
@@ -208,7 +219,12 @@ def serve(job: dict, stream: TextIO) -> int:
         traceback.print_exc()
         send({"type": "fatal", "status": "oom" if is_out_of_memory(exc) else "error", "error": error_text(exc)})
         return 1
+    if import_hidden_s is not None:
+        facts["import_hidden_s"] = import_hidden_s
     send({"type": "started", "start_s": start_s, "facts": facts})
+    if job.get("hold") and not _wait_for_go():
+        engine.close()
+        return 1
     runner = ShapeRunner(engine, facts, job, send)
     for index, shape in enumerate(job.get("shapes") or []):
         send({"type": "shape", "index": index, "result": runner.run(index, shape)})
@@ -237,14 +253,35 @@ def _protocol_stream() -> TextIO:
     return os.fdopen(proto_fd, "w", buffering=1, encoding="utf-8")
 
 
+def _wait_for_go() -> bool:
+    """A held engine (job "hold"): its first shape waits for the parent's {"type": "go"} (the next
+    engine's worker imports meanwhile, bench/verify/beside.py); False when the parent is gone."""
+    return bool(sys.stdin.readline())
+
+
+def preload(spec: str) -> tuple[Engine, float]:
+    """A pre-spawned worker: load the engine and import its libraries (no CUDA, no engine)."""
+    started = time.perf_counter()
+    engine = load_engine(spec)
+    warm = getattr(engine, "preload", None)
+    if callable(warm):
+        warm()
+    return engine, time.perf_counter() - started
+
+
 def main() -> int:
     stream = _protocol_stream()
+    engine, hidden = None, None
     try:
         job = json.loads(sys.stdin.readline())
+        if job.get("type") == "prespawn":
+            engine, hidden = preload(job.get("engine") or DEFAULT_ENGINE)
+            _sender(stream)({"type": "imported", "import_s": hidden})
+            job = json.loads(sys.stdin.readline())
     except ValueError as exc:
         _sender(stream)({"type": "fatal", "status": "error", "error": f"bad job: {exc}"})
         return 2
-    return serve(job, stream)
+    return serve(job, stream, engine, hidden)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +320,13 @@ class VllmEngine:
     def __init__(self) -> None:
         self.llm = None
         self._params: dict[int, Any] = {}
+
+    def preload(self) -> None:
+        """What `start` imports first, imported by a pre-spawned worker while it waits (import
+        only: vLLM initialises CUDA in LLM(...), so its engine core may still be forked)."""
+        import vllm  # noqa: F401
+        from vllm import LLM, SamplingParams  # noqa: F401
+        from vllm.inputs import TokensPrompt  # noqa: F401
 
     def start(self, job: dict) -> dict:
         started = time.perf_counter()

@@ -28,6 +28,8 @@ from attnsel.bench.plan import vllm_default_choice
 from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, advised_flags
 from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
+from attnsel.bench.verify import prebuild as PB
+from attnsel.bench.verify.beside import Beside, planned_runs, start_beside
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
 from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
@@ -253,6 +255,24 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     kept = kept_rows(previous, document)
     write_document(document, output_dir)
     progress.on_plan(document)
+    context["beside"] = _beside(req, document, candidates, kept, output_dir, env)
+    try:
+        _run_engines(req, document, candidates, context, kept, output_dir, progress, env)
+    finally:
+        prebuild = context["beside"].close()
+        if prebuild is not None:
+            document["prebuild"] = dict(prebuild, note=PB.note(prebuild))
+    document["comparisons"] = build_comparisons(document, context["tune_doc"])
+    if req.repeat_engine > 1:
+        document["engine_starts"] = engine_start_spreads(document)
+    document["verdict"] = summarize(document)
+    document["elapsed_s"] = time.time() - started
+    document["warnings"] += engine_warnings(document)
+    write_document(document, output_dir)
+    return document
+
+
+def _run_engines(req, document, candidates, context, kept, output_dir, progress, env) -> None:
     timing = _Timing(len(candidates) * req.repeat_engine)
     for candidate in candidates:
         row = candidate.to_dict()
@@ -266,14 +286,16 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
         progress.on_candidate_done(row)
         write_document(document, output_dir)
     _restart_engines(req, document, candidates, context, output_dir, progress, env, timing)
-    document["comparisons"] = build_comparisons(document, context["tune_doc"])
-    if req.repeat_engine > 1:
-        document["engine_starts"] = engine_start_spreads(document)
-    document["verdict"] = summarize(document)
-    document["elapsed_s"] = time.time() - started
-    document["warnings"] += engine_warnings(document)
-    write_document(document, output_dir)
-    return document
+
+
+def _beside(req, document, candidates, kept, output_dir, env) -> Beside:
+    """The sampler pre-build (started now, beside the first engine) and the pre-spawned workers."""
+    runs = planned_runs(candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
+    return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR)
+
+
+def _log_path(output_dir: Path, slug: str, start: int) -> Path:
+    return output_dir / LOG_DIR / (f"engine-{slug}.log" if start == 1 else f"engine-{slug}-start{start}.log")
 
 
 @dataclass
@@ -341,15 +363,19 @@ def _run_candidate(req, document, candidate, context, row, output_dir, progress,
     gpu = wait_for_memory(context["gpu"].get("memory_free_bytes"), env)
     util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization)
     row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
-    log_path = output_dir / LOG_DIR / (f"engine-{candidate.slug}.log" if start == 1 else
-                                       f"engine-{candidate.slug}-start{start}.log")
+    log_path = _log_path(output_dir, candidate.slug, start)
     row["log"] = str(log_path.relative_to(output_dir))
+    beside, key = context["beside"], (candidate.slug, start)
+    process, prespawned = beside.take(key)
     run = run_engine(engine_job(req, document, candidate, context, util, start), log_path,
                      start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
-                     env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick)
+                     env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick,
+                     process=process, on_spawned=lambda: beside.spawn_next(key),
+                     hold=beside.hold_for(key, progress.on_tick))
     log = engine_log.parse_engine_log(engine_log.read_log(log_path))
     row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
                engine=engine_facts(run.facts, log), shapes=[shape_row(s) for s in run.shapes])
+    row.update({k: v for k, v in (("prespawn", prespawned), ("hold", run.hold)) if v})
 
 
 def engine_env(env) -> dict:

@@ -1,0 +1,149 @@
+"""What runs beside verify's engines to shorten the run without touching what is measured
+(docs/verify.md "Speed"): the FlashInfer sampler pre-build (bench/verify/prebuild.py) and the next
+engine's pre-spawned worker.
+
+Pre-spawned worker: when engine k's worker is spawned, the worker of run k+1 starts too; it imports
+torch and vLLM (VllmEngine.preload: no CUDA, no LLM(...)), says "imported" and waits for its job
+(bench/verify/engine_worker.py main). An engine start takes >= 40 s, an import ~20-28 s, so the
+import ends while engine k starts. No import may run while an engine is measured (its CPU work
+would reach the timed decode steps): engine k's job carries "hold", its worker reports "started"
+and waits for "go", and the parent sends "go" only once the next worker has imported (at most
+IMPORT_WAIT_S after its spawn: a late worker is killed and run k+1 starts afresh) and the sampler
+pre-build has ended (at most prebuild.HOLD_S over the run). At most one worker waits; whatever waits is killed
+when verify ends, by an error or Ctrl-C as well.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
+from attnsel.bench.verify.prebuild import SamplerPrebuild, note, prebuild_request
+from attnsel.bench.verify.resume import row_key
+
+PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
+IMPORT_WAIT_S = 120.0  # from its spawn, the longest the next worker's import may hold an engine's measuring
+
+RunKey = tuple  # (candidate slug, engine start)
+
+
+def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path) -> Beside:
+    """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
+    to start: then document["prebuild"] says why, or is absent) and returns the run's Beside."""
+    from attnsel.attention import versions
+
+    profile = versions.select_profile(None).profile  # the installed vLLM's release data
+    request = prebuild_request(profile, document["gpu"].get("capability"), env)
+    prebuild = None
+    if request is not None and runs:
+        if request.get("skipped"):
+            document["prebuild"] = dict(request, note=note(request))
+        else:
+            prebuild = SamplerPrebuild(request, log_dir / "prebuild.log", child_env)
+    return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
+
+
+def planned_runs(candidates, kept: dict, repeat_engine: int, log_path: Callable[[str, int], Path]) -> list:
+    """[((slug, start), log path)] in the order bench/verify/run.py starts the engines: each pair
+    not refused and not kept by --resume, then starts 2..N round by round (its _restart_engines)."""
+    def done(candidate) -> int:
+        return len((kept.get(row_key(candidate.to_dict())) or {}).get("restarts") or [])
+
+    keys = [(c.slug, 1) for c in candidates if not c.reasons and row_key(c.to_dict()) not in kept]
+    for start in range(2, repeat_engine + 1):
+        keys += [(c.slug, start) for c in candidates if not c.reasons and done(c) < start - 1]
+    return [(key, log_path(*key)) for key in keys]
+
+
+@dataclass
+class _Waiting:
+    key: RunKey
+    process: EngineProcess
+    spawned_at: float
+    import_s: Optional[float] = None  # its import, once it said "imported"
+    lost: Optional[str] = None  # "late" | "died": killed, run k+1 starts afresh
+
+
+class Beside:
+    """The sampler pre-build and the pre-spawned worker of the next run, for one verify run."""
+
+    def __init__(self, runs: list, env: dict, engine: str, prespawn: bool,
+                 prebuild: Optional[SamplerPrebuild] = None):
+        """runs: [(key, log path)] in the order verify will start them."""
+        self.next_of = {key: nxt for (key, _), nxt in zip(runs, runs[1:])}
+        self.env, self.engine, self.prespawn, self.prebuild = env, engine, prespawn, prebuild
+        self.waiting: Optional[_Waiting] = None
+
+    def take(self, key: RunKey) -> tuple[Optional[EngineProcess], Optional[dict]]:
+        """The worker pre-spawned for this run, if one is alive (None: start one as usual), and the
+        row's record of what happened to it."""
+        waiting, self.waiting = self.waiting, None
+        if waiting is None:
+            return None, None
+        if waiting.key != key or waiting.lost or waiting.process.proc.poll() is not None:
+            waiting.process.stop(grace_s=0.0)
+            lost = waiting.lost or ("died" if waiting.key == key else "not this run")
+            return None, {"worker": lost, "note": f"the pre-spawned worker {_LOST.get(lost, lost)}; started afresh"}
+        record = {"worker": "pre-spawned"}
+        if waiting.import_s is not None:
+            record["import_hidden_s"] = waiting.import_s
+        return waiting.process, record
+
+    def spawn_next(self, key: RunKey) -> None:
+        """Engine `key` was just spawned: spawn the next run's worker (at most one waits)."""
+        nxt = self.next_of.get(key)
+        if not self.prespawn or self.waiting is not None or nxt is None:
+            return
+        process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": "prespawn", "engine": self.engine})
+        self.waiting = _Waiting(nxt[0], process, time.monotonic())
+
+    def hold_for(self, key: RunKey, on_tick: Callable[[], None]) -> Optional[Callable[[], dict]]:
+        """The hold for engine `key` (None: nothing to wait for, the engine runs as before)."""
+        building = self.prebuild is not None and self.prebuild.must_wait()
+        if not building and not (self.prespawn and key in self.next_of):
+            return None
+        return lambda: self._hold(on_tick)
+
+    def _hold(self, on_tick: Callable[[], None]) -> dict:
+        started = time.monotonic()
+        record: dict = {}
+        if self.prebuild is not None and self.prebuild.must_wait():
+            record["prebuild_s"] = self.prebuild.hold(on_tick)
+        if self.waiting is not None:
+            self._await_import(self.waiting, on_tick)
+            record["next_worker"] = self.waiting.lost or "imported"
+        record["waited_s"] = time.monotonic() - started
+        return record
+
+    def _await_import(self, waiting: _Waiting, on_tick: Callable[[], None]) -> None:
+        while waiting.import_s is None and not waiting.lost:
+            remaining = waiting.spawned_at + IMPORT_WAIT_S - time.monotonic()
+            if remaining <= 0:
+                waiting.lost = "late"
+                break
+            try:
+                message = waiting.process.next_message(min(POLL_S, remaining))
+            except queue.Empty:
+                on_tick()
+                continue
+            if message is None:
+                waiting.lost = "died"
+            elif message.get("type") == "imported":
+                waiting.import_s = float(message.get("import_s") or 0.0)
+        if waiting.lost:
+            waiting.process.stop(grace_s=0.0)
+
+    def close(self) -> Optional[dict]:
+        """Kills what still waits; the pre-build's record for verify.json (None: switched off)."""
+        if self.waiting is not None:
+            self.waiting.process.stop(grace_s=0.0)
+            self.waiting = None
+        return self.prebuild.finish() if self.prebuild is not None else None
+
+
+_LOST = {"late": f"had not imported {IMPORT_WAIT_S:g} s after its spawn", "died": "died while it waited",
+         "not this run": "was meant for another run"}

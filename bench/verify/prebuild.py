@@ -1,0 +1,173 @@
+"""Pre-building, while the first engine starts, the FlashInfer JIT module vLLM's sampler builds at
+start-up (docs/verify.md "Speed"): `python -m attnsel.bench.verify.prebuild`, a low-priority process
+of its own that never initialises CUDA.
+
+Why it saves time: vLLM's first engine builds FlashInfer's `sampling` module in its dummy sampler
+run (~95 s on an H200, tests/fixtures/verify/h200_vllm033_dense/verify/engine-FLASH_ATTN-16.log
+11:03:20 -> 11:04:54), after its ~60 s of import, config and torch.compile. Started with verify,
+the build runs beside those; the engine's build_and_load() then finds it built, or waits on the
+module's file lock (flashinfer 0.6.14 jit/core.py:289-318, 0.7.2.post1 jit/core.py:337-342 and
+577-590: build(need_lock=True) and build_and_load() take `<tmpdir>/<name>.lock`) instead of
+running a second ninja.
+
+Same module, same build.ninja: the builder asks flashinfer's own generator (release data:
+RuleProfile.sampler_jit_modules) and builds with tune's machinery (attention/kernels
+flashinfer_adapter.build_jit_modules). FlashInfer takes the CUDA arch from FLASHINFER_CUDA_ARCH_LIST,
+else from torch.cuda.get_device_capability (compilation_context.py CompilationContext.__init__,
+both releases), which would initialise CUDA: the builder is given the arch NVML read (GPU 0) in
+that variable, normalised by flashinfer as the capability would be, so the flags match.
+
+Protocol: one JSON request on stdin {"builder", "modules", "cuda_arch"}; one JSON line on stdout,
+the builder's summary {"modules", "built", "cached", "seconds", "error"} or {"skipped"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+PREBUILD_ENV = "ATTNSEL_VERIFY_PREBUILD"  # "0": no pre-build
+BUILDER_ENV = "ATTNSEL_VERIFY_PREBUILDER"  # module:attr or file.py:attr called with the module names (CI: a fake)
+DEFAULT_BUILDER = "attnsel.bench.verify.prebuild:build_flashinfer_modules"
+HOLD_S = 300.0  # the longest the engines' measuring waits for a build still running, over the whole run
+NICE = 10  # below the engine's own start-up work on the same CPUs
+
+
+def prebuild_request(profile, capability, env) -> Optional[dict]:
+    """What to pre-build for this release and GPU; None when pre-building is switched off (then
+    verify.json has no `prebuild`); {"skipped": why} when there is nothing to build."""
+    if env.get(PREBUILD_ENV, "1") == "0":
+        return None
+    modules = list(profile.sampler_jit_modules)
+    if not modules:
+        return {"skipped": f"vLLM's sampler loads no FlashInfer JIT module in this release ({profile.name})"}
+    if env.get("VLLM_USE_FLASHINFER_SAMPLER") == "0":
+        return {"skipped": "VLLM_USE_FLASHINFER_SAMPLER=0: vLLM samples without FlashInfer"}
+    arch = env.get("FLASHINFER_CUDA_ARCH_LIST") or (f"{capability[0]}.{capability[1]}" if capability else None)
+    return {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
+
+
+class SamplerPrebuild:
+    """The builder process, seen from verify's parent: started at once, polled, never waited on
+    except by `hold` (the first engine's measuring), killed with its process group at the end."""
+
+    def __init__(self, request: dict, log_path: Path, env: dict):
+        self.request = request
+        self.record: dict = {"modules": request.get("modules"), "cuda_arch": request.get("cuda_arch")}
+        self._started = time.monotonic()
+        self.held_s = 0.0  # what the engines waited for it so far (at most HOLD_S in all)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "attnsel.bench.verify.prebuild"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                         env=dict(env, PYTHONUNBUFFERED="1"), start_new_session=True)
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def must_wait(self) -> bool:
+        """Still building, and the engines have not yet waited HOLD_S for it."""
+        return not self.done() and self.held_s < HOLD_S
+
+    def hold(self, on_tick: Callable[[], None] = lambda: None) -> float:
+        """Waits for the build to end (within what is left of HOLD_S); the seconds waited."""
+        started = time.monotonic()
+        while self.must_wait() and self.held_s + (time.monotonic() - started) < HOLD_S:
+            time.sleep(0.2)
+            on_tick()
+        waited = time.monotonic() - started
+        self.held_s += waited
+        return waited
+
+    def finish(self) -> dict:
+        """The record for verify.json: the builder's summary, or why there is none."""
+        if not self.done():
+            self.stop()
+            self.record["error"] = "still building when verify ended; stopped"
+            return self.record
+        out = self.proc.stdout.read().decode("utf-8", errors="replace") if self.proc.stdout else ""
+        summary = next((json.loads(line) for line in out.splitlines() if line.startswith("{")), None)
+        if isinstance(summary, dict):
+            self.record.update(summary)
+        else:
+            self.record["error"] = f"the pre-build process exited with code {self.proc.returncode} and no summary"
+        self.record.setdefault("seconds", time.monotonic() - self._started)
+        return self.record
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)  # the group of the builder we started (ninja, nvcc)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.proc.wait(timeout=5.0)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def note(record: Optional[dict]) -> Optional[str]:
+    """One line for the progress display and the first engine's row."""
+    if not record:
+        return None
+    if record.get("skipped"):
+        return f"FlashInfer sampler pre-build skipped: {record['skipped']}"
+    if record.get("error") and not record.get("built"):
+        return f"FlashInfer sampler pre-build failed ({record['error']}); the engine builds it as usual"
+    if record.get("cached") and not record.get("built"):
+        return "FlashInfer sampler module already in FlashInfer's JIT cache"
+    return f"FlashInfer sampler module pre-built beside the first engine's start ({record.get('seconds', 0):.0f} s)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder process
+
+
+def build_flashinfer_modules(modules: list) -> dict:
+    """The default builder: tune's FlashInfer pre-build, for modules named by their generator."""
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is None:
+        return {"skipped": "flashinfer is not installed"}
+    from attnsel.attention.kernels import build_jit_modules, named_jit_requests
+
+    return build_jit_modules(named_jit_requests(modules))
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.readline() or "{}")
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    if request.get("cuda_arch"):  # flashinfer reads it instead of asking torch.cuda (no CUDA here)
+        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", str(request["cuda_arch"]))
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    started = time.perf_counter()
+    try:
+        from attnsel.bench.verify.engine_worker import resolve
+
+        summary = dict(resolve(request["builder"])(request.get("modules") or []) or {})
+    except Exception as exc:  # noqa: BLE001 -- recorded; the engine builds the module itself
+        from attnsel.bench.worker import error_text
+
+        summary = {"error": error_text(exc)}
+    summary.setdefault("seconds", time.perf_counter() - started)
+    print(json.dumps(summary, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
