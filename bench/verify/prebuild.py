@@ -154,6 +154,10 @@ def main() -> int:
         pass
     if request.get("cuda_arch"):  # flashinfer reads it instead of asking torch.cuda (no CUDA here)
         os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", str(request["cuda_arch"]))
+        # and no GPU at all: flashinfer 0.6.14's import asks torch for device 0's properties
+        # (gdn_kernels/gdn_decode_bf16_state.py:2701, inside try/except RuntimeError), which would
+        # put a CUDA context of this builder on the GPU the first engine is sizing its KV cache on
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     started = time.perf_counter()
     try:
