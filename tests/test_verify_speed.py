@@ -12,6 +12,7 @@ import pytest
 from attnsel.attention.versions import load_profile, release_profiles
 from attnsel.bench.verify import prebuild as PB
 from attnsel.bench.verify import run as V
+from attnsel.bench.verify import plan as VP
 from test_verify_starts import SHAPES, scenario
 
 FAKE_BUILDER = os.path.join(os.path.dirname(__file__), "fixtures", "verify_engine", "fake_prebuilder.py") + ":build"
@@ -73,6 +74,34 @@ def test_the_pre_build_runs_beside_the_first_engine_at_low_priority_and_its_reco
     generates = [e["t"] for e in events(events_file) if e["event"] == "generate"]
     assert min(generates) > build["t"]
     assert all(r["status"] == "ok" for r in doc["candidates"])
+
+
+def test_a_flashinfer_engine_to_start_gets_its_attention_modules_pre_built_too_on_no_gpu(speed, tune_run_dir):
+    # tune's pick here is FLASHINFER/64: that engine would JIT-build its attention modules in its own
+    # start (a fresh machine), so the builder gets the model's attention shape as well
+    events_file = speed(build={"wait_s": 0.1})
+    doc = verify(tune_run_dir)
+    [build] = [e for e in events(events_file) if e["event"] == "prebuild"]
+    [attention] = build["attention"]
+    assert (attention["dtype"], attention["head_size"], attention["kv_cache_dtype"]) == ("bfloat16", 128, "auto")
+    assert attention["capability"] == [9, 0] and doc["prebuild"]["attention"] == build["attention"]
+    assert build["visible"] == ""  # the builder opens no CUDA context beside the first engine
+    assert "sampler and attention modules" in doc["prebuild"]["note"]
+
+
+def test_without_a_flashinfer_engine_only_the_sampler_is_pre_built(speed, tune_run_dir):
+    events_file = speed(build={"wait_s": 0.1})
+    V.run_verify(V.VerifyRequest(tune_dir=tune_run_dir, shapes=SHAPES, decode_steps=32,
+                                 candidates=VP.parse_candidates("default")), tune_run_dir)
+    [build] = [e for e in events(events_file) if e["event"] == "prebuild"]
+    assert build["attention"] is None and build["modules"]
+
+
+def test_attention_modules_are_pre_built_even_when_vllm_samples_without_flashinfer():
+    profile = load_profile("vllm_0_33")
+    shape = {"dtype": "bfloat16", "head_size": 128, "kv_cache_dtype": "auto"}
+    request = PB.prebuild_request(profile, (9, 0), {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, shape)
+    assert request["modules"] == [] and request["attention"] == [dict(shape, capability=[9, 0])]
 
 
 def test_a_failing_pre_build_is_recorded_and_verify_still_completes(speed, tune_run_dir):
@@ -145,7 +174,7 @@ def test_the_cli_says_what_each_engine_waited_for_and_what_was_pre_built(speed, 
     assert result.exit_code in (0, 1), result.output
     assert "measuring waited" in result.output and "the next engine's import" in result.output
     assert "vLLM imported while the previous engine started" in result.output
-    assert "FlashInfer sampler module pre-built" in result.output
+    assert "FlashInfer sampler and attention modules pre-built" in result.output
 
 
 def test_with_repeat_engine_every_later_start_gets_the_worker_pre_spawned_for_it(speed, tune_run_dir, monkeypatch):

@@ -6,7 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS
-    from attnsel.attention.kernels.flashinfer_adapter import build_jit_modules, named_jit_requests
+    from attnsel.attention.kernels.flashinfer_adapter import build_jit_modules, jit_module_requests, named_jit_requests
     from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, TIMED_KV_CACHE_DTYPES
     from attnsel.attention.kernels.registry import adapters_for
 
@@ -18,6 +18,7 @@ __all__ = [
     "TIMED_KV_CACHE_DTYPES",
     "adapters_for",
     "build_jit_modules",
+    "jit_module_requests",
     "named_jit_requests",
 ]
 __getattr__ = lazy_door(__name__, {
@@ -28,5 +29,6 @@ __getattr__ = lazy_door(__name__, {
     "TIMED_KV_CACHE_DTYPES": "kv_quant",
     "adapters_for": "registry",
     "build_jit_modules": "flashinfer_adapter",
+    "jit_module_requests": "flashinfer_adapter",
     "named_jit_requests": "flashinfer_adapter",
 })

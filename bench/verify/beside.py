@@ -31,13 +31,14 @@ IMPORT_WAIT_S = 120.0  # from its spawn, the longest the next worker's import ma
 RunKey = tuple  # (candidate slug, engine start)
 
 
-def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path) -> Beside:
+def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path,
+                 attention: Optional[dict] = None) -> Beside:
     """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
     to start: then document["prebuild"] says why, or is absent) and returns the run's Beside."""
     from attnsel.attention import versions
 
     profile = versions.select_profile(None).profile  # the installed vLLM's release data
-    request = prebuild_request(profile, document["gpu"].get("capability"), env)
+    request = prebuild_request(profile, document["gpu"].get("capability"), env, attention)
     prebuild = None
     if request is not None and runs:
         if request.get("skipped"):

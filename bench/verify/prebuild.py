@@ -39,18 +39,25 @@ HOLD_S = 300.0  # the longest the engines' measuring waits for a build still run
 NICE = 10  # below the engine's own start-up work on the same CPUs
 
 
-def prebuild_request(profile, capability, env) -> Optional[dict]:
+def prebuild_request(profile, capability, env, attention: Optional[dict] = None) -> Optional[dict]:
     """What to pre-build for this release and GPU; None when pre-building is switched off (then
-    verify.json has no `prebuild`); {"skipped": why} when there is nothing to build."""
+    verify.json has no `prebuild`); {"skipped": why} when there is nothing to build. `attention`
+    ({dtype, head_size, kv_cache_dtype}): a FLASHINFER engine will start, its attention modules too."""
     if env.get(PREBUILD_ENV, "1") == "0":
         return None
     modules = list(profile.sampler_jit_modules)
+    skipped = None
     if not modules:
-        return {"skipped": f"vLLM's sampler loads no FlashInfer JIT module in this release ({profile.name})"}
-    if env.get("VLLM_USE_FLASHINFER_SAMPLER") == "0":
-        return {"skipped": "VLLM_USE_FLASHINFER_SAMPLER=0: vLLM samples without FlashInfer"}
+        skipped = f"vLLM's sampler loads no FlashInfer JIT module in this release ({profile.name})"
+    elif env.get("VLLM_USE_FLASHINFER_SAMPLER") == "0":
+        skipped, modules = "VLLM_USE_FLASHINFER_SAMPLER=0: vLLM samples without FlashInfer", []
+    if skipped and not attention:
+        return {"skipped": skipped}
     arch = env.get("FLASHINFER_CUDA_ARCH_LIST") or (f"{capability[0]}.{capability[1]}" if capability else None)
-    return {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
+    request = {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
+    if attention:
+        request["attention"] = [dict(attention, capability=list(capability) if capability else None)]
+    return request
 
 
 class SamplerPrebuild:
@@ -59,7 +66,8 @@ class SamplerPrebuild:
 
     def __init__(self, request: dict, log_path: Path, env: dict):
         self.request = request
-        self.record: dict = {"modules": request.get("modules"), "cuda_arch": request.get("cuda_arch")}
+        self.record: dict = {"modules": request.get("modules"), "cuda_arch": request.get("cuda_arch"),
+                             **({"attention": request["attention"]} if request.get("attention") else {})}
         self._started = time.monotonic()
         self.held_s = 0.0  # what the engines waited for it so far (at most HOLD_S in all)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,28 +130,38 @@ def note(record: Optional[dict]) -> Optional[str]:
     """One line for the progress display and the first engine's row."""
     if not record:
         return None
+    what = "sampler module" if not record.get("attention") else (
+        "sampler and attention modules" if record.get("modules") else "attention modules")
     if record.get("skipped"):
         return f"FlashInfer sampler pre-build skipped: {record['skipped']}"
     if record.get("error") and not record.get("built"):
-        return f"FlashInfer sampler pre-build failed ({record['error']}); the engine builds it as usual"
+        return f"FlashInfer {what} pre-build failed ({record['error']}); the engine builds it as usual"
     if record.get("cached") and not record.get("built"):
-        return "FlashInfer sampler module already in FlashInfer's JIT cache"
-    return f"FlashInfer sampler module pre-built beside the first engine's start ({record.get('seconds', 0):.0f} s)"
+        return f"FlashInfer {what} already in FlashInfer's JIT cache"
+    return f"FlashInfer {what} pre-built beside the first engine's start ({record.get('seconds', 0):.0f} s)"
 
 
 # ---------------------------------------------------------------------------------------------
 # The builder process
 
 
-def build_flashinfer_modules(modules: list) -> dict:
-    """The default builder: tune's FlashInfer pre-build, for modules named by their generator."""
+def build_flashinfer_modules(modules: list, attention: Optional[list] = None) -> dict:
+    """The default builder: tune's FlashInfer pre-build, for modules named by their generator and
+    for the attention modules a FLASHINFER engine plans (the requests tune's pre-build makes)."""
     import importlib.util
 
     if importlib.util.find_spec("flashinfer") is None:
         return {"skipped": "flashinfer is not installed"}
-    from attnsel.attention.kernels import build_jit_modules, named_jit_requests
+    import torch
 
-    return build_jit_modules(named_jit_requests(modules))
+    from attnsel.attention.kernels import build_jit_modules, jit_module_requests, named_jit_requests
+
+    requests = named_jit_requests(modules)
+    for spec in attention or []:
+        capability = tuple(spec["capability"]) if spec.get("capability") else None
+        requests += jit_module_requests(("decode", "prefill", "mixed"), spec["dtype"], int(spec["head_size"]),
+                                        capability, torch.version.cuda, kv_cache_dtype=spec.get("kv_cache_dtype") or "auto")
+    return build_jit_modules(requests)
 
 
 def main() -> int:
@@ -163,7 +181,10 @@ def main() -> int:
     try:
         from attnsel.bench.verify.engine_worker import resolve
 
-        summary = dict(resolve(request["builder"])(request.get("modules") or []) or {})
+        builder = resolve(request["builder"])
+        modules = request.get("modules") or []
+        built = builder(modules, attention=request["attention"]) if request.get("attention") else builder(modules)
+        summary = dict(built or {})
     except Exception as exc:  # noqa: BLE001 -- recorded; the engine builds the module itself
         from attnsel.bench.worker import error_text
 

@@ -210,7 +210,8 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         "warnings": [memory_note] if memory_note else [],
     }
     context = {"hf_config": hf_config, "tune_doc": tune_doc, "gpu": gpu,
-               "model_dir": write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model")}
+               "model_dir": write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model"),
+               "attention": {"dtype": shape.dtype, "head_size": shape.head_size, "kv_cache_dtype": shape.kv_cache_dtype}}
     return document, candidates, context
 
 
@@ -255,7 +256,7 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyPr
     kept = kept_rows(previous, document)
     write_document(document, output_dir)
     progress.on_plan(document)
-    context["beside"] = _beside(req, document, candidates, kept, output_dir, env)
+    context["beside"] = _beside(req, document, candidates, kept, output_dir, env, context)
     try:
         _run_engines(req, document, candidates, context, kept, output_dir, progress, env)
     finally:
@@ -288,10 +289,15 @@ def _run_engines(req, document, candidates, context, kept, output_dir, progress,
     _restart_engines(req, document, candidates, context, output_dir, progress, env, timing)
 
 
-def _beside(req, document, candidates, kept, output_dir, env) -> Beside:
+def _beside(req, document, candidates, kept, output_dir, env, context) -> Beside:
     """The sampler pre-build (started now, beside the first engine) and the pre-spawned workers."""
     runs = planned_runs(candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
-    return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR)
+    # a FLASHINFER engine to start JIT-builds its attention modules in its own start unless tune built
+    # them before (same cache): they are pre-built beside the first engine too
+    started = {slug for (slug, _start), _log in runs}
+    flashinfer = any(c.slug in started and (c.backend or (c.predicted or [None])[0]) == "FLASHINFER" for c in candidates)
+    return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR,
+                        attention=context.get("attention") if flashinfer else None)
 
 
 def _log_path(output_dir: Path, slug: str, start: int) -> Path:
