@@ -65,3 +65,32 @@ def test_graph_replay_and_eager_agree_on_a_large_kernel_and_cupti_agrees_with_ev
         cupti = G.time_call(fn, launch="graph", timer="cupti", cold_l2=False)
         assert cupti.timer == "cupti"
         assert cupti.stats.median_ms == pytest.approx(graph.stats.median_ms, rel=0.1)
+    # where the row's timing wall went: every part of time_call accounted, none negative
+    for result, parts in ((graph, {"graph_capture", "estimate", "warmup", "timed"}),
+                          (eager, {"prepare", "estimate", "warmup", "timed"})):
+        assert parts <= set(result.host_s) and all(v >= 0 for v in result.host_s.values())
+        assert result.to_dict()["host_s"].keys() == result.host_s.keys()
+
+
+def test_a_backends_timing_host_seconds_are_the_sum_of_its_rows_and_absent_for_older_rows():
+    from attnsel.bench.tune import phases
+
+    rows = [{"timing": {"host_s": {"timed": 0.05, "cupti_stop": 0.02}}},
+            {"timing": {"host_s": {"timed": 0.07, "graph_capture": 0.01}}},
+            {"timing": {"median_ms": 0.1}}, {"status": "error"}]
+    assert phases.timing_host_s(rows) == {"timed": 0.12, "cupti_stop": 0.02, "graph_capture": 0.01}
+    assert phases.timing_host_s(rows[2:]) == {}
+    result = T.TimingResult(T.summarize([1.0, 2.0]), mode="eager", l2="cold", warmup_calls=1, samples_ms=(1.0, 2.0))
+    assert "host_s" not in result.to_dict()  # recorded rows replay as they were written
+
+
+def test_the_stopwatch_adds_each_part_since_the_previous_mark(monkeypatch):
+    clock = iter([10.0, 10.5, 11.0, 12.0, 12.25])
+    monkeypatch.setattr(G.time, "perf_counter", lambda: next(clock))
+    host: dict = {}
+    mark = G._Stopwatch(host)
+    mark("warmup")
+    mark("timed")
+    mark.restart()
+    mark("timed")
+    assert host == {"warmup": 0.5, "timed": 0.75}

@@ -210,24 +210,47 @@ def time_call(
     if launch not in LAUNCHES:
         raise ValueError(f"launch must be one of {LAUNCHES}, got {launch!r}")
     used_timer, note = resolve_timer(timer)
+    host: dict[str, float] = {}
+    mark = _Stopwatch(host)
     runner = graph_runner(fn) if launch == "graph" else fn
+    mark("graph_capture" if launch == "graph" else "prepare")
     flush = torch.empty(l2_flush_bytes(device_index) if cold_l2 else 1, dtype=torch.int8, device="cuda")
     events = _EventSampler(torch, runner, flush if cold_l2 else None)
     events.learn_host_time()
     estimate = T.summarize(events.samples(T.ESTIMATE_CALLS)).median_ms
     warmup, repeat = T.counts_from_budget(estimate, warmup_budget_ms=warmup_budget_ms,
                                           repeat_budget_ms=repeat_budget_ms, max_samples=max_samples)
+    mark("estimate")
     events.run_untimed(warmup)
+    mark("warmup")
     samples: Optional[list[float]] = None
     if used_timer == "cupti":
         try:
-            samples = _cupti_samples(torch, runner, flush if cold_l2 else None, repeat)
+            samples = _cupti_samples(torch, runner, flush if cold_l2 else None, repeat, host)
         except Exception as exc:  # noqa: BLE001 -- e.g. another CUPTI subscriber: fall back
             used_timer, note = "events", f"CUPTI failed ({type(exc).__name__}: {exc}); timed with CUDA events"
+        mark.restart()
     if samples is None:
         samples = events.samples(repeat)
+        mark("timed")
     return T.TimingResult(T.summarize(samples), mode=launch, l2="cold" if cold_l2 else "hot",
-                          warmup_calls=warmup, samples_ms=tuple(samples), timer=used_timer, note=note)
+                          warmup_calls=warmup, samples_ms=tuple(samples), timer=used_timer, note=note,
+                          host_s=host)
+
+
+class _Stopwatch:
+    """Adds the seconds since the previous mark to `into[name]` (time_call's `host_s`)."""
+
+    def __init__(self, into: dict):
+        self.into, self.last = into, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = self.into.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def restart(self) -> None:
+        self.last = time.perf_counter()
 
 
 class _EventSampler:
@@ -271,10 +294,13 @@ class _EventSampler:
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _cupti_samples(torch: Any, runner: Callable[[], object], flush: Any, count: int) -> list[float]:
+def _cupti_samples(torch: Any, runner: Callable[[], object], flush: Any, count: int,
+                   host: Optional[dict] = None) -> list[float]:
+    mark = _Stopwatch(host if host is not None else {})
     recorder = CuptiRecorder()
     windows: list[tuple[int, int]] = []
     recorder.start()
+    mark("cupti_start")
     try:
         for _ in range(count):
             if flush is not None:
@@ -284,8 +310,10 @@ def _cupti_samples(torch: Any, runner: Callable[[], object], flush: Any, count: 
             runner()
             windows.append((begin, recorder.now()))
             torch.cuda.synchronize()
+        mark("timed")
     finally:
         recorder.stop()
+        mark("cupti_stop")
     spans = kernel_spans_ns(windows, recorder.launches, recorder.kernels)
     if any(span is None for span in spans):
         raise RuntimeError(f"CUPTI saw no kernel for {sum(s is None for s in spans)} of {count} calls")

@@ -192,6 +192,9 @@ class TimingResult:
     calls_per_sample: int = 1
     timer: str = "events"  # "cupti" (kernel spans) | "events" (CUDA events behind a GPU spin)
     note: Optional[str] = None
+    # host wall seconds of each part of timing this call (graph capture, estimate, warm-up, timed
+    # calls, CUPTI start/stop): where a row's `timing_s` goes beyond the GPU time it measured
+    host_s: Optional[dict] = None
 
     def to_dict(self, *, with_samples: bool = False) -> dict:
         d = {
@@ -203,6 +206,8 @@ class TimingResult:
             "note": self.note,
             **self.stats.to_dict(),
         }
+        if self.host_s is not None:
+            d["host_s"] = {k: round(v, 4) for k, v in self.host_s.items()}
         if with_samples:
             d["samples_ms"] = list(self.samples_ms)
         return d

@@ -37,6 +37,9 @@ def backend_phases(outcome) -> dict:
         values = [w.get(key) for w in workers if isinstance(w.get(key), (int, float))]
         detail[key] = sum(values) if values else None
     out["startup_detail"] = detail
+    host = timing_host_s(outcome.rows)
+    if host:
+        out["timing_host_s"] = host
     out["workers"] = len(workers)
     out["prespawn_failures"] = outcome.prespawn_failures
     out = {k: (_round(v) if isinstance(v, float) else v) for k, v in out.items()} | {
@@ -45,6 +48,17 @@ def backend_phases(outcome) -> dict:
         out["parts"] = [{"gpu": gpu, "block_sizes": list(sizes), **backend_phases(part)}
                         for gpu, sizes, part in outcome.parts]
     return out
+
+
+def timing_host_s(rows) -> dict:
+    """The rows' `timing.host_s` summed per part (graph capture, estimate, warm-up, timed calls,
+    CUPTI start/stop): what a backend's timing_s is made of beyond the GPU time it measured. Empty
+    for rows timed before it was recorded."""
+    total: dict = {}
+    for row in rows:
+        for part, seconds in ((row.get("timing") or {}).get("host_s") or {}).items():
+            total[part] = total.get(part, 0.0) + float(seconds)
+    return {part: round(seconds, 3) for part, seconds in total.items()}
 
 
 def phase_breakdown(outcomes: dict, *, probe_s: float, total_s: float, probe_source: str) -> dict:
