@@ -1,0 +1,93 @@
+"""Keep what issue 25's before/after sitting needs, small enough to commit:
+`python -m attnsel.bench.tools.speed_fixture RESULTS DEST.json`, RESULTS being what
+`PLAN=speed bash bench/tools/gpu_evidence_plan.sh RESULTS` left (docs/tune-performance.md
+"Speed benchmark").
+
+Kept per side (before / after): the steps' exit codes and seconds, each tune run's summary (phases,
+lanes, recommendation and, for the warm runs, every row as backend, block size, workload, GPU,
+median / p20 / p80 ms: bench/tools/gpus_fixture.py's form), each verify.json whole (engines' start
+parts, shapes, verdict; the A/A run's too), probe_speed's JSON; and the `--gpus` runs (1, 2 and 4
+GPUs, cold and warm) in the same summary form. tests/test_speed_recorded.py replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from attnsel.bench.tools.gpus_fixture import run_summary
+from attnsel.bench.tools.speed_summary import read_steps
+
+SIDES = ("before", "after")
+
+
+def _json(path: Path) -> Optional[dict]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _tune(folder: Path, with_rows: bool) -> Optional[dict]:
+    return run_summary(folder, with_rows) if (folder / "tune.json").is_file() else None
+
+
+def _times(lane: Path) -> dict:
+    """gpu_lanes.sh --timed steps: `name exit seconds` lines."""
+    out = {}
+    try:
+        for line in (lane / "times.txt").read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                out[parts[0]] = [int(parts[1]), float(parts[2])]
+    except OSError:
+        pass
+    return out
+
+
+def side(results: Path, name: str) -> dict:
+    tune_out = results / "phase1" / f"{name}_tune" / "speed"
+    verify_lane = results / "phase1" / f"{name}_verify"
+    verify_out = verify_lane / "speed"
+    steps = {k: list(v) for k, v in (read_steps(tune_out) | read_steps(verify_out)).items()}
+    return {"steps": steps,
+            "tune_cold": _tune(tune_out / "tune_cold", False),
+            "tune_warm": _tune(tune_out / "tune_warm", True),
+            "verify": _json(verify_out / "verify" / "verify.json"),
+            "aa": _json(verify_lane / "aa" / "verify.json"),
+            "aa_step": _times(verify_lane).get("aa"),
+            "probe_busy": _json(tune_out / "probe.txt"),
+            "probe": _json(results / "probe" / f"probe_{name}" / "probe.json")}
+
+
+def gpus(results: Path) -> dict:
+    lanes = {1: results / "phase2" / "gpus1", 2: results / "phase2" / "gpus2", 4: results / "phase3" / "gpus4"}
+    return {str(n): {"steps": _times(lane), "cold": _tune(lane / "cold", False), "warm": _tune(lane / "warm", True)}
+            for n, lane in lanes.items() if lane.is_dir()}
+
+
+def keep(results: Path) -> dict:
+    machine = results / "machine.txt"
+    return {"_note": "from PLAN=speed bash bench/tools/gpu_evidence_plan.sh, kept by bench/tools/speed_fixture.py",
+            "machine": machine.read_text(encoding="utf-8").strip() if machine.is_file() else None,
+            **{name: side(results, name) for name in SIDES}, "gpus": gpus(results)}
+
+
+def main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        return 2
+    results, dest = Path(args[0]), Path(args[1])
+    doc = keep(results)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"{dest} ({dest.stat().st_size // 1024} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
