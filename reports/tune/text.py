@@ -227,6 +227,8 @@ def phase_line(phases: Optional[dict]) -> Optional[str]:
     for backend, b in (phases.get("backends") or {}).items():
         hidden = (b.get("startup_detail") or {}).get("overlapped_s")
         startup = f"startup {_s(b.get('startup_s'))}" + (f" +{_s(hidden)} hidden" if hidden else "")
+        if b.get("precompile_s") is not None:  # Triton kernels compiled in parallel at go (change 10)
+            startup += f", precompile {_s(b.get('precompile_s'))}"
         parts.append(f"{backend} {_s(b.get('wall_s'))} ({startup}, batch {_s(b.get('batch_s'))}, "
                      f"setup/JIT {_s(b.get('setup_s'))}, check {_s(b.get('check_s'))}, "
                      f"timing {_s(b.get('timing_s'))}, other {_s(b.get('other_s'))})")
