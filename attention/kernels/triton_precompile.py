@@ -6,8 +6,8 @@ row that needs a new specialisation (block size, 2D/3D, the int arguments Triton
 launch turned into a compile: inside it,
 
 * `JITFunction.run` is called with `warmup=True` (triton/runtime/jit.py, `run`: with warmup the
-  kernel is looked up or compiled and returned, never launched; Triton 3.6 jit.py:695-741, 3.8
-  jit.py:726-790), so vLLM's own `kernel[grid](...)` (vllm/v1/attention/ops/
+  kernel is looked up or compiled and returned, never launched; Triton 3.6 jit.py:695-746, 3.8
+  jit.py:726-781), so vLLM's own `kernel[grid](...)` (vllm/v1/attention/ops/
   triton_unified_attention.py:1090 in 0.26) computes its own key and compiles, and what vLLM does
   with the unwritten output afterwards is harmless;
 * Triton's `AsyncCompileMode(executor)` is active (triton/runtime/_async_compile.py): `_do_compile`
@@ -165,7 +165,7 @@ class CompileOnly:
     def _load_handles(self, kernels: list) -> None:
         """`_init_handles` of each compiled kernel, in the pool: the per-signature launcher (a C
         compile, cached on disk like the kernel) and the module load, as the first launch would
-        (triton/compiler/compiler.py, CompiledKernel._init_handles: 3.6 compiler.py:436-466)."""
+        (triton/compiler/compiler.py, CompiledKernel._init_handles: 3.6 compiler.py:436-471)."""
         from triton.runtime.driver import driver
 
         device = driver.active.get_current_device()

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 
-class _TargetOnlyDriver:
+class TargetOnlyDriver:
     """What JITFunction.run asks the driver for, answered without a GPU (no launch happens)."""
 
     def __init__(self, capability: int):
@@ -89,7 +89,7 @@ def measure(threads: int, block_sizes: list[int], capability: int) -> dict:
     ua = _vllm_unified_attention()
     for kernel in (ua.kernel_unified_attention, ua.reduce_segments):
         kernel.device_caches.clear()
-    driver.set_active(_TargetOnlyDriver(capability))
+    driver.set_active(TargetOnlyDriver(capability))
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["TRITON_CACHE_DIR"] = cache_dir
         started, cpu_started = time.perf_counter(), time.process_time()

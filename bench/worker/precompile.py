@@ -39,8 +39,8 @@ def precompile_rows(runner: Any, items: list[dict], *, threads: Optional[int] = 
     """The pass for `runner`'s backend (bench/worker/items.ItemRunner) over the job's items; its
     record, or None when nothing is to be done (turned off, no adapter that asks for it, a toolkit
     without the compile-only block)."""
-    if not precompile_enabled() or not items:
-        return None
+    if not precompile_enabled() or not items or os.environ.get("TRITON_INTERPRET") == "1":
+        return None  # (Triton's interpreter, CPU checks: kernels run as Python, nothing is compiled)
     toolkit = runner.toolkit
     open_block = getattr(toolkit, "triton_compile_only", None)
     adapters = runner.adapters()
