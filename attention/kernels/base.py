@@ -80,6 +80,20 @@ class PrebuildingAdapter(Protocol):
         """`workloads`: bench.workloads.WorkloadSpec items (kind, batch, lengths) this worker will time."""
 
 
+class TritonPrecompilingAdapter(Protocol):
+    """An OPTIONAL fact an adapter may state (not part of KernelAdapter).
+
+    `precompiles_triton` True: `prepare()`'s first call JIT-compiles Triton kernels launched as
+    `kernel[grid](...)` (no multi-config `triton.autotune`), so calling `prepare()` once with Triton
+    launches turned into compiles (attention/kernels/triton_precompile.CompileOnly) compiles, ahead
+    of the rows and several at once, the very kernels the rows' first calls look up. The tune
+    worker does that after "go" for every planned row (bench/worker/precompile.py), with its own
+    adapter instances, then runs the rows as before. prepare() must tolerate an output nothing
+    wrote (no host read of kernel results inside it)."""
+
+    precompiles_triton: bool
+
+
 class KernelUnavailable(RuntimeError):
     """The provider cannot run here (missing package, wrong GPU); the message says why."""
 

@@ -294,6 +294,8 @@ class _GroupRun:
             self.outcome.info = message.get("info")
             if self.on_info and self.outcome.info:
                 self.on_info(self.outcome.info)
+        elif kind == "precompiled":  # the worker's Triton pre-compile pass (bench/worker/precompile.py)
+            self.outcome.workers[watch.record_index]["precompile"] = message.get("precompile")
         elif kind == "start":
             watch.current = self.by_key.get(message.get("key"))
             if self.on_start and watch.current is not None:

@@ -9,7 +9,7 @@ its own phases, from which each lane's elapsed time is read. A backend run whole
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 ROW_PHASES = (("batch_s", ("batch_s",)), ("setup_s", ("prepare_s", "first_call_s")), ("check_s", ("check_s",)),
               ("timing_s", ("timing_s",)))
@@ -21,15 +21,22 @@ def _round(value: Optional[float]) -> Optional[float]:
 
 def backend_phases(outcome) -> dict:
     """Where one backend's wall time went: exposed worker startup, then per-row batch build,
-    setup (prepare: plan + JIT + first call, and the extra first call), check, timing, and the
-    rest (library import inside the first row, release, protocol, worker exit) as `other_s`."""
+    setup (prepare: plan + JIT + first call, and the extra first call), check, timing, the Triton
+    pre-compile pass if the worker ran one (`precompile_s` and its record `precompile`, only then
+    present), and the rest (library import inside the first row, release, protocol, worker exit)
+    as `other_s`."""
     wall = outcome.wall_s or 0.0
     workers = outcome.workers
     startup = sum(w.get("exposed_s") or 0.0 for w in workers)
-    out = {"wall_s": wall, "startup_s": startup}
+    out: dict[str, Any] = {"wall_s": wall, "startup_s": startup}
     for name, parts in ROW_PHASES:
         out[name] = sum((r.get("wall_breakdown_s") or {}).get(p, 0.0) or 0.0 for r in outcome.rows for p in parts)
-    out["other_s"] = wall - sum(out[k] for k in ("startup_s", "batch_s", "setup_s", "check_s", "timing_s"))
+    precompiles = [w["precompile"] for w in workers if isinstance(w.get("precompile"), dict)]
+    if precompiles:  # the worker's Triton pre-compile pass between "ready" and its first row (change 10)
+        out["precompile_s"] = sum(float(p.get("seconds") or 0.0) for p in precompiles)
+        out["precompile"] = {k: v for k, v in precompiles[-1].items() if k != "note"}  # kernels, threads, errors
+    out["other_s"] = wall - sum(out.get(k, 0.0) for k in ("startup_s", "precompile_s", "batch_s", "setup_s",
+                                                            "check_s", "timing_s"))
     out["rows"] = len(outcome.rows)
     out["row_wall_s"] = sum(r.get("row_wall_s") or 0.0 for r in outcome.rows)
     detail = {}

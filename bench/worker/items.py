@@ -48,6 +48,7 @@ class ItemRunner:
         self.preloaded_import_s = 0.0  # library imports done before "go" (see preload_libraries)
         self.extra_notes: list[str] = []  # added to every prepared row (e.g. the JIT pre-build)
         self._phases: dict[str, float] = {}
+        self._import_reported = False  # the first row reports the library import (even after a precompile pass)
 
     def adapters(self) -> list:
         if self._adapters is None:
@@ -140,6 +141,10 @@ class ItemRunner:
             row["checked"] = False
         self._time(adapter, prepared, batch, workload, block_size, spec, item, row)
 
+    def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> Optional[tuple[Any, Any]]:
+        """(adapter, workload) a row of this spec and block size would run with, or None."""
+        return self._usable_adapter(spec, block_size, {})
+
     def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict) -> Optional[tuple[Any, Any]]:
         """(adapter, workload) for this row, or None with the row's status and error saying why not."""
         kv = self.shape.get("kv_cache_dtype", "auto")
@@ -148,11 +153,11 @@ class ItemRunner:
             row["error"] = (f"--kv-cache-dtype {kv} is not timed: tune builds {', '.join(kv_quant.TIMED_KV_CACHE_DTYPES)} "
                             f"caches (attention/kernels/kv_quant.py)")
             return None
-        first_row = self._adapters is None
         with self._phase("library_import_s"):
             adapters = self.adapters()
-        if first_row:
+        if not self._import_reported and row:  # (usable_adapter passes no row)
             row["library_import_s"] = self.import_seconds
+            self._import_reported = True
         if not adapters:
             row["status"] = R.STATUS_UNAVAILABLE
             missing = "; ".join(f"{n}: {r}" for n, r in self._unavailable.items())

@@ -138,6 +138,12 @@ class KernelToolkit:
             result = G.time_call(prepared.run, launch="eager", **kwargs)
             return dataclasses.replace(result, note=f"CUDA-graph capture failed ({error_text(exc)}); timed eagerly")
 
+    def triton_compile_only(self, threads: int) -> Any:
+        """A block in which Triton launches only compile, `threads` at a time (bench/worker/precompile.py)."""
+        from attnsel.attention.kernels.triton_precompile import CompileOnly
+
+        return CompileOnly(threads)
+
     def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]:
         return float(batch.bytes_moved()), float(batch.flops())
 

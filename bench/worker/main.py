@@ -20,6 +20,8 @@ CUDA), while its other imports run and the previous backend is still timing. At 
 to compile the same modules anyway), and reports it in "ready"'s startup["prebuild"] and in each
 row's notes. A failing pre-build changes nothing else: plan() then compiles as it always did.
     {"type": "ready", "info": {...device and library versions...}, "startup": {... cuda_init_s}}
+    {"type": "precompiled", "precompile": {...}}  once, before the first item, if the backend's adapter
+                                       compiles Triton kernels ahead (bench/worker/precompile.py)
     {"type": "start", "key": ...}      before each item (the parent's timeout clock starts here)
     {"type": "row", "row": {...}}      after each item
     {"type": "done"}
@@ -41,6 +43,7 @@ import traceback
 from typing import Any, Optional, TextIO
 
 from attnsel.bench.worker.items import ItemRunner
+from attnsel.bench.worker.precompile import precompile_rows
 from attnsel.bench.worker.prebuild import (
     DEFAULT_PREBUILD_WAIT_S,
     Prebuild,
@@ -138,6 +141,10 @@ def _run_items(toolkit: Toolkit, job: dict, startup: dict[str, Any], stream: Tex
     runner.preloaded_import_s = startup["library_import_s"]
     if startup.get("prebuild") and startup["prebuild"].get("note"):
         runner.extra_notes.append(startup["prebuild"]["note"])
+    precompiled = precompile_rows(runner, job.get("items") or [])  # Triton JIT, in parallel, before the rows
+    if precompiled is not None:
+        _send(stream, {"type": "precompiled", "precompile": precompiled})
+        runner.extra_notes.append(precompiled["note"])
     for item in job.get("items") or []:
         _send(stream, {"type": "start", "key": item["key"]})
         _send(stream, {"type": "row", "row": runner.run(item)})

@@ -227,6 +227,8 @@ def phase_line(phases: Optional[dict]) -> Optional[str]:
     for backend, b in (phases.get("backends") or {}).items():
         hidden = (b.get("startup_detail") or {}).get("overlapped_s")
         startup = f"startup {_s(b.get('startup_s'))}" + (f" +{_s(hidden)} hidden" if hidden else "")
+        if b.get("precompile_s") is not None:  # Triton kernels compiled in parallel at go (change 10)
+            startup += f", precompile {_s(b.get('precompile_s'))}"
         lanes = f" on {len(b['parts'])} GPUs" if b.get("parts") else ""  # split over lanes: summed
         parts.append(f"{backend} {_s(b.get('wall_s'))}{lanes} ({startup}, batch {_s(b.get('batch_s'))}, "
                      f"setup/JIT {_s(b.get('setup_s'))}, check {_s(b.get('check_s'))}, "

@@ -20,6 +20,10 @@ from typing import Any, Optional
 from attnsel.attention.kernels.base import PreparedKernel, cuda_device_reason, installed_version, module_missing
 
 DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+# Backends whose impl.forward launches vLLM's Triton kernels with `kernel[grid](...)`, compiled at first
+# call and without a multi-config autotuner (vllm/v1/attention/ops/triton_unified_attention.py:1090 and
+# :1170 in 0.26): they can be compiled ahead, in parallel (base.TritonPrecompilingAdapter).
+TRITON_JIT_BACKENDS = ("TRITON_ATTN",)
 # Developer switch: time the stand-ins even though vLLM is installed (to measure them against it).
 STANDINS_ENV = "ATTNSEL_TUNE_STANDINS"
 # Longest context a stack is built for unless a batch needs more (Llama-3.1's max_position_embeddings).
@@ -96,6 +100,11 @@ class VllmBackendAdapter:
         self._builder = None
         self._stacks: dict[tuple, Any] = {}
         self._class_error: Optional[str] = None
+
+    @property
+    def precompiles_triton(self) -> bool:
+        """base.TritonPrecompilingAdapter: TRITON_ATTN's forward JIT-compiles vLLM's Triton kernels."""
+        return self.backend in TRITON_JIT_BACKENDS
 
     # -- KernelAdapter ---------------------------------------------------------------------------
 
