@@ -58,7 +58,9 @@ case "${PLAN:-evidence}" in
       "before_verify|2|32-47|$before|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.6 $speed" \
       "after_verify|3|48-63|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2 $speed; $timed aa timeout 360 $aa"
     scale="$empty; $timed cold timeout 300 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/cold; $timed warm timeout 150 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/warm"
-    $lanes "$res/phase2" "gpus1|0|0-15|$after|GPUS=; $scale" "gpus2|1,2|16-47|$after|GPUS=all; $scale"
+    # beside them on the fourth GPU, the 1-GPU run again without the Triton pre-compile (change 10's A/B)
+    $lanes "$res/phase2" "gpus1|0|0-15|$after|GPUS=; $scale" "gpus2|1,2|16-47|$after|GPUS=all; $scale" \
+      "noprecompile|3|48-63|$after|export ATTNSEL_TUNE_PRECOMPILE=0; GPUS=; $scale"
     $lanes "$res/phase3" "gpus4|0,1,2,3|0-63|$after|GPUS=all; $scale"
     probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
     $lanes "$res/probe" "probe_before|0,1,2,3|0-63|$before|$probe > \$LANE_OUT/probe.json"

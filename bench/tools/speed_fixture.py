@@ -64,8 +64,10 @@ def side(results: Path, name: str) -> dict:
 
 
 def gpus(results: Path) -> dict:
-    lanes = {1: results / "phase2" / "gpus1", 2: results / "phase2" / "gpus2", 4: results / "phase3" / "gpus4"}
-    return {str(n): {"steps": _times(lane), "cold": _tune(lane / "cold", False), "warm": _tune(lane / "warm", True)}
+    lanes = {"1": results / "phase2" / "gpus1", "2": results / "phase2" / "gpus2", "4": results / "phase3" / "gpus4",
+             # the 1-GPU run beside "1" with ATTNSEL_TUNE_PRECOMPILE=0 (the Triton pre-compile's A/B)
+             "1_noprecompile": results / "phase2" / "noprecompile"}
+    return {n: {"steps": _times(lane), "cold": _tune(lane / "cold", False), "warm": _tune(lane / "warm", True)}
             for n, lane in lanes.items() if lane.is_dir()}
 
 
