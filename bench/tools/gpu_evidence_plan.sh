@@ -16,7 +16,7 @@
 # sparse MLA at TP 8/4/2/1, then head size 512 with an fp8 cache: FA4 on SM90 in 0.33), four lanes, ~12 min.
 # PLAN=before adds nothing of this; it runs the speed steps with the .before checkout instead (the
 # "before" column, same lanes), and PLAN=gpus the `tune --gpus 0,1` / `--gpus all` scaling, cold and warm.
-# PLAN=speed: issue 25's whole before/after table in one sitting (below).
+# PLAN=speed: issue 25's whole before/after table in one sitting (below); PLAN=speed2 the same on 2 GPUs.
 set -uo pipefail
 res=${1:?RESULTS folder}; mkdir -p "$res"
 root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root" || exit 2
@@ -65,6 +65,19 @@ case "${PLAN:-evidence}" in
     probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
     $lanes "$res/probe" "probe_before|0,1,2,3|0-63|$before|$probe > \$LANE_OUT/probe.json"
     $lanes "$res/probe" "probe_after|0,1,2,3|0-63|$after|$probe > \$LANE_OUT/probe.json" ;;
+  speed2)
+    # PLAN=speed on a 2-GPU machine (32 cores): tune before | after, then verify before | after (+ the
+    # A/A verify), then `--gpus all` on both GPUs with all 32 cores (the 1-GPU figure: after_tune's
+    # lane, 16 cores, a one-GPU machine's share), then probe x10 before and after. ~20 min on 2 H100s.
+    $lanes "$res/phase1" "before_tune|0|0-15|$before|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed" \
+      "after_tune|1|16-31|$after|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed"
+    $lanes "$res/phase1" "before_verify|0|0-15|$before|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.6 $speed" \
+      "after_verify|1|16-31|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2 $speed; $timed aa timeout 360 $aa"
+    scale="$empty; $timed cold timeout 300 $tune --gpus all --output \$LANE_OUT/cold; $timed warm timeout 150 $tune --gpus all --output \$LANE_OUT/warm"
+    $lanes "$res/phase2" "gpus2|0,1|0-31|$after|$scale"
+    probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
+    $lanes "$res/probe" "probe_before|0,1|0-31|$before|$probe > \$LANE_OUT/probe.json"
+    $lanes "$res/probe" "probe_after|0,1|0-31|$after|$probe > \$LANE_OUT/probe.json" ;;
   release)
     # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
     # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run
