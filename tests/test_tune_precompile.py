@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from attnsel.probe.cpus import usable_cpu_count
+
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.sweep import SweepOptions
 from attnsel.bench.sweep.groups import run_backend_group
@@ -133,6 +135,9 @@ def test_the_worker_compiles_every_planned_row_first_and_every_row_says_so(tmp_p
     outcome, rows = _sweep(tmp_path, monkeypatch, {"precompile": "ok"})
     record = outcome.workers[0]["precompile"]
     assert record["rows"] == 6 and record["kernels"] == 3 and record["error"] is None
+    # two compile threads whatever the core count: more would only take cores from FlashInfer's
+    # pre-build beside it (the H200 cold sweep: docs/tune-performance.md change 10)
+    assert record["threads"] == min(2, usable_cpu_count())
     assert all(r["status"] == "ok" for r in rows) and len(rows) == 6
     assert all(record["note"] in r["notes"] for r in rows)
     assert record["note"].startswith("Triton kernels pre-compiled in parallel at go: 3 kernels in ")
@@ -162,3 +167,28 @@ def test_a_failing_pass_is_recorded_and_the_rows_still_run(tmp_path, monkeypatch
     assert "AsyncCompileMode is missing" in record["error"]
     assert all(r["status"] == "ok" for r in rows) and len(rows) == 6
     assert all(any("pre-compile at go failed" in n for n in r["notes"]) for r in rows)
+
+
+def test_the_pass_compiles_on_two_threads_on_a_machine_of_many_cores(monkeypatch):
+    import contextlib
+    from types import SimpleNamespace
+
+    from attnsel.bench.worker import precompile as P
+
+    asked = []
+
+    @contextlib.contextmanager
+    def block(threads):
+        asked.append(threads)
+        yield SimpleNamespace(report=SimpleNamespace(to_dict=lambda: {"threads": threads, "kernels": 0}))
+
+    adapter = SimpleNamespace(name="vllm", precompiles_triton=True)
+    toolkit = SimpleNamespace(triton_compile_only=block, adapters_for=lambda backend: [adapter])
+    runner = SimpleNamespace(toolkit=toolkit, adapters=lambda: [adapter], backend="TRITON_ATTN",
+                             usable_adapter=lambda spec, size: None, options={})
+    monkeypatch.setattr(P, "usable_cpu_count", lambda: 16)
+    item = {"workload": {"batch": 1, "context_len": 128, "query_len": 1, "kind": "decode"}, "block_size": 16}
+    record = P.precompile_rows(runner, [item])
+    assert asked == [2] and record["threads"] == 2  # not 16: see MAX_THREADS
+    monkeypatch.setattr(P, "usable_cpu_count", lambda: 1)
+    assert P.precompile_rows(runner, [item])["threads"] == 1

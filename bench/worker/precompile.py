@@ -5,8 +5,8 @@ Cold, vLLM's TRITON_ATTN compiles its unified-attention kernels one by one, each
 row that needs it (~50 s of the H100 cold sweep's 171 s). If the backend's preferred adapter says
 `precompiles_triton` (attention/kernels/base.py, TritonPrecompilingAdapter), the worker first runs
 each planned row's `prepare()` once inside the toolkit's `triton_compile_only(threads)` block
-(attention/kernels/triton_precompile.py: every Triton launch only compiles, on a thread pool sized
-by the cores this process may use), with adapter instances of its own, and frees each batch. Then
+(attention/kernels/triton_precompile.py: every Triton launch only compiles, on a pool of
+MAX_THREADS threads), with adapter instances of its own, and frees each batch. Then
 the rows run exactly as before: same adapters, same first call, same timing; their kernels are
 found compiled (Triton's own cache, under the key the launch computes).
 
@@ -28,6 +28,13 @@ PRECOMPILE_ENV = "ATTNSEL_TUNE_PRECOMPILE"
 # No new row is started in the pass after this many seconds (compiles already submitted finish): the
 # parent waits for the first row's "start" at most its item timeout (180 s by default).
 SUBMIT_BUDGET_S = 60.0
+# Two compile threads, not one per core. Triton's front end holds the GIL, so more threads gain little
+# (CPU: x1.5-1.65 with 2 threads; H200, 16 threads: 35 kernels in 32.9 s against 51.3 s serially, x1.56)
+# while each one takes a core from FlashInfer's JIT pre-build, which runs at nice 10 in the worker
+# waiting two backends ahead: with 16 threads that build took 148 s instead of 95 s and its last 47 s
+# were exposed at FLASHINFER's turn (cold sweep 166 s against 139 s without the pass; same machine,
+# docs/tune-performance.md change 10).
+MAX_THREADS = 2
 
 
 def precompile_enabled() -> bool:
@@ -46,7 +53,7 @@ def precompile_rows(runner: Any, items: list[dict], *, threads: Optional[int] = 
     adapters = runner.adapters()
     if open_block is None or not any(getattr(a, "precompiles_triton", False) for a in adapters):
         return None
-    threads = threads or usable_cpu_count()
+    threads = threads or min(MAX_THREADS, usable_cpu_count())
     started = time.perf_counter()
     record: dict[str, Any] = {"threads": threads, "budget_s": budget_s, "rows": 0, "rows_skipped": 0, "row_errors": [], "error": None}
     try:
