@@ -240,10 +240,13 @@ def test_building_skips_cached_modules_locks_each_build_and_reports_failures(mon
     assert summary["error"].startswith("prefill (fa3): RuntimeError: Ninja build failed.")
     assert "Unsupported gpu architecture" in summary["error"]  # the compiler's own words, not only ninja's
     # each build holds the module's file lock, so a plan() that comes early waits for it instead of
-    # running a second ninja on the same module; the two builds share the CPUs
+    # running a second ninja on the same module; each ninja may use every core this process may use
+    # (niced: the jobs past the cores take idle time; split by modules, the H200 build took 129 s, not 85)
+    from attnsel.probe.cpus import usable_cpu_count
+
     for spec in specs.values():
         [call] = spec.calls
-        assert call["need_lock"] is True and int(call["max_jobs"]) >= 1
+        assert call["need_lock"] is True and int(call["max_jobs"]) == usable_cpu_count()
     assert "MAX_JOBS" not in __import__("os").environ  # restored afterwards
 
 

@@ -140,6 +140,19 @@ def test_the_next_worker_imports_while_the_engine_starts_and_before_it_measures(
         assert not [t for t in others if begin <= t <= end]
 
 
+def test_a_worker_that_imported_long_before_a_slow_engine_measures_is_used_not_called_late(
+        speed, tune_run_dir, monkeypatch):
+    # the engine's start outlasts the import wait: the "imported" line sits in the pipe by then
+    from attnsel.bench.verify import beside
+
+    monkeypatch.setenv(PB.PREBUILD_ENV, "0")
+    monkeypatch.setattr(beside, "IMPORT_WAIT_S", 0.5)
+    speed({"start_wait_s": 1.5, "import_s": 0.1})
+    rows = verify(tune_run_dir)["candidates"]
+    assert [r["hold"]["next_worker"] for r in rows[:-1]] == ["imported", "imported"]
+    assert all(r["prespawn"]["worker"] == "pre-spawned" for r in rows[1:])
+
+
 def test_a_pre_spawned_worker_that_dies_is_replaced_by_a_fresh_start(speed, tune_run_dir, tmp_path, monkeypatch):
     monkeypatch.setenv(PB.PREBUILD_ENV, "0")
     speed({"on_preload": "die-once", "die_once_file": str(tmp_path / "died")})

@@ -212,8 +212,8 @@ def _build_one(spec, outcome: dict) -> None:
 
 def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
     """Compiles the requested modules into flashinfer's JIT cache (~/.cache/flashinfer), one
-    ninja per module in parallel, each with its share of the CPUs (MAX_JOBS, unless the user set
-    it). Compile only: no CUDA context, no kernel launch, nothing loaded."""
+    ninja per module in parallel, each with all the CPUs this process may use (MAX_JOBS, unless the
+    user set it). Compile only: no CUDA context, no kernel launch, nothing loaded."""
     import torch
     from flashinfer.jit.attention import modules
 
@@ -230,7 +230,12 @@ def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
     if pending:
         set_jobs = "MAX_JOBS" not in os.environ
         if set_jobs:
-            os.environ["MAX_JOBS"] = str(max(1, usable_cpu_count() // len(pending)))
+            # every ninja may use every core: the modules differ in size (one finishes while the other
+            # still compiles), and the build runs at nice 10, so the jobs past the cores take idle time
+            # rather than the timed backend's. Measured in a 16-core lane of an H200 host: with
+            # cores / modules jobs (8 each) the two modules took 129 s beside the sweep; with the host's
+            # 32 / 2 = 16 each (the older code, which read os.cpu_count()), 85 s
+            os.environ["MAX_JOBS"] = str(max(1, usable_cpu_count()))
         try:
             threads = [threading.Thread(target=_build_one, args=(spec, out), daemon=True)
                        for spec, out in zip(pending, outcomes)]

@@ -27,6 +27,7 @@ from attnsel.bench.verify.resume import row_key
 
 PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
 IMPORT_WAIT_S = 120.0  # from its spawn, the longest the next worker's import may hold an engine's measuring
+LAST_LOOK_S = 0.2  # past IMPORT_WAIT_S: how long the pipe is read for messages already sent
 
 RunKey = tuple  # (candidate slug, engine start)
 
@@ -123,12 +124,15 @@ class Beside:
     def _await_import(self, waiting: _Waiting, on_tick: Callable[[], None]) -> None:
         while waiting.import_s is None and not waiting.lost:
             remaining = waiting.spawned_at + IMPORT_WAIT_S - time.monotonic()
-            if remaining <= 0:
-                waiting.lost = "late"
-                break
             try:
-                message = waiting.process.next_message(min(POLL_S, remaining))
+                # past the deadline, still read what the worker already said: an engine start (or the
+                # pre-build hold) longer than IMPORT_WAIT_S leaves its "imported" waiting in the pipe
+                # (seen on an H200: engine 1 started in 111 s, then held 47 s for the pre-build)
+                message = waiting.process.next_message(min(POLL_S, remaining) if remaining > 0 else LAST_LOOK_S)
             except queue.Empty:
+                if remaining <= 0:
+                    waiting.lost = "late"
+                    break
                 on_tick()
                 continue
             if message is None:
