@@ -85,12 +85,17 @@ def keep(results: Path) -> dict:
 
 
 def main(argv=None) -> int:
+    """RESULTS DEST.json [NAME=TUNE_DIR ...]: further tune runs of the sitting (e.g. a re-run after a
+    fix, side by side: before_cold=/tmp/fix/fix_before/cold) kept under "runs" in the same form."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
+    if len(args) < 2 or any("=" not in a for a in args[2:]):
         print(__doc__.splitlines()[0], file=sys.stderr)
         return 2
     results, dest = Path(args[0]), Path(args[1])
     doc = keep(results)
+    runs = dict(a.split("=", 1) for a in args[2:])
+    if runs:
+        doc["runs"] = {name: _tune(Path(folder), "warm" in name) for name, folder in runs.items()}
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"{dest} ({dest.stat().st_size // 1024} KiB)")
