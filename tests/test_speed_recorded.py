@@ -130,3 +130,36 @@ def test_probe_starts_faster_without_importing_torch():
     assert after["subprocess"]["median_s"] < 0.7 * before["subprocess"]["median_s"]
     assert not after["subprocess"]["torch_imported"] and after["in_process"]["source"] == "nvml"
     assert after["writes_bytecode"] is False  # the device's copy writes no .pyc: every run compiles
+
+
+def test_the_fixture_keeps_each_step_of_a_two_gpu_sitting(tmp_path):
+    # bench/tools/speed_fixture.py over the folders PLAN=speed2 leaves, with a recorded tune.json
+    import shutil
+
+    from attnsel.bench.tools import speed_fixture
+
+    recorded = Path(__file__).parent / "fixtures" / "tune" / "h200_vllm033_dense" / "tune.json"
+    res = tmp_path / "res"
+    for side in ("before", "after"):
+        speed = res / "phase1" / f"{side}_tune" / "speed"
+        for run in ("tune_cold", "tune_warm"):
+            (speed / run).mkdir(parents=True)
+            shutil.copy(recorded, speed / run / "tune.json")
+        (speed / "steps.txt").write_text("tune_cold 0 117.9\ntune_warm 0 63.1\n")
+        (res / "phase1" / f"{side}_verify" / "speed").mkdir(parents=True)
+        (res / "phase1" / f"{side}_verify" / "speed" / "steps.txt").write_text("verify 124 460.1\n")
+    for run in ("cold", "warm"):
+        (res / "phase2" / "gpus2" / run).mkdir(parents=True)
+        shutil.copy(recorded, res / "phase2" / "gpus2" / run / "tune.json")
+    (res / "phase2" / "gpus2" / "times.txt").write_text("cold 0 111.6\nwarm 0 47.5\n")
+    dest = tmp_path / "kept.json"
+    assert speed_fixture.main([str(res), str(dest), f"extra_cold={res / 'phase2' / 'gpus2' / 'cold'}"]) == 0
+    kept = json.loads(dest.read_text())
+    assert kept["after"]["steps"] == {"tune_cold": [0, 117.9], "tune_warm": [0, 63.1], "verify": [124, 460.1]}
+    assert kept["after"]["verify"] is None and kept["before"]["tune_warm"]["rows"]  # warm rows kept, cold not
+    assert "rows" not in kept["before"]["tune_cold"]
+    # on two GPUs the one-GPU figures are the after side's tune lane
+    assert kept["gpus"]["1"]["cold"]["phases"] == kept["after"]["tune_cold"]["phases"]
+    assert kept["gpus"]["2"]["steps"] == {"cold": [0, 111.6], "warm": [0, 47.5]}
+    assert kept["runs"]["extra_cold"]["phases"]["total_s"] > 0
+    assert speed_fixture.main([str(res)]) == 2  # one line of usage, no traceback

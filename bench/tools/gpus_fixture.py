@@ -56,10 +56,15 @@ def main(argv=None) -> int:
            "gpus_txt": (out / "gpus.txt").read_text().strip() if (out / "gpus.txt").is_file() else None,
            "topology": re.sub(r"\x1b\[[0-9;]*m", "", topo.read_text()).strip() if topo.is_file() else None,
            "runs": {name: run_summary(out / name, name in ROW_RUNS) for name in RUNS if (out / name / "tune.json").is_file()}}
+    write_fixture(dest, doc, f"runs: {', '.join(doc['runs'])}")
+    return 0
+
+
+def write_fixture(dest: Path, doc: dict, what: str = "") -> None:
+    """The kept JSON at `dest` (folders made), and one line saying where and how large."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"{dest} ({dest.stat().st_size // 1024} KiB, runs: {', '.join(doc['runs'])})")
-    return 0
+    print(f"{dest} ({dest.stat().st_size // 1024} KiB{', ' + what if what else ''})")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from attnsel.bench.tools.gpus_fixture import run_summary
+from attnsel.bench.tools.gpus_fixture import run_summary, write_fixture
 from attnsel.bench.tools.speed_summary import read_steps
 
 SIDES = ("before", "after")
@@ -96,9 +96,7 @@ def main(argv=None) -> int:
     runs = dict(a.split("=", 1) for a in args[2:])
     if runs:
         doc["runs"] = {name: _tune(Path(folder), "warm" in name) for name, folder in runs.items()}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"{dest} ({dest.stat().st_size // 1024} KiB)")
+    write_fixture(dest, doc)
     return 0
 
 
