@@ -141,7 +141,7 @@ def test_first_available_explains_skipped_providers():
 # CUDA >= 12.3, head dims 64/128/256), get_batch_prefill_module ("fa2" -> the equal-stride primary
 # module); vLLM's decode wrapper uses use_tensor_cores=True (flashinfer_adapter.py docstring).
 
-from attnsel.attention.kernels import flashinfer_adapter as fi  # noqa: E402
+from attnsel.attention.kernels import flashinfer_adapter as fi  # noqa: E402 -- the adapter and, through it, its JIT pre-build (flashinfer_jit)
 from attnsel.bench.plan import WorkloadSpec  # noqa: E402
 
 
@@ -252,10 +252,12 @@ def test_building_skips_cached_modules_locks_each_build_and_reports_failures(mon
 
 @pytest.mark.gpu
 def test_prebuilt_modules_are_the_cache_entries_flashinfers_plan_uses():
+    from attnsel.attention.kernels import flashinfer_jit
+
     modules = pytest.importorskip("flashinfer.jit.attention.modules")
     for request in fi.jit_module_requests(["mixed"], "bfloat16", 128, torch.cuda.get_device_capability(), torch.version.cuda):
         args = request.generator_args(torch)
-        spec = fi._jit_spec(modules, request, torch)
+        spec = flashinfer_jit._jit_spec(modules, request, torch)
         assert spec.name.startswith(modules.get_batch_prefill_uri(*args))
 
 
@@ -263,7 +265,7 @@ def test_the_prebuild_passes_what_each_flashinfer_release_requires_to_build():
     # flashinfer 0.6.12 (vLLM 0.24's pin): build(self, verbose, need_lock=True) -- `verbose` is
     # required; 0.7.x: build(self, need_lock=...). A missing `verbose` made every H100 pre-build
     # fail with TypeError, leaving ~100 s of JIT inside FlashInfer's turn.
-    from attnsel.attention.kernels.flashinfer_adapter import build_kwargs
+    from attnsel.attention.kernels.flashinfer_jit import build_kwargs
 
     class Spec06:
         def build(self, verbose, need_lock=True):

@@ -37,7 +37,7 @@ def write_ninja(mode: str, capability: str) -> None:
     real_init = torch.cuda._lazy_init
     torch.cuda._lazy_init = lambda: asked.append("lazy_init") or real_init()
     from attnsel.attention.kernels import named_jit_requests
-    from attnsel.attention.kernels.flashinfer_adapter import _jit_spec
+    from attnsel.attention.kernels.flashinfer_jit import _jit_spec
     import flashinfer.jit.attention.modules as modules
 
     spec = _jit_spec(modules, named_jit_requests([MODULE])[0], torch)

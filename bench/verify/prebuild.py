@@ -12,7 +12,7 @@ running a second ninja.
 
 Same module, same build.ninja: the builder asks flashinfer's own generator (release data:
 RuleProfile.sampler_jit_modules) and builds with tune's machinery (attention/kernels
-flashinfer_adapter.build_jit_modules). FlashInfer takes the CUDA arch from FLASHINFER_CUDA_ARCH_LIST,
+flashinfer_jit.build_jit_modules). FlashInfer takes the CUDA arch from FLASHINFER_CUDA_ARCH_LIST,
 else from torch.cuda.get_device_capability (compilation_context.py CompilationContext.__init__,
 both releases), which would initialise CUDA: the builder is given the arch NVML read (GPU 0) in
 that variable, normalised by flashinfer as the capability would be, so the flags match.
