@@ -64,9 +64,9 @@ def fake_engine(tmp_path, monkeypatch):
     on a recorded H200's NVML; returns the environment it set."""
     import json
 
-    from attnsel.bench.verify import run as verify
+    from attnsel.bench.verify import gpu_state
 
-    monkeypatch.setattr(verify, "MEMORY_RELEASE_WAIT_S", 0.0)
+    monkeypatch.setattr(gpu_state, "MEMORY_RELEASE_WAIT_S", 0.0)
 
     def use(scenario: dict, nvml: str = H200_NVML) -> dict:
         path = tmp_path / "scenario.json"

@@ -49,6 +49,16 @@ def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, 
     return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
 
 
+def flashinfer_attention(candidates, runs: list, attention: Optional[dict]) -> Optional[dict]:
+    """The model's attention shape when an engine to start runs FLASHINFER (a candidate, or vLLM's
+    predicted default): it JIT-builds its attention modules in its own start unless tune built them
+    before (same cache), so they are pre-built beside the first engine too; else None."""
+    started = {slug for (slug, _start), _log in runs}
+    runs_flashinfer = any(c.slug in started and (c.backend or (c.predicted or [None])[0]) == "FLASHINFER"
+                          for c in candidates)
+    return attention if runs_flashinfer else None
+
+
 def planned_runs(candidates, kept: dict, repeat_engine: int, log_path: Callable[[str, int], Path]) -> list:
     """[((slug, start), log path)] in the order bench/verify/run.py starts the engines: each pair
     not refused and not kept by --resume, then starts 2..N round by round (its _restart_engines)."""

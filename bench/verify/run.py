@@ -29,7 +29,8 @@ from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, adv
 from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import prebuild as PB
-from attnsel.bench.verify.beside import Beside, planned_runs, start_beside
+from attnsel.bench.verify.beside import Beside, flashinfer_attention, planned_runs, start_beside
+from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
 from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
@@ -42,7 +43,6 @@ SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
 ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
-MEMORY_RELEASE_WAIT_S = 90.0  # how long to wait for the previous engine's memory to come back
 # vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
@@ -99,46 +99,6 @@ def vllm_version_or_fail(engine: str) -> Optional[str]:
         raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
                                  "Python environment (pip install vllm)")
     return version
-
-
-def read_gpu(env=os.environ) -> dict:
-    """GPU 0 as the engines will see it, with its memory now (NVML); no GPU -> exit 3."""
-    from attnsel.bench.tune import env_info
-
-    reader = env_info.NvmlReader(env)
-    try:
-        device = env_info.device_from_nvml(reader, env)
-        if device is None:
-            why = reader.error or "NVML sees no GPU this process may use"
-            raise EnvironmentProblem(f"attnsel verify needs an NVIDIA GPU: {why}")
-        device.update(gpu_memory(reader, device["nvml_index"]))
-        return device
-    finally:
-        reader.close()
-
-
-def gpu_memory(reader, index: int) -> dict:
-    memory = reader.session.get("nvmlDeviceGetMemoryInfo", index) if reader.session else None
-    out = {}
-    if isinstance(memory, dict):
-        out = {"memory_total_bytes": memory.get("total"), "memory_free_bytes": memory.get("free"),
-               "memory_used_bytes": memory.get("used")}
-    processes = reader.session.get("nvmlDeviceGetComputeRunningProcesses", index, quiet=True) if reader.session else None
-    if isinstance(processes, list):
-        out["processes"] = [{"pid": p.get("pid"), "used_bytes": p.get("usedGpuMemory")}
-                            for p in processes if isinstance(p, dict)]
-    return out
-
-
-def wait_for_memory(baseline_free: Optional[int], env=os.environ, wait_s: float = MEMORY_RELEASE_WAIT_S) -> dict:
-    """GPU memory before the next engine: wait (up to wait_s) until the previous engine's is back."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        gpu = read_gpu(env)
-        free = gpu.get("memory_free_bytes")
-        if baseline_free is None or free is None or free >= baseline_free - VP.GIB or time.monotonic() > deadline:
-            return gpu
-        time.sleep(2.0)
 
 
 def resolve_model(req: VerifyRequest, tune_doc: Optional[dict]) -> tuple[str, dict]:
@@ -290,14 +250,10 @@ def _run_engines(req, document, candidates, context, kept, output_dir, progress,
 
 
 def _beside(req, document, candidates, kept, output_dir, env, context) -> Beside:
-    """The sampler pre-build (started now, beside the first engine) and the pre-spawned workers."""
+    """The pre-build (started now, beside the first engine) and the pre-spawned workers."""
     runs = planned_runs(candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
-    # a FLASHINFER engine to start JIT-builds its attention modules in its own start unless tune built
-    # them before (same cache): they are pre-built beside the first engine too
-    started = {slug for (slug, _start), _log in runs}
-    flashinfer = any(c.slug in started and (c.backend or (c.predicted or [None])[0]) == "FLASHINFER" for c in candidates)
     return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR,
-                        attention=context.get("attention") if flashinfer else None)
+                        attention=flashinfer_attention(candidates, runs, context.get("attention")))
 
 
 def _log_path(output_dir: Path, slug: str, start: int) -> Path:
