@@ -8,7 +8,7 @@ recorded (row counts, timers, speeds, the advice it gave) and checks that the re
 shows what the docs say. Exit 0 when every claim holds; 1 with one line per broken claim. A
 missing or unreadable recording breaks its claims: it never skips them. `.ci/run` runs this
 after the tests. A new recording that backs a statement gets its claim in the module of its area
-(tune.py, verify.py, parity.py, probe.py): `@claim` names the statement and the recordings."""
+(tune.py, verify.py, parity.py, probe.py, speed.py): `@claim` names the statement and the recordings."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from attnsel.bench.tools.evidence import parity, probe, tune, verify, vllm033  # noqa: F401  (each registers its claims)
+from attnsel.bench.tools.evidence import parity, probe, speed, tune, verify, vllm033  # noqa: F401  (each registers its claims)
 from attnsel.bench.tools.evidence.claims import CLAIMS, FIXTURES, Broken, Claim, Recordings
 
 
