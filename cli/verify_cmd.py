@@ -96,11 +96,12 @@ def _held_text(hold: dict) -> str:
     """What an engine waited for before its first measured call (bench/verify/beside.py)."""
     parts = []
     if "prebuild_s" in hold:
-        parts.append(f"FlashInfer's sampler pre-build ({hold['prebuild_s']:.0f} s)")
+        parts.append(f"FlashInfer's pre-build ({hold['prebuild_s']:.0f} s)")
     if hold.get("next_worker"):
         parts.append("the next engine's import" + ("" if hold["next_worker"] == "imported"
                                                    else f" ({hold['next_worker']}: it starts afresh)"))
-    return f"measuring waited {hold.get('waited_s', 0):.1f} s for " + (" and ".join(parts) or "nothing")
+    text = f"measuring waited {hold.get('waited_s', 0):.1f} s for " + (" and ".join(parts) or "nothing")
+    return text + ("; FlashInfer's pre-build paused while it measures" if hold.get("prebuild") == "paused" else "")
 
 
 def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: Optional[dict] = None) -> int:

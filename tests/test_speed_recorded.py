@@ -108,7 +108,9 @@ def test_verify_after_the_speed_work_measures_what_it_measured_before():
 def test_verify_first_engine_no_longer_builds_flashinfers_sampler_in_its_start():
     (first_b, first_a), (second_b, second_a) = verify_pairs()
     assert first_a["start_s"] < first_b["start_s"] - 60  # 111 s against 186 s
-    assert first_a["hold"]["prebuild_s"] > 0  # measured only after the pre-build ended
+    # it measured only after the pre-build ended (47 s): such an engine now measures with the build
+    # paused (bench/verify/beside.py), and only a FLASHINFER engine waits for it
+    assert first_a["hold"]["prebuild_s"] > 40
     assert second_a["start_s"] < second_b["start_s"] - 90  # its attention modules were built beside engine 1
     # the pre-spawned worker was judged late although it had imported: fixed since (beside._await_import)
     assert first_a["hold"]["next_worker"] == "late" and second_a["prespawn"]["worker"] == "late"

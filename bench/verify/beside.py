@@ -8,8 +8,10 @@ torch and vLLM (VllmEngine.preload: no CUDA, no LLM(...)), says "imported" and w
 import ends while engine k starts. No import may run while an engine is measured (its CPU work
 would reach the timed decode steps): engine k's job carries "hold", its worker reports "started"
 and waits for "go", and the parent sends "go" only once the next worker has imported (at most
-IMPORT_WAIT_S after its spawn: a late worker is killed and run k+1 starts afresh) and the sampler
-pre-build has ended (at most prebuild.HOLD_S over the run). At most one worker waits; whatever waits is killed
+IMPORT_WAIT_S after its spawn: a late worker is killed and run k+1 starts afresh) and the pre-build
+is out of the way: ended (waited for, at most prebuild.HOLD_S over the run) when engine k loads its
+modules (FLASHINFER's attention modules), else paused (SIGSTOP of its process group) until engine k
+is done measuring. At most one worker waits; whatever waits is killed
 when verify ends, by an error or Ctrl-C as well.
 """
 
@@ -49,14 +51,17 @@ def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, 
     return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
 
 
+def runs_flashinfer(candidate) -> bool:
+    """The candidate's engine runs FLASHINFER: asked for, or vLLM's predicted default."""
+    return (candidate.backend or (candidate.predicted or [None])[0]) == "FLASHINFER"
+
+
 def flashinfer_attention(candidates, runs: list, attention: Optional[dict]) -> Optional[dict]:
-    """The model's attention shape when an engine to start runs FLASHINFER (a candidate, or vLLM's
-    predicted default): it JIT-builds its attention modules in its own start unless tune built them
-    before (same cache), so they are pre-built beside the first engine too; else None."""
+    """The model's attention shape when an engine to start runs FLASHINFER: it JIT-builds its
+    attention modules in its own start unless tune built them before (same cache), so they are
+    pre-built beside the first engine too; else None."""
     started = {slug for (slug, _start), _log in runs}
-    runs_flashinfer = any(c.slug in started and (c.backend or (c.predicted or [None])[0]) == "FLASHINFER"
-                          for c in candidates)
-    return attention if runs_flashinfer else None
+    return attention if any(c.slug in started and runs_flashinfer(c) for c in candidates) else None
 
 
 def planned_runs(candidates, kept: dict, repeat_engine: int, log_path: Callable[[str, int], Path]) -> list:
@@ -93,6 +98,7 @@ class Beside:
     def take(self, key: RunKey) -> tuple[Optional[EngineProcess], Optional[dict]]:
         """The worker pre-spawned for this run, if one is alive (None: start one as usual), and the
         row's record of what happened to it."""
+        self.measured()  # a new engine starts: whatever was paused for the last one goes on
         waiting, self.waiting = self.waiting, None
         if waiting is None:
             return None, None
@@ -113,18 +119,28 @@ class Beside:
         process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": "prespawn", "engine": self.engine})
         self.waiting = _Waiting(nxt[0], process, time.monotonic())
 
-    def hold_for(self, key: RunKey, on_tick: Callable[[], None]) -> Optional[Callable[[], dict]]:
-        """The hold for engine `key` (None: nothing to wait for, the engine runs as before)."""
-        building = self.prebuild is not None and self.prebuild.must_wait()
+    def hold_for(self, key: RunKey, on_tick: Callable[[], None], *,
+                 loads_built: bool = False) -> Optional[Callable[[], dict]]:
+        """The hold for engine `key` (None: nothing to wait for, the engine runs as before).
+        `loads_built`: the engine loads modules the pre-build makes (a FLASHINFER engine: its attention
+        modules), so a build still running is waited for; any other engine measures while it is paused."""
+        building = self.prebuild is not None and not self.prebuild.done()
         if not building and not (self.prespawn and key in self.next_of):
             return None
-        return lambda: self._hold(on_tick)
+        return lambda: self._hold(on_tick, loads_built)
 
-    def _hold(self, on_tick: Callable[[], None]) -> dict:
+    def measured(self) -> None:
+        """The engine that held is done measuring: a paused pre-build goes on."""
+        if self.prebuild is not None:
+            self.prebuild.resume()
+
+    def _hold(self, on_tick: Callable[[], None], loads_built: bool) -> dict:
         started = time.monotonic()
         record: dict = {}
-        if self.prebuild is not None and self.prebuild.must_wait():
+        if self.prebuild is not None and loads_built and self.prebuild.must_wait():
             record["prebuild_s"] = self.prebuild.hold(on_tick)
+        elif self.prebuild is not None and self.prebuild.pause():
+            record["prebuild"] = "paused"
         if self.waiting is not None:
             self._await_import(self.waiting, on_tick)
             record["next_worker"] = self.waiting.lost or "imported"

@@ -61,8 +61,9 @@ def prebuild_request(profile, capability, env, attention: Optional[dict] = None)
 
 
 class SamplerPrebuild:
-    """The builder process, seen from verify's parent: started at once, polled, never waited on
-    except by `hold` (the first engine's measuring), killed with its process group at the end."""
+    """The builder process, seen from verify's parent: started at once, polled; while an engine
+    measures it is waited for (`hold`, an engine that loads its modules) or paused (`pause`, any
+    other engine) and resumed when that engine is done; killed with its process group at the end."""
 
     def __init__(self, request: dict, log_path: Path, env: dict):
         self.request = request
@@ -70,6 +71,8 @@ class SamplerPrebuild:
                              **({"attention": request["attention"]} if request.get("attention") else {})}
         self._started = time.monotonic()
         self.held_s = 0.0  # what the engines waited for it so far (at most HOLD_S in all)
+        self.paused_s = 0.0  # how long it was stopped while engines measured
+        self._paused_at: Optional[float] = None
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "attnsel.bench.verify.prebuild"],
@@ -90,6 +93,7 @@ class SamplerPrebuild:
 
     def hold(self, on_tick: Callable[[], None] = lambda: None) -> float:
         """Waits for the build to end (within what is left of HOLD_S); the seconds waited."""
+        self.resume()
         started = time.monotonic()
         while self.must_wait() and self.held_s + (time.monotonic() - started) < HOLD_S:
             time.sleep(0.2)
@@ -98,8 +102,37 @@ class SamplerPrebuild:
         self.held_s += waited
         return waited
 
+    def pause(self) -> bool:
+        """Stops the build (its whole process group: ninja, nvcc) while an engine that does not need
+        its modules measures: no CPU work beside the timed calls, and no wait for the build either.
+        True if it was running and is now paused."""
+        if self.done() or self._paused_at is not None:
+            return False
+        if not self._signal(signal.SIGSTOP):
+            return False
+        self._paused_at = time.monotonic()
+        return True
+
+    def resume(self) -> None:
+        """Lets a paused build go on (the next engine's start, which may wait on its file lock)."""
+        if self._paused_at is None:
+            return
+        self._signal(signal.SIGCONT)
+        self.paused_s += time.monotonic() - self._paused_at
+        self._paused_at = None
+
+    def _signal(self, sig: int) -> bool:
+        try:
+            os.killpg(self.proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
     def finish(self) -> dict:
         """The record for verify.json: the builder's summary, or why there is none."""
+        self.resume()
+        if self.paused_s:
+            self.record["paused_s"] = round(self.paused_s, 3)
         if not self.done():
             self.stop()
             self.record["error"] = "still building when verify ended; stopped"
@@ -114,6 +147,7 @@ class SamplerPrebuild:
         return self.record
 
     def stop(self) -> None:
+        self.resume()  # a stopped process group would hold SIGTERM until continued
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)  # the group of the builder we started (ninja, nvcc)

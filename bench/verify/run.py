@@ -29,7 +29,7 @@ from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, adv
 from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import prebuild as PB
-from attnsel.bench.verify.beside import Beside, flashinfer_attention, planned_runs, start_beside
+from attnsel.bench.verify.beside import Beside, flashinfer_attention, planned_runs, runs_flashinfer, start_beside
 from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
@@ -333,7 +333,8 @@ def _run_candidate(req, document, candidate, context, row, output_dir, progress,
                      start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
                      env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick,
                      process=process, on_spawned=lambda: beside.spawn_next(key),
-                     hold=beside.hold_for(key, progress.on_tick))
+                     hold=beside.hold_for(key, progress.on_tick, loads_built=runs_flashinfer(candidate)))
+    beside.measured()
     log = engine_log.parse_engine_log(engine_log.read_log(log_path))
     row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
                engine=engine_facts(run.facts, log), shapes=[shape_row(s) for s in run.shapes])
