@@ -6,7 +6,7 @@ own worker start (hidden behind the lane's previous part when pre-spawned) and, 
 its block sizes; a block size is never split (vLLM's Triton JIT and the crash/timeout limits of
 bench/sweep/groups.py are per (backend, block size)). FlashInfer's JIT build is shared between
 parts through its on-disk cache: each pre-spawned part builds with the module's file lock held
-(attention/kernels/flashinfer_adapter.py `build_kwargs`, need_lock), so a second part waits for
+(attention/kernels/flashinfer_jit.py `build_kwargs`, need_lock), so a second part waits for
 the first one's ninja, then finds it up to date (flashinfer 0.7.2.post1 flashinfer/jit/core.py:577-599).
 """
 

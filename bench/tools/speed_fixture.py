@@ -64,17 +64,18 @@ def side(results: Path, name: str) -> dict:
 
 
 def gpus(results: Path) -> dict:
-    lanes = {"1": results / "phase2" / "gpus1", "2": results / "phase2" / "gpus2", "4": results / "phase3" / "gpus4",
+    def lane(folder: Path, cold: str = "cold", warm: str = "warm") -> tuple[Path, Path, Path]:
+        return folder, folder / cold, folder / warm
+
+    lanes = {"1": lane(results / "phase2" / "gpus1"), "2": lane(results / "phase2" / "gpus2"),
+             "4": lane(results / "phase3" / "gpus4"),
              # the 1-GPU run beside "1" with ATTNSEL_TUNE_PRECOMPILE=0 (the Triton pre-compile's A/B)
-             "1_noprecompile": results / "phase2" / "noprecompile"}
+             "1_noprecompile": lane(results / "phase2" / "noprecompile")}
     if (results / "phase2" / "gpus2").is_dir() and not (results / "phase2" / "gpus1").is_dir():
         # PLAN=speed2 (a 2-GPU machine): the 1-GPU figures are the after side's tune lane
-        lanes["1"] = results / "phase1" / "after_tune" / "speed"
-        return {n: {"steps": _times(lane), "cold": _tune(lane / ("tune_cold" if n == "1" else "cold"), False),
-                    "warm": _tune(lane / ("tune_warm" if n == "1" else "warm"), True)}
-                for n, lane in lanes.items() if lane.is_dir()}
-    return {n: {"steps": _times(lane), "cold": _tune(lane / "cold", False), "warm": _tune(lane / "warm", True)}
-            for n, lane in lanes.items() if lane.is_dir()}
+        lanes["1"] = lane(results / "phase1" / "after_tune" / "speed", "tune_cold", "tune_warm")
+    return {n: {"steps": _times(folder), "cold": _tune(cold, False), "warm": _tune(warm, True)}
+            for n, (folder, cold, warm) in lanes.items() if folder.is_dir()}
 
 
 def keep(results: Path) -> dict:

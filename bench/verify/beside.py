@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
-from attnsel.bench.verify.prebuild import SamplerPrebuild, note, prebuild_request
+from attnsel.bench.verify.prebuild import FlashInferPrebuild, note, prebuild_request
 from attnsel.bench.verify.resume import row_key
 
 PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
@@ -47,7 +47,7 @@ def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, 
         if request.get("skipped"):
             document["prebuild"] = dict(request, note=note(request))
         else:
-            prebuild = SamplerPrebuild(request, log_dir / "prebuild.log", child_env)
+            prebuild = FlashInferPrebuild(request, log_dir / "prebuild.log", child_env)
     return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
 
 
@@ -89,7 +89,7 @@ class Beside:
     """The sampler pre-build and the pre-spawned worker of the next run, for one verify run."""
 
     def __init__(self, runs: list, env: dict, engine: str, prespawn: bool,
-                 prebuild: Optional[SamplerPrebuild] = None):
+                 prebuild: Optional[FlashInferPrebuild] = None):
         """runs: [(key, log path)] in the order verify will start them."""
         self.next_of = {key: nxt for (key, _), nxt in zip(runs, runs[1:])}
         self.env, self.engine, self.prespawn, self.prebuild = env, engine, prespawn, prebuild

@@ -133,21 +133,28 @@ class EngineProcess:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 30.0)):
-            try:
-                os.killpg(self.proc.pid, sig)  # the group of the worker we started, and only it
-            except (ProcessLookupError, PermissionError):
-                break  # nobody left in the group
-            try:
-                self.proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
+        end_process_group(self.proc)  # the group of the worker we started, and only it
         if not self._log.closed:
             self._log.close()
         return self.proc.returncode
 
     def log_text(self) -> str:
         return engine_log.read_log(self.log_path, self.log_start)
+
+
+def end_process_group(proc: subprocess.Popen, term_wait_s: float = 10.0, kill_wait_s: float = 30.0) -> None:
+    """SIGTERM to the process group `proc` leads (started with start_new_session), a wait of up to
+    term_wait_s for `proc`, then SIGKILL to whatever is still in the group (a child that outlived it:
+    vLLM's engine core, ninja's nvcc); stops as soon as nobody is left in the group."""
+    for sig, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, kill_wait_s)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break  # nobody left in the group
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _as_message(line: str) -> Optional[dict]:

@@ -17,7 +17,8 @@ else from torch.cuda.get_device_capability (compilation_context.py CompilationCo
 both releases), which would initialise CUDA: the builder is given the arch NVML read (GPU 0) in
 that variable, normalised by flashinfer as the capability would be, so the flags match.
 
-Protocol: one JSON request on stdin {"builder", "modules", "cuda_arch"}; one JSON line on stdout,
+Protocol: one JSON request on stdin {"builder", "modules", "cuda_arch", "attention" (optional: the
+model's attention shape when a FLASHINFER engine will start)}; one JSON line on stdout,
 the builder's summary {"modules", "built", "cached", "seconds", "error"} or {"skipped"}.
 """
 
@@ -31,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
+
+from attnsel.bench.verify.engine_process import end_process_group
 
 PREBUILD_ENV = "ATTNSEL_VERIFY_PREBUILD"  # "0": no pre-build
 BUILDER_ENV = "ATTNSEL_VERIFY_PREBUILDER"  # module:attr or file.py:attr called with the module names (CI: a fake)
@@ -60,7 +63,7 @@ def prebuild_request(profile, capability, env, attention: Optional[dict] = None)
     return request
 
 
-class SamplerPrebuild:
+class FlashInferPrebuild:
     """The builder process, seen from verify's parent: started at once, polled; while an engine
     measures it is waited for (`hold`, an engine that loads its modules) or paused (`pause`, any
     other engine) and resumed when that engine is done; killed with its process group at the end."""
@@ -148,16 +151,7 @@ class SamplerPrebuild:
 
     def stop(self) -> None:
         self.resume()  # a stopped process group would hold SIGTERM until continued
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)  # the group of the builder we started (ninja, nvcc)
-            except (ProcessLookupError, PermissionError):
-                break
-            try:
-                self.proc.wait(timeout=5.0)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        end_process_group(self.proc, term_wait_s=5.0, kill_wait_s=5.0)  # the builder's group: ninja, nvcc
 
 
 def note(record: Optional[dict]) -> Optional[str]:
