@@ -33,6 +33,14 @@ aa='python3 -m attnsel verify --model llama-3.1-8b --candidates default --repeat
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton, vllm, flashinfer; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'triton', triton.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
   echo "after: $(git -C "$root" log -1 --format=%h 2>/dev/null) before: $(cat .before/COMMIT 2>/dev/null)"; } > "$res/machine.txt" 2>&1
+# probe_both GPUS CORES: `probe --json` x10 with the before checkout, then the after one, on the idle machine
+probe_both() {
+  local side pkg
+  for side in before after; do
+    pkg=$before; [ "$side" = after ] && pkg=$after
+    $lanes "$res/probe" "probe_$side|$1|$2|$pkg|python3 -m attnsel.bench.tools.probe_speed --runs 10 > \$LANE_OUT/probe.json"
+  done
+}
 case "${PLAN:-evidence}" in
   evidence)
     half_a="$lanes $res/A1 'memory0|0|0-15|$after|$mem qwen3_8b_fp8_checkpoint,deepseek_v2_lite_mla_moe,qwen06_graphs' 'memory1|1|16-31|$after|$mem llama8b_u030_len131072,llama8b_fp8_kv';
@@ -62,9 +70,7 @@ case "${PLAN:-evidence}" in
     $lanes "$res/phase2" "gpus1|0|0-15|$after|GPUS=; $scale" "gpus2|1,2|16-47|$after|GPUS=all; $scale" \
       "noprecompile|3|48-63|$after|export ATTNSEL_TUNE_PRECOMPILE=0; GPUS=; $scale"
     $lanes "$res/phase3" "gpus4|0,1,2,3|0-63|$after|GPUS=all; $scale"
-    probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
-    $lanes "$res/probe" "probe_before|0,1,2,3|0-63|$before|$probe > \$LANE_OUT/probe.json"
-    $lanes "$res/probe" "probe_after|0,1,2,3|0-63|$after|$probe > \$LANE_OUT/probe.json" ;;
+    probe_both 0,1,2,3 0-63 ;;
   speed2)
     # PLAN=speed on a 2-GPU machine (32 cores): tune before | after, then verify before | after (+ the
     # A/A verify), then `--gpus all` on both GPUs with all 32 cores (the 1-GPU figure: after_tune's
@@ -75,9 +81,7 @@ case "${PLAN:-evidence}" in
       "after_verify|1|16-31|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2 $speed; $timed aa timeout 360 $aa"
     scale="$empty; $timed cold timeout 300 $tune --gpus all --output \$LANE_OUT/cold; $timed warm timeout 150 $tune --gpus all --output \$LANE_OUT/warm"
     $lanes "$res/phase2" "gpus2|0,1|0-31|$after|$scale"
-    probe='python3 -m attnsel.bench.tools.probe_speed --runs 10'
-    $lanes "$res/probe" "probe_before|0,1|0-31|$before|$probe > \$LANE_OUT/probe.json"
-    $lanes "$res/probe" "probe_after|0,1|0-31|$after|$probe > \$LANE_OUT/probe.json" ;;
+    probe_both 0,1 0-31 ;;
   release)
     # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
     # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run
