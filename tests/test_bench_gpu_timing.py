@@ -72,6 +72,22 @@ def test_graph_replay_and_eager_agree_on_a_large_kernel_and_cupti_agrees_with_ev
         assert result.to_dict()["host_s"].keys() == result.host_s.keys()
 
 
+@pytest.mark.gpu
+def test_rows_timed_one_after_another_with_cupti_each_read_their_own_kernels():
+    # CUPTI stays set up between rows (no finalize): a row must still see only its own calls
+    import torch
+
+    if G.cupti_unavailable_reason() is not None:
+        pytest.skip("needs cupti-python")
+    small, large = (torch.randn(n, n, device="cuda", dtype=torch.float16) for n in (1024, 4096))
+    first = G.time_call(lambda: large @ large, launch="graph", timer="cupti", cold_l2=False)
+    second = G.time_call(lambda: small @ small, launch="graph", timer="cupti", cold_l2=False)
+    again = G.time_call(lambda: large @ large, launch="graph", timer="cupti", cold_l2=False)
+    assert {first.timer, second.timer, again.timer} == {"cupti"}
+    assert second.stats.median_ms < first.stats.median_ms / 8  # 1/64 of the work
+    assert again.stats.median_ms == pytest.approx(first.stats.median_ms, rel=0.1)
+
+
 def test_a_backends_timing_host_seconds_are_the_sum_of_its_rows_and_absent_for_older_rows():
     from attnsel.bench.tune import phases
 

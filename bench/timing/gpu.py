@@ -89,49 +89,106 @@ def cupti_unavailable_reason() -> Optional[str]:
     return None
 
 
-class CuptiRecorder:
-    """Kernel and launch activity records between start() and stop()."""
+# CUPTI's activity API is set up once per process and left set up between recordings: a recording
+# enables the activity kinds, and its stop flushes and disables them (the range mode of NVIDIA's
+# cupti-python samples). Finalizing after every recording, as FlashInfer's bench_gpu_time does,
+# made each row pay CUPTI's set-up again: 2.2 s to start and 0.6-1.7 s to stop per 80-row backend
+# on an H200 (timing_host_s, docs/tune-performance.md). ATTNSEL_CUPTI_FINALIZE=1 finalizes after
+# every recording, as before (the A/B of bench/tools/cupti_ab.py).
+CUPTI_FINALIZE_ENV = "ATTNSEL_CUPTI_FINALIZE"
+
+
+class _CuptiActivity:
+    """This process's CUPTI activity API: callbacks registered once, records routed to the recorder
+    that is recording (records delivered while none is go nowhere)."""
 
     KERNEL_KINDS = ("CONCURRENT_KERNEL",)
     LAUNCH_KINDS = ("RUNTIME", "DRIVER")
+    _process: Optional["_CuptiActivity"] = None
 
-    def __init__(self) -> None:
+    def __init__(self, cupti: Any):
+        self.cupti = cupti
+        self.kernel_kinds = [getattr(cupti.ActivityKind, name) for name in self.KERNEL_KINDS]
+        self.launch_kinds = [getattr(cupti.ActivityKind, name) for name in self.LAUNCH_KINDS]
+        self.registered = False
+        self.recorder: Optional["CuptiRecorder"] = None
+
+    @classmethod
+    def of_process(cls, cupti: Any) -> "_CuptiActivity":
+        if cls._process is None or cls._process.cupti is not cupti:
+            cls._process = cls(cupti)
+        return cls._process
+
+    def _requested(self) -> tuple[int, int]:
+        return CUPTI_BUFFER_BYTES, 0
+
+    def _completed(self, activities: Any) -> None:
+        recorder = self.recorder
+        if recorder is None:
+            return
+        for activity in activities:
+            if activity.kind in self.kernel_kinds:
+                recorder.kernels.append((int(activity.start), int(activity.end), int(activity.correlation_id)))
+            elif activity.kind in self.launch_kinds:
+                recorder.launches.append((int(activity.start), int(activity.correlation_id)))
+
+    def begin(self, recorder: "CuptiRecorder") -> None:
+        self.recorder = recorder
+        try:
+            for kind in self.kernel_kinds + self.launch_kinds:
+                self.cupti.activity_enable(kind)
+            if not self.registered:
+                self.cupti.activity_register_callbacks(self._requested, self._completed)
+                self.registered = True
+        except Exception:
+            self._disable_quietly()
+            raise
+
+    def end(self, finalize: bool) -> None:
+        """Delivers the recording's records, then disables the kinds. Without finalize the flush is
+        forced, so that no buffer of this recording is left for the next one (the caller has
+        synchronized, so its kernels' records are complete)."""
+        try:
+            self.cupti.activity_flush_all(0 if finalize else int(self.cupti.ActivityFlag.FLUSH_FORCED))
+            for kind in self.kernel_kinds + self.launch_kinds:
+                self.cupti.activity_disable(kind)
+            if finalize:
+                self.registered = False
+                self.cupti.finalize()
+        finally:
+            self.recorder = None
+
+    def _disable_quietly(self) -> None:
+        self.recorder = None
+        for kind in self.kernel_kinds + self.launch_kinds:
+            try:
+                self.cupti.activity_disable(kind)
+            except Exception:  # noqa: BLE001 -- a kind that was never enabled
+                pass
+
+
+class CuptiRecorder:
+    """Kernel and launch activity records between start() and stop()."""
+
+    def __init__(self, finalize: Optional[bool] = None) -> None:
+        import os
+
         from cupti import cupti  # type: ignore
 
         self.cupti = cupti
+        self.activity = _CuptiActivity.of_process(cupti)
+        self.finalize = os.environ.get(CUPTI_FINALIZE_ENV) == "1" if finalize is None else finalize
         self.launches: list[tuple[int, int]] = []
         self.kernels: list[tuple[int, int, int]] = []
 
-    def _kinds(self, names: Sequence[str]) -> list[Any]:
-        return [getattr(self.cupti.ActivityKind, name) for name in names]
-
     def start(self) -> None:
-        cupti = self.cupti
-        kernel_kinds, launch_kinds = self._kinds(self.KERNEL_KINDS), self._kinds(self.LAUNCH_KINDS)
-
-        def requested():
-            return CUPTI_BUFFER_BYTES, 0
-
-        def completed(activities):
-            for activity in activities:
-                if activity.kind in kernel_kinds:
-                    self.kernels.append((int(activity.start), int(activity.end), int(activity.correlation_id)))
-                elif activity.kind in launch_kinds:
-                    self.launches.append((int(activity.start), int(activity.correlation_id)))
-
-        for kind in kernel_kinds + launch_kinds:
-            cupti.activity_enable(kind)
-        cupti.activity_register_callbacks(requested, completed)
+        self.activity.begin(self)
 
     def now(self) -> int:
         return int(self.cupti.get_timestamp())
 
     def stop(self) -> None:
-        cupti = self.cupti
-        cupti.activity_flush_all(0)
-        for kind in self._kinds(self.KERNEL_KINDS + self.LAUNCH_KINDS):
-            cupti.activity_disable(kind)
-        cupti.finalize()
+        self.activity.end(self.finalize)
 
 
 # ---------------------------------------------------------------------------------------------

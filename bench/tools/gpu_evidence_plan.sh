@@ -57,19 +57,22 @@ case "${PLAN:-evidence}" in
   speed)
     # issue 25's before/after in one sitting (.before = the checkout before the speed work). Phase 1, four
     # lanes of one GPU and 16 cores (a one-H100 machine's shape), side by side so both columns share
-    # the machine's state: tune cold+warm before | after, verify (caches emptied) before | after (+ the
-    # A/A verify). Phase 2, `--gpus` scaling with the after checkout, each run given the cores a machine
-    # with that many GPUs has: 1 GPU / 16 cores beside 2 GPUs / 32 cores, then 4 GPUs / 64 cores.
-    # Then `probe --json` x10 before and after on the quiet machine. ~20 min on 4 H100s.
+    # the machine's state: tune cold+warm before | after, verify (caches emptied) after | the A/A
+    # verify (vLLM's default started twice). The before verify is left out: the 2 x H200 sitting
+    # recorded it past its 598 s limit. Phase 2, `--gpus` scaling with the after checkout, each run
+    # given the cores a machine with that many GPUs has: 1 GPU / 16 cores beside 2 GPUs / 32 cores and,
+    # on the fourth GPU, the 1-GPU run with CUPTI set up for every row as before (ATTNSEL_CUPTI_FINALIZE=1)
+    # then bench/tools/cupti_ab.py; then 4 GPUs / 64 cores. Then `probe --json` x10 before and after
+    # on the quiet machine, with the bytecode a pip install writes. ~17 min on 4 H100s.
     $lanes "$res/phase1" "before_tune|0|0-15|$before|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed" \
       "after_tune|1|16-31|$after|SPEED_STEPS=tune SPEED_LIMIT_SCALE=1.6 $speed" \
-      "before_verify|2|32-47|$before|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.6 $speed" \
-      "after_verify|3|48-63|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2 $speed; $timed aa timeout 360 $aa"
+      "after_verify|2|32-47|$after|SPEED_STEPS=verify SPEED_LIMIT_SCALE=2.6 $speed" \
+      "after_aa|3|48-63|$after|$empty; $timed aa timeout 500 $aa"
     scale="$empty; $timed cold timeout 300 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/cold; $timed warm timeout 150 $tune \${GPUS:+--gpus \$GPUS} --output \$LANE_OUT/warm"
-    # beside them on the fourth GPU, the 1-GPU run again without the Triton pre-compile (change 10's A/B)
     $lanes "$res/phase2" "gpus1|0|0-15|$after|GPUS=; $scale" "gpus2|1,2|16-47|$after|GPUS=all; $scale" \
-      "noprecompile|3|48-63|$after|export ATTNSEL_TUNE_PRECOMPILE=0; GPUS=; $scale"
+      "cupti_finalize|3|48-63|$after|export ATTNSEL_CUPTI_FINALIZE=1; GPUS=; $scale; unset ATTNSEL_CUPTI_FINALIZE; $timed cupti_ab timeout 120 python3 -m attnsel.bench.tools.cupti_ab --rows 30 --output \$LANE_OUT/cupti_ab.json"
     $lanes "$res/phase3" "gpus4|0,1,2,3|0-63|$after|GPUS=all; $scale"
+    python3 -m compileall -q -j 0 "$root" "$root/.before" > /dev/null 2>&1
     probe_both 0,1,2,3 0-63 ;;
   speed2)
     # PLAN=speed on a 2-GPU machine (32 cores): tune before | after, then verify before | after (+ the

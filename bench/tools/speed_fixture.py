@@ -6,8 +6,9 @@
 Kept per side (before / after): the steps' exit codes and seconds, each tune run's summary (phases,
 lanes, recommendation and, for the warm runs, every row as backend, block size, workload, GPU,
 median / p20 / p80 ms: bench/tools/gpus_fixture.py's form), each verify.json whole (engines' start
-parts, shapes, verdict; the A/A run's too), probe_speed's JSON; and the `--gpus` runs (1, 2 and 4
-GPUs, cold and warm) in the same summary form. tests/test_speed_recorded.py replays it.
+parts, shapes, verdict; the A/A run's too), probe_speed's JSON; the `--gpus` runs (1, 2 and 4
+GPUs, cold and warm, and the 1-GPU A/B beside them) in the same summary form; bench/tools/cupti_ab.py's
+JSON where the sitting ran it. tests/test_speed_recorded.py replays it.
 """
 
 from __future__ import annotations
@@ -52,13 +53,16 @@ def side(results: Path, name: str) -> dict:
     tune_out = results / "phase1" / f"{name}_tune" / "speed"
     verify_lane = results / "phase1" / f"{name}_verify"
     verify_out = verify_lane / "speed"
+    # the A/A verify ran after the verify in its lane (speed2), or in a lane of its own (speed, 4 GPUs)
+    aa_lane = results / "phase1" / f"{name}_aa"
+    aa_lane = aa_lane if aa_lane.is_dir() else verify_lane
     steps = {k: list(v) for k, v in (read_steps(tune_out) | read_steps(verify_out)).items()}
     return {"steps": steps,
             "tune_cold": _tune(tune_out / "tune_cold", False),
             "tune_warm": _tune(tune_out / "tune_warm", True),
             "verify": _json(verify_out / "verify" / "verify.json"),
-            "aa": _json(verify_lane / "aa" / "verify.json"),
-            "aa_step": _times(verify_lane).get("aa"),
+            "aa": _json(aa_lane / "aa" / "verify.json"),
+            "aa_step": _times(aa_lane).get("aa"),
             "probe_busy": _json(tune_out / "probe.txt"),
             "probe": _json(results / "probe" / f"probe_{name}" / "probe.json")}
 
@@ -70,7 +74,9 @@ def gpus(results: Path) -> dict:
     lanes = {"1": lane(results / "phase2" / "gpus1"), "2": lane(results / "phase2" / "gpus2"),
              "4": lane(results / "phase3" / "gpus4"),
              # the 1-GPU run beside "1" with ATTNSEL_TUNE_PRECOMPILE=0 (the Triton pre-compile's A/B)
-             "1_noprecompile": lane(results / "phase2" / "noprecompile")}
+             "1_noprecompile": lane(results / "phase2" / "noprecompile"),
+             # ... or with ATTNSEL_CUPTI_FINALIZE=1 (CUPTI set up for every row, as before: its A/B)
+             "1_cupti_finalize": lane(results / "phase2" / "cupti_finalize")}
     if (results / "phase2" / "gpus2").is_dir() and not (results / "phase2" / "gpus1").is_dir():
         # PLAN=speed2 (a 2-GPU machine): the 1-GPU figures are the after side's tune lane
         lanes["1"] = lane(results / "phase1" / "after_tune" / "speed", "tune_cold", "tune_warm")
@@ -82,7 +88,8 @@ def keep(results: Path) -> dict:
     machine = results / "machine.txt"
     return {"_note": "from PLAN=speed bash bench/tools/gpu_evidence_plan.sh, kept by bench/tools/speed_fixture.py",
             "machine": machine.read_text(encoding="utf-8").strip() if machine.is_file() else None,
-            **{name: side(results, name) for name in SIDES}, "gpus": gpus(results)}
+            **{name: side(results, name) for name in SIDES}, "gpus": gpus(results),
+            "cupti_ab": _json(results / "phase2" / "cupti_finalize" / "cupti_ab.json")}
 
 
 def main(argv=None) -> int:
