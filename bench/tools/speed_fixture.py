@@ -89,7 +89,8 @@ def keep(results: Path) -> dict:
     return {"_note": "from PLAN=speed bash bench/tools/gpu_evidence_plan.sh, kept by bench/tools/speed_fixture.py",
             "machine": machine.read_text(encoding="utf-8").strip() if machine.is_file() else None,
             **{name: side(results, name) for name in SIDES}, "gpus": gpus(results),
-            "cupti_ab": _json(results / "phase2" / "cupti_finalize" / "cupti_ab.json")}
+            "cupti_ab": {str(path.parent.relative_to(results)): _json(path)
+                         for path in sorted(results.glob("phase*/*/cupti_ab.json"))}}
 
 
 def main(argv=None) -> int:

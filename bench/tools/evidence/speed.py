@@ -45,3 +45,42 @@ def speed_verify_and_probe_as_quoted(rec: Recordings) -> None:
     expect(starts == {"before": [185.9, 170.1], "after": [111.3, 64.7]}, f"starts {starts}")
     probes = {side: doc[side]["probe"]["subprocess"]["median_s"] for side in ("before", "after")}
     expect(probes == {"before": 0.4008, "after": 0.2362}, f"probe {probes}")
+
+
+SITTING_X4 = "speed/h200x4_vllm026.json"
+
+
+@claim("docs/tune-performance.md 'The second sitting' and change 12: on 4 x H200, CUPTI once per process against "
+       "CUPTI per row: warm 61.9 / 62.5 s against 69.9 / 75.3 s, timing 31.3 / 31.9 s against 37.1 / 40.3 s; "
+       "cupti_ab 8.0 / 11.0 ms a row against 24.5 / 30.5 ms", SITTING_X4)
+def speed_cupti_once_as_quoted(rec: Recordings) -> None:
+    doc = rec.json(SITTING_X4)
+    expect("H200" in doc["machine"] and "vllm 0.26.0" in doc["machine"], doc["machine"].splitlines()[-2:])
+    pairs = [(doc["gpus"]["1"]["warm"], doc["gpus"]["1_cupti_finalize"]["warm"]),
+             (doc["runs"]["after_warm2"], doc["runs"]["finalize_warm2"])]
+    totals = [[round(run["phases"]["total_s"], 1) for run in pair] for pair in pairs]
+    timing = [[round(sum(b["timing_s"] for b in run["phases"]["backends"].values()), 1) for run in pair]
+              for pair in pairs]
+    expect(totals == [[61.9, 69.9], [62.5, 75.3]], f"warm totals {totals}")
+    expect(timing == [[31.3, 37.1], [31.9, 40.3]], f"timing {timing}")
+    per_row = {where: [round(ab[mode]["cupti_host_s_per_row_median"] * 1e3, 1) for mode in ("process", "finalize")]
+               for where, ab in doc["cupti_ab"].items()}
+    expect(per_row == {"phase2/cupti_finalize": [8.0, 24.5], "phase4/ab": [11.0, 30.5]}, f"cupti_ab {per_row}")
+
+
+@claim("docs/tune-performance.md 'The second sitting' and docs/verify.md: verify 470.4 s with all three engines "
+       "(starts 146.5, 42.0, 45.5 s); `--gpus` on 4 GPUs x1.35 cold (103.6 s) and x1.58 warm (39.1 s), on 2 GPUs "
+       "x1.00 and x1.20", SITTING_X4)
+def speed_x4_verify_and_gpus_as_quoted(rec: Recordings) -> None:
+    doc = rec.json(SITTING_X4)
+    verify = doc["after"]["verify"]
+    starts = [round(c["start_s"], 1) for c in verify["candidates"]]
+    expect(round(verify["elapsed_s"], 1) == 469.9 and doc["after"]["steps"]["verify"] == [0, 470.4],
+           f"verify {verify['elapsed_s']} {doc['after']['steps']['verify']}")
+    expect(starts == [146.5, 42.0, 45.5], f"starts {starts}")
+    gpus = doc["gpus"]
+    ratios = {n: [round(gpus["1"][run]["phases"]["total_s"] / gpus[n][run]["phases"]["total_s"], 2)
+                  for run in ("cold", "warm")] for n in ("2", "4")}
+    expect(ratios == {"2": [1.0, 1.2], "4": [1.35, 1.58]}, f"scaling {ratios}")
+    expect([round(gpus["4"][run]["phases"]["total_s"], 1) for run in ("cold", "warm")] == [103.6, 39.1],
+           "4-GPU totals")
