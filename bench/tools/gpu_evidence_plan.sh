@@ -16,7 +16,8 @@
 # sparse MLA at TP 8/4/2/1, then head size 512 with an fp8 cache: FA4 on SM90 in 0.33), four lanes, ~12 min.
 # PLAN=before adds nothing of this; it runs the speed steps with the .before checkout instead (the
 # "before" column, same lanes), and PLAN=gpus the `tune --gpus 0,1` / `--gpus all` scaling, cold and warm.
-# PLAN=speed: issue 25's whole before/after table in one sitting (below); PLAN=speed2 the same on 2 GPUs.
+# PLAN=speed: issue 25's whole before/after table in one sitting (below); PLAN=speed2 the same on 2 GPUs;
+# PLAN=bytecode: what the carried packages' missing .pyc files cost tune (below).
 set -uo pipefail
 res=${1:?RESULTS folder}; mkdir -p "$res"
 root=$(cd "$(dirname "$0")/../.." && pwd); cd "$root" || exit 2
@@ -85,6 +86,16 @@ case "${PLAN:-evidence}" in
     scale="$empty; $timed cold timeout 300 $tune --gpus all --output \$LANE_OUT/cold; $timed warm timeout 150 $tune --gpus all --output \$LANE_OUT/warm"
     $lanes "$res/phase2" "gpus2|0,1|0-31|$after|$scale"
     probe_both 0,1 0-31 ;;
+  bytecode)
+    # what the carried packages' missing .pyc cost (the device sets PYTHONDONTWRITEBYTECODE; a pip install
+    # writes them): after `KEEP=/tmp/site-nopyc gpu_session.sh bytecode`, tune cold+warm with the compiled
+    # site | the same with the copy without bytecode, side by side; then `--gpus all` warm on the compiled
+    # lane's caches; then probe x10 with NVML's calls in threads | serial (ATTNSEL_PROBE_THREADS=1) and
+    # nvml_call_times. ~6 min on 4 GPUs.
+    one="$empty; $timed cold timeout 300 $tune --output \$LANE_OUT/cold; $timed warm timeout 150 $tune --output \$LANE_OUT/warm"
+    $lanes "$res/phase1" "pyc|0|0-15|$after|$one" "nopyc|1|16-31|$after|export PYTHONPATH=$after:/tmp/site-nopyc; $one"
+    $lanes "$res/phase2" "pyc|0,1,2,3|0-63|$after|$timed warm timeout 150 $tune --gpus all --output \$LANE_OUT/warm"
+    $lanes "$res/probe" "probe|0,1,2,3|0-63|$after|python3 -m attnsel.bench.tools.probe_speed --runs 10 > \$LANE_OUT/threads.json; ATTNSEL_PROBE_THREADS=1 python3 -m attnsel.bench.tools.probe_speed --runs 10 > \$LANE_OUT/serial.json; python3 -m attnsel.bench.tools.nvml_call_times --runs 3 --output \$LANE_OUT/nvml_times.json" ;;
   release)
     # issue 21 items 3-4 with a carried release (VLLM_RELEASE=0.33.0 bash bench/tools/gpu_session.sh pack):
     # one lane a job, every lane's caches empty (its own HOME), so each tune is a first run

@@ -14,6 +14,7 @@
 #                     -> .whl/p1 .. .whl/pN, each under 59 MiB (one device call each, with the tree)
 #   there, per part:  bash bench/tools/gpu_session.sh receive      (copies .whl/p*/ into /tmp/carry)
 #   after the last:   bash bench/tools/gpu_session.sh unpack       (/tmp/site, /tmp/site-standin)
+#   as pip would:     bash bench/tools/gpu_session.sh bytecode     (.pyc for /tmp/site and the checkout)
 #   then:             eval "$(bash bench/tools/gpu_session.sh env vllm)"; bash bench/tools/gpu_session.sh sweeps OUT
 #
 # Sets (VLLM_RELEASE=0.24.0 by default, or 0.26.0): "vllm" = the release alone; "kernels" = vLLM 0.24.0 (its FA2 and MoE extensions left out: Hopper runs FA3, no MoE is
@@ -188,6 +189,14 @@ with ProcessPoolExecutor(max_workers=8) as pool:
         print(line)
 PY
     ;;
+  bytecode)
+    # what `pip install` does and `unpack` does not: compile the carried packages' .py files to .pyc
+    # (the device sets PYTHONDONTWRITEBYTECODE, so without this every process compiles vLLM's modules
+    # again when it imports them: part of every worker's start). KEEP=DIR first keeps a copy without
+    # bytecode (hard links) for an A/B.
+    [ -n "${KEEP:-}" ] && rm -rf "$KEEP" && cp -al /tmp/site "$KEEP"
+    python3 -m compileall -q -j 0 /tmp/site "$root" > /dev/null 2>&1 || true
+    find /tmp/site -name "*.pyc" | wc -l ;;
   env)
     # the checkout imports as `attnsel` through a link (its folder may have any name);
     # --target installs skip .pth files: FA4's cutlass needs its dsl_packages on the path by hand
