@@ -11,13 +11,13 @@ drift hits both alike. Needs torch with CUDA and cupti-python >= 13.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from typing import Any, Callable
 
 from attnsel.bench.timing import gpu as G
+from attnsel.bench.tools.jsonout import emit
 
 MODES = {"process": "0", "finalize": "1"}
 
@@ -66,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=40, help="rows per mode and call (default 40)")
     parser.add_argument("--output", help="write the JSON here (default: standard output)")
     args = parser.parse_args(argv)
-    text = json.dumps(run(args.rows), indent=1) + "\n"
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    emit(run(args.rows), args.output)
     return 0
 
 

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any
 
+from attnsel.bench.tools.jsonout import emit
+
 NO_ATTACH = 2  # nvml.h: NVML_INIT_FLAG_NO_ATTACH, "Don't attach GPUs"
 MODES = {"init": None, "no_attach": NO_ATTACH}
 
@@ -90,12 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     differ = sorted(f"{fn}({key})" for fn, keys in answers.get("init", {}).items() for key, value in keys.items()
                     if answers.get("no_attach", {}).get(fn, {}).get(key) != value)
     out = {"runs": runs, "answers_differ_no_attach": differ, "imports_us": import_times()}
-    text = json.dumps(out, indent=1) + "\n"
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    emit(out, args.output)
     return 0
 
 
