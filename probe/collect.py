@@ -19,10 +19,10 @@ from attnsel.files import shown_path
 from attnsel.probe.facts import GpuInfo, NvlinkVerdict, ProbeReport
 from attnsel.probe.mixed_gpus import mixed_gpu_warning, vllm_log_warnings, why_vllm_warns
 from attnsel.probe.nvml import NvmlFacade, NvmlInitError, TorchFacade
-from attnsel.probe.nvml import NvmlSession, facades_from_env
+from attnsel.probe.nvml import NvmlSession, facades_from_env, probe_threads
 from attnsel.probe.nvml import RealTorch, ReplayFacade, ReplayTorch, cuda_driver_missing
-from attnsel.probe.nvml import RawGpu, cuda_version_str, gpu_info, gpu_problems, query_problems, read_gpu
-from attnsel.probe.links import collect_pairs, nvlink_verdict, with_measured_bandwidth
+from attnsel.probe.nvml import RawGpu, cuda_version_str, gpu_calls, gpu_info, gpu_problems, query_problems, read_gpu
+from attnsel.probe.links import collect_pairs, nvlink_verdict, pair_calls, with_measured_bandwidth
 from attnsel.probe.torch_fallback import NotAsked, from_torch
 from attnsel.probe.visible_devices import VisibleResolution, describe_order, resolve_visible_devices
 
@@ -63,9 +63,11 @@ def collect_probe(
         return from_torch(_torch_if_driver(torch), env, reason, measure_p2p)
     except Exception as exc:  # noqa: BLE001 -- any other init failure is just as fatal for NVML
         return from_torch(_torch_if_driver(torch), env, f"NVML unavailable: {type(exc).__name__}: {exc}", measure_p2p)
+    session = NvmlSession(nvml, threads=probe_threads(env))  # ATTNSEL_PROBE_THREADS (probe/nvml/prefetch.py)
     try:
-        return _from_nvml(NvmlSession(nvml), torch, env, measure_p2p)
+        return _from_nvml(session, torch, env, measure_p2p)
     finally:
+        session.close()
         nvml.shutdown()
 
 
@@ -96,6 +98,7 @@ def _from_nvml(session: NvmlSession, torch: TorchFacade, env: Mapping[str, str],
     if unusable:
         return from_torch(torch, env, unusable, measure_p2p)
 
+    session.prefetch(gpu_calls(count))  # the pairs are known only once the GPUs are read (CUDA's order)
     raws = [read_gpu(session, i) for i in range(count)]
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     order = env.get("CUDA_DEVICE_ORDER")
@@ -158,6 +161,7 @@ def _visible_gpus(raws: Sequence[RawGpu], resolution: VisibleResolution) -> list
 def _links(session: NvmlSession, torch: TorchFacade, gpus: Sequence[GpuInfo], measure_p2p: bool) -> NvlinkVerdict:
     """NVML's answer for every pair of visible whole GPUs (MIG slices have no links), and vLLM's verdict."""
     pair_inputs = [(g.index, g.physical_index) for g in gpus if not g.is_mig and g.physical_index is not None]
+    session.prefetch(pair_calls(pair_inputs))
     pairs = collect_pairs(session, pair_inputs) if len(pair_inputs) > 1 else []
     if measure_p2p:
         pairs = with_measured_bandwidth(torch, pairs, len(gpus))

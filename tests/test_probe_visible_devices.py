@@ -16,7 +16,7 @@ def test_doctests_of_the_resolver_pass():
     assert result.failed == 0
 
 
-@pytest.mark.parametrize("module", ["nvml.protocol", "links.p2p", "capability", "mixed_gpus"])
+@pytest.mark.parametrize("module", ["nvml.protocol", "nvml.prefetch", "links.p2p", "capability", "mixed_gpus"])
 def test_doctests_of_the_other_probe_modules_pass(module):
     import importlib
 

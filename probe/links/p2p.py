@@ -63,14 +63,31 @@ def active_nvlink_count(session: NvmlSession, physical_index: int) -> Optional[i
     return count
 
 
+# What `query_pair` asks every pair, in its order: (NVML function, arguments after the two GPUs). One
+# list for the reader and for `pair_calls`, so what is asked ahead is what the reader asks.
+_PAIR_QUERIES: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("nvmlDeviceGetP2PStatus", (P2P_CAPS_INDEX["NVLINK"],)),
+    ("nvmlDeviceGetP2PStatus", (P2P_CAPS_INDEX["READ"],)),
+    ("nvmlDeviceGetP2PStatus", (P2P_CAPS_INDEX["WRITE"],)),
+    ("nvmlDeviceGetP2PStatus", (P2P_CAPS_INDEX["ATOMICS"],)),
+    ("nvmlDeviceGetTopologyCommonAncestor", ()),
+)
+
+
+def _visited(visible: Sequence[tuple[int, int]]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """((NVML a, NVML b), (logical a, logical b)) for every pair, in vLLM's i < j order of `visible`."""
+    return [((pa, pb), (la, lb)) for i, (la, pa) in enumerate(visible) for lb, pb in visible[i + 1:]]
+
+
+def pair_calls(visible: Sequence[tuple[int, int]]) -> list[tuple[str, tuple[int, ...]]]:
+    """The calls `collect_pairs(session, visible)` makes unconditionally, as (function, args)."""
+    return [(function, (a, b, *extra)) for (a, b), _ in _visited(visible) for function, extra in _PAIR_QUERIES]
+
+
 def query_pair(session: NvmlSession, a: int, b: int, logical: tuple[int, int], link_counts: "_LinkCounts") -> P2PPair:
     """All P2P facts for one pair of physical GPUs (a < b in the order vLLM would visit them)."""
     before = len(session.failures)
-    nvlink = session.get("nvmlDeviceGetP2PStatus", a, b, P2P_CAPS_INDEX["NVLINK"])
-    read = session.get("nvmlDeviceGetP2PStatus", a, b, P2P_CAPS_INDEX["READ"])
-    write = session.get("nvmlDeviceGetP2PStatus", a, b, P2P_CAPS_INDEX["WRITE"])
-    atomics = session.get("nvmlDeviceGetP2PStatus", a, b, P2P_CAPS_INDEX["ATOMICS"])
-    level = session.get("nvmlDeviceGetTopologyCommonAncestor", a, b)
+    nvlink, read, write, atomics, level = (session.get(function, a, b, *extra) for function, extra in _PAIR_QUERIES)
     errors = [f.describe() for f in session.failures[before:]]
 
     pcie = topology_name(level)
@@ -117,11 +134,7 @@ class _LinkCounts:
 def collect_pairs(session: NvmlSession, visible: Sequence[tuple[int, int]]) -> list[P2PPair]:
     """Every pair of the visible GPUs, given as (logical index, NVML index), in vLLM's i < j order."""
     link_counts = _LinkCounts(session)
-    pairs = []
-    for i, (la, pa) in enumerate(visible):
-        for lb, pb in visible[i + 1:]:
-            pairs.append(query_pair(session, pa, pb, (la, lb), link_counts))
-    return pairs
+    return [query_pair(session, a, b, logical, link_counts) for (a, b), logical in _visited(visible)]
 
 
 def vllm_fully_connected(pairs: Sequence[P2PPair], world_size: int) -> tuple[Optional[bool], str]:

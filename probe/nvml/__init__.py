@@ -8,6 +8,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.probe.nvml.gpus import (
         RawGpu,
         cuda_version_str,
+        gpu_calls,
         gpu_info,
         gpu_problems,
         query_problems,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         TorchFacade,
         call_key,
     )
+    from attnsel.probe.nvml.prefetch import THREADS_ENV_VAR, probe_threads
     from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
     from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
     from attnsel.probe.nvml.session import NvmlSession, facades_from_env
@@ -48,13 +50,16 @@ __all__ = [
     "ReplayFacade",
     "ReplayTorch",
     "SCENARIO_SCHEMA",
+    "THREADS_ENV_VAR",
     "TorchFacade",
     "call_key",
     "cuda_driver_missing",
     "cuda_version_str",
     "facades_from_env",
+    "gpu_calls",
     "gpu_info",
     "gpu_problems",
+    "probe_threads",
     "query_problems",
     "read_gpu",
 ]
@@ -75,13 +80,16 @@ __getattr__ = lazy_door(__name__, {
     "ReplayFacade": "replay",
     "ReplayTorch": "replay",
     "SCENARIO_SCHEMA": "replay",
+    "THREADS_ENV_VAR": "prefetch",
     "TorchFacade": "protocol",
     "call_key": "protocol",
     "cuda_driver_missing": "torch_cuda",
     "cuda_version_str": "gpus",
     "facades_from_env": "session",
+    "gpu_calls": "gpus",
     "gpu_info": "gpus",
     "gpu_problems": "gpus",
+    "probe_threads": "prefetch",
     "query_problems": "gpus",
     "read_gpu": "gpus",
 })

@@ -73,25 +73,50 @@ def cuda_version_str(value: Optional[int]) -> Optional[str]:
     return f"{major}.{minor}" + (f".{patch}" if patch else "")
 
 
+# What `read_gpu` asks every GPU, in its order: (field, NVML function, arguments after the GPU). One
+# list for the reader and for `gpu_calls`, so what is asked ahead is what the reader asks.
+_GPU_QUERIES: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("name", "nvmlDeviceGetName", ()),
+    ("uuid", "nvmlDeviceGetUUID", ()),
+    ("pci", "nvmlDeviceGetPciInfo", ()),
+    ("cc", "nvmlDeviceGetCudaComputeCapability", ()),
+    ("memory", "nvmlDeviceGetMemoryInfo", ()),
+    ("bus_width", "nvmlDeviceGetMemoryBusWidth", ()),
+    ("mem_clock", "nvmlDeviceGetMaxClockInfo", (CLOCK_MEM,)),
+    ("sm_clock", "nvmlDeviceGetMaxClockInfo", (CLOCK_SM,)),
+    ("cores", "nvmlDeviceGetNumGpuCores", ()),
+    ("mig_mode", "nvmlDeviceGetMigMode", ()),
+)
+_QUIET = {"nvmlDeviceGetMigMode"}  # asked to learn whether MIG is on; "not supported" is an answer
+
+
+def gpu_calls(count: int) -> list[tuple[str, tuple[int, ...]]]:
+    """The calls `read_gpu` makes unconditionally for GPUs 0..count-1, as (function, args): the first
+    question of every GPU first, since the first call on a GPU is the slow one (probe/nvml/prefetch.py)."""
+    return [(function, (i, *extra)) for _, function, extra in _GPU_QUERIES for i in range(count)]
+
+
 def read_gpu(session: NvmlSession, i: int) -> RawGpu:
     """Every field of NVML GPU `i`; `error` says why the GPU is unusable, if it is."""
     raw = RawGpu(i)
     before = len(session.failures)
-    raw.name = session.get("nvmlDeviceGetName", i)
-    raw.uuid = session.get("nvmlDeviceGetUUID", i)
-    pci = session.get("nvmlDeviceGetPciInfo", i)
+    answers = {field: session.get(function, i, *extra, quiet=function in _QUIET)
+               for field, function, extra in _GPU_QUERIES}
+    raw.name = answers["name"]
+    raw.uuid = answers["uuid"]
+    pci = answers["pci"]
     if isinstance(pci, dict):
         raw.pci_bus_id = pci.get("busId") or pci.get("busIdLegacy")
         raw.pci_device_id = pci.get("pciDeviceId")
-    cc = session.get("nvmlDeviceGetCudaComputeCapability", i)
+    cc = answers["cc"]
     if isinstance(cc, (list, tuple)) and len(cc) == 2:
         raw.cc = (int(cc[0]), int(cc[1]))
-    raw.memory_total, raw.memory_free = _memory(session.get("nvmlDeviceGetMemoryInfo", i))
-    raw.bus_width = session.get("nvmlDeviceGetMemoryBusWidth", i)
-    raw.mem_clock = session.get("nvmlDeviceGetMaxClockInfo", i, CLOCK_MEM)
-    raw.sm_clock = session.get("nvmlDeviceGetMaxClockInfo", i, CLOCK_SM)
-    raw.cores = session.get("nvmlDeviceGetNumGpuCores", i)
-    mig_mode = session.get("nvmlDeviceGetMigMode", i, quiet=True)
+    raw.memory_total, raw.memory_free = _memory(answers["memory"])
+    raw.bus_width = answers["bus_width"]
+    raw.mem_clock = answers["mem_clock"]
+    raw.sm_clock = answers["sm_clock"]
+    raw.cores = answers["cores"]
+    mig_mode = answers["mig_mode"]
     raw.mig_enabled = isinstance(mig_mode, (list, tuple)) and bool(mig_mode) and mig_mode[0] == 1
     if raw.mig_enabled:
         raw.migs = _read_migs(session, i)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from attnsel.probe.nvml.protocol import NVML_ERROR_NAMES, DeviceRef, NvmlCallError, NvmlInitError
@@ -27,6 +28,9 @@ class PynvmlFacade:
     def __init__(self) -> None:
         self._pynvml: Any = None  # the pynvml module once init() loaded it
         self._handles: dict[DeviceRef, Any] = {}
+        # The session may ask from several threads (probe/nvml/prefetch.py): one lookup per device ref
+        # at a time. Re-entrant: a MIG ref looks up its parent's handle first.
+        self._handles_lock = threading.RLock()
 
     def init(self) -> None:
         try:
@@ -51,16 +55,17 @@ class PynvmlFacade:
             self._handles.clear()
 
     def _handle(self, ref: DeviceRef) -> Any:
-        if ref in self._handles:
-            return self._handles[ref]
-        nv = self._pynvml
-        if isinstance(ref, str) and ":" in ref:
-            parent, child = (int(x) for x in ref.split(":"))
-            handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(self._handle(parent), child)
-        else:
-            handle = nv.nvmlDeviceGetHandleByIndex(int(ref))
-        self._handles[ref] = handle
-        return handle
+        with self._handles_lock:
+            if ref in self._handles:
+                return self._handles[ref]
+            nv = self._pynvml
+            if isinstance(ref, str) and ":" in ref:
+                parent, child = (int(x) for x in ref.split(":"))
+                handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(self._handle(parent), child)
+            else:
+                handle = nv.nvmlDeviceGetHandleByIndex(int(ref))
+            self._handles[ref] = handle
+            return handle
 
     def call(self, function: str, *args: DeviceRef | int) -> Any:
         nv = self._pynvml

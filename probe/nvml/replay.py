@@ -55,6 +55,7 @@ class ReplayFacade:
     def __init__(self, scenario: Mapping[str, Any]):
         self.scenario = scenario
         self.calls: Mapping[str, Mapping[str, Any]] = scenario.get("calls") or {}
+        # Safe to call from the session's prefetch threads: calls only read the scenario; list.append is atomic.
         self.asked: list[tuple[str, str]] = []
         self._initialised = False
 

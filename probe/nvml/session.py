@@ -15,7 +15,7 @@ facades, loading), probe/nvml/torch_cuda.py (the real torch.cuda fallback).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from attnsel.probe.nvml.protocol import (
     DeviceRef,
@@ -24,6 +24,7 @@ from attnsel.probe.nvml.protocol import (
     TorchFacade,
     call_key,
 )
+from attnsel.probe.nvml.prefetch import CallsAhead, NvmlCall
 from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, ReplayFacade, ReplayTorch, load_scenario
 from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
 from attnsel.probe.nvml.torch_cuda import RealTorch
@@ -94,15 +95,35 @@ def answer_problem(function: str, answer: Any) -> Optional[str]:
 class NvmlSession:
     """The funnel every NVML query goes through; failures become None and are remembered."""
 
-    def __init__(self, facade: NvmlFacade):
+    def __init__(self, facade: NvmlFacade, threads: int = 1):
+        """`threads` > 1: `prefetch` asks calls ahead on that many threads (probe/nvml/prefetch.py);
+        1: every call is asked when `get` needs it, one after another."""
         self.facade = facade
         self.failures: list[QueryFailure] = []
+        self.ahead = CallsAhead(facade, threads) if threads > 1 else None
+
+    def prefetch(self, calls: Sequence[NvmlCall]) -> None:
+        """Ask `calls` ((function, args) as `get` will ask them) now, concurrently; `get` takes each
+        outcome once and treats it as if it had asked then. Nothing happens on a serial session."""
+        if self.ahead is not None and calls:
+            self.ahead.issue(calls)
+
+    def close(self) -> None:
+        """Ask nothing more ahead (before the facade shuts down)."""
+        if self.ahead is not None:
+            self.ahead.close()
+
+    def _ask(self, function: str, args: tuple[DeviceRef | int, ...]) -> Any:
+        outcome = self.ahead.take(function, args) if self.ahead is not None else None
+        if outcome is not None:
+            return outcome.result()
+        return self.facade.call(function, *args)
 
     def get(self, function: str, *args: DeviceRef | int, quiet: bool = False) -> Any:
         """The answer, or None when the query raised anything. `quiet` queries probe for existence
         (MIG slots, NVLink link numbers) and their expected failures are not kept."""
         try:
-            answer = self.facade.call(function, *args)
+            answer = self._ask(function, args)
             problem = answer_problem(function, answer)
             if problem is None:
                 return answer
