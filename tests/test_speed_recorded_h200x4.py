@@ -130,3 +130,33 @@ def test_the_fixture_keeps_the_four_gpu_layout(tmp_path):
     assert kept["before"]["aa"] is None
     assert kept["cupti_ab"] == {"phase2/cupti_finalize": SITTING["cupti_ab"]["phase2/cupti_finalize"]}
     assert kept["gpus"]["1_cupti_finalize"]["steps"]["cupti_ab"] == [0, 18.2]
+
+
+BYTECODE = json.loads((Path(__file__).parent / "fixtures" / "speed" / "h200x4_bytecode_probe.json").read_text())
+
+
+def test_the_carried_packages_missing_bytecode_is_not_what_slows_a_workers_start():
+    # PLAN=bytecode: the device writes no .pyc; the same sweep with vLLM's modules compiled | not, side by side
+    compiled, plain = BYTECODE["pyc"], BYTECODE["nopyc"]
+    for run in ("cold", "warm"):
+        totals = [lane[run]["phases"]["total_s"] for lane in (compiled, plain)]
+        assert abs(totals[0] - totals[1]) < 3.0, (run, totals)  # 141.1 / 141.0 s, 64.8 / 66.8 s
+        starts = [lane[run]["phases"]["backends"]["FLEX_ATTENTION"]["startup_s"] for lane in (compiled, plain)]
+        assert min(starts) > 12.0, starts  # the first worker's start stays 13-17 s either way
+    for backend, ratio in geomean_ratio_per_backend(medians(compiled["warm"]), medians(plain["warm"])).items():
+        assert ratio == pytest.approx(1.0, abs=0.01), backend
+    assert BYTECODE["gpus_all_warm"]["phases"]["total_s"] < 40.0  # 4 GPUs, warm, again under 40 s
+
+
+def test_nvml_calls_asked_ahead_save_little_because_nvml_answers_them_one_at_a_time():
+    threads, serial = BYTECODE["probe"]["threads"], BYTECODE["probe"]["serial"]
+    assert threads["in_process"]["gpus"] == serial["in_process"]["gpus"] == 4
+    assert threads["in_process"]["median_s"] < 0.8 * serial["in_process"]["median_s"]  # 0.121 vs 0.162 s
+    assert threads["in_process"]["first_s"] < serial["in_process"]["first_s"]  # 0.222 vs 0.242 s
+    # a fresh process pays NVML's first touch of each GPU either way: the command line did not get faster
+    assert threads["subprocess"]["median_s"] == pytest.approx(serial["subprocess"]["median_s"], rel=0.05)
+    for run in BYTECODE["probe"]["nvml_times"]["runs"]:
+        if run["mode"] == "init":  # the calls' own durations add up to ~9x the wall: they waited for each other
+            assert sum(c["ms"] for c in run["calls"].values()) > 5 * run["collect_ms"]
+        else:  # nvmlInitWithFlags(NO_ATTACH) sees no GPU at all: no shortcut for the probe
+            assert run["gpus"] == 0

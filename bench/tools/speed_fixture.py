@@ -84,8 +84,21 @@ def gpus(results: Path) -> dict:
             for n, (folder, cold, warm) in lanes.items() if folder.is_dir()}
 
 
+def bytecode(results: Path) -> dict:
+    """PLAN=bytecode: tune with the carried packages compiled | not, `--gpus all` warm, probe threads | serial."""
+    phase1, probe = results / "phase1", results / "probe" / "probe"
+    lanes = {lane: {"steps": _times(phase1 / lane), "cold": _tune(phase1 / lane / "cold", False),
+                    "warm": _tune(phase1 / lane / "warm", True)} for lane in ("pyc", "nopyc")}
+    return {**lanes, "gpus_all_warm": _tune(results / "phase2" / "pyc" / "warm", True),
+            "probe": {name: _json(probe / f"{name}.json") for name in ("threads", "serial", "nvml_times")}}
+
+
 def keep(results: Path) -> dict:
     machine = results / "machine.txt"
+    if (results / "phase1" / "pyc").is_dir():
+        return {"_note": "from PLAN=bytecode bash bench/tools/gpu_evidence_plan.sh, kept by bench/tools/speed_fixture.py",
+                "machine": machine.read_text(encoding="utf-8").strip() if machine.is_file() else None,
+                **bytecode(results)}
     return {"_note": "from PLAN=speed bash bench/tools/gpu_evidence_plan.sh, kept by bench/tools/speed_fixture.py",
             "machine": machine.read_text(encoding="utf-8").strip() if machine.is_file() else None,
             **{name: side(results, name) for name in SIDES}, "gpus": gpus(results),
