@@ -138,3 +138,11 @@ def test_cupti_refusing_to_start_leaves_nothing_enabled_and_the_row_falls_back(c
         _row(cupti, 4000)
     assert cupti.enabled == set()
     assert _row(cupti, 4000) == [0.004] * 3
+
+
+def test_the_seconds_of_a_cupti_that_refused_to_start_stay_in_the_rows_host_time(cupti):
+    cupti.refuse_enable_call = 1
+    host: dict = {}
+    with pytest.raises(RuntimeError):
+        G._cupti_samples(_Torch, lambda: cupti.launch(4000), None, 3, host)
+    assert set(host) == {"cupti_start"} and host["cupti_start"] >= 0

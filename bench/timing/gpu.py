@@ -354,10 +354,12 @@ class _EventSampler:
 def _cupti_samples(torch: Any, runner: Callable[[], object], flush: Any, count: int,
                    host: Optional[dict] = None) -> list[float]:
     mark = _Stopwatch(host if host is not None else {})
-    recorder = CuptiRecorder()
     windows: list[tuple[int, int]] = []
-    recorder.start()
-    mark("cupti_start")
+    try:
+        recorder = CuptiRecorder()
+        recorder.start()
+    finally:  # a CUPTI that refuses to start still costs the row these seconds (then events time it)
+        mark("cupti_start")
     try:
         for _ in range(count):
             if flush is not None:

@@ -142,11 +142,14 @@ class ItemRunner:
         self._time(adapter, prepared, batch, workload, block_size, spec, item, row)
 
     def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> Optional[tuple[Any, Any]]:
-        """(adapter, workload) a row of this spec and block size would run with, or None."""
-        return self._usable_adapter(spec, block_size, {})
+        """(adapter, workload) a row of this spec and block size would run with, or None (asked ahead of
+        the rows: the import seconds stay for the first real row to report)."""
+        return self._usable_adapter(spec, block_size, {}, first_row=False)
 
-    def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict) -> Optional[tuple[Any, Any]]:
-        """(adapter, workload) for this row, or None with the row's status and error saying why not."""
+    def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict,
+                        first_row: bool = True) -> Optional[tuple[Any, Any]]:
+        """(adapter, workload) for this row, or None with the row's status and error saying why not.
+        `first_row`: a row that is kept, so the first of them reports the library's import seconds."""
         kv = self.shape.get("kv_cache_dtype", "auto")
         if kv not in kv_quant.TIMED_KV_CACHE_DTYPES:
             row["status"] = R.STATUS_UNSUPPORTED
@@ -155,7 +158,7 @@ class ItemRunner:
             return None
         with self._phase("library_import_s"):
             adapters = self.adapters()
-        if not self._import_reported and row:  # (usable_adapter passes no row)
+        if first_row and not self._import_reported:
             row["library_import_s"] = self.import_seconds
             self._import_reported = True
         if not adapters:
