@@ -170,14 +170,14 @@ class _CuptiActivity:
 class CuptiRecorder:
     """Kernel and launch activity records between start() and stop()."""
 
-    def __init__(self, finalize: Optional[bool] = None) -> None:
+    def __init__(self) -> None:
         import os
 
         from cupti import cupti  # type: ignore
 
         self.cupti = cupti
         self.activity = _CuptiActivity.of_process(cupti)
-        self.finalize = os.environ.get(CUPTI_FINALIZE_ENV) == "1" if finalize is None else finalize
+        self.finalize = os.environ.get(CUPTI_FINALIZE_ENV) == "1"
         self.launches: list[tuple[int, int]] = []
         self.kernels: list[tuple[int, int, int]] = []
 

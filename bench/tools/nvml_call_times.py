@@ -26,7 +26,7 @@ def one_run(mode: str) -> dict:
     """In this process: collect_probe over a facade that times each call (all GPUs visible)."""
     import pynvml
 
-    from attnsel.bench.tools.record_nvml import RecordingFacade
+    from attnsel.bench.tools.record_nvml import NoTorch, RecordingFacade
     from attnsel.probe import collect_probe
     from attnsel.probe.nvml import PynvmlFacade
 
@@ -42,13 +42,6 @@ def one_run(mode: str) -> dict:
                 return super().call(function, *args)
             finally:
                 spent.setdefault(function, []).append((time.perf_counter() - started) * 1e3)
-
-    class NoTorch:
-        def inventory(self):
-            return None
-
-        def measure_copy_gbps(self, pairs):
-            return {p: "not measured" for p in pairs}
 
     facade = Timed(PynvmlFacade())
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}

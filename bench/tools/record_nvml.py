@@ -61,6 +61,16 @@ class RecordingFacade:
         return answer
 
 
+class NoTorch:
+    """The torch side when torch is not to be asked: no inventory, no copy measured."""
+
+    def inventory(self):
+        return None
+
+    def measure_copy_gbps(self, pairs):
+        return {p: "not measured" for p in pairs}
+
+
 def _nvml_py_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -74,14 +84,7 @@ def record(with_torch: bool, measure_p2p: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     recorder = RecordingFacade(PynvmlFacade())
 
-    class _NoTorch:
-        def inventory(self):
-            return None
-
-        def measure_copy_gbps(self, pairs):
-            return {p: "not measured" for p in pairs}
-
-    torch_side = RealTorch() if (with_torch or measure_p2p) else _NoTorch()
+    torch_side = RealTorch() if (with_torch or measure_p2p) else NoTorch()
     report = collect_probe(env, nvml=recorder, measure_p2p=measure_p2p, torch=torch_side)
     scenario: dict[str, Any] = {
         "schema": SCENARIO_SCHEMA,

@@ -13,22 +13,18 @@ JSON where the sitting ran it. tests/test_speed_recorded.py replays it.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
 
 from attnsel.bench.tools.gpus_fixture import run_summary, write_fixture
-from attnsel.bench.tools.speed_summary import read_steps
+from attnsel.bench.tools.speed_summary import read_json, read_steps
 
 SIDES = ("before", "after")
 
 
 def _json(path: Path) -> Optional[dict]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    value = read_json(path)
     return value if isinstance(value, dict) else None
 
 
@@ -37,16 +33,8 @@ def _tune(folder: Path, with_rows: bool) -> Optional[dict]:
 
 
 def _times(lane: Path) -> dict:
-    """gpu_lanes.sh --timed steps: `name exit seconds` lines."""
-    out = {}
-    try:
-        for line in (lane / "times.txt").read_text(encoding="utf-8").splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                out[parts[0]] = [int(parts[1]), float(parts[2])]
-    except OSError:
-        pass
-    return out
+    """gpu_lanes.sh --timed steps, as JSON lists."""
+    return {name: list(step) for name, step in read_steps(lane, "times.txt").items()}
 
 
 def side(results: Path, name: str) -> dict:

@@ -24,18 +24,20 @@ LABELS = {
 }
 
 
-def _json(path: Path) -> Optional[Any]:
+def read_json(path: Path) -> Optional[Any]:
+    """The JSON document at `path`, or None when it is missing or not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def read_steps(out: Path) -> dict[str, tuple[int, float]]:
-    """steps.txt: one `name exit-code seconds` line per step that ran."""
+def read_steps(out: Path, name: str = "steps.txt") -> dict[str, tuple[int, float]]:
+    """steps.txt (gpu_session.sh speed), or times.txt (gpu_lanes.sh --timed): one `name exit-code
+    seconds` line per step that ran."""
     steps: dict[str, tuple[int, float]] = {}
     try:
-        lines = (out / "steps.txt").read_text(encoding="utf-8").splitlines()
+        lines = (out / name).read_text(encoding="utf-8").splitlines()
     except OSError:
         return steps
     for line in lines:
@@ -56,7 +58,7 @@ def time_line(run_dir: Path) -> str:
 
 
 def probe_detail(out: Path) -> tuple[Optional[float], str]:
-    result = _json(out / "probe.txt")
+    result = read_json(out / "probe.txt")
     if not isinstance(result, dict):
         return None, "no probe_speed result"
     sub = result.get("subprocess") or {}
@@ -66,7 +68,7 @@ def probe_detail(out: Path) -> tuple[Optional[float], str]:
 
 
 def verify_detail(out: Path) -> str:
-    doc = _json(out / "verify" / "verify.json")
+    doc = read_json(out / "verify" / "verify.json")
     if not isinstance(doc, dict):
         return "no verify.json"
     parts = []
@@ -83,7 +85,7 @@ def verify_detail(out: Path) -> str:
 
 
 def machine(out: Path) -> str:
-    doc = _json(out / "tune_warm" / "tune.json") or _json(out / "tune_cold" / "tune.json") or {}
+    doc = read_json(out / "tune_warm" / "tune.json") or read_json(out / "tune_cold" / "tune.json") or {}
     env = doc.get("environment") or {}
     versions = ((env.get("workers") or {}).get("FLASH_ATTN") or {}).get("versions") or {}
     try:
