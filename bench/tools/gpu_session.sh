@@ -39,7 +39,7 @@ case "${VLLM_RELEASE:-0.24.0}" in
     VLLM_LIST=$root/bench/tools/carry/vllm-${VLLM_RELEASE}.txt
     [ -f "$VLLM_LIST" ] || { echo "no wheel set for vLLM ${VLLM_RELEASE} here (0.24.0, 0.26.0, or a list in bench/tools/carry/)" >&2; exit 2; } ;;
 esac
-VLLM_SET="$VLLM_PINS pydantic==2.12.5 pydantic-core==2.41.5
+VLLM_SET="${VLLM_PINS:-} pydantic==2.12.5 pydantic-core==2.41.5
  annotated-types typing-inspection msgspec cachetools cbor2 pybase64 blake3 setproctitle pyzmq gguf diskcache==5.6.3
  partial-json-parser ijson python-json-logger watchfiles depyf==0.20.0 lark==1.2.2 compressed-tensors==0.17.0
  jsonschema jsonschema-specifications referencing rpds-py openai-harmony openai<3 httpx httpcore h11 anyio sniffio
@@ -55,7 +55,7 @@ ENGINE_SET="loguru cuda-tile dill email-validator dnspython fastapi==0.136.3 sta
  opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-proto==1.45.2 opentelemetry-exporter-http-transport
  opentelemetry-semantic-conventions==0.66b2 opentelemetry-semantic-conventions-ai"
 
-platforms() { for n in 17 24 25 27 28 31 34 35; do echo "--platform manylinux_2_${n}_x86_64"; done
+platforms() { for n in 17 18 24 25 27 28 31 34 35; do echo "--platform manylinux_2_${n}_x86_64"; done
               echo "--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"; }
 
 # site DIR SPEC...: the wheels of SPEC installed (CPython 3.12, x86-64) into DIR, as pip --target would there
