@@ -42,6 +42,35 @@ CASES: list[tuple[str, str, dict, dict]] = [
     ("llama8b_tp2", "llama-3.1-8b", {"tensor_parallel_size": 2, "enforce_eager": True}, {}),
 ]
 QUICK = ("llama8b_u030_len131072", "llama8b_u030_len32768", "qwen06_eager", "granite_h_hybrid")
+AWQ_CHECKPOINT = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+QWEN3_MOE = "tests/fixtures/memory/models/qwen3-30b-a3b.json"  # a 30B-A3B MoE that fits one 80 GB GPU
+# `--cases release`: one engine per model class a release's memory plan must get right (issue 32's list),
+# most telling first so that a run cut short by its time limit keeps those: vLLM's defaults for the LLM
+# class (max_num_seqs 1024 on an H100: a hybrid model may then be refused), sliding windows, sinks, MoE,
+# hybrid Mamba, quantized checkpoints, fp8 KV, CUDA graphs, low utilization, and each kind of refusal.
+RELEASE_CASES: list[tuple[str, str, dict, dict]] = [
+    ("llama8b_default", "llama-3.1-8b", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("gemma2_swa", "gemma-2-9b", {"enforce_eager": True}, {}),
+    ("qwen3_30b_a3b_moe", QWEN3_MOE, {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("gpt_oss_20b_sinks", "gpt-oss-20b", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    # vLLM's FULL decode graphs need one Mamba block per sequence (config/compilation.py, "exceeds available
+    # Mamba cache blocks"): at 0.22 of an H200 Nemotron-H's ~16 MiB blocks number fewer than 1024
+    ("nemotron_h_graphs_u022", "nemotron-h-8b", {"gpu_memory_utilization": 0.22}, {}),
+    ("llama8b_u017_len131072", "llama-3.1-8b", {"gpu_memory_utilization": 0.17, "enforce_eager": True}, {}),
+    ("qwen06_graphs", "qwen3-0.6b", {"max_model_len": 16384}, {}),
+    ("nemotron_h_default", "nemotron-h-8b", {"enforce_eager": True}, {}),
+    ("granite_h_default", "granite-4.0-h-350m", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("qwen3_8b_awq", "qwen3-8b", {"enforce_eager": True, "max_model_len": 32768}, {"quantization_config": AWQ_CHECKPOINT}),
+    ("deepseek_v2_lite_mla", "deepseek-v2-lite", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("llama8b_fp8_kv", "llama-3.1-8b", {"kv_cache_dtype": "fp8", "max_model_len": 32768, "enforce_eager": True}, {}),
+    ("falcon_h1_7b", "falcon-h1-7b", {"enforce_eager": True, "max_model_len": 32768}, {}),
+    ("llama8b_len_over_derived", "llama-3.1-8b", {"enforce_eager": True, "max_model_len": 200000}, {}),
+    ("qwen06_batched_below_seqs", "qwen3-0.6b", {"enforce_eager": True, "max_num_batched_tokens": 128, "max_num_seqs": 256}, {}),
+    ("nemotron_h_seqs256", "nemotron-h-8b", {"enforce_eager": True, "max_num_seqs": 256}, {}),
+    ("qwen3_8b_fp8_checkpoint", "qwen3-8b", {"enforce_eager": True, "max_model_len": 32768}, {"quantization_config": FP8_CHECKPOINT}),
+    ("phi3_mha", "phi-3-mini-4k", {"enforce_eager": True}, {}),
+    ("llama8b_u017_len16384", "llama-3.1-8b", {"gpu_memory_utilization": 0.17, "max_model_len": 16384, "enforce_eager": True}, {}),
+]
 REFUSED = re.compile(r"To serve at least one request with the model'?s'? max seq len \((\d+)\)")
 ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 
@@ -62,7 +91,7 @@ def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]
 
 
 def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu: dict,
-                engine: Optional[str] = None) -> dict:
+                engine: Optional[str] = None, start_timeout_s: float = 600.0) -> dict:
     """One engine start; `engine`: bench/verify's engine spec (default vLLM's LLM; CI passes a fake)."""
     from attnsel.attention.model import load_model_config
     from attnsel.bench.verify import parse_engine_log, read_log, run_engine, write_model_dir
@@ -73,7 +102,7 @@ def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu:
         if engine:
             job["engine"] = engine
         log = out / f"{name}.log"
-        run = run_engine(job, log, start_timeout_s=600.0)
+        run = run_engine(job, log, start_timeout_s=start_timeout_s)
     logged = parse_engine_log(read_log(log))
     facts = {**logged, **{k: v for k, v in run.facts.items() if v is not None}}
     verdict, estimate = vllm_verdict(run.status, run.error)
@@ -131,8 +160,9 @@ def from_verify(path: Path) -> list[dict]:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--cases", choices=("quick", "full"), default="full")
+    parser.add_argument("--cases", choices=("quick", "full", "release"), default="full")
     parser.add_argument("--from-verify", type=Path, help="a saved verify.json instead of running engines")
+    parser.add_argument("--start-timeout", type=float, default=600.0, help="seconds one engine may take to start")
     parser.add_argument("--only", default="", help="comma-separated case names (of the chosen set) to run")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -140,18 +170,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         records = from_verify(args.from_verify)
     else:
         gpu = this_gpu()
-        chosen = [c for c in CASES if args.cases == "full" or c[0] in QUICK]
+        pool = RELEASE_CASES if args.cases == "release" else CASES
+        chosen = [c for c in pool if args.cases in ("full", "release") or c[0] in QUICK]
         chosen = [c for c in chosen if c[2].get("tensor_parallel_size", 1) <= gpu["count"]]
         if args.only:
-            wanted = {name.strip() for name in args.only.split(",") if name.strip()}
-            unknown = wanted - {c[0] for c in CASES}
+            wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+            by_name = {c[0]: c for c in pool}
+            unknown = [name for name in wanted if name not in by_name]
             if unknown:
-                parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
-            chosen = [c for c in chosen if c[0] in wanted]
+                parser.error(f"unknown case(s): {', '.join(unknown)}")
+            chosen = [by_name[name] for name in wanted]  # in the order asked
         records = []
         for name, model, flags, patch in chosen:
             print(f"memory_record: {name} ...", file=sys.stderr, flush=True)
-            records.append(record_case(name, model, flags, patch, args.out, gpu))
+            records.append(record_case(name, model, flags, patch, args.out, gpu, start_timeout_s=args.start_timeout))
             # written as each engine finishes: a run stopped at its time limit keeps what it measured
             (args.out / f"{name}.json").write_text(json.dumps(records[-1], indent=1) + "\n")
             print(f"  {records[-1]['verdict']}: {records[-1]['vllm'].get('kv_cache_tokens')} tokens", file=sys.stderr)
