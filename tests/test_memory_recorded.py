@@ -52,6 +52,11 @@ def test_the_recorder_reads_vllms_refusal_and_its_estimate():
     assert vllm_verdict("error", "No available memory for the cache blocks. Try ...") == ("no_cache_memory", None)
     assert vllm_verdict("oom", "CUDA out of memory. Tried to allocate 1.96 GiB") == ("weights_do_not_fit", None)
     assert vllm_verdict("ok", None) == ("fits", None)
+    # vLLM 0.33/0.34 config/compilation.py, as the H100 run of Nemotron-H at 0.4 logged it
+    mamba = ("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (816). Each decode sequence requires "
+             "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 816 or "
+             "increase gpu_memory_utilization.")
+    assert vllm_verdict("error", mamba) == ("max_num_seqs_over_mamba_blocks", 816)
 
 
 FAKE = Path(__file__).parent / "fixtures" / "verify_engine" / "fake_engine.py"

@@ -54,9 +54,9 @@ RELEASE_CASES: list[tuple[str, str, dict, dict]] = [
     ("qwen3_30b_a3b_moe", QWEN3_MOE, {"enforce_eager": True, "max_model_len": 32768}, {}),
     ("gpt_oss_20b_sinks", "gpt-oss-20b", {"enforce_eager": True, "max_model_len": 32768}, {}),
     # vLLM's FULL decode graphs need one Mamba block per sequence (config/compilation.py, "exceeds available
-    # Mamba cache blocks"): at 0.22 of an H200 Nemotron-H's ~16 MiB blocks number fewer than 1024
-    ("nemotron_h_graphs_u022", "nemotron-h-8b", {"gpu_memory_utilization": 0.22}, {}),
-    ("llama8b_u017_len131072", "llama-3.1-8b", {"gpu_memory_utilization": 0.17, "enforce_eager": True}, {}),
+    # Mamba cache blocks"): at 0.4 of an H100 Nemotron-H's ~16 MiB blocks number fewer than 1024
+    ("nemotron_h_graphs_u040", "nemotron-h-8b", {"gpu_memory_utilization": 0.4}, {}),
+    ("llama8b_u030_len131072", "llama-3.1-8b", {"gpu_memory_utilization": 0.3, "enforce_eager": True}, {}),
     ("qwen06_graphs", "qwen3-0.6b", {"max_model_len": 16384}, {}),
     ("nemotron_h_default", "nemotron-h-8b", {"enforce_eager": True}, {}),
     ("granite_h_default", "granite-4.0-h-350m", {"enforce_eager": True, "max_model_len": 32768}, {}),
@@ -69,14 +69,17 @@ RELEASE_CASES: list[tuple[str, str, dict, dict]] = [
     ("nemotron_h_seqs256", "nemotron-h-8b", {"enforce_eager": True, "max_num_seqs": 256}, {}),
     ("qwen3_8b_fp8_checkpoint", "qwen3-8b", {"enforce_eager": True, "max_model_len": 32768}, {"quantization_config": FP8_CHECKPOINT}),
     ("phi3_mha", "phi-3-mini-4k", {"enforce_eager": True}, {}),
-    ("llama8b_u017_len16384", "llama-3.1-8b", {"gpu_memory_utilization": 0.17, "max_model_len": 16384, "enforce_eager": True}, {}),
+    ("llama8b_u030_len32768", "llama-3.1-8b", {"gpu_memory_utilization": 0.3, "max_model_len": 32768, "enforce_eager": True}, {}),
 ]
 REFUSED = re.compile(r"To serve at least one request with the model'?s'? max seq len \((\d+)\)")
 ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
+# config/compilation.py (0.33.0, 0.34.0): FULL decode graphs need one Mamba block per sequence
+MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 
 
 def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]:
-    """attention/memory's verdict names for what the engine did, and vLLM's own length estimate."""
+    """attention/memory's verdict names for what the engine did, and the number vLLM's refusal names (its
+    estimate of the longest length that fits, or the Mamba block bound on max_num_seqs)."""
     if status == "ok":
         return "fits", None
     text = error or ""
@@ -85,6 +88,9 @@ def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]
         return "max_model_len_too_long", int(found.group(1)) if found else None
     if "No available memory for the cache blocks" in text:
         return "no_cache_memory", None
+    found = MAMBA_BLOCKS.search(text)
+    if found:  # the bound vLLM names ("lower max_num_seqs to at most N")
+        return "max_num_seqs_over_mamba_blocks", int(found.group(2))
     if status == "oom":
         return "weights_do_not_fit", None
     return "error", None
@@ -112,8 +118,14 @@ def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu:
             "config_patch": patch, "gpu": gpu, "vllm_version": facts.get("vllm_version") or _installed_vllm(),
             "entrypoint": "llm", "flags": {k: flags.get(k) for k in FLAG_KEYS},
             "vllm": {**{k: facts.get(k) for k in keep}, "status": run.status, "error": run.error,
-                     "estimated_max_model_len": estimate},
+                     **_named_bound(verdict, estimate)},
             "verdict": verdict}
+
+
+def _named_bound(verdict: str, bound: Optional[int]) -> dict:
+    if verdict == "max_num_seqs_over_mamba_blocks":
+        return {"estimated_max_model_len": None, "mamba_block_bound": bound}
+    return {"estimated_max_model_len": bound}
 
 
 def _installed_vllm() -> Optional[str]:
