@@ -246,7 +246,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
     expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
-        _run_live(expl, answer.inputs, answer.ctx, route.compare_live, route.as_json)
+        _run_live(answer.selector_answer, answer.inputs, answer.ctx, route.compare_live, route.as_json)
         return
     section = model_section(model, facts, route.choice.profile, cc, route.vit_override, route.importable)
     if facts is not None and facts.is_attention_free:

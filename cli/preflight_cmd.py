@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
         gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
         num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
-        strict: bool = typer.Option(False, "--strict", help="Fail (not warn) on different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID."),
+        strict: bool = typer.Option(False, "--strict", help="Fail on warnings too (exit 1); different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID become a failed check."),
         vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
         output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
 from attnsel.attention.model import config as model_config
+from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
 from attnsel.probe import families
 
@@ -201,6 +202,11 @@ class GpuAnswer:
     ctx: Any
     explanation: Explanation
     memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
+    selection: Optional[Explanation] = None  # the selector's answer alone (before the memory verdict); --live compares it
+
+    @property
+    def selector_answer(self) -> Explanation:
+        return self.selection if self.selection is not None else self.explanation
 
 
 def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
@@ -221,7 +227,7 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
         flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                     kv_cache_dtype=req.kv_cache_dtype)
         memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
-    return GpuAnswer(facts, inputs, ctx, expl, memory)
+    return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
 
 
 def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str) -> Any:

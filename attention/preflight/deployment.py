@@ -23,7 +23,7 @@ from attnsel.attention.preflight.gpu_checks import (
     TARGET_SOURCE, check_dtype, check_gpu_count, check_interconnect, check_same_model, group_gpus,
 )
 from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check, failing_statuses
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Deployment:
     block_size: Optional[int] = None
     kv_cache_dtype: Optional[str] = None
     dtype: str = "auto"
-    strict: bool = False  # mixed GPU models without PCI_BUS_ID: fail instead of warn
+    strict: bool = False  # --strict: a warning fails the run too (and mixed GPU models fail their check)
     # the memory check's flags (attention/memory): None means vLLM's default
     pipeline_parallel_size: int = 1
     gpu_memory_utilization: Optional[float] = None
@@ -82,7 +82,8 @@ class PreflightResult:
 
     @property
     def ok(self) -> bool:
-        return not any(c.status == FAIL for c in self.checks)
+        """No check failed; with --strict, no check warned either (README: `--strict` fails on warnings too)."""
+        return not any(c.status in failing_statuses(self.deployment.strict) for c in self.checks)
 
     @property
     def exit_code(self) -> int:
