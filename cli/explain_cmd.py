@@ -18,6 +18,7 @@ from typer.core import TyperCommand
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
 
 from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
+from attnsel.attention.rules import serve_int
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's)."),
+        max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
         gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
@@ -139,7 +140,8 @@ def register(app: typer.Typer) -> None:
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,
                        live=live, compare_live=compare_live, as_json=as_json)
-        memory_flags = MemoryFlags(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+        memory_flags = MemoryFlags(max_model_len=serve_int("--max-model-len", max_model_len),
+                                   gpu_memory_utilization=gpu_memory_utilization)
         check_memory_flags(memory_flags)
         route = dataclasses.replace(route, memory_flags=memory_flags)
         req = SelectionRequest(

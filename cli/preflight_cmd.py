@@ -16,6 +16,7 @@ import typer
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
 from attnsel.cli.common import handle_errors, print_json, terminal_width
+from attnsel.attention.rules import serve_int
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import UserInputError
 
@@ -69,9 +70,9 @@ def register(app: typer.Typer) -> None:
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
         timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
         gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: vLLM's, 0.9)."),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's)."),
+        max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's): 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits), as vLLM reads it."),
         max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for the GPU)."),
-        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU): 8192, 8k, 8K as vLLM reads it."),
         quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization (default: the config's quantization_config)."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (no CUDA graphs: no graph memory)."),
     ) -> None:
@@ -105,9 +106,9 @@ def register(app: typer.Typer) -> None:
             strict=strict,
             pipeline_parallel_size=pipeline_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
+            max_model_len=serve_int("--max-model-len", max_model_len),
             max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
             quantization=quantization,
             enforce_eager=enforce_eager,
         )

@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         shape_dtype,
     )
     from attnsel.attention.rules.imports import importable_map, require_vllm_package
+    from attnsel.attention.rules.serve_args import (
+        AUTO_MAX_MODEL_LEN,
+        human_readable_int,
+        human_readable_int_or_auto,
+        serve_int,
+    )
     from attnsel.attention.rules.selection import (
         BackendVerdict,
         Explanation,
@@ -52,6 +58,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 
 __all__ = [
     "ACCEPTED_DTYPES",
+    "AUTO_MAX_MODEL_LEN",
     "BackendSpec",
     "BackendVerdict",
     "DEFAULT_INDEX_TOPK",
@@ -71,8 +78,11 @@ __all__ = [
     "UNQUANTIZED_KV_CACHE_DTYPES",
     "VllmRaises",
     "attn_type_str",
+    "human_readable_int",
+    "human_readable_int_or_auto",
     "importable_map",
     "require_vllm_package",
+    "serve_int",
     "intersect_sizes",
     "is_fp8",
     "is_quantized_kv_cache",
@@ -86,6 +96,10 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "ACCEPTED_DTYPES": "dtype",
+    "AUTO_MAX_MODEL_LEN": "serve_args",
+    "human_readable_int": "serve_args",
+    "human_readable_int_or_auto": "serve_args",
+    "serve_int": "serve_args",
     "BackendSpec": "spec",
     "BackendVerdict": "selection",
     "DEFAULT_INDEX_TOPK": "spec",
