@@ -16,7 +16,7 @@ import functools
 import os
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -132,3 +132,27 @@ def handle_errors(func: Callable) -> Callable:
             raise exit_for(exc) from None
 
     return wrapper
+
+
+ATTENTION_CONFIG_DOTTED_FLAG = "--attention-config-dotted"
+
+
+def rewrite_dotted_attention_config(args: list[str]) -> list[str]:
+    """vLLM's `--attention-config.KEY VALUE` (and `-ac.KEY=VALUE`) become one hidden option holding
+    the merged object (attention/rules/serve_args.py reads it as vLLM does)."""
+    import json
+
+    from attnsel.attention.rules import split_dotted_attention_config
+
+    kept, dotted = split_dotted_attention_config(args)
+    if dotted is None:
+        return kept
+    end = kept.index("--") if "--" in kept else len(kept)
+    return kept[:end] + [ATTENTION_CONFIG_DOTTED_FLAG, json.dumps(dotted)] + kept[end:]
+
+
+def dotted_attention_config(text: Optional[str]) -> Optional[dict]:
+    """The hidden option's object back (it only ever holds what rewrite_dotted_attention_config wrote)."""
+    import json
+
+    return json.loads(text) if text else None

@@ -17,7 +17,8 @@ from typer.core import TyperCommand
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
 
-from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
+from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, dotted_attention_config, fail, handle_errors, print_json,
+                                rewrite_dotted_attention_config, stdout_console)
 from attnsel.attention.rules import serve_int
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -38,7 +39,8 @@ INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 class _ExplainCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, rewrite_index_topk(args))
+        return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(args)))
+
 
 
 def rewrite_index_topk(args: list[str]) -> list[str]:
@@ -80,7 +82,9 @@ def register(app: typer.Typer) -> None:
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float16|bfloat16|float32 (half, bf16, fp16, fp32, float) or auto."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size (default: vLLM picks)."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
+        attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON, e.g. '{\"backend\": \"FLASHINFER\"}'; the dotted form --attention-config.backend X works too. Keys attnsel does not model are listed as not checked."),
+        attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
         use_mla: Optional[bool] = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
         has_sink: Optional[bool] = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
         use_sparse: Optional[bool] = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
@@ -113,8 +117,8 @@ def register(app: typer.Typer) -> None:
         sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
-        dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (selector input in later releases: DCP when > 1)."),
-        pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (selector input in later releases: PCP when > 1)."),
+        dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", "--dcp", help="vLLM --decode-context-parallel-size / -dcp (selector input in later releases: DCP when > 1)."),
+        pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", "--pcp", help="vLLM --prefill-context-parallel-size / -pcp (selector input in later releases: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
         qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
         v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
@@ -130,6 +134,7 @@ def register(app: typer.Typer) -> None:
         from attnsel.attention.model import check_hybrid_flags, check_request
         from attnsel.cli.explain_history import wants_history
         from attnsel.attention.memory import MemoryFlags, check_memory_flags
+        from attnsel.attention.rules import attention_flags
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         if check_imports:
@@ -144,13 +149,15 @@ def register(app: typer.Typer) -> None:
                                    gpu_memory_utilization=gpu_memory_utilization)
         check_memory_flags(memory_flags)
         route = dataclasses.replace(route, memory_flags=memory_flags)
+        attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted),
+                                    flash_attn_version, use_trtllm_attention)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-            attention_backend=attention_backend, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
+            attention_backend=attention.backend, notes=attention.notes, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
             use_mm_prefix=use_mm_prefix, attn_type=attn_type.lower() if attn_type else None, num_heads=num_heads,
             tensor_parallel_size=tensor_parallel_size,
-            qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=flash_attn_version,
-            use_trtllm_attention=use_trtllm_attention, batch_invariant=batch_invariant,
+            qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=attention.flash_attn_version,
+            use_trtllm_attention=attention.use_trtllm_attention, batch_invariant=batch_invariant,
             flashinfer_cubin=flashinfer_cubin, hybrid=hybrid, mamba_cache_float32=mamba_cache_float32,
             sliding_window=sliding_window, non_causal=non_causal, kv_connector=kv_connector, dcp=dcp, pcp=pcp,
             per_head_quant_scales=per_head_quant_scales, rswa=rswa, adaptive_verification=adaptive_verification,

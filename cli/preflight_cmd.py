@@ -15,10 +15,18 @@ from typing import Callable, Optional
 import typer
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
-from attnsel.cli.common import handle_errors, print_json, terminal_width
+from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, dotted_attention_config, handle_errors, print_json,
+                                rewrite_dotted_attention_config, terminal_width)
 from attnsel.attention.rules import serve_int
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import UserInputError
+
+
+class _PreflightCommand(RayAddressCommand):
+    """--ray's optional value, and vLLM's dotted `--attention-config.KEY VALUE` (cli/common.py)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, rewrite_dotted_attention_config(args))
 
 
 def _normalize_format(output_format: str, as_json: bool) -> str:
@@ -50,12 +58,16 @@ def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callab
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("preflight", cls=RayAddressCommand)
+    @app.command("preflight", cls=_PreflightCommand)
     @handle_errors
     def preflight(
         model: str = typer.Option(..., "--model", "-m", autocompletion=complete_model, help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
+        attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON (or the dotted --attention-config.backend X): its backend is checked, other keys are listed as not checked."),
+        attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", help="vLLM -dcp: read by the attention check; its GPU layout and memory are not checked."),
+        pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", help="vLLM -pcp: read by the attention check; its GPU count and memory are not checked."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
@@ -88,18 +100,23 @@ def register(app: typer.Typer) -> None:
         from attnsel.attention.memory import check_memory_flags
         from attnsel.attention.preflight.memory_check import memory_flags
 
+        from attnsel.attention.rules import attention_flags
+
         fmt = _normalize_format(output_format, as_json)
+        attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted))
         check_names((("--gpu", gpu), ("--vllm-version", vllm_version)))
         check_parallel("--num-gpus", num_gpus)
         check_parallel("--pipeline-parallel-size", pipeline_parallel_size)
-        check_request(Deployment(tensor_parallel_size, attention_backend, block_size, kv_cache_dtype, dtype),
+        check_parallel("--decode-context-parallel-size", dcp)
+        check_parallel("--prefill-context-parallel-size", pcp)
+        check_request(Deployment(tensor_parallel_size, attention.backend, block_size, kv_cache_dtype, dtype),
                       tensor_parallel_size)
         check_ray_flags(ray, timeout, pipeline_parallel_size, gpu, num_gpus)
         hf_config = load_model_config(model)
         choice = select_profile(vllm_version)
         deployment = Deployment(
             tensor_parallel_size=tensor_parallel_size,
-            attention_backend=attention_backend,
+            attention_backend=attention.backend,
             block_size=block_size,
             kv_cache_dtype=kv_cache_dtype,
             dtype=dtype,
@@ -111,6 +128,9 @@ def register(app: typer.Typer) -> None:
             max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
             quantization=quantization,
             enforce_eager=enforce_eager,
+            decode_context_parallel_size=dcp,
+            prefill_context_parallel_size=pcp,
+            not_checked=attention.notes,
         )
         check_memory_flags(memory_flags(deployment))
         if ray is not None:

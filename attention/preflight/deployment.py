@@ -44,6 +44,10 @@ class Deployment:
     max_num_batched_tokens: Optional[int] = None
     quantization: Optional[str] = None
     enforce_eager: bool = False
+    # read by the attention check only: the GPU layout and memory of context parallelism are not modelled
+    decode_context_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    not_checked: tuple[str, ...] = ()  # what the flags said that no check reads (--attention-config keys)
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -60,6 +64,10 @@ class Deployment:
             flags += ["--kv-cache-dtype", self.kv_cache_dtype]
         for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "quantization"):
             if getattr(self, name) is not None:
+                value = getattr(self, name)
+                flags += ["--" + name.replace("_", "-"), "auto" if name == "max_model_len" and value == -1 else str(value)]
+        for name in ("decode_context_parallel_size", "prefill_context_parallel_size"):
+            if getattr(self, name) > 1:
                 flags += ["--" + name.replace("_", "-"), str(getattr(self, name))]
         return flags + (["--enforce-eager"] if self.enforce_eager else [])
 
@@ -130,6 +138,8 @@ def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capabil
         kv_cache_dtype=deployment.kv_cache_dtype or None,
         block_size=deployment.block_size,
         attention_backend=deployment.attention_backend,
+        dcp=deployment.decode_context_parallel_size,
+        pcp=deployment.prefill_context_parallel_size,
     )
     inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability, gpu_name=gpu_name)
     return explain_selection(profile, inputs, ctx, notes)
@@ -177,9 +187,20 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
                                       probed=report.source != TARGET_SOURCE)
         why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
         steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
+    unchecked = not_checked(deployment)
+    if unchecked:
+        steps.checks.append(Check("flags", WARN, "not checked: " + "; ".join(unchecked)))
     world = tp * deployment.pipeline_parallel_size
     return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, world)), report.source,
                            steps.explanation, steps.facts, profile_reason, steps.memory)
+
+
+def not_checked(deployment: Deployment) -> list[str]:
+    """Flags vLLM reads that no check models: context parallelism's GPUs and memory, unmodelled keys."""
+    parts = [f"--{name.replace('_', '-')} {getattr(deployment, name)}: GPU count and memory per GPU are checked "
+             "without it (the attention check reads it)"
+             for name in ("decode_context_parallel_size", "prefill_context_parallel_size") if getattr(deployment, name) > 1]
+    return parts + [note.removeprefix("not checked: ") for note in deployment.not_checked]
 
 
 def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deployment) -> list[Check]:

@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.attention.rules.imports import importable_map, require_vllm_package
     from attnsel.attention.rules.serve_args import (
         AUTO_MAX_MODEL_LEN,
+        AttentionFlags,
+        attention_flags,
+        backend_flag,
+        split_dotted_attention_config,
         human_readable_int,
         human_readable_int_or_auto,
         serve_int,
@@ -59,6 +63,10 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 __all__ = [
     "ACCEPTED_DTYPES",
     "AUTO_MAX_MODEL_LEN",
+    "AttentionFlags",
+    "attention_flags",
+    "backend_flag",
+    "split_dotted_attention_config",
     "BackendSpec",
     "BackendVerdict",
     "DEFAULT_INDEX_TOPK",
@@ -97,6 +105,10 @@ __all__ = [
 __getattr__ = lazy_door(__name__, {
     "ACCEPTED_DTYPES": "dtype",
     "AUTO_MAX_MODEL_LEN": "serve_args",
+    "AttentionFlags": "serve_args",
+    "attention_flags": "serve_args",
+    "backend_flag": "serve_args",
+    "split_dotted_attention_config": "serve_args",
     "human_readable_int": "serve_args",
     "human_readable_int_or_auto": "serve_args",
     "serve_int": "serve_args",

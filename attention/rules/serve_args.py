@@ -10,6 +10,8 @@ vLLM 0.34.0 vllm/utils/argparse_utils.py:30 `human_readable_int` and :77 `human_
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from attnsel.errors import UserInputError
 
@@ -67,8 +69,153 @@ def _shown(value: str, limit: int = 60) -> str:
 SERVE_INT_FLAGS = {"--max-model-len": True, "--max-num-batched-tokens": False}
 
 
-def serve_int(flag: str, value: "str | None") -> "int | None":
+def serve_int(flag: str, value: Optional[str]) -> Optional[int]:
     """A `vllm serve` integer flag's value as vLLM parses it; None stays None (the flag not given)."""
     if value is None:
         return None
     return human_readable_int_or_auto(value, flag) if SERVE_INT_FLAGS[flag] else human_readable_int(value, flag)
+
+
+# --- --attention-backend auto, -ac / --attention-config JSON and its dotted form ----------------------
+AUTO_BACKEND = "auto"  # vLLM 0.34.0 vllm/config/attention.py:280 validate_backend_before: "auto" -> None
+# The AttentionConfig keys explain and preflight model; vLLM knows more (any other key is "not checked")
+MODELLED_ATTENTION_KEYS = ("backend", "flash_attn_version", "use_trtllm_attention")
+ATTENTION_CONFIG_FLAGS = ("--attention-config", "--attention_config", "-ac")
+# vLLM 0.34.0 arg_utils.py:2765-2770 (create_engine_config): both spellings of the backend at once
+BOTH_BACKENDS = "attention_backend and attention_config.backend are mutually exclusive"
+
+
+def backend_flag(value: Optional[str]) -> Optional[str]:
+    """--attention-backend as vLLM reads it: `auto` (any case) is vLLM's own choice, as if not given."""
+    if value is not None and value.strip().lower() == AUTO_BACKEND:
+        return None
+    return value
+
+
+def split_dotted_attention_config(args: list) -> tuple:
+    """vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py:460-487) lets `--attention-config.KEY VALUE`
+    (or `=VALUE`, `-ac.KEY`) stand for a JSON object: (the other args, the merged object or None). Each
+    value is JSON if it parses as JSON, else a human-readable int, else the text, as vLLM does."""
+    import json
+
+    kept, merged = [], None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        head, dot, _ = arg.partition(".")
+        if arg == "--" or not (dot and head in ATTENTION_CONFIG_FLAGS and arg.startswith("-")):
+            if arg == "--":
+                kept += args[i:]
+                break
+            kept.append(arg)
+            i += 1
+            continue
+        name, equals, value = arg.partition("=")
+        if not equals:
+            if i + 1 >= len(args):
+                raise UserInputError(f"{arg} needs a value (e.g. {arg} FLASHINFER)")
+            value, i = args[i + 1], i + 1
+        keys = name.split(".")[1:]
+        if not all(keys):
+            raise UserInputError(f"bad {name!r}: name a key after the dot, e.g. --attention-config.backend")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            try:
+                parsed = human_readable_int(value, name)
+            except UserInputError:
+                parsed = value
+        merged = node = merged if merged is not None else {}
+        for key in keys[:-1]:  # argparse_utils.py create_nested_dict + recursive_dict_update
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[keys[-1]] = parsed
+        i += 1
+    return kept, merged
+
+
+def attention_config(text: Optional[str], dotted: Optional[dict]) -> dict:
+    """The attention config object: -ac / --attention-config JSON (vLLM expands human-readable numbers in
+    it first, arg_utils.py:300), or the dotted keys' object; with both, argparse keeps the last given
+    value, which is the dotted keys' object vLLM appends (argparse_utils.py:493-496)."""
+    import json
+
+    if dotted is not None:
+        return dotted
+    if text is None:
+        return {}
+    expanded = _expand_human_readable(text)
+    try:
+        doc = json.loads(expanded)
+    except ValueError as exc:
+        raise UserInputError(f"bad --attention-config {_shown(text)}: not JSON ({exc.msg}); e.g. "
+                             "-ac '{\"backend\": \"FLASHINFER\"}' or --attention-config.backend FLASHINFER") from None
+    if not isinstance(doc, dict):
+        raise UserInputError(f"bad --attention-config {_shown(text)}: vLLM wants a JSON object, e.g. "
+                             "'{\"backend\": \"FLASHINFER\"}'")
+    return doc
+
+
+def _expand_human_readable(text: str) -> str:
+    """arg_utils.py:300 `_expand_json_human_readable_numbers`: bare 80m / 2K outside JSON strings."""
+    parts = re.split(r'("(?:[^"\\]|\\.)*")', text)
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b",
+                          lambda m: str(human_readable_int(m.group(), "--attention-config")), parts[i])
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class AttentionFlags:
+    """What explain and preflight read of vLLM's attention flags, once --attention-backend, -ac /
+    --attention-config (JSON or dotted) and attnsel's own --flash-attn-version / --use-trtllm-attention
+    are put together."""
+
+    backend: Optional[str] = None  # None: vLLM's own choice (not given, or `auto`)
+    flash_attn_version: Optional[int] = None
+    use_trtllm_attention: Optional[bool] = None
+    not_checked: tuple[str, ...] = ()  # attention config keys vLLM reads and attnsel does not model
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if not self.not_checked:
+            return ()
+        return (f"not checked: --attention-config {', '.join(self.not_checked)}: attnsel does not model "
+                f"{'this key' if len(self.not_checked) == 1 else 'these keys'}",)
+
+
+def attention_flags(attention_backend: Optional[str], config_text: Optional[str], dotted: Optional[dict],
+                    flash_attn_version: Optional[int] = None,
+                    use_trtllm_attention: Optional[bool] = None) -> AttentionFlags:
+    """The attention flags as vLLM's create_engine_config puts them together (arg_utils.py:2763-2774):
+    --attention-backend (a name or `auto`) and the config's backend are exclusive even when one says
+    auto (vLLM raises: exit 1); attnsel's --flash-attn-version / --use-trtllm-attention are the config's
+    keys by another name, so a different value under each is two answers to one question (exit 2)."""
+    from attnsel.errors import CheckFailed
+
+    doc = attention_config(config_text, dotted)
+    backend = doc.get("backend")
+    if backend is not None and not isinstance(backend, str):
+        raise UserInputError(f"bad --attention-config backend {backend!r}: a backend name, e.g. FLASHINFER")
+    backend = backend_flag(backend)
+    if attention_backend is not None and backend is not None:
+        raise CheckFailed(f"vLLM would raise ValueError: {BOTH_BACKENDS} (--attention-backend "
+                          f"{attention_backend} and --attention-config backend {backend}): pass one of them")
+    version = _one_value("flash_attn_version", doc, flash_attn_version, "--flash-attn-version",
+                         lambda v: isinstance(v, int) and not isinstance(v, bool), "2, 3 or 4")
+    trtllm = _one_value("use_trtllm_attention", doc, use_trtllm_attention, "--use-trtllm-attention",
+                        lambda v: isinstance(v, bool), "true or false")
+    unchecked = tuple(sorted(k for k in doc if k not in MODELLED_ATTENTION_KEYS))
+    chosen = backend_flag(attention_backend) if attention_backend is not None else backend
+    return AttentionFlags(chosen, version, trtllm, unchecked)
+
+
+def _one_value(key: str, doc: dict, flag_value: Any, flag: str, valid: Callable[[Any], bool], expected: str) -> Any:
+    value = doc.get(key)
+    if value is not None and not valid(value):
+        raise UserInputError(f"bad --attention-config {key} {value!r}: {expected}")
+    if value is not None and flag_value is not None and value != flag_value:
+        raise UserInputError(f"{flag} {flag_value} and --attention-config {key} {value!r} contradict each other: "
+                             "pass one of them")
+    return flag_value if flag_value is not None else value
