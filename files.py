@@ -165,12 +165,17 @@ def _size(limit: int) -> str:
     return f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit} bytes"
 
 
-def parse_json(text: str, where: str, what: str) -> Any:
-    """json.loads with every way it can fail as one line (exit 2)."""
+def parse_json(text: str, where: str, what: str, *, strict: bool = False) -> Any:
+    """json.loads with every way it can fail as one line (exit 2). strict: RFC 8259 only -- Python's
+    NaN / Infinity / -Infinity are refused (a document attnsel wrote never holds them)."""
     if not text.strip():
         raise UserInputError(f"{where} is empty: not {what}")
+
+    def not_json(constant: str) -> Any:
+        raise UserInputError(f"{where} holds {constant}, which is no JSON number (RFC 8259): not {what}, or damaged")
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=not_json) if strict else json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserInputError(f"Invalid JSON in {where} at line {exc.lineno} column {exc.colno}: {exc.msg} "
                              f"(expected {what})") from None
@@ -231,11 +236,14 @@ def write_whole(text: str, output: Path, flag: str = "-o") -> None:
     (a Ctrl-C or a full disk never leaves half a file under the name). A device or a FIFO the user
     named (/dev/stdout, /dev/full, `mkfifo`) is written in place. Failures: one line, exit 2."""
     not_a_folder = next((p for p in reversed(output.parents) if p.exists() and not p.is_dir()), None)
-    if not_a_folder is not None:  # mkdir would say only "File exists"
+    if not_a_folder is not None:
         raise UserInputError(f"cannot write {str(output)[:200]!r}: {str(not_a_folder)[:200]} is not a folder; "
                              f"choose another {flag} path")
+    missing = next((p for p in reversed(output.parents) if not p.exists()), None)
+    if missing is not None:  # a typo in a folder name would otherwise leave new folders behind
+        raise UserInputError(f"cannot write {str(output)[:200]!r}: the folder {str(missing)[:200]} does not exist; "
+                             f"create it first or choose another {flag} path")
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
         if output.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
         if output.exists() and not output.is_file():

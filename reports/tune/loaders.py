@@ -156,7 +156,7 @@ def _looks_like_jsonl(text: str) -> bool:
 
 
 def _parse_json(path: Path, text: str) -> Any:
-    return files.parse_json(text, str(path), "a tune result or an explain answer")
+    return files.parse_json(text, str(path), "a tune result or an explain answer", strict=True)
 
 
 def _classify(path: Path, doc: Any) -> tuple[str, Any]:
@@ -195,7 +195,20 @@ def _tune_from_document(path: Path, doc: dict) -> TuneData:
     check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
+    _check_advice_was_measured(path, doc)
     return TuneData(str(path), doc, complete=True)
+
+
+def _check_advice_was_measured(path: Path, doc: dict) -> None:
+    """A recommendation that names a fastest pair comes from timed rows: one without any is damage."""
+    recommendation = doc.get("recommendation") if isinstance(doc.get("recommendation"), dict) else {}
+    workloads = recommendation.get("workloads") if isinstance(recommendation.get("workloads"), dict) else {}
+    advised = [d["best"] for d in (recommendation.get("overall"), *workloads.values())
+               if isinstance(d, dict) and d.get("best")]
+    if advised and not any(isinstance(row, dict) and row.get("status") == R.STATUS_OK for row in doc["rows"]):
+        best = advised[0] if isinstance(advised[0], dict) else {}
+        raise UserInputError(f"{path}: the recommendation names {best.get('backend')} --block-size {best.get('block_size')} "
+                             "but no row was timed: the tune result looks damaged (hand-edited, or from another tool?)")
 
 
 def _tune_from_rows(path: Path, text: str) -> TuneData:
