@@ -156,3 +156,26 @@ def dotted_attention_config(text: Optional[str]) -> Optional[dict]:
     import json
 
     return json.loads(text) if text else None
+
+
+SERVE_NOTE_FLAG = "--serve-line-note"
+
+
+def with_serve_line(command, args: list[str]) -> list[str]:
+    """`attnsel explain|preflight [options] -- [vllm serve] MODEL [serve flags...]`: the pasted line's flags
+    become the command's own options (attention/rules/serve_line.py reads them as vLLM names them); the
+    ones the command does not model go to a hidden note, listed as not checked."""
+    if "--" not in args:
+        return args
+    from attnsel.attention.rules import merge_serve_line, read_serve_line
+
+    cut = args.index("--")
+    canonical = {}
+    for param in command.params:
+        names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+        main = next((n for n in getattr(param, "opts", ()) if n.startswith("--")), None)
+        canonical.update({name: main for name in names if main is not None})
+        canonical.update({name: name for name in getattr(param, "secondary_opts", ())})
+    line = read_serve_line(args[cut + 1:], frozenset(canonical.values()))
+    merged = merge_serve_line(args[:cut], line, canonical)
+    return merged + ([SERVE_NOTE_FLAG, line.note] if line.note else [])

@@ -17,8 +17,9 @@ from typer.core import TyperCommand
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
 
-from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, dotted_attention_config, fail, handle_errors, print_json,
-                                rewrite_dotted_attention_config, stdout_console)
+from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, SERVE_NOTE_FLAG, dotted_attention_config, fail,
+                                handle_errors, print_json, rewrite_dotted_attention_config, stdout_console,
+                                with_serve_line)
 from attnsel.attention.rules import serve_int
 from attnsel.errors import EXIT_FAILED, UserInputError
 
@@ -39,7 +40,7 @@ INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 class _ExplainCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(args)))
+        return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
 
 
 
@@ -85,6 +86,7 @@ def register(app: typer.Typer) -> None:
         attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
         attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON, e.g. '{\"backend\": \"FLASHINFER\"}'; the dotted form --attention-config.backend X works too. Keys attnsel does not model are listed as not checked."),
         attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        serve_line_note: Optional[str] = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
         use_mla: Optional[bool] = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
         has_sink: Optional[bool] = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
         use_sparse: Optional[bool] = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
@@ -127,11 +129,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
         max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
         gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size for the memory plan (the busiest stage's layers per GPU)."),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs for the memory plan (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens for the memory plan: 8192, 8k, 8K (default: vLLM's for the GPU)."),
+        quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization for the memory plan (default: the config's; -q is attnsel's --quiet, vLLM's -q only inside a pasted serve line)."),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager for the memory plan (no CUDA graphs)."),
     ) -> None:
-        """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
+        """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages.
+    A pasted `vllm serve` line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
         from attnsel.attention.explain import model_choice
         from attnsel.attention.selector import SelectionRequest
-        from attnsel.attention.model import check_hybrid_flags, check_request
+        from attnsel.attention.model import check_hybrid_flags, check_parallel, check_request
         from attnsel.cli.explain_history import wants_history
         from attnsel.attention.memory import MemoryFlags, check_memory_flags
         from attnsel.attention.rules import attention_flags
@@ -145,15 +153,20 @@ def register(app: typer.Typer) -> None:
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,
                        live=live, compare_live=compare_live, as_json=as_json)
+        check_parallel("--pipeline-parallel-size", pipeline_parallel_size)
         memory_flags = MemoryFlags(max_model_len=serve_int("--max-model-len", max_model_len),
-                                   gpu_memory_utilization=gpu_memory_utilization)
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   pipeline_parallel_size=pipeline_parallel_size, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
+                                   quantization=quantization, enforce_eager=enforce_eager)
         check_memory_flags(memory_flags)
         route = dataclasses.replace(route, memory_flags=memory_flags)
         attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted),
                                     flash_attn_version, use_trtllm_attention)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-            attention_backend=attention.backend, notes=attention.notes, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
+            attention_backend=attention.backend,
+            notes=(*attention.notes, *((serve_line_note,) if serve_line_note else ())), use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
             use_mm_prefix=use_mm_prefix, attn_type=attn_type.lower() if attn_type else None, num_heads=num_heads,
             tensor_parallel_size=tensor_parallel_size,
             qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=attention.flash_attn_version,

@@ -15,8 +15,8 @@ from typing import Callable, Optional
 import typer
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
-from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, dotted_attention_config, handle_errors, print_json,
-                                rewrite_dotted_attention_config, terminal_width)
+from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, SERVE_NOTE_FLAG, dotted_attention_config, handle_errors,
+                                print_json, rewrite_dotted_attention_config, terminal_width, with_serve_line)
 from attnsel.attention.rules import serve_int
 from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
 from attnsel.errors import UserInputError
@@ -26,7 +26,7 @@ class _PreflightCommand(RayAddressCommand):
     """--ray's optional value, and vLLM's dotted `--attention-config.KEY VALUE` (cli/common.py)."""
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, rewrite_dotted_attention_config(args))
+        return super().parse_args(ctx, rewrite_dotted_attention_config(with_serve_line(self, args)))
 
 
 def _normalize_format(output_format: str, as_json: bool) -> str:
@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
         attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
         attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON (or the dotted --attention-config.backend X): its backend is checked, other keys are listed as not checked."),
         attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        serve_line_note: Optional[str] = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
         dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", help="vLLM -dcp: read by the attention check; its GPU layout and memory are not checked."),
         pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", help="vLLM -pcp: read by the attention check; its GPU count and memory are not checked."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
@@ -89,7 +90,8 @@ def register(app: typer.Typer) -> None:
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (no CUDA graphs: no graph memory)."),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
-        (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input)."""
+        (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input). A pasted `vllm serve`
+        line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
         from attnsel.attention.preflight import Deployment, machine_report, run_preflight
         from attnsel.attention.model import load_model_config
         from attnsel.attention.versions import select_profile
@@ -131,6 +133,7 @@ def register(app: typer.Typer) -> None:
             decode_context_parallel_size=dcp,
             prefill_context_parallel_size=pcp,
             not_checked=attention.notes,
+            serve_line_note=serve_line_note,
         )
         check_memory_flags(memory_flags(deployment))
         if ray is not None:

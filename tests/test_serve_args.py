@@ -51,7 +51,7 @@ def test_auto_is_vllms_minus_one(text):
 
 
 def explain_json(*args: str) -> tuple[int, dict]:
-    result = RUNNER.invoke(app, ["explain", *args, "--json"], env=ENV)
+    result = RUNNER.invoke(app, ["explain", "--json", *args], env=ENV)  # before a `--`
     return result.exit_code, json.loads(result.stdout)
 
 
@@ -112,3 +112,45 @@ def test_preflight_says_what_it_does_not_check():
     assert flags["status"] == "warn" and "--decode-context-parallel-size 2" in flags["message"]
     assert "use_cudnn_prefill" in flags["message"] and result.exit_code == doc["exit_code"] == 0
     assert "--decode-context-parallel-size" in doc["deployment"]["vllm_flags"]
+
+
+# --- a pasted `vllm serve` line after `--` -----------------------------------------------------------
+def preflight_json(*args: str) -> tuple[int, dict, str]:
+    result = RUNNER.invoke(app, ["preflight", "--gpu", "H100", "--json", *args], env=ENV)  # before a `--`
+    return result.exit_code, (json.loads(result.stdout) if result.stdout.strip() else {}), result.stderr
+
+
+def test_a_pasted_serve_line_is_the_same_deployment_as_attnsels_own_flags():
+    code, pasted, _ = preflight_json("--", "vllm", "serve", "llama-3.1-8b", "-tp", "2", "--max-model-len", "32k",
+                                     "-q", "fp8", "--kv-cache-dtype=fp8")
+    own_code, own, _ = preflight_json("--model", "llama-3.1-8b", "-tp", "2", "--max-model-len", "32k",
+                                      "--quantization", "fp8", "--kv-cache-dtype", "fp8")
+    assert (code, pasted["deployment"], pasted["memory"]) == (own_code, own["deployment"], own["memory"])
+    assert pasted["memory"]["max_model_len"] == 32000  # -q inside the line is vLLM's --quantization
+
+
+def test_serve_flags_attnsel_does_not_model_are_listed_never_refused():
+    code, doc, _ = preflight_json("--strict", "--", "vllm", "serve", "llama-3.1-8b", "--port", "8000",
+                                  "--enable-chunked-prefill", "--served-model-name=x")
+    flags = next(c for c in doc["checks"] if c["name"] == "flags")
+    assert code == 0 and flags["status"] == "pass"
+    for flag in ("--port 8000", "--enable-chunked-prefill", "--served-model-name=x"):
+        assert flag in flags["message"]
+
+
+def test_explain_reads_the_serve_line_and_notes_what_it_does_not_check():
+    code, doc = explain_json("--gpu", "H100", "--", "vllm", "serve", "deepseek-v3", "-tp", "8", "-pp", "2",
+                             "--max-model-len", "auto", "--swap-space", "4")
+    assert code == 0 and doc["memory"]["verdict"] == "fits"  # -pp reaches explain's memory plan
+    assert any("--swap-space 4" in note for note in doc["notes"])
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (("-tp", "1", "--", "vllm", "serve", "llama-3.1-8b", "-tp", "2"), "contradict each other"),
+    (("--", "vllm", "serve", "llama-3.1-8b", "qwen3-8b"), "names two models"),
+    (("--", "vllm", "serve", "llama-3.1-8b", "--max-model-len"), "needs a value"),
+    (("--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "1.5K"), "decimals are not allowed"),
+])
+def test_a_serve_line_that_cannot_be_one_deployment_is_bad_input(args, fragment):
+    code, _, stderr = preflight_json(*args)
+    assert code == 2 and fragment in stderr and len(stderr.strip().splitlines()) == 1

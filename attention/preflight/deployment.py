@@ -48,6 +48,7 @@ class Deployment:
     decode_context_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
     not_checked: tuple[str, ...] = ()  # what the flags said that no check reads (--attention-config keys)
+    serve_line_note: Optional[str] = None  # a pasted serve line's flags no check reads (--port, ...)
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -188,8 +189,10 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
         why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
         steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
     unchecked = not_checked(deployment)
-    if unchecked:
-        steps.checks.append(Check("flags", WARN, "not checked: " + "; ".join(unchecked)))
+    if unchecked:  # flags that bear on what preflight checks (GPUs, memory, attention): a warning
+        steps.checks.append(Check("flags", WARN, "not checked: " + "; ".join(unchecked), hint=deployment.serve_line_note))
+    elif deployment.serve_line_note:  # --port and the like: listed, no bearing on the checks above
+        steps.checks.append(Check("flags", PASS, deployment.serve_line_note))
     world = tp * deployment.pipeline_parallel_size
     return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, world)), report.source,
                            steps.explanation, steps.facts, profile_reason, steps.memory)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         shape_dtype,
     )
     from attnsel.attention.rules.imports import importable_map, require_vllm_package
+    from attnsel.attention.rules.serve_line import ServeLine, merge_serve_line, read_serve_line
     from attnsel.attention.rules.serve_args import (
         AUTO_MAX_MODEL_LEN,
         AttentionFlags,
@@ -81,6 +82,7 @@ __all__ = [
     "MultipleOf",
     "OPTIONAL_SELECTOR_FIELDS",
     "SelectionContext",
+    "ServeLine",
     "SelectorInputs",
     "TORCH_DTYPES",
     "UNQUANTIZED_KV_CACHE_DTYPES",
@@ -97,9 +99,11 @@ __all__ = [
     "kernel_block_size_for",
     "kernel_sizes_display",
     "kernel_sizes_repr",
+    "merge_serve_line",
     "parse_dtype",
     "parse_kernel_sizes",
     "preferred_dtype",
+    "read_serve_line",
     "shape_dtype",
 ]
 __getattr__ = lazy_door(__name__, {
@@ -126,6 +130,7 @@ __getattr__ = lazy_door(__name__, {
     "MultipleOf": "spec",
     "OPTIONAL_SELECTOR_FIELDS": "selection",
     "SelectionContext": "selection",
+    "ServeLine": "serve_line",
     "SelectorInputs": "selection",
     "TORCH_DTYPES": "dtype",
     "UNQUANTIZED_KV_CACHE_DTYPES": "spec",
@@ -138,9 +143,11 @@ __getattr__ = lazy_door(__name__, {
     "is_quantized_kv_cache": "spec",
     "kernel_block_size_for": "spec",
     "kernel_sizes_display": "spec",
+    "merge_serve_line": "serve_line",
     "kernel_sizes_repr": "spec",
     "parse_dtype": "dtype",
     "parse_kernel_sizes": "spec",
+    "read_serve_line": "serve_line",
     "preferred_dtype": "dtype",
     "shape_dtype": "dtype",
 })
