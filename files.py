@@ -165,17 +165,12 @@ def _size(limit: int) -> str:
     return f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit} bytes"
 
 
-def parse_json(text: str, where: str, what: str, *, strict: bool = False) -> Any:
-    """json.loads with every way it can fail as one line (exit 2). strict: RFC 8259 only -- Python's
-    NaN / Infinity / -Infinity are refused (a document attnsel wrote never holds them)."""
+def parse_json(text: str, where: str, what: str) -> Any:
+    """json.loads with every way it can fail as one line (exit 2)."""
     if not text.strip():
         raise UserInputError(f"{where} is empty: not {what}")
-
-    def not_json(constant: str) -> Any:
-        raise UserInputError(f"{where} holds {constant}, which is no JSON number (RFC 8259): not {what}, or damaged")
-
     try:
-        return json.loads(text, parse_constant=not_json) if strict else json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserInputError(f"Invalid JSON in {where} at line {exc.lineno} column {exc.colno}: {exc.msg} "
                              f"(expected {what})") from None

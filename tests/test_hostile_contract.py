@@ -103,13 +103,14 @@ VERSION_CASES = [
 
 # --- 5. report: damaged results, output targets ------------------------------------------------------
 REPORT_CASES = [
-    Case("report:verify-NaN", ["report", f"{TMP}/v_nan.json"], 2, "NaN"),
-    Case("report:verify-Infinity", ["report", f"{TMP}/v_inf.json"], 2, "Infinity"),
+    Case("report:verify-NaN", ["report", f"{TMP}/v_nan.json"], 2, "median must be a finite number above 0"),
+    Case("report:verify-Infinity", ["report", f"{TMP}/v_inf.json"], 2, "margin_pct must be a finite number"),
+    Case("report:verify-NaN-untyped-field", ["report", f"{TMP}/v_nan_untyped.json"], 2, "no JSON number (RFC 8259)"),
     Case("report:verify-negative-median", ["report", f"{TMP}/v_neg.json"], 2, "must be a finite number above 0"),
     Case("report:verify-status-banana", ["report", f"{TMP}/v_banana.json"], 2, "status must be one of"),
     Case("report:verify-shape-status-banana", ["report", f"{TMP}/v_shape_banana.json"], 2, "status must be one of"),
     Case("report:tune-401-digit-median", ["report", f"{TMP}/t_401.json"], 2, "must be a finite number above 0"),
-    Case("report:tune-NaN-median", ["report", f"{TMP}/t_nan.json"], 2, "NaN"),
+    Case("report:tune-NaN-median", ["report", f"{TMP}/t_nan.json"], 2, "median_ms must be a finite number above 0"),
     Case("report:tune-advice-without-timed-row", ["report", f"{TMP}/t_notimed.json"], 2, "no row was timed"),
     Case("report:-o-missing-folder", ["report", str(VERIFY_RUN), "-o", f"{TMP}/missing/dir/x.md"], 2, "does not exist"),
 ]
@@ -132,6 +133,7 @@ def materialize(folder: Path) -> None:
     damaged("v_nan.json", verify, lambda d: figure(d).update(median=math.nan))
     damaged("v_inf.json", verify, lambda d: d["comparisons"][0]["decode"].update(margin_pct=math.inf))
     damaged("v_neg.json", verify, lambda d: figure(d).update(median=-3.0))
+    damaged("v_nan_untyped.json", verify, lambda d: d.update(elapsed_s=math.nan, my_note={"x": [math.inf]}))
     damaged("v_banana.json", verify, lambda d: d["candidates"][0].update(status="banana"))
     damaged("v_shape_banana.json", verify, lambda d: d["candidates"][0]["shapes"][0].update(status="banana"))
     damaged("t_nan.json", tune, lambda d: d["rows"][timed]["timing"].update(median_ms=math.nan))
