@@ -87,6 +87,9 @@ SPELLING_CASES = [
     Case("explain:both-backends", [*EXPLAIN, "--attention-backend", "FLASH_ATTN", "-ac.backend", "FLASHINFER"], 1,
          "mutually exclusive"),
     Case("explain:dotted-without-value", [*EXPLAIN, "--attention-config.backend"], 2, "needs a value"),
+    Case("explain:-ac-5000-digit-number", [*EXPLAIN, "-ac", '{"x": ' + "1" * 5000 + "}"], 2, "bad --attention-config"),
+    Case("explain:-ac-nested-100000", [*EXPLAIN, "-ac", "[" * 100_000], 2, "nested too deeply"),
+    Case("explain:-ac-backend-number", [*EXPLAIN, "-ac", '{"backend": 3}'], 2, "a backend name"),
     Case("explain:ac-fa-version-contradiction", [*EXPLAIN, "-ac", '{"flash_attn_version": 2}', "--flash-attn-version", "3"],
          2, "contradict"),
 ]
@@ -115,7 +118,30 @@ REPORT_CASES = [
     Case("report:-o-missing-folder", ["report", str(VERIFY_RUN), "-o", f"{TMP}/missing/dir/x.md"], 2, "does not exist"),
 ]
 
-CASES = [*VERDICT_CASES, *SPELLING_CASES, *VERSION_CASES, *REPORT_CASES]
+# --- 6. a pasted `vllm serve` line after `--` ----------------------------------------------------------
+SERVE = ["--", "vllm", "serve"]
+SERVE_LINE_CASES = [
+    Case("preflight:serve-line", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "-tp", "2", "--num-gpus", "2"], 0),
+    Case("preflight:serve-line-unknown-flags --strict", ["preflight", "--gpu", "H100", "--strict", "--json", *SERVE,
+                                                         "llama-3.1-8b", "--port", "8000", "--enable-chunked-prefill"], 0),
+    Case("preflight:serve-line-q-is-quantization", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "-q", "fp8"], 0),
+    Case("explain:serve-line-refused --json", ["explain", "--gpu", "H100", "--json", *SERVE, "deepseek-v3"], 1, "CUDA out of memory"),
+    Case("explain:serve-line-tp-pp-fits --json", ["explain", "--gpu", "H100", "--json", *SERVE, "deepseek-v3", "-tp", "8",
+                                                   "-pp", "2"], 0),
+    Case("preflight:serve-line-two-models", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "qwen3-8b"], 2,
+         "names two models"),
+    Case("preflight:serve-line-contradiction", ["preflight", "--gpu", "H100", "-tp", "1", *SERVE, "llama-3.1-8b",
+                                                "--tensor-parallel-size", "2"], 2, "contradict each other"),
+    Case("preflight:serve-line-value-missing", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "--block-size"], 2,
+         "needs a value"),
+    Case("explain:serve-line-bad-len", ["explain", "--gpu", "H100", *SERVE, "llama-3.1-8b", "--max-model-len", "32kk"], 2,
+         "bad --max-model-len"),
+    Case("preflight:serve-line-no-model", ["preflight", "--gpu", "H100", *SERVE, "--port", "1"], 2, "names no model"),
+    Case("preflight:serve-line-model-after-flags", ["preflight", "--gpu", "H100", "--json", *SERVE, "--port", "8000",
+                                                    "llama-3.1-8b"], 0),
+]
+
+CASES = [*VERDICT_CASES, *SPELLING_CASES, *VERSION_CASES, *REPORT_CASES, *SERVE_LINE_CASES]
 
 
 def materialize(folder: Path) -> None:

@@ -154,3 +154,10 @@ def test_explain_reads_the_serve_line_and_notes_what_it_does_not_check():
 def test_a_serve_line_that_cannot_be_one_deployment_is_bad_input(args, fragment):
     code, _, stderr = preflight_json(*args)
     assert code == 2 and fragment in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_the_model_may_come_from_either_side_once():
+    code, doc, _ = preflight_json("--model", "llama-3.1-8b", "--", "vllm", "serve", "-tp", "1")
+    assert code == 0 and doc["model"] == "llama-3.1-8b"
+    code, _, stderr = preflight_json("--model", "qwen3-8b", "--", "vllm", "serve", "llama-3.1-8b")
+    assert code == 2 and "contradict each other" in stderr

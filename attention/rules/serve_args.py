@@ -98,7 +98,8 @@ def split_dotted_attention_config(args: list) -> tuple:
     value is JSON if it parses as JSON, else a human-readable int, else the text, as vLLM does."""
     import json
 
-    kept, merged = [], None
+    kept: list = []
+    merged: Optional[dict] = None
     i = 0
     while i < len(args):
         arg = args[i]
@@ -125,7 +126,8 @@ def split_dotted_attention_config(args: list) -> tuple:
                 parsed = human_readable_int(value, name)
             except UserInputError:
                 parsed = value
-        merged = node = merged if merged is not None else {}
+        merged = merged if merged is not None else {}
+        node: dict = merged
         for key in keys[:-1]:  # argparse_utils.py create_nested_dict + recursive_dict_update
             if not isinstance(node.get(key), dict):
                 node[key] = {}
@@ -149,7 +151,8 @@ def attention_config(text: Optional[str], dotted: Optional[dict]) -> dict:
     try:
         doc = json.loads(expanded)
     except ValueError as exc:
-        raise UserInputError(f"bad --attention-config {_shown(text)}: not JSON ({exc.msg}); e.g. "
+        reason = getattr(exc, "msg", None) or str(exc).split(";")[0][:80]  # a JSONDecodeError, or int()'s digit limit
+        raise UserInputError(f"bad --attention-config {_shown(text)}: not JSON ({reason}); e.g. "
                              "-ac '{\"backend\": \"FLASHINFER\"}' or --attention-config.backend FLASHINFER") from None
     if not isinstance(doc, dict):
         raise UserInputError(f"bad --attention-config {_shown(text)}: vLLM wants a JSON object, e.g. "

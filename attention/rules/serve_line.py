@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import re
+
 from attnsel.errors import UserInputError
+
+_VALUE_WORD = re.compile(r"[0-9][0-9.]*[kKmMgGtT]?|true|false|True|False|auto")
 
 # vLLM's flag names (and aliases) -> attnsel's option of the same meaning; None: a flag with no value
 _VALUE_FLAGS = {
@@ -81,7 +85,7 @@ def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
         name, equals, value = arg.partition("=")
         name = _vllm_spelling(name)
         ours = _VALUE_FLAGS.get(name) or _VALUE_FLAGS.get(name.split(".")[0])
-        if name in _VALUE_FLAGS or (ours == "--attention-config" and "." in name):
+        if ours is not None and (name in _VALUE_FLAGS or (ours == "--attention-config" and "." in name)):
             if not equals:
                 if i >= len(args):
                     raise UserInputError(f"{name} in the pasted serve line needs a value")
@@ -94,8 +98,10 @@ def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
             negated = name.startswith("--no-")
             _keep(options, not_checked, takes, switch, ("--no-" + switch[2:]) if negated else switch, None, arg)
             continue
-        # a flag attnsel does not model: its value (the next word that is no flag) goes with it
-        if not equals and i < len(args) and not args[i].startswith("-") and model_tag is not None:
+        # a flag attnsel does not model: its value (the next word that is no flag) goes with it -- before the
+        # model only a word that is no model name (a number, true/false), as vllm serve's usage puts MODEL first
+        if not equals and i < len(args) and not args[i].startswith("-") and (model_tag is not None
+                                                                           or _VALUE_WORD.fullmatch(args[i])):
             arg, i = f"{arg} {args[i]}", i + 1
         not_checked.append(arg)
     if model_tag is not None:
@@ -115,6 +121,8 @@ def merge_serve_line(own: list[str], line: ServeLine, canonical: dict[str, str])
     names (aliases too) -> its main name. An option given on both sides with different values is bad
     input: which one was meant would be a guess (the same value twice is fine)."""
     given = _given(own, canonical)
+    if "--model" not in given and not any(option == "--model" for option, _ in line.options):
+        raise UserInputError("the pasted serve line names no model: paste it as `-- vllm serve MODEL [flags...]`")
     merged = list(own)
     for option, value in line.options:
         if option.startswith("--no-") and option not in canonical:
