@@ -238,7 +238,7 @@ def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
         raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
     run_history(req, tp, model, resolve_gpu(gpu, capability), check_imports, route.as_json,
-                model_doc(model, model.config if model is not None else None))
+                model_doc(model, model.config if model is not None else None), route.memory_flags)
 
 
 def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
@@ -284,7 +284,7 @@ def _run_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], ro
     from attnsel.attention.explain import explain_matrix
     from attnsel.reports.explain import matrix_to_dict, render_matrix
 
-    matrix = explain_matrix(req, tp, model, route.choice, route.importable)
+    matrix = explain_matrix(req, tp, model, route.choice, route.importable, route.memory_flags)
     profile = route.choice.profile
     if matrix.attention_free:
         from attnsel.reports.explain import attention_free_line
