@@ -9,8 +9,6 @@ import codecs
 import contextlib
 import errno
 import io
-import json
-import math
 import os
 import shutil
 import sys
@@ -96,24 +94,10 @@ def _deliver_sigint(handler: Any, frame: Any) -> None:
 
 
 def json_document(obj: Any, default: Any = None) -> str:
-    """The one place a JSON document is written (--json, `report --format json`): RFC 8259 JSON, never
-    Python's NaN / Infinity. A value that is not finite has no JSON spelling and is written as null;
-    the readers refuse such values in their inputs (reports/tune/input_checks.py), so none should come."""
-    try:
-        return json.dumps(obj, indent=2, default=default or _json_default, allow_nan=False) + "\n"
-    except ValueError:
-        return json.dumps(_finite(json.loads(json.dumps(obj, default=default or _json_default))), indent=2,
-                          allow_nan=False) + "\n"
+    """A JSON document as commands print it (files.py json_text: RFC 8259, never NaN or Infinity)."""
+    from attnsel.files import json_text
 
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+    return json_text(obj, default=default or _json_default) + "\n"
 
 
 def _json_default(value: Any) -> Any:

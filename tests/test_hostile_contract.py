@@ -279,3 +279,16 @@ if __name__ == "__main__":  # the totals by class, for this checkout or another 
         if verdict != "OK" or "-v" in sys.argv:
             print(f"{verdict:18} {case_id}")
     print(dict(Counter(by_case.values())), f"of {len(by_case)}")
+
+
+def test_documents_on_disk_are_rfc_8259_too(tmp_path):
+    # results.jsonl (and tune.json, verify.json: the same writer, files.py json_text): a NaN that reached a
+    # row is written as null, which `report` reads as "not measured", never as Python's NaN it refuses
+    from attnsel.bench.sweep.results import ResultsWriter
+
+    writer = ResultsWriter(tmp_path / "results.jsonl")
+    writer.write({"key": "k", "timing": {"median_ms": math.nan, "p20_ms": 1.0}})
+    writer.close()
+    line = (tmp_path / "results.jsonl").read_text().strip()
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(c)) == {"key": "k", "timing": {"median_ms": None,
+                                                                                              "p20_ms": 1.0}}
