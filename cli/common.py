@@ -170,6 +170,8 @@ def with_serve_line(command, args: list[str]) -> list[str]:
     from attnsel.attention.rules import merge_serve_line, read_serve_line
 
     cut = args.index("--")
+    if cut == len(args) - 1:  # a bare `--` at the end: nothing pasted
+        return args[:cut]
     canonical = {}
     for param in command.params:
         names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
