@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import select
 import stat
@@ -231,11 +232,14 @@ def write_whole(text: str, output: Path, flag: str = "-o") -> None:
     (a Ctrl-C or a full disk never leaves half a file under the name). A device or a FIFO the user
     named (/dev/stdout, /dev/full, `mkfifo`) is written in place. Failures: one line, exit 2."""
     not_a_folder = next((p for p in reversed(output.parents) if p.exists() and not p.is_dir()), None)
-    if not_a_folder is not None:  # mkdir would say only "File exists"
+    if not_a_folder is not None:
         raise UserInputError(f"cannot write {str(output)[:200]!r}: {str(not_a_folder)[:200]} is not a folder; "
                              f"choose another {flag} path")
+    missing = next((p for p in reversed(output.parents) if not p.exists()), None)
+    if missing is not None:  # a typo in a folder name would otherwise leave new folders behind
+        raise UserInputError(f"cannot write {str(output)[:200]!r}: the folder {str(missing)[:200]} does not exist; "
+                             f"create it first or choose another {flag} path")
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
         if output.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
         if output.exists() and not output.is_file():
@@ -265,3 +269,25 @@ def _write_in_place(text: str, output: Path, flag: str) -> None:
     os.set_blocking(fd, True)
     with open(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def json_text(obj: Any, *, default: Any = str, indent: Optional[int] = 2, sort_keys: bool = False) -> str:
+    """The one place a JSON document is written (--json on stdout, `report --format json`, tune.json,
+    results.jsonl, verify.json): RFC 8259 JSON, never Python's NaN / Infinity. A value that is not
+    finite has no JSON spelling and is written as null (readers refuse such values in their inputs:
+    reports/tune/loaders.py). No trailing newline (a JSON Lines row is one line)."""
+    try:
+        return json.dumps(obj, indent=indent, default=default, sort_keys=sort_keys, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere: null, the value that says "no number"
+        plain = json.loads(json.dumps(obj, default=default))
+        return json.dumps(_finite(plain), indent=indent, sort_keys=sort_keys, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -16,7 +16,7 @@ import functools
 import os
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -132,3 +132,52 @@ def handle_errors(func: Callable) -> Callable:
             raise exit_for(exc) from None
 
     return wrapper
+
+
+ATTENTION_CONFIG_DOTTED_FLAG = "--attention-config-dotted"
+
+
+def rewrite_dotted_attention_config(args: list[str]) -> list[str]:
+    """vLLM's `--attention-config.KEY VALUE` (and `-ac.KEY=VALUE`) become one hidden option holding
+    the merged object (attention/rules/serve_args.py reads it as vLLM does)."""
+    import json
+
+    from attnsel.attention.rules import split_dotted_attention_config
+
+    kept, dotted = split_dotted_attention_config(args)
+    if dotted is None:
+        return kept
+    end = kept.index("--") if "--" in kept else len(kept)
+    return kept[:end] + [ATTENTION_CONFIG_DOTTED_FLAG, json.dumps(dotted)] + kept[end:]
+
+
+def dotted_attention_config(text: Optional[str]) -> Optional[dict]:
+    """The hidden option's object back (it only ever holds what rewrite_dotted_attention_config wrote)."""
+    import json
+
+    return json.loads(text) if text else None
+
+
+SERVE_NOTE_FLAG = "--serve-line-note"
+
+
+def with_serve_line(command, args: list[str]) -> list[str]:
+    """`attnsel explain|preflight [options] -- [vllm serve] MODEL [serve flags...]`: the pasted line's flags
+    become the command's own options (attention/rules/serve_line.py reads them as vLLM names them); the
+    ones the command does not model go to a hidden note, listed as not checked."""
+    if "--" not in args:
+        return args
+    from attnsel.attention.rules import merge_serve_line, read_serve_line
+
+    cut = args.index("--")
+    if cut == len(args) - 1:  # a bare `--` at the end: nothing pasted
+        return args[:cut]
+    canonical = {}
+    for param in command.params:
+        names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+        main = next((n for n in getattr(param, "opts", ()) if n.startswith("--")), None)
+        canonical.update({name: main for name in names if main is not None})
+        canonical.update({name: name for name in getattr(param, "secondary_opts", ())})
+    line = read_serve_line(args[cut + 1:], frozenset(canonical.values()))
+    merged = merge_serve_line(args[:cut], line, canonical)
+    return merged + ([SERVE_NOTE_FLAG, line.note] if line.note else [])

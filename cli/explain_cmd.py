@@ -17,7 +17,10 @@ from typer.core import TyperCommand
 
 from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
 
-from attnsel.cli.common import fail, handle_errors, print_json, stdout_console
+from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, SERVE_NOTE_FLAG, dotted_attention_config, fail,
+                                handle_errors, print_json, rewrite_dotted_attention_config, stdout_console,
+                                with_serve_line)
+from attnsel.attention.rules import serve_int
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
@@ -37,7 +40,8 @@ INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 class _ExplainCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, rewrite_index_topk(args))
+        return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
+
 
 
 def rewrite_index_topk(args: list[str]) -> list[str]:
@@ -79,7 +83,10 @@ def register(app: typer.Typer) -> None:
         dtype: Optional[str] = typer.Option(None, "--dtype", help="float16|bfloat16|float32 (half, bf16, fp16, fp32, float) or auto."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size (default: vLLM picks)."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME."),
+        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
+        attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON, e.g. '{\"backend\": \"FLASHINFER\"}'; the dotted form --attention-config.backend X works too. Keys attnsel does not model are listed as not checked."),
+        attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        serve_line_note: Optional[str] = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
         use_mla: Optional[bool] = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
         has_sink: Optional[bool] = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
         use_sparse: Optional[bool] = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
@@ -112,23 +119,30 @@ def register(app: typer.Typer) -> None:
         sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
-        dcp: int = typer.Option(1, "--dcp", help="--decode-context-parallel-size (selector input in later releases: DCP when > 1)."),
-        pcp: int = typer.Option(1, "--pcp", help="--prefill-context-parallel-size (selector input in later releases: PCP when > 1)."),
+        dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", "--dcp", help="vLLM --decode-context-parallel-size / -dcp (selector input in later releases: DCP when > 1)."),
+        pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", "--pcp", help="vLLM --prefill-context-parallel-size / -pcp (selector input in later releases: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
         qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
         v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's)."),
+        max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
         gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
+        pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size for the memory plan (the busiest stage's layers per GPU)."),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs for the memory plan (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens for the memory plan: 8192, 8k, 8K (default: vLLM's for the GPU)."),
+        quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization for the memory plan (default: the config's; -q is attnsel's --quiet, vLLM's -q only inside a pasted serve line)."),
+        enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager for the memory plan (no CUDA graphs)."),
     ) -> None:
-        """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages."""
+        """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages.
+    A pasted `vllm serve` line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
         from attnsel.attention.explain import model_choice
         from attnsel.attention.selector import SelectionRequest
-        from attnsel.attention.model import check_hybrid_flags, check_request
+        from attnsel.attention.model import check_hybrid_flags, check_parallel, check_request
         from attnsel.cli.explain_history import wants_history
         from attnsel.attention.memory import MemoryFlags, check_memory_flags
+        from attnsel.attention.rules import attention_flags
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         if check_imports:
@@ -139,16 +153,24 @@ def register(app: typer.Typer) -> None:
         # history asks each release for its own importable map (run_history), not the default profile's
         route = _route(None if history else vllm_version, check_imports and not history, mm_encoder_attn_backend,
                        live=live, compare_live=compare_live, as_json=as_json)
-        memory_flags = MemoryFlags(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+        check_parallel("--pipeline-parallel-size", pipeline_parallel_size)
+        memory_flags = MemoryFlags(max_model_len=serve_int("--max-model-len", max_model_len),
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   pipeline_parallel_size=pipeline_parallel_size, max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
+                                   quantization=quantization, enforce_eager=enforce_eager)
         check_memory_flags(memory_flags)
         route = dataclasses.replace(route, memory_flags=memory_flags)
+        attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted),
+                                    flash_attn_version, use_trtllm_attention)
         req = SelectionRequest(
             head_size=head_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-            attention_backend=attention_backend, use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
+            attention_backend=attention.backend,
+            notes=(*attention.notes, *((serve_line_note,) if serve_line_note else ())), use_mla=use_mla, has_sink=has_sink, use_sparse=use_sparse,
             use_mm_prefix=use_mm_prefix, attn_type=attn_type.lower() if attn_type else None, num_heads=num_heads,
             tensor_parallel_size=tensor_parallel_size,
-            qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=flash_attn_version,
-            use_trtllm_attention=use_trtllm_attention, batch_invariant=batch_invariant,
+            qk_nope_head_dim=qk_nope_head_dim, has_index_topk=index_topk, flash_attn_version=attention.flash_attn_version,
+            use_trtllm_attention=attention.use_trtllm_attention, batch_invariant=batch_invariant,
             flashinfer_cubin=flashinfer_cubin, hybrid=hybrid, mamba_cache_float32=mamba_cache_float32,
             sliding_window=sliding_window, non_causal=non_causal, kv_connector=kv_connector, dcp=dcp, pcp=pcp,
             per_head_quant_scales=per_head_quant_scales, rswa=rswa, adaptive_verification=adaptive_verification,
@@ -216,7 +238,7 @@ def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
         raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
     run_history(req, tp, model, resolve_gpu(gpu, capability), check_imports, route.as_json,
-                model_doc(model, model.config if model is not None else None))
+                model_doc(model, model.config if model is not None else None), route.memory_flags)
 
 
 def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
@@ -246,7 +268,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
     expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
-        _run_live(expl, answer.inputs, answer.ctx, route.compare_live, route.as_json)
+        _run_live(answer.selector_answer, answer.inputs, answer.ctx, route.compare_live, route.as_json)
         return
     section = model_section(model, facts, route.choice.profile, cc, route.vit_override, route.importable)
     if facts is not None and facts.is_attention_free:
@@ -262,7 +284,7 @@ def _run_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], ro
     from attnsel.attention.explain import explain_matrix
     from attnsel.reports.explain import matrix_to_dict, render_matrix
 
-    matrix = explain_matrix(req, tp, model, route.choice, route.importable)
+    matrix = explain_matrix(req, tp, model, route.choice, route.importable, route.memory_flags)
     profile = route.choice.profile
     if matrix.attention_free:
         from attnsel.reports.explain import attention_free_line

@@ -17,7 +17,7 @@ def wants_history(vllm_version: Optional[str]) -> bool:
 
 
 def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optional[tuple], check_imports: bool,
-                as_json: bool, model_doc: Optional[dict]) -> None:
+                as_json: bool, model_doc: Optional[dict], memory_flags: Any = None) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
     from attnsel.attention.explain import explain_for_release, release_history
     from attnsel.reports.explain import history_to_dict, render_history
@@ -28,6 +28,7 @@ def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optio
     explain_release = explain_for_release(
         req, capability=capability, gpu_name=gpu_name, hf_config=model.config if model is not None else None,
         tensor_parallel_size=tensor_parallel_size, importable_for=importable_map if check_imports else None,
+        memory_flags=memory_flags,
     )
     history = release_history(explain_release, capability, gpu_name)
     if as_json:

@@ -65,11 +65,10 @@ def render(data, fmt: str) -> str:
         from attnsel.reports.tune import csv_out
 
         return csv_out.render(data)
-    import json
-
+    from attnsel.cli.streams import json_document
     from attnsel.reports.tune.frames import report_dict
 
-    return json.dumps(report_dict(data), indent=2, default=str) + "\n"
+    return json_document(report_dict(data), default=str)
 
 
 def register(app: typer.Typer) -> None:

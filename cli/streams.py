@@ -9,7 +9,6 @@ import codecs
 import contextlib
 import errno
 import io
-import json
 import os
 import shutil
 import sys
@@ -55,7 +54,7 @@ def drop_unusable_terminal_size() -> None:
 def print_json(obj: Any) -> None:
     """--json prints exactly one JSON document on stdout and nothing else: whole or not at all.
     A Ctrl-C while it is written waits until the document is out (then exits 130)."""
-    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    text = json_document(obj)
     with sigint_deferred():
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -92,6 +91,13 @@ def _deliver_sigint(handler: Any, frame: Any) -> None:
         handler(signal.SIGINT, frame)  # Python's default_int_handler raises KeyboardInterrupt
     elif handler == signal.SIG_DFL:
         os.kill(os.getpid(), signal.SIGINT)
+
+
+def json_document(obj: Any, default: Any = None) -> str:
+    """A JSON document as commands print it (files.py json_text: RFC 8259, never NaN or Infinity)."""
+    from attnsel.files import json_text
+
+    return json_text(obj, default=default or _json_default) + "\n"
 
 
 def _json_default(value: Any) -> Any:
@@ -181,14 +187,58 @@ def _discard_stream(stream: Any) -> None:
         os.close(devnull)
 
 
+class GuardedStderr:
+    """Wraps sys.stderr: a line that cannot be written (`2>/dev/full`, a closed descriptor) is dropped,
+    and the descriptor pointed at /dev/null, so that neither a progress line (exit 70 before) nor the
+    interpreter's last flush (exit 120) changes the exit code: the exit code still says everything."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._broken = stream is None
+
+    def _drop(self) -> None:
+        self._broken = True
+        _discard_stream(self._stream)
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._drop()
+
+    def isatty(self) -> bool:
+        return bool(not self._broken and self._stream.isatty())
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
 @contextlib.contextmanager
 def guarded_stdout() -> Iterator[None]:
-    previous = sys.stdout
+    """stdout and stderr guarded for the command's run (GuardedStdout, GuardedStderr)."""
+    previous, previous_err = sys.stdout, sys.stderr
     sys.stdout = GuardedStdout(previous)  # type: ignore[assignment]
+    sys.stderr = GuardedStderr(previous_err)  # type: ignore[assignment]
     try:
         yield
     finally:
-        sys.stdout = previous
+        sys.stdout, sys.stderr = previous, previous_err
+        if previous_err is not None:  # what is still buffered goes out now, or to /dev/null
+            try:
+                previous_err.flush()
+            except (OSError, ValueError):
+                _discard_stream(previous_err)
 
 
 def reserve_standard_streams() -> None:
@@ -258,6 +308,21 @@ def start_command(argv: list[str]) -> None:
 
     reserve_standard_streams()
     degrade_unencodable_glyphs()
+    quiet_python_warnings()
     starts_workers = bool({"tune", "verify"} & set(argv)) and "--dry-run" not in argv
     if hasattr(signal, "SIGPIPE") and not starts_workers:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+def quiet_python_warnings() -> None:
+    """Python's warnings (a library's DeprecationWarning, pandas' FutureWarning) never reach stderr,
+    whose lines are ours (README: errors are one line): ATTNSEL_DEBUG=1 shows them, one line each."""
+    import warnings
+
+    from attnsel.errors import DEBUG_ENV
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no"):
+            _write_err(f"debug: {category.__name__}: {' '.join(str(message).split())} ({filename}:{lineno})\n")
+
+    warnings.showwarning = show

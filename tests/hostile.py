@@ -66,3 +66,24 @@ def assert_promise(result, elapsed: float, exit_code: Optional[int] = None, frag
         assert lines[0].startswith("error: "), lines[0]
         if fragment is not None:
             assert fragment in lines[0], lines[0]
+
+
+CLASSES = ("OK", "traceback", "hang", "wrong code", "silent acceptance", "unclear")
+
+
+def classify(result, elapsed: float, exit_code: int, fragment: Optional[str] = None) -> str:
+    """How a user sees one run (the classes of issue 33's survey): OK (the documented code, and a
+    refusal is one `error:` line naming the problem), traceback, hang (past the time limit), wrong
+    code, silent acceptance (exit 0 where a refusal was due), unclear (the right code, a muddled line)."""
+    stderr, stdout = result.stderr or "", result.stdout or ""
+    if any(marker in stderr or marker in stdout for marker in TRACEBACK_MARKERS[:2]):
+        return "traceback"
+    if elapsed >= TIME_LIMIT_S:
+        return "hang"
+    if result.exit_code != exit_code:
+        return "silent acceptance" if result.exit_code == 0 else "wrong code"
+    if exit_code != 0:
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        if len(lines) != 1 or not lines[0].startswith("error: ") or (fragment is not None and fragment not in lines[0]):
+            return "unclear"
+    return "OK"

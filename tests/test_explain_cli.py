@@ -239,7 +239,8 @@ def test_a_stated_mla_dimension_is_checked_as_vllm_checks_a_model_config():
 
 
 def test_a_real_deepseek_config_passes_the_dimension_checks_on_blackwell():
-    result, doc = run_json("--model", "deepseek-v3", "--gpu", "B200", "--vllm-version", "0.24")
+    # -tp 8: DeepSeek-V3's weights fit eight B200s, not one (explain's exit code follows the memory plan too)
+    result, doc = run_json("--model", "deepseek-v3", "--gpu", "B200", "--vllm-version", "0.24", "-tp", "8")
     assert result.exit_code == 0 and doc["selected"] == "FLASHINFER_MLA"
     assert not any(n.startswith("MLA model dimensions unknown") for n in doc["notes"])
 
@@ -248,4 +249,6 @@ def test_a_model_configs_kv_lora_rank_reaches_the_rules_that_read_it():
     # 0.33 mla/flashinfer_mla_sparse_sm90.py reads hf_text_config.kv_lora_rank: DeepSeek-V3.2 has 512
     result, doc = run_json("--model", "deepseek-v3.2", "--gpu", "H100", "--vllm-version", "0.33")
     sm90 = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA_SPARSE_SM90")
-    assert result.exit_code == 0 and sm90["valid"], sm90["reasons"]
+    assert sm90["valid"], sm90["reasons"]
+    # one H100 cannot hold DeepSeek-V3.2's weights: vLLM would not start, and explain says so (exit 1)
+    assert doc["memory"]["verdict"] == "weights_do_not_fit" and result.exit_code == doc["exit_code"] == 1

@@ -42,7 +42,8 @@ def test_each_release_row_is_that_releases_own_explain(args):
         assert row["selected"] == own["selected"]
         assert row["valid_backends"] == [b["name"] for b in own["backends"] if b["valid"]]
         assert row["backends"] == own["backends"]
-        assert row["error"] == own["error"]
+        # memory plan included (DeepSeek-V3 does not fit one B200: that release's refusal, in its words)
+        assert row["error"] == own["error"] and row["exit_code"] == own["exit_code"]
         if own["selected"] is not None:
             assert row["block_size"] == own["block_size"]
 

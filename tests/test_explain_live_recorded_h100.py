@@ -43,8 +43,9 @@ def _offline_answer(model: str) -> dict:
     result = CliRunner().invoke(
         app, ["explain", "--model", model, "--gpu", "H100", "--vllm-version", "0.24", "--json"]
     )
-    assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
+    # the recording is vLLM's selector; explain goes on to the memory plan (DeepSeek-V3 on one H100: exit 1)
+    assert result.exit_code == (1 if answer["error_phase"] == "memory" else 0), result.output
     backends = [
         {"name": b["name"], "valid": b["valid"], "reasons": "; ".join(b["reasons"])}
         for b in sorted(answer["backends"], key=lambda b: b["priority"])

@@ -38,8 +38,14 @@ NO_GRAPH_ESTIMATE = set(RELEASES) - since(20)
 
 def memory(release: str, *args: str) -> dict:
     result = CliRunner().invoke(app, ["explain", "--vllm-version", release, "--json", *args], env=ENV)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)["memory"]
+    doc = json.loads(result.stdout)
+    plan = doc["memory"]
+    # explain's exit code follows the memory verdict (README: 0 means vLLM would start), and so does the JSON
+    refused = plan["verdict"] != "fits"
+    assert result.exit_code == doc["exit_code"] == (1 if refused else 0), result.output
+    if refused and plan["vllm_message"]:
+        assert doc["error"] == plan["vllm_message"] and plan["vllm_message"] in result.stderr
+    return plan
 
 
 def llama_8b(release: str, *args: str) -> dict:

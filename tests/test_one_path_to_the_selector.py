@@ -104,8 +104,11 @@ def tune_plan(req: Request) -> dict:
 
 
 def verdict(explanation: dict, backend: str, block_size: int) -> tuple[bool, int | None]:
-    """(vLLM runs BACKEND at exactly --block-size N, the kernel block size it splits it into)."""
-    runs = (explanation["error"] is None and explanation["selected"] == backend
+    """(vLLM runs BACKEND at exactly --block-size N, the kernel block size it splits it into). The
+    selection only: explain's memory verdict (error_phase "memory": a block of 2048 tokens leaves no
+    room for one request on one H100) is a later step of vLLM's start-up, which tune does not plan."""
+    selection_error = explanation["error"] if explanation.get("error_phase") != "memory" else None
+    runs = (selection_error is None and explanation["selected"] == backend
             and explanation["block_size"] == block_size)
     return runs, explanation["kernel_block_size"] if runs else None
 

@@ -42,12 +42,19 @@ def test_json_flag_prints_one_json_document_and_nothing_else():
     (".json", lambda text: "tune" in json.loads(text)),
 ])
 def test_output_format_follows_the_file_suffix(tmp_path, suffix, check):
-    out = tmp_path / "nested" / f"report{suffix}"
+    out = tmp_path / f"report{suffix}"
     result = _run("report", str(TUNE_DIR), "-o", str(out))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""  # the report went to the file; the note went to stderr
     assert f"wrote {out}" in result.stderr
     assert check(out.read_text(encoding="utf-8"))
+
+
+def test_an_output_folder_that_does_not_exist_is_refused_not_made(tmp_path):
+    out = tmp_path / "nested" / "deeper" / "report.md"
+    result = _run("report", str(TUNE_DIR), "-o", str(out))
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+    assert not (tmp_path / "nested").exists()
 
 
 def test_format_flag_wins_over_the_suffix_and_quiet_silences_the_note(tmp_path):

@@ -29,11 +29,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         release_history,
     )
     from attnsel.attention.explain.live import Mismatch, ask_vllm, compare
+    from attnsel.attention.explain.refusal import MEMORY_PHASE, memory_refusal
     from attnsel.attention.explain.live_runtime import require_vllm, vllm_runtime
 
 __all__ = [
     "DEFAULT_SOURCE",
     "GpuAnswer",
+    "MEMORY_PHASE",
     "MatrixRow",
     "Mismatch",
     "ModelChoice",
@@ -51,6 +53,7 @@ __all__ = [
     "model_choice",
     "model_doc",
     "model_facts",
+    "memory_refusal",
     "model_section",
     "release_history",
     "require_vllm",
@@ -60,6 +63,7 @@ __all__ = [
 __getattr__ = lazy_door(__name__, {
     "DEFAULT_SOURCE": "answers",
     "GpuAnswer": "answers",
+    "MEMORY_PHASE": "refusal",
     "MatrixRow": "answers",
     "Mismatch": "live",
     "ModelChoice": "answers",
@@ -77,6 +81,7 @@ __getattr__ = lazy_door(__name__, {
     "model_choice": "answers",
     "model_doc": "answers",
     "model_facts": "answers",
+    "memory_refusal": "refusal",
     "model_section": "answers",
     "release_history": "history",
     "require_vllm": "live_runtime",

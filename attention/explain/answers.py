@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
 from attnsel.attention.model import config as model_config
+from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
 from attnsel.probe import families
 
@@ -201,6 +202,11 @@ class GpuAnswer:
     ctx: Any
     explanation: Explanation
     memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
+    selection: Optional[Explanation] = None  # the selector's answer alone (before the memory verdict); --live compares it
+
+    @property
+    def selector_answer(self) -> Explanation:
+        return self.selection if self.selection is not None else self.explanation
 
 
 def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
@@ -221,7 +227,7 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
         flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                     kv_cache_dtype=req.kv_cache_dtype)
         memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
-    return GpuAnswer(facts, inputs, ctx, expl, memory)
+    return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
 
 
 def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str) -> Any:
@@ -267,8 +273,9 @@ class MatrixRow:
             "valid_count": len(e.valid_backends) if e else 0,
             "total_count": len(e.backends) if e else 0,
             "error": self.error,
+            "error_phase": e.error_phase if e else "model_config",
             "model_warnings": list(self.model_warnings),
-            "exit_code": e.exit_code if e else 1,
+            "exit_code": e.exit_code if e else 1,  # what `explain --gpu` this GPU exits with
         }
 
 
@@ -282,9 +289,11 @@ class Matrix:
     attention_free: bool
 
 
-def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable) -> Matrix:
+def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable,
+                   memory_flags: Optional[MemoryFlags] = None) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
-    each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6)."""
+    each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6), and each row ends with the
+    memory verdict `explain --gpu ROW` gives (its refusal is the row's error, as there)."""
     profile = choice.profile
     hf_config = model.config if model is not None else None
     rows = []
@@ -302,6 +311,10 @@ def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice],
         inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc,
                                              gpu_name=spec.name, importable=importable)
         expl = explain_one(profile, inputs, ctx, choice, notes)
+        if facts is not None and hf_config is not None:
+            flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
+                                        kv_cache_dtype=req.kv_cache_dtype)
+            expl = with_memory_refusal(expl, explain_memory(profile, hf_config, facts, expl, flags, spec.name))
         warnings = tuple(facts.warnings) if facts is not None else ()
         rows.append(MatrixRow(family, spec.key, expl, capability=cc, model_warnings=warnings))
     attention_free = facts is not None and facts.is_attention_free

@@ -9,11 +9,13 @@ whether vLLM started or stopped raising. Pure, no torch, no vLLM.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from attnsel.errors import AttnselError, UserInputError
-from attnsel.attention.explain.answers import model_facts
+from attnsel.attention.explain.answers import explain_memory, model_facts
+from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
 
 
@@ -117,10 +119,12 @@ def release_history(explain_release: ExplainRelease, capability: tuple[int, int]
 
 def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: Optional[str] = None,
                         hf_config: Optional[Mapping] = None, tensor_parallel_size: int = 1,
-                        importable_for: Optional[Callable[[Any], Mapping[str, bool]]] = None) -> ExplainRelease:
+                        importable_for: Optional[Callable[[Any], Mapping[str, bool]]] = None,
+                        memory_flags: Any = None) -> ExplainRelease:
     """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
     profile: model facts derived with that release's model rules, then build_selection and
-    explain_selection."""
+    explain_selection, then (a model on a named GPU) that release's memory verdict, whose refusal is
+    the release's error as in `explain --vllm-version X` (`memory_flags`: attention.memory.MemoryFlags)."""
     def explain_release(profile: Any) -> Any:
         facts = None
         if hf_config is not None:  # as `explain --vllm-version X` derives them, hybrid state dtypes included
@@ -129,7 +133,12 @@ def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: 
         importable = importable_for(profile) if importable_for is not None else None
         inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability,
                                              gpu_name=gpu_name, importable=importable)
-        return explain_selection(profile, inputs, ctx, notes)
+        expl = explain_selection(profile, inputs, ctx, notes)
+        if facts is None or hf_config is None or not gpu_name or memory_flags is None:
+            return expl
+        flags = dataclasses.replace(memory_flags, tensor_parallel_size=tensor_parallel_size,
+                                    kv_cache_dtype=request.kv_cache_dtype)
+        return with_memory_refusal(expl, explain_memory(profile, dict(hf_config), facts, expl, flags, gpu_name))
 
     return explain_release
 

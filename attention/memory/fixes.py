@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional
 
+from attnsel.attention.memory.auto_fit import auto_fit, wants_auto_fit
 from attnsel.attention.memory.plan import MAX_MODEL_LEN, MemoryFlags, MemoryPlan, plan_memory
 from attnsel.attention.rules import is_fp8
 
@@ -27,6 +28,9 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
     rules = profile.memory
     if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
         return None
+    if wants_auto_fit(flags):  # --max-model-len auto / -1: the length vLLM fits to the memory
+        return auto_fit(lambda fitted: memory_for(profile, hf_config, facts, explanation, fitted,
+                                                  total_bytes=total_bytes, gpu_name=gpu_name), flags)
     try:
         plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from attnsel.attention.memory.weights import DTYPE_BYTES, WeightBytes, weight_bytes
-from attnsel.attention.rules import is_fp8
+from attnsel.attention.rules import AUTO_MAX_MODEL_LEN, is_fp8
 from attnsel.errors import UserInputError
 
 GIB = 2**30
@@ -94,6 +94,8 @@ def check_memory_flags(flags: MemoryFlags) -> None:
         raise UserInputError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
         value = getattr(flags, name)
+        if name == "max_model_len" and value == AUTO_MAX_MODEL_LEN:  # `auto` / -1: vLLM fits it (auto_fit.py)
+            continue
         if value is not None and value < 1:
             raise UserInputError(f"--{name.replace('_', '-')} must be a positive number of tokens, got {value}")
 

@@ -23,7 +23,7 @@ from attnsel.attention.preflight.gpu_checks import (
     TARGET_SOURCE, check_dtype, check_gpu_count, check_interconnect, check_same_model, group_gpus,
 )
 from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check, failing_statuses
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Deployment:
     block_size: Optional[int] = None
     kv_cache_dtype: Optional[str] = None
     dtype: str = "auto"
-    strict: bool = False  # mixed GPU models without PCI_BUS_ID: fail instead of warn
+    strict: bool = False  # --strict: a warning fails the run too (and mixed GPU models fail their check)
     # the memory check's flags (attention/memory): None means vLLM's default
     pipeline_parallel_size: int = 1
     gpu_memory_utilization: Optional[float] = None
@@ -44,6 +44,11 @@ class Deployment:
     max_num_batched_tokens: Optional[int] = None
     quantization: Optional[str] = None
     enforce_eager: bool = False
+    # read by the attention check only: the GPU layout and memory of context parallelism are not modelled
+    decode_context_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    not_checked: tuple[str, ...] = ()  # what the flags said that no check reads (--attention-config keys)
+    serve_line_note: Optional[str] = None  # a pasted serve line's flags no check reads (--port, ...)
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -60,6 +65,10 @@ class Deployment:
             flags += ["--kv-cache-dtype", self.kv_cache_dtype]
         for name in ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "quantization"):
             if getattr(self, name) is not None:
+                value = getattr(self, name)
+                flags += ["--" + name.replace("_", "-"), "auto" if name == "max_model_len" and value == -1 else str(value)]
+        for name in ("decode_context_parallel_size", "prefill_context_parallel_size"):
+            if getattr(self, name) > 1:
                 flags += ["--" + name.replace("_", "-"), str(getattr(self, name))]
         return flags + (["--enforce-eager"] if self.enforce_eager else [])
 
@@ -82,7 +91,8 @@ class PreflightResult:
 
     @property
     def ok(self) -> bool:
-        return not any(c.status == FAIL for c in self.checks)
+        """No check failed; with --strict, no check warned either (README: `--strict` fails on warnings too)."""
+        return not any(c.status in failing_statuses(self.deployment.strict) for c in self.checks)
 
     @property
     def exit_code(self) -> int:
@@ -129,6 +139,8 @@ def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capabil
         kv_cache_dtype=deployment.kv_cache_dtype or None,
         block_size=deployment.block_size,
         attention_backend=deployment.attention_backend,
+        dcp=deployment.decode_context_parallel_size,
+        pcp=deployment.prefill_context_parallel_size,
     )
     inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability, gpu_name=gpu_name)
     return explain_selection(profile, inputs, ctx, notes)
@@ -176,9 +188,22 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
                                       probed=report.source != TARGET_SOURCE)
         why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
         steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
+    unchecked = not_checked(deployment)
+    if unchecked:  # flags that bear on what preflight checks (GPUs, memory, attention): a warning
+        steps.checks.append(Check("flags", WARN, "not checked: " + "; ".join(unchecked), hint=deployment.serve_line_note))
+    elif deployment.serve_line_note:  # --port and the like: listed, no bearing on the checks above
+        steps.checks.append(Check("flags", PASS, deployment.serve_line_note))
     world = tp * deployment.pipeline_parallel_size
     return PreflightResult(deployment, model, tuple(steps.checks), tuple(group_gpus(report, world)), report.source,
                            steps.explanation, steps.facts, profile_reason, steps.memory)
+
+
+def not_checked(deployment: Deployment) -> list[str]:
+    """Flags vLLM reads that no check models: context parallelism's GPUs and memory, unmodelled keys."""
+    parts = [f"--{name.replace('_', '-')} {getattr(deployment, name)}: GPU count and memory per GPU are checked "
+             "without it (the attention check reads it)"
+             for name in ("decode_context_parallel_size", "prefill_context_parallel_size") if getattr(deployment, name) > 1]
+    return parts + [note.removeprefix("not checked: ") for note in deployment.not_checked]
 
 
 def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deployment) -> list[Check]:

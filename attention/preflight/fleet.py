@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 
 from attnsel.attention.preflight.deployment import Deployment, run_preflight
 from attnsel.attention.preflight.gpu_checks import check_interconnect, check_same_model
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check
+from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check, failing_statuses
 from attnsel.probe import GpuInfo, ProbeReport
 from attnsel.probe.fleet import FleetProbe, NodeProbe
 from attnsel.probe.fleet import FleetVerdict, fleet_verdict, model_classes, model_of
@@ -73,7 +73,7 @@ class FleetPreflightResult:
 
     @property
     def ok(self) -> bool:
-        return not any(c.check.status == FAIL for c in self.checks)
+        return not any(c.check.status in failing_statuses(self.deployment.strict) for c in self.checks)
 
     @property
     def exit_code(self) -> int:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import ProbeReport
 from attnsel.attention.preflight.gpu_checks import target_report
+from attnsel.attention.preflight.status import FAIL, WARN
 
 
 def machine_report(gpu: Optional[str], num_gpus: Optional[int], tp: int) -> ProbeReport:
@@ -28,6 +29,9 @@ def raise_if_failed(result: Any) -> None:
     if result.ok:
         return
     failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
-    failed = [(scope, c) for scope, c in failed if c.status == "fail"]
-    raise CheckFailed(f"preflight: {len(failed)} check(s) failed: " + "; ".join(
+    if any(c.status == FAIL for _, c in failed):
+        failed, what = [(scope, c) for scope, c in failed if c.status == FAIL], "check(s) failed"
+    else:  # --strict: the warnings fail the run
+        failed, what = [(scope, c) for scope, c in failed if c.status == WARN], "warning(s), and --strict fails on them"
+    raise CheckFailed(f"preflight: {len(failed)} {what}: " + "; ".join(
         f"{scope + ' ' if scope else ''}{c.name}: {c.message}" for scope, c in failed))

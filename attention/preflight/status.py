@@ -11,6 +11,11 @@ PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)  # in rising severity: the worst of several checks is the one with the highest index
 
 
+def failing_statuses(strict: bool) -> tuple[str, ...]:
+    """The statuses that fail a preflight run (exit 1): FAIL; with --strict, WARN too."""
+    return (WARN, FAIL) if strict else (FAIL,)
+
+
 @dataclass(frozen=True)
 class Check:
     name: str  # short id: gpu-count, same-model, interconnect, model-config, dtype, attention

@@ -67,6 +67,8 @@ class SelectionRequest:
     # --mamba-ssm-cache-dtype / --mamba-cache-dtype (vLLM `MambaDType`); None: "auto"
     mamba_ssm_cache_dtype: Optional[str] = None
     mamba_cache_dtype: Optional[str] = None
+    # what the flags said that the rules do not read (e.g. --attention-config keys attnsel does not model)
+    notes: tuple[str, ...] = ()
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's
@@ -165,7 +167,7 @@ def build_selection(
         notes.append(unknown_model_dims_note(profile, inputs, ctx))
     elif not ctx.model_dims_known:
         notes.extend(bare_shape_note(profile, inputs, ctx))
-    return inputs, ctx, notes
+    return inputs, ctx, [*notes, *req.notes]
 
 
 def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability: tuple[int, int]) -> SelectorInputs:

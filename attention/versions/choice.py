@@ -60,6 +60,19 @@ def parse_vllm_version(text: str) -> Optional[tuple[int, int, int]]:
     return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
 
 
+# What --vllm-version takes as a version (besides profile names and their aliases): X.Y or X.Y.Z with an
+# optional leading v and PEP 440's pre-release, post-release, dev-release and local parts, as vLLM's wheels
+# and source builds are numbered (0.34.0, 0.19.1rc1, 0.11.0.post1, 0.12.1.dev5+g1234.cu128). Nothing else:
+# `0.33abc`, `0.33;rm`, `0x21`, `1e3` are typos, not versions (parse_vllm_version reads them by prefix).
+_VERSION_FLAG = re.compile(r"v?\d{1,6}\.\d{1,6}(?:\.\d{1,6})?(?:(?:a|b|rc)\d{1,6})?(?:\.post\d{1,6})?"
+                           r"(?:\.dev\d{1,6})?(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?")
+
+
+def is_version_text(text: str) -> bool:
+    """Whether a --vllm-version value is spelled as a vLLM version (see _VERSION_FLAG)."""
+    return _VERSION_FLAG.fullmatch(str(text).strip().lower()) is not None
+
+
 def _release(name: str) -> tuple[int, int, int]:
     return tuple(resolved_data(name)["vllm_release"])  # type: ignore[return-value]
 
@@ -129,10 +142,13 @@ def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
     named = profile_name_for(wanted)
     if named is not None:
         return ProfileChoice(load_profile(named), name_or_version, source="--vllm-version")
-    if parse_vllm_version(wanted) is None:
+    if not is_version_text(wanted):
         known = "; ".join(
             f"{n} ({', '.join(resolved_data(n).get('answers_for', []))})" for n in available_profiles()
         )
+        if parse_vllm_version(wanted) is not None:  # a version's prefix with something else after it
+            raise UserInputError(f"--vllm-version {shown_path(name_or_version)} is not a vLLM version (X.Y or X.Y.Z, "
+                                 f"e.g. 0.33.0) nor a profile name. Known profiles: {known}")
         raise UserInputError(f"no rule profile for vLLM {shown_path(name_or_version)}. Known profiles: {known}")
     choice = profile_for_version(str(name_or_version).strip())
     return dataclasses.replace(choice, source="--vllm-version")

@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from attnsel import files
+
 STATUS_OK = "ok"
 STATUS_SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
 STATUS_UNAVAILABLE = "unavailable"  # the kernel library is not installed here
@@ -85,7 +87,7 @@ class ResultsWriter:
         self._lock = threading.Lock()
 
     def write(self, row: dict) -> None:
-        line = json.dumps(row, sort_keys=True, default=str) + "\n"
+        line = files.json_text(row, indent=None, sort_keys=True) + "\n"  # RFC 8259: no NaN
         with self._lock:
             self._fh.write(line)
             self._fh.flush()

@@ -4,12 +4,11 @@ environment, the recommendation, the warnings) and results.csv, its flat rows.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional
 
-from attnsel import __version__
+from attnsel import __version__, files
 from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
@@ -138,7 +137,7 @@ def write_document(document: dict, output_dir: Path) -> Path:
 
     path = Path(output_dir) / DOCUMENT_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(files.json_text(document) + "\n", encoding="utf-8")  # RFC 8259: no NaN
     tmp.replace(path)
     csv_path = Path(output_dir) / CSV_FILE
     with open(csv_path.with_suffix(".csv.tmp"), "w", newline="", encoding="utf-8") as fh:

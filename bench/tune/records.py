@@ -8,7 +8,7 @@ as it was (documents from newer attnsel versions add fields), and an absent fiel
 description of the format: reports/tune/input_checks.py derives what `attnsel report` accepts
 from them. Metadata on a field: "key" (its JSON name where that is no Python name), "required"
 (it must be present and not null), "positive" (a whole number above 0), "above_zero" (a number
-above 0: a time; NaN stays "not measured"), "one_of" (the words it may hold), "required_if"
+above 0: a time; "not measured" is null), "one_of" (the words it may hold), "required_if"
 ((key, value): required when the record's key holds value).
 """
 

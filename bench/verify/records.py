@@ -6,18 +6,25 @@ how); reports/tune/input_checks.py derives what `attnsel report` accepts from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from attnsel.bench.tune import Record, Scalar, Verdict, required_field
 from attnsel.bench.verify.compare import EngineVerdict, Judgement
 
 
+# What an engine start and a shape may end with: engine_process.py CandidateRun.status (ok, error, oom,
+# timeout, crashed), run.py (refused: vLLM's rules refuse the pair), engine_worker.py (does not fit) and
+# engine_process.py (not run: an earlier shape stopped the engine).
+ENGINE_STATUSES = ("ok", "error", "oom", "timeout", "crashed", "refused")
+SHAPE_STATUSES = ("ok", "error", "oom", "timeout", "crashed", "does not fit", "not run")
+
+
 @dataclass
 class Figure(Record):
     """median (and relative spread) of one figure over the repeats (compare.py shape_figures)."""
 
-    median: Optional[float] = None
+    median: Optional[float] = field(default=None, metadata={"above_zero": True})  # a time or a rate: above 0
     spread: Optional[float] = None
 
 
@@ -50,7 +57,7 @@ class ShapeResult(Record):
     context: Optional[int] = None
     n1: Optional[int] = None
     n2: Optional[int] = None
-    status: Optional[str] = None
+    status: Optional[str] = field(default=None, metadata={"one_of": SHAPE_STATUSES})
     error: Optional[str] = None
     label: Optional[str] = None
     requests_fit: Optional[float] = None
@@ -65,7 +72,7 @@ class EngineStart(Record):
 
     short: Optional[str] = None
     name: Optional[str] = None
-    status: Optional[str] = None
+    status: Optional[str] = field(default=None, metadata={"one_of": ENGINE_STATUSES})
     error: Optional[str] = None
     start_s: Optional[float] = None
     roles: Optional[list[str]] = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from attnsel import __version__
+from attnsel import __version__, files
 from attnsel.attention.model import config as MC
 from attnsel.attention.model import attention_layer_count
 from attnsel.attention import versions
@@ -364,8 +364,7 @@ def write_document(document: dict, output_dir: Path) -> Path:
 
     path = Path(output_dir) / DOCUMENT_FILE
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=".verify-", delete=False) as fh:
-        json.dump(document, fh, indent=2, default=str)
-        fh.write("\n")
+        fh.write(files.json_text(document) + "\n")  # RFC 8259: no NaN
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(fh.name, path)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.explain import DEFAULT_SOURCE, MatrixRow
+from attnsel.attention.explain import DEFAULT_SOURCE, MEMORY_PHASE, MatrixRow
 from attnsel.attention.rules import MultipleOf, kernel_sizes_display
 from attnsel.attention.rules import OPTIONAL_SELECTOR_FIELDS, Explanation
 from attnsel.reports.explain.memory import render_memory
@@ -160,9 +160,9 @@ def render_explanation(expl: Explanation, console: Console) -> None:
                 console.print(f"  {line.level.upper()} {line.message}", markup=False)
     for note in expl.notes:
         console.print(f"Note: {note}", markup=False)
-    if expl.error is not None:
+    if expl.error is not None and expl.error_phase != MEMORY_PHASE:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
-    elif expl.selected is not None:
+    elif expl.selected is not None:  # a memory refusal: the memory block below says it, with its fix
         console.print(flags_line(expl), markup=False)
         for line in block_size_advice_lines(expl):
             console.print(line, markup=False)

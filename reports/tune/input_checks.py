@@ -43,15 +43,18 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_num(v: Any) -> bool:
-    # NaN is how a float "not measured" round-trips through JSON; infinities are no measurement
-    return _is_int(v) or (isinstance(v, float) and not math.isinf(v))
+    # RFC 8259 has no NaN or infinity (a document attnsel writes never holds one: "not measured" is
+    # null or absent), and a whole number must fit a float (a 401-digit median is damage, not a time)
+    if _is_int(v):
+        return v.bit_length() <= 1000
+    return isinstance(v, float) and math.isfinite(v)
 
 
 STR = _type("a string", lambda v: isinstance(v, str))
 INT = _type("a whole number", _is_int)
 POS_INT = _type("a positive whole number", lambda v: _is_int(v) and v > 0)
 NUM = _type("a finite number", _is_num)
-TIME = _type("a finite number above 0", lambda v: _is_num(v) and (v > 0 or math.isnan(v)))
+TIME = _type("a finite number above 0", lambda v: _is_num(v) and v > 0)
 BOOL = _type("true or false", lambda v: isinstance(v, bool))
 SCALAR = _type("a string or a number", lambda v: isinstance(v, (str, int, float)))
 

@@ -5,6 +5,7 @@ each input is found from its content, not its name. Bad input -> UserInputError,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -159,6 +160,22 @@ def _parse_json(path: Path, text: str) -> Any:
     return files.parse_json(text, str(path), "a tune result or an explain answer")
 
 
+def _finite_only(path: Path, doc: Any, what: str) -> Any:
+    """RFC 8259 has no NaN or Infinity (Python's json reads and writes them): a field the checks
+    above do not type that holds one is refused too, by its path."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserInputError(f"{path}: {where or 'the document'} holds {value!r}, which is no JSON number "
+                                 f"(RFC 8259): it must be a finite number; {what} looks damaged")
+        if isinstance(value, dict):
+            stack += [(f"{where}.{k}" if where else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    return doc
+
+
 def _classify(path: Path, doc: Any) -> tuple[str, Any]:
     if not isinstance(doc, dict):
         raise UserInputError(f"{path} holds a JSON {type(doc).__name__}, not an object: {WHAT_TO_PASS}")
@@ -167,12 +184,12 @@ def _classify(path: Path, doc: Any) -> tuple[str, Any]:
         return "tune", _tune_from_document(path, doc)
     if schema == VERIFY_SCHEMA:
         check_verify_document(doc, str(path))
-        return "verify", doc
+        return "verify", _finite_only(path, doc, "the verify result")
     if schema == PLAN_SCHEMA:
         raise UserInputError(f"{path} is a `tune --dry-run` plan (no timings): run `attnsel tune` without --dry-run, then report its folder")
     if "backends" in doc and "selected" in doc and "inputs" in doc:
         check_explain_document(doc, str(path))
-        return "explain", doc
+        return "explain", _finite_only(path, doc, "the explain answer")
     if isinstance(doc.get("rows"), list) and doc["rows"] and "family" in doc["rows"][0]:
         raise UserInputError(f"{path} is an `explain --gpu all` matrix: report takes one `explain --json` answer (one GPU)")
     raise UserInputError(f"{path} is neither a tune result nor an explain answer: {WHAT_TO_PASS}")
@@ -195,12 +212,26 @@ def _tune_from_document(path: Path, doc: dict) -> TuneData:
     check_tune_document(doc, str(path))  # each row's fields, named (rows[3].block_size ...)
     if not rows:
         raise UserInputError(f"{path} has no result rows: the sweep timed nothing; rerun `attnsel tune`")
+    _check_advice_was_measured(path, _finite_only(path, doc, "the tune result"))
     return TuneData(str(path), doc, complete=True)
+
+
+def _check_advice_was_measured(path: Path, doc: dict) -> None:
+    """A recommendation that names a fastest pair comes from timed rows: one without any is damage."""
+    recommendation = doc.get("recommendation") if isinstance(doc.get("recommendation"), dict) else {}
+    workloads = recommendation.get("workloads") if isinstance(recommendation.get("workloads"), dict) else {}
+    advised = [d["best"] for d in (recommendation.get("overall"), *workloads.values())
+               if isinstance(d, dict) and d.get("best")]
+    if advised and not any(isinstance(row, dict) and row.get("status") == R.STATUS_OK for row in doc["rows"]):
+        best = advised[0] if isinstance(advised[0], dict) else {}
+        raise UserInputError(f"{path}: the recommendation names {best.get('backend')} --block-size {best.get('block_size')} "
+                             "but no row was timed: the tune result looks damaged (hand-edited, or from another tool?)")
 
 
 def _tune_from_rows(path: Path, text: str) -> TuneData:
     read = list(R.rows_from_lines(text.splitlines()))
     check_rows(read, str(path))
+    _finite_only(path, read, "the results file")
     rows = list(R.latest_by_key(read).values())
     if not rows:
         raise UserInputError(f"{path} has no readable result rows: {WHAT_TO_PASS}")
