@@ -62,7 +62,11 @@ def test_every_release_profile_answers_for_its_own_minor_release():
             assert (choice.profile.name, choice.note) == (name, None)
 
 
-@pytest.mark.parametrize("version", ["0.35.0", "0.34.2", "1.0.0", "0.40rc1"])
+_NEWEST_MAJOR, _NEWEST_MINOR, _ = rules.resolved_data(rules.release_profiles()[-1])["vllm_release"]
+
+
+@pytest.mark.parametrize("version", [f"{_NEWEST_MAJOR}.{_NEWEST_MINOR + 1}.0", f"{_NEWEST_MAJOR}.{_NEWEST_MINOR + 1}.2",
+                                     f"{_NEWEST_MAJOR + 1}.0.0", f"{_NEWEST_MAJOR}.{_NEWEST_MINOR + 7}rc1"])
 def test_a_newer_unknown_release_keeps_the_newest_profile_with_a_note(version):
     newest = rules.release_profiles()[-1]
     choice = profile_for_version(version)
@@ -96,8 +100,30 @@ def test_profile_names_still_work():
 def test_default_without_vllm_is_the_newest_profile(monkeypatch):
     monkeypatch.setattr(rules, "installed_vllm_version", lambda: None)
     choice = select_profile(None)
-    assert choice.profile.name == "vllm_0_33" and choice.source == "newest"
+    assert choice.profile.name == rules.release_profiles()[-1] and choice.source == "newest"
     assert "no vLLM installed" in choice.reason
+
+
+def test_head_names_the_newest_release_in_the_versions_folder():
+    # computed, not written into one release's data: adding a release moves it
+    newest = rules.release_profiles()[-1]
+    assert choose_profile("head").profile.name == newest
+    assert select_profile("head").source == "--vllm-version"
+    assert not any("head" in rules.resolved_data(name).get("answers_for", []) for name in rules.available_profiles())
+
+
+@pytest.mark.parametrize("name", rules.release_profiles())
+def test_with_a_release_installed_explain_answers_for_it_by_default(tmp_path, monkeypatch, name):
+    # the header of the release's wheel METADATA, as pip leaves it in site-packages
+    major, minor, patch = rules.resolved_data(name)["vllm_release"]
+    version = f"{major}.{minor}.{patch}"
+    dist_info = tmp_path / f"vllm-{version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.4\nName: vllm\nVersion: {version}\n\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result, doc = run_json("--head-size", "128", "--gpu", "H100")
+    assert result.exit_code == 0, result.output
+    assert doc["profile"] == name and f"vLLM {version} is installed here" in doc["profile_reason"]
 
 
 def test_default_follows_the_installed_version(monkeypatch):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from attnsel.attention.versions import get_profile, release_profiles
 from attnsel.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -31,15 +32,20 @@ def error_line(result) -> str:
 
 
 # --- 2. explain prints flags only where they change what vLLM would do ---------------------------
+# explain answers for the newest release here (no vLLM installed): the block size vLLM takes by
+# itself is that release's default (16 up to 0.33, 64 from 0.34: config/cache.py DEFAULT_BLOCK_SIZE)
+DEFAULT_BLOCK = str(get_profile(release_profiles()[-1]).params["default_block_size"])
+OTHER_BLOCK = "64" if DEFAULT_BLOCK == "16" else "16"
 FLAGS = [  # (explain arguments after --gpu H100, the flags line)
     ((), "vLLM flags: none needed"),
     (("--attention-backend", "FLASH_ATTN"), "vLLM flags: none needed"),
-    (("--attention-backend", "flash_attn", "--block-size", "16"), "vLLM flags: none needed"),
-    (("--block-size", "16"), "vLLM flags: none needed"),
+    (("--attention-backend", "flash_attn", "--block-size", DEFAULT_BLOCK), "vLLM flags: none needed"),
+    (("--block-size", DEFAULT_BLOCK), "vLLM flags: none needed"),
     (("--attention-backend", "FLASHINFER"), "vLLM flags: --attention-backend FLASHINFER"),
-    (("--block-size", "64"), "vLLM flags: --block-size 64"),
+    (("--block-size", OTHER_BLOCK), f"vLLM flags: --block-size {OTHER_BLOCK}"),
     (("--attention-backend", "FLASH_ATTN", "--block-size", "32"), "vLLM flags: --block-size 32"),
-    (("--attention-backend", "TRITON_ATTN", "--block-size", "64"), "vLLM flags: --attention-backend TRITON_ATTN --block-size 64"),
+    (("--attention-backend", "TRITON_ATTN", "--block-size", OTHER_BLOCK),
+     f"vLLM flags: --attention-backend TRITON_ATTN --block-size {OTHER_BLOCK}"),
     (("--model", "qwen3-8b"), "vLLM flags: none needed"),
     (("--model", "nemotron-h-8b", "--block-size", "64"), "vLLM flags: none needed"),  # vLLM sizes a hybrid's block
     (("--model", "deepseek-v3"), "vLLM flags: none needed"),

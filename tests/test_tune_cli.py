@@ -8,11 +8,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from attnsel.attention.versions import get_profile, release_profiles
 from attnsel.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
 SHAPE = ["--head-size", "128", "--num-heads", "32", "--num-kv-heads", "8", "--dtype", "bf16"]
+
+
+# tune answers for the newest release here (no vLLM installed): vLLM's own block size is its default
+# (16 up to 0.33, 64 from 0.34: config/cache.py DEFAULT_BLOCK_SIZE)
+DEFAULT_BLOCK = get_profile(release_profiles()[-1]).params["default_block_size"]
 
 
 def invoke(args, env=None):
@@ -40,7 +46,7 @@ def test_dry_run_text_shows_skip_reasons():
     result = invoke(["--head-size", "72", "--num-heads", "16", "--capability", "9.0", "--dry-run", "--quick"])
     assert result.exit_code == 0, result.output
     assert "head_size not supported" in result.stdout  # FlashInfer: 64/128/256 only (docs/vllm-rules.md §3a)
-    assert "vLLM's default here: FLASH_ATTN with block size 16" in result.stdout
+    assert f"vLLM's default here: FLASH_ATTN with block size {DEFAULT_BLOCK}" in result.stdout
 
 
 @pytest.mark.parametrize("head_size, heads", [(128, (32, 8)), (256, (16, 8)), (96, (32, 32)), (72, (32, 8))])
@@ -88,15 +94,16 @@ def test_full_sweep_with_fake_kernels_recommends_and_keeps_every_row(tmp_path, m
     for k, v in _sweep_env(tmp_path, scenario).items():
         monkeypatch.setenv(k, v)  # the worker processes inherit these
     out = tmp_path / "tune"
-    result = invoke([*SHAPE, "--quick", "--workload", "decode", "--block-sizes", "16,32", "--output", str(out), "--json"])
+    result = invoke([*SHAPE, "--quick", "--workload", "decode", "--block-sizes", f"{DEFAULT_BLOCK},32", "--output", str(out),
+                     "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "attnsel-tune/1"
     assert len(doc["rows"]) == 4 * 2 * 3  # backends x block sizes x quick decode shapes
     rec = doc["recommendation"]
     decode = rec["workloads"]["decode"]
-    assert (decode["best"]["backend"], decode["best"]["block_size"]) == ("FLASHINFER", 16)
-    assert decode["flags"] == "--attention-backend FLASHINFER --block-size 16"
+    assert (decode["best"]["backend"], decode["best"]["block_size"]) == ("FLASHINFER", DEFAULT_BLOCK)
+    assert decode["flags"] == f"--attention-backend FLASHINFER --block-size {DEFAULT_BLOCK}"
     assert decode["above_noise"] and decode["margin_pct"] == pytest.approx(50.0, abs=1)
     assert [(d["backend"], d["block_size"]) for d in rec["disqualified"]] == [("FLASHINFER", 32)]
     # % of peak uses the NVML peak of the scenario (4.81 TB/s)
@@ -116,11 +123,11 @@ def test_text_output_names_the_flags_and_an_existing_results_folder_needs_resume
     for k, v in _sweep_env(tmp_path, {"FLASH_ATTN": {"*": "ok:0.2"}, "FLASHINFER": {"*": "ok:0.4"}}).items():
         monkeypatch.setenv(k, v)
     out = tmp_path / "tune"
-    args = [*SHAPE, "--quick", "--workload", "decode", "--backends", "FLASH_ATTN,FLASHINFER", "--block-sizes", "16",
-            "--output", str(out)]
+    args = [*SHAPE, "--quick", "--workload", "decode", "--backends", "FLASH_ATTN,FLASHINFER", "--block-sizes",
+            str(DEFAULT_BLOCK), "--output", str(out)]
     result = invoke(args)
     assert result.exit_code == 0, result.output
-    assert "vLLM's default (FLASH_ATTN with --block-size 16) is the fastest measured" in result.stdout
+    assert f"vLLM's default (FLASH_ATTN with --block-size {DEFAULT_BLOCK}) is the fastest measured" in result.stdout
     again = invoke(args)
     assert again.exit_code == 2 and "--resume" in again.output
     resumed = invoke([*args, "--resume"])

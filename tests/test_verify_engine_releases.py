@@ -1,19 +1,21 @@
 """What `attnsel verify`'s engine worker gives vLLM and reads back, per release: the records
 bench/tools/engine_cpu_check.py made from each release's wheel (tests/fixtures/verify_engine/vllm_0_X.json;
-0.26-0.33 from the installed release on a stand-in H100, 0.24 from its source), replayed
+0.26 on from the installed release on a stand-in H100, 0.24 from its source), replayed
 against today's code and release data. A change to the engine arguments, the facts read back, a
 log pattern or a release's `engine` data fails here until the check is run again for it."""
 
 import pytest
 
-from attnsel.attention.versions import select_profile
+from attnsel.attention.versions import release_profiles, resolved_data, select_profile
 from attnsel.bench.tools import engine_cpu_check as CHECK
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
 from attnsel.bench.verify import inspection as RB
 from recordings import recorded
 
-RELEASES = ("0_24", "0_26", "0_27", "0_28", "0_29", "0_30", "0_31", "0_32", "0_33")
+# every release in attention/versions from 0.26 (checked installed in its layer), and 0.24 (from its source)
+RELEASES = ("0_24", *(name.removeprefix("vllm_") for name in release_profiles()
+                      if tuple(resolved_data(name)["vllm_release"]) >= (0, 26, 0)))
 INSTALLED = RELEASES[1:]  # 0.24: no release layer here, its source only
 RECORDS = {r: recorded("verify_engine", f"vllm_{r}.json") for r in RELEASES}
 

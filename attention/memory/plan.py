@@ -319,8 +319,8 @@ def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes
         # vLLM dies in torch's allocator (CUDA out of memory, naming one tensor): no text of its own to quote
         return replace(plan, verdict=WEIGHTS, kv_cache_gib=0.0)
     if available <= 0:
-        return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"], kv_cache_gib=0.0,
-                       vllm_source=_raised_in(rules))
+        return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"].format(hint=_hint(rules)),
+                       kv_cache_gib=0.0, vllm_source=_raised_in(rules))
     needed = cache.needed_bytes(plan.max_model_len)
     if needed <= available:
         return plan
@@ -328,9 +328,15 @@ def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes
     estimated_msg = rules["estimated_msg"].format(estimated=estimated) if estimated > 0 else ""
     text = rules["max_model_len_error"].format(
         max_model_len=plan.max_model_len, needed_gib=format_gib(needed), available_gib=format_gib(available),
-        estimated_msg=estimated_msg)
+        estimated_msg=estimated_msg, hint=_hint(rules))
     return replace(plan, verdict=MAX_MODEL_LEN, vllm_message=text, estimated_max_model_len=estimated,
                    vllm_source=_raised_in(rules))
+
+
+def _hint(rules: Mapping) -> str:
+    """The advice a refusal ends with from 0.34.0 (`{hint}`): the last of the release's texts, the one for
+    a cache sized by profiling, which this plan models (kv_cache_planning.py:64 @ 0.34.0)."""
+    return (rules.get("kv_cache_hints") or {}).get("returns", [""])[-1]
 
 
 def _raised_in(rules: Mapping) -> Optional[str]:

@@ -67,7 +67,7 @@ class SelectorInputs:
             "use_sparse": str(self.use_sparse),
             "use_mm_prefix": str(self.use_mm_prefix),
             "use_per_head_quant_scales": str(self.use_per_head_quant_scales),
-            "attn_type": attn_type_str(self.attn_type),
+            "attn_type": attn_type_str(self.attn_type, profile.params.get("attn_type_str_enum", False)),
         }
         for name in OPTIONAL_SELECTOR_FIELDS:
             values[name] = str(getattr(self, name))

@@ -155,6 +155,8 @@ def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
     return kv_cache_dtype is not None and kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES
 
 
-def attn_type_str(attn_type: str) -> str:
-    """How vLLM's f-strings print an `AttentionType` member under Python 3.11+ (docs/vllm-rules.md §2)."""
-    return f"AttentionType.{attn_type.upper()}"
+def attn_type_str(attn_type: str, str_enum: bool = False) -> str:
+    """How vLLM's f-strings print an `AttentionType` member under Python 3.11+ (docs/vllm-rules.md §2):
+    `AttentionType.DECODER` while it is a `(str, Enum)`, the value `decoder` once it is a `StrEnum`
+    (vllm/v1/attention/backend.py:34 @ 0.34.0; the version's `params.attn_type_str_enum`)."""
+    return attn_type if str_enum else f"AttentionType.{attn_type.upper()}"

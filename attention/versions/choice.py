@@ -120,12 +120,22 @@ def profile_for_version(version: str) -> ProfileChoice:
     return ProfileChoice(load_profile(chosen), version, note)
 
 
+# aliases no data file holds: computed from the versions folder
+NEWEST_ALIAS = "head"  # the newest release in this folder
+
+
+def aliases(name: str) -> list[str]:
+    """What a profile answers for: its data's `answers_for`, plus `head` for the newest release."""
+    listed = list(resolved_data(name).get("answers_for", []))
+    return listed + [NEWEST_ALIAS] if name == release_profiles()[-1] else listed
+
+
 def profile_name_for(name_or_alias: str) -> Optional[str]:
-    """The profile a name or one of its aliases (`answers_for`) names exactly; None if none does."""
+    """The profile a name or one of its aliases names exactly; None if none does."""
     wanted = str(name_or_alias).strip().lower()
     for name in available_profiles():
-        aliases = [a.lower() for a in resolved_data(name).get("answers_for", [])]
-        if wanted == name or wanted in aliases or wanted.removeprefix("v") in aliases:
+        known = [a.lower() for a in aliases(name)]
+        if wanted == name or wanted in known or wanted.removeprefix("v") in known:
             return name
     return None
 
@@ -144,7 +154,7 @@ def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
         return ProfileChoice(load_profile(named), name_or_version, source="--vllm-version")
     if not is_version_text(wanted):
         known = "; ".join(
-            f"{n} ({', '.join(resolved_data(n).get('answers_for', []))})" for n in available_profiles()
+            f"{n} ({', '.join(aliases(n))})" for n in available_profiles()
         )
         if parse_vllm_version(wanted) is not None:  # a version's prefix with something else after it
             raise UserInputError(f"--vllm-version {shown_path(name_or_version)} is not a vLLM version (X.Y or X.Y.Z, "

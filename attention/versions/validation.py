@@ -67,7 +67,8 @@ class ConfigurationChecks:
         if not self.capability_ok(spec, ctx.capability):
             reasons.append("compute capability not supported")
         if not self.supports_attn_type(spec, inputs.attn_type):
-            reasons.append(f"attention type {attn_type_str(inputs.attn_type)} not supported")
+            shown = attn_type_str(inputs.attn_type, self.params.get("attn_type_str_enum", False))
+            reasons.append(f"attention type {shown} not supported")
         reasons.extend(self._new_input_reasons(spec, inputs, ctx))
         combination = code.combination_reason(spec, inputs, ctx)
         if combination is not None:

@@ -254,7 +254,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         if quantized and not self.flash_attn_supports_kv_cache_dtype(
             ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
         ):
-            return self.FA_FP8_KV_REASON
+            return self.profile.params.get("flash_attn_fp8_kv_reason", self.FA_FP8_KV_REASON)
         if inputs.use_mm_prefix and self.fa_version(ctx, inputs, **version_args).version != 4:
             return (
                 "mm_prefix (PrefixLM bidirectional attention) requires "

@@ -99,6 +99,32 @@ def _one_stream_index_groups() -> None:
     index_group.current_stream = lambda: _OneStream()
     index_group._create_side_stream = lambda device: _OneStream()
     index_group._create_event = lambda: _OneStream()
+    # 0.34 makes them with torch.Stream / torch.Event / torch.accelerator.current_stream() in place
+    # (index_group.py:135,188,208,387 @ 0.34.0): the module sees a torch whose streams are the no-ops
+    index_group.torch = _TorchWithOneStream(index_group.torch)
+
+
+class _TorchWithOneStream:
+    """torch for one module: Stream, Event and accelerator.current_stream are `_OneStream`s, the rest torch's."""
+
+    def __init__(self, torch: Any):
+        self._torch = getattr(torch, "_torch", torch)
+        self.accelerator = _AcceleratorWithOneStream(self._torch.accelerator)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("Stream", "Event"):
+            return lambda *args, **kwargs: _OneStream()
+        return getattr(self._torch, name)
+
+
+class _AcceleratorWithOneStream:
+    def __init__(self, accelerator: Any):
+        self._accelerator = accelerator
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "current_stream":
+            return lambda *args, **kwargs: _OneStream()
+        return getattr(self._accelerator, name)
 
 
 def patch_flashmla_sparse(calls: list[dict]) -> None:

@@ -195,6 +195,9 @@ def _vllm(runtime: Any, inputs: Any, ctx: Any, expl: Any, config: dict, flags: d
         cache.mamba_page_size_padded, cache.use_replayssm, cache.prefix_match_unit = None, False, None
         cache.calculate_kv_scales = False  # 0.19 HybridAttentionMambaModelConfig turns it off for hybrids
         vllm_config.num_speculative_tokens, vllm_config.speculative_config = 0, None
+        # 0.34 VllmConfig property (config/vllm.py:580 @ 0.34.0): --use-replayssm with the FlashInfer Mamba
+        # backend; mamba_state_alignment (mamba_utils.py:31) reads it for the state page
+        vllm_config.use_flashinfer_replayssm = False
         vllm_config.additional_config = {}
         vllm_config.scheduler_config.enable_chunked_prefill = True
         vllm_config.parallel_config.tensor_parallel_size = ctx.hybrid.tensor_parallel_size

@@ -10,7 +10,12 @@ local site-packages given with --site-packages):
   as the templates the data holds ({max_model_len}, {needed_gib}, {available_gib}, {estimated_msg},
   {estimated});
 - how estimate_max_model_len searches (the binary search's first line);
-- CacheConfig.gpu_memory_utilization's default (config/cache.py);
+- CacheConfig.gpu_memory_utilization's default (config/cache.py); from 0.34.0 the field defaults to None
+  and `resolved_gpu_memory_utilization` settles it: DEFAULT_GPU_MEMORY_UTILIZATION (0.92) with the
+  cache sized by profiling, `gpu_memory_utilization_extensible` (1.0) with the extensible KV cache;
+- the advice both errors end with from 0.34.0 (`{hint}`: kv_cache_planning.py
+  _more_kv_cache_memory_hint), as `kv_cache_hints`: its returned texts in source order (extensible
+  cache below 1.0, extensible cache at 1.0, sized by profiling) and the words it fills in;
 - the scheduler defaults per usage context and GPU tier (engine/arg_utils.py get_batch_defaults);
 - whether the CUDA-graph memory estimate is taken off the KV cache by default
   (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; absent before 0.18).
@@ -36,7 +41,7 @@ SOURCES = ("vllm/config/cache.py", "vllm/engine/arg_utils.py", "vllm/envs.py", *
 # vLLM's expressions in the error f-strings -> the data's template fields
 FIELDS = {"max_model_len": "max_model_len", "format_gib(needed_memory)": "needed_gib",
           "format_gib(available_memory)": "available_gib", "estimated_msg": "estimated_msg",
-          "estimated_max_len": "estimated"}
+          "estimated_max_len": "estimated", "hint": "hint"}
 TIER_NAMES = {160: "huge", 70: "large"}  # the data's names for get_batch_defaults' memory bounds (GiB)
 CONTEXTS = {"LLM_CLASS": "llm", "OPENAI_API_SERVER": "serve"}
 # tier conditions on the device other than its name, as the device-name substring the data excludes:
@@ -69,8 +74,9 @@ def _function(tree: ast.AST, name: str) -> Optional[ast.FunctionDef]:
     return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
-def _template(node: ast.expr) -> str:
-    """A string expression as the data's str.format template."""
+def _template(node: ast.expr, fields: Optional[dict[str, str]] = None) -> str:
+    """A string expression as the data's str.format template (`fields`: vLLM's expressions -> the names)."""
+    fields = FIELDS if fields is None else fields
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value.replace("{", "{{").replace("}", "}}")
     if isinstance(node, ast.JoinedStr):
@@ -78,11 +84,11 @@ def _template(node: ast.expr) -> str:
         for value in node.values:
             if isinstance(value, ast.FormattedValue):
                 expr = ast.unparse(value.value)
-                if expr not in FIELDS:
+                if expr not in fields:
                     raise ValueError(f"unknown field {expr!r} in vLLM's message: add it to FIELDS")
-                parts.append("{" + FIELDS[expr] + "}")
+                parts.append("{" + fields[expr] + "}")
             else:
-                parts.append(_template(value))
+                parts.append(_template(value, fields))
         return "".join(parts)
     raise ValueError(f"not a string: {ast.unparse(node)}")
 
@@ -101,10 +107,31 @@ def error_facts(sources: dict[str, str]) -> dict[str, Any]:
         search = _function(tree, "estimate_max_model_len")
         bounds = next((ast.unparse(n) for n in ast.walk(search) if isinstance(n, ast.Assign)
                        and ast.unparse(n.targets[0]) == "(left, right)"), None) if search else None
-        return {"error_module": module, "no_cache_memory": _template(raised[0]),
-                "max_model_len_error": _template(raised[1]), "estimated_msg": _template(estimated),
-                "estimate_search": bounds}
+        facts = {"error_module": module, "no_cache_memory": _template(raised[0]),
+                 "max_model_len_error": _template(raised[1]), "estimated_msg": _template(estimated),
+                 "estimate_search": bounds}
+        hints = hint_facts(tree)
+        if hints:
+            facts["kv_cache_hints"] = hints
+        return facts
     return {"error_module": None}
+
+
+def hint_facts(tree: ast.AST) -> Optional[dict[str, Any]]:
+    """kv_cache_planning.py `_more_kv_cache_memory_hint` (0.34.0 on): the texts it returns, in source
+    order, and the texts it assigns to the names they fill in ({used_by}, {graphs_hint})."""
+    function = _function(tree, "_more_kv_cache_memory_hint")
+    if function is None:
+        return None
+    words: dict[str, list[str]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.Constant, ast.JoinedStr)) and node.targets[0].id != "utilization":
+            words.setdefault(node.targets[0].id, []).append(_template(node.value, {}))
+    fields = {name: name for name in (*words, "utilization")}
+    returns = sorted((n.lineno, _template(n.value, fields)) for n in ast.walk(function)
+                     if isinstance(n, ast.Return) and n.value is not None)
+    return {"returns": [text for _line, text in returns], "words": words}
 
 
 def _is_empty(node: ast.expr) -> bool:
@@ -112,13 +139,37 @@ def _is_empty(node: ast.expr) -> bool:
 
 
 def utilization_default(source: str) -> Optional[float]:
-    """CacheConfig.gpu_memory_utilization's default: `= Field(default=X, ...)` or `= X`."""
-    for node in ast.walk(ast.parse(source)):
+    """CacheConfig.gpu_memory_utilization's default: `= Field(default=X, ...)` or `= X`; where that is
+    None (0.34.0 on), DEFAULT_GPU_MEMORY_UTILIZATION, the default with the cache sized by profiling."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "gpu_memory_utilization" and node.value:
             value = node.value
             if isinstance(value, ast.Call):
                 value = next(k.value for k in value.keywords if k.arg == "default")
-            return float(ast.literal_eval(value))
+            default = ast.literal_eval(value)
+            return float(default) if default is not None else _class_constant(tree, "DEFAULT_GPU_MEMORY_UTILIZATION")
+    return None
+
+
+def extensible_utilization_default(source: str) -> Optional[float]:
+    """CacheConfig.resolved_gpu_memory_utilization (0.34.0 on): the constant it answers with the extensible
+    KV cache on and no --gpu-memory-utilization; None where the release has no such property."""
+    function = _function(ast.parse(source), "resolved_gpu_memory_utilization")
+    if function is None:
+        return None
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and "enable_extensible_kv_cache" in ast.unparse(node.test):
+            constant = next((n.value for n in node.body if isinstance(n, ast.Return)
+                             and isinstance(n.value, ast.Constant)), None)
+            return float(constant.value) if constant is not None else None
+    return None
+
+
+def _class_constant(tree: ast.AST, name: str) -> Optional[float]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == name and node.value is not None:
+            return float(ast.literal_eval(node.value))
     return None
 
 
@@ -190,6 +241,9 @@ def cudagraph_estimate_default(source: str) -> Optional[bool]:
 def memory_facts(sources: dict[str, str]) -> dict[str, Any]:
     facts = error_facts(sources)
     facts["gpu_memory_utilization"] = utilization_default(sources.get("vllm/config/cache.py", ""))
+    extensible = extensible_utilization_default(sources.get("vllm/config/cache.py", ""))
+    if extensible is not None:
+        facts["gpu_memory_utilization_extensible"] = extensible
     facts.update(scheduler_facts(sources.get("vllm/engine/arg_utils.py", "")))
     facts["cudagraph_estimate_applied"] = cudagraph_estimate_default(sources.get("vllm/envs.py", ""))
     return facts
@@ -201,7 +255,8 @@ def differences(facts: dict[str, Any], rules: Optional[dict]) -> list[str]:
         return ["the profile has no `memory` section"]
     found = [f"{key}: data {rules.get(key)!r}, wheel {facts[key]!r}" for key in (
         "error_module", "no_cache_memory", "max_model_len_error", "estimated_msg", "gpu_memory_utilization",
-        "gpu_tiers", "tier_excludes", "scheduler_defaults") if key in facts and rules.get(key) != _data_form(key, facts[key])]
+        "gpu_memory_utilization_extensible", "kv_cache_hints", "gpu_tiers", "tier_excludes", "scheduler_defaults")
+        if key in facts and rules.get(key) != _data_form(key, facts[key])]
     graphs_off = list(rules.get("cudagraph_gib", [0, 0])) == [0, 0]
     if facts.get("cudagraph_estimate_applied") is not None and graphs_off == bool(facts["cudagraph_estimate_applied"]):
         found.append(f"cudagraph_gib: data {rules.get('cudagraph_gib')}, wheel applies the estimate by default: "

@@ -3,6 +3,8 @@ release (the release's vLLM plus what its requirements need that the base lacks)
 
     python -m attnsel.bench.tools.release_env pins 0.28.0                  # torch / flashinfer / transformers pins
     python -m attnsel.bench.tools.release_env build 0.28.0 --base /work/venvs/vllm024
+    python -m attnsel.bench.tools.release_env build 0.34.0 --base /work/venvs/torch214 \
+        --override flashinfer-python==0.7.4                                 # a pin PyPI cannot satisfy
     python -m attnsel.bench.tools.release_env run 0.28.0 -- -m attnsel.bench.tools.parity_live --cases 50000
     python -m attnsel.bench.tools.release_env remove 0.28.0
 
@@ -14,6 +16,14 @@ differently (pip leaves the base's own copies alone: "outside environment"), and
 site-packages comes first on sys.path. Installs use PyPI only (`PIP_FIND_LINKS` empty: a local
 `+cpu` torch wheel there would break vLLM's extensions, docs/vllm-rules.md §10) and no pip cache.
 `pins` reads the release wheel's Requires-Dist without downloading it (HTTP range reads).
+
+`--override NAME<spec>` (repeatable) replaces the release's own requirement on NAME, for a pin that
+PyPI cannot satisfy (vLLM 0.34.0 pins flashinfer-python==0.7.3, which was never uploaded; 0.7.4 was).
+pip has no override mechanism (a constraint cannot loosen an `==` pin: the resolver reports a
+conflict), so then vLLM is installed with `--no-deps` and its Requires-Dist, read from the installed
+METADATA, with extras-only lines dropped and each overridden name's line replaced, in one further
+pip call (`pip check` in the layer names the overridden pin afterwards, as expected).
+`--wheel FILE` installs a vLLM wheel already on disk instead of downloading it.
 
 `run` starts the layer's Python with this checkout importable as `attnsel` and the rest of the
 command line. `remove` deletes the layer (the base is never written to).
@@ -90,6 +100,45 @@ def requires(metadata: str) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
 
 
+def _name(requirement: str) -> str:
+    """The normalized project name of a requirement line (PEP 503: case, '-', '_' and '.' alike)."""
+    head = requirement.split(";", 1)[0].strip()
+    for stop in "[<>=!~ (":
+        head = head.split(stop, 1)[0]
+    return head.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """{normalized name: requirement} from `--override` values; a value without a version spec is refused."""
+    parsed = {}
+    for value in overrides:
+        name = _name(value)
+        if not name or value.strip() == name or not any(op in value for op in "<>=!~"):
+            raise SystemExit(f"--override {value!r}: expected NAME followed by a version spec, e.g. flashinfer-python==0.7.4")
+        parsed[name] = value.strip()
+    return parsed
+
+
+def overridden_requires(metadata: str, overrides: dict[str, str]) -> list[str]:
+    """The wheel's install requirements (extras-only lines dropped) with each overridden name's lines
+    replaced by its override; an override naming no requirement of the wheel is refused."""
+    kept, used = [], set()
+    for line in requires(metadata):
+        if "extra" in line.partition(";")[2]:
+            continue
+        name = _name(line)
+        if name in overrides:
+            if name not in used:
+                kept.append(overrides[name])
+            used.add(name)
+        else:
+            kept.append(line)
+    unknown = sorted(set(overrides) - used)
+    if unknown:
+        raise SystemExit(f"--override: the wheel does not require {', '.join(unknown)}")
+    return kept
+
+
 def layer_dir(version: str) -> Path:
     return ROOT / "layers" / version
 
@@ -102,8 +151,10 @@ def _pip_env() -> dict:
     return {**os.environ, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONFIG_FILE": os.devnull}
 
 
-def build(version: str, base: Path) -> Path:
-    """A layer virtualenv over `base` with vllm==version installed (what the base lacks only)."""
+def build(version: str, base: Path, overrides: Optional[dict[str, str]] = None,
+          wheel: Optional[Path] = None) -> Path:
+    """A layer virtualenv over `base` with vllm==version installed (what the base lacks only), its
+    requirements on the names in `overrides` replaced by those requirements."""
     layer = layer_dir(version)
     base_python = base / "bin" / "python"
     interpreter = subprocess.run([str(base_python), "-c", "import sys; print(sys._base_executable)"],
@@ -112,9 +163,16 @@ def build(version: str, base: Path) -> Path:
         subprocess.run([interpreter, "-m", "venv", str(layer)], check=True)
     pth = _site_packages(layer) / "_attnsel_base.pth"
     pth.write_text(f"import site; site.addsitedir({str(_site_packages(base))!r})\n", encoding="utf-8")
-    command = [str(layer / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir", "--only-binary",
-               ":all:", "--index-url", f"{SIMPLE}/", f"vllm=={version}"]
-    subprocess.run(command, env=_pip_env(), check=True)
+    pip = [str(layer / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir", "--only-binary",
+           ":all:", "--index-url", f"{SIMPLE}/"]
+    target = str(wheel) if wheel else f"vllm=={version}"
+    if not overrides:
+        subprocess.run([*pip, target], env=_pip_env(), check=True)
+    else:
+        subprocess.run([*pip, "--no-deps", target], env=_pip_env(), check=True)
+        dist_info = next(_site_packages(layer).glob(f"vllm-{version}*.dist-info"))
+        metadata = (dist_info / "METADATA").read_text(encoding="utf-8")
+        subprocess.run([*pip, *overridden_requires(metadata, overrides)], env=_pip_env(), check=True)
     (layer / "ATTNSEL_BASE").write_text(str(base), encoding="utf-8")
     return layer
 
@@ -141,6 +199,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     make = sub.add_parser("build")
     make.add_argument("version")
     make.add_argument("--base", type=Path, required=True, help="a virtualenv to layer over (read only)")
+    make.add_argument("--override", action="append", default=[], metavar="NAME==VERSION",
+                      help="replace the release's requirement on NAME (repeatable), e.g. flashinfer-python==0.7.4")
+    make.add_argument("--wheel", type=Path, help="a vLLM wheel on disk to install instead of downloading it")
     go = sub.add_parser("run")
     go.add_argument("version")
     go.add_argument("command", nargs=argparse.REMAINDER)
@@ -154,7 +215,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("\n".join(r for r in requires(metadata) if r.startswith(wanted)))
         return 0
     if ns.action == "build":
-        print(build(ns.version, ns.base))
+        print(build(ns.version, ns.base, parse_overrides(ns.override), ns.wheel))
         return 0
     if ns.action == "run":
         command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command

@@ -126,6 +126,9 @@ def stand_in_gpu(capability: tuple[int, int] = H100[0], name: str = H100[1]) -> 
     runtime.platform_cls.target = runtime.capability(capability)
     runtime.platform_cls.target_name = name
     torch.ops.__dict__["_C"] = _FakeOpNamespace()
+    # 0.34's FlashMLASparseImpl.__init__ asks the current device's SM count
+    # (v1/attention/backends/mla/flashmla_sparse.py:770 @ 0.34.0): the stand-in GPU is device 0
+    torch.accelerator.current_device_index = lambda: 0
     import importlib
 
     # pinned host buffers need a driver: FlashInfer's builder and (0.31+) CpuGpuBuffer.copy_to_gpu

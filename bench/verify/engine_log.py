@@ -91,8 +91,10 @@ PATTERNS: tuple[LogPattern, ...] = (
     _p("cudagraph_mode_set", r"setting cudagraph_mode=(\w+)", lambda m: m.group(1),
        "config/compilation.py", "; setting cudagraph_mode=PIECEWISE",
        "FLASHMLA backend does not support full cudagraphs; setting cudagraph_mode=PIECEWISE"),
-    # v1/worker/gpu_model_runner.py:6718 (tqdm description of each capture pass)
-    _p("cudagraph_captures", r"Capturing CUDA graphs \(([\w -]+), (\w+)\)", lambda m: f"{m.group(1)}: {m.group(2)}",
+    # v1/worker/gpu_model_runner.py:6718 (tqdm description of each capture pass); the model runner that
+    # replaced it names the mode only (v1/worker/gpu/cudagraph_utils.py:496 @ 0.34.0: "(FULL)")
+    _p("cudagraph_captures", r"Capturing CUDA graphs \((?:([\w -]+), )?(\w+)\)",
+       lambda m: f"{m.group(1)}: {m.group(2)}" if m.group(1) else m.group(2),
        "v1/worker/gpu_model_runner.py", "Capturing CUDA graphs ({}, {})",
        "Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67 [00:03<00:00]"),
     # v1/worker/gpu_model_runner.py:6657
