@@ -67,6 +67,9 @@ class SelectionRequest:
     # --mamba-ssm-cache-dtype / --mamba-cache-dtype (vLLM `MambaDType`); None: "auto"
     mamba_ssm_cache_dtype: Optional[str] = None
     mamba_cache_dtype: Optional[str] = None
+    # the attention layers' q_scale is calibrated (not 1.0): True/False as stated; None: from the model's
+    # config (attention/explain/faults.py q_scale_of). Not a selector input: known faults read it.
+    calibrated_q_scale: Optional[bool] = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's

@@ -41,6 +41,10 @@ STEP_NAMES = ("env", "derive", "parity", "cudagraph", "hybrid", "memory", "adapt
 TOOLS = "attnsel.bench.tools"
 
 
+class KitError(Exception):
+    """Bad input found after parsing (exit 2, one line)."""
+
+
 @dataclass(frozen=True)
 class KitRequest:
     """What the kit is asked for (the command line, parsed)."""
@@ -94,13 +98,6 @@ class StepResult:
         return self.exit == 0
 
 
-def check_version(version: str) -> str:
-    """X.Y.Z, or a one-line error (exit 2)."""
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
-        raise SystemExit(f"error: the release must be X.Y.Z (e.g. 0.34.0), got {version!r}")
-    return version
-
-
 def previous_profile(version: str) -> str:
     """The newest release in attention/versions older than `version` (its data is the patch's base)."""
     from attnsel.attention.versions import get_profile, parse_vllm_version, release_profiles
@@ -109,7 +106,7 @@ def previous_profile(version: str) -> str:
     older = [(tuple(get_profile(n).data["vllm_release"][:2]), n) for n in release_profiles()]
     older = [(release, name) for release, name in older if release < wanted]
     if not older:
-        raise SystemExit(f"error: attention/versions has no release older than {version}")
+        raise KitError(f"attention/versions has no release older than {version}")
     return max(older)[1]
 
 
@@ -230,7 +227,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> KitRequest:
     parser.add_argument("--skip", action="append", default=[], choices=STEP_NAMES, help="leave a step out")
     parser.add_argument("--step-timeout", type=float, default=None, help="seconds one step may take")
     ns = parser.parse_args(argv)
-    version = check_version(ns.version)
+    if not re.fullmatch(r"\d+\.\d+\.\d+", ns.version):
+        parser.error(f"the release must be X.Y.Z (e.g. 0.34.0), got {ns.version!r}")
     if not ns.reuse and "env" not in ns.skip and ns.base_env is None:
         parser.error("--base-env DIR is needed to build the environment (or --reuse an existing one)")
     for pin in ns.override:
@@ -238,14 +236,18 @@ def parse_args(argv: Optional[Sequence[str]]) -> KitRequest:
             parser.error(f"--override takes PKG==VER, got {pin!r}")
     if ns.cases < 1:
         parser.error("--cases must be at least 1")
-    return KitRequest(version=version, out=ns.out or Path(f"release-kit-{version}"), base_env=ns.base_env,
+    return KitRequest(version=ns.version, out=ns.out or Path(f"release-kit-{ns.version}"), base_env=ns.base_env,
                       cases=ns.cases, seed=ns.seed, overrides=tuple(ns.override), reuse=ns.reuse,
                       skip=tuple(ns.skip), step_timeout_s=ns.step_timeout)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     req = parse_args(argv)
-    summary = run_kit(req)
+    try:
+        summary = run_kit(req)
+    except KitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"report": str(req.out / "report.md"), "steps": {s["name"]: s["exit"] for s in summary["steps"]}}))
     return 0 if all(s["exit"] == 0 for s in summary["steps"]) else 1
 
