@@ -102,7 +102,10 @@ def previous_profile(version: str) -> str:
     """The newest release in attention/versions older than `version` (its data is the patch's base)."""
     from attnsel.attention.versions import get_profile, parse_vllm_version, release_profiles
 
-    wanted = parse_vllm_version(version)[:2]
+    parsed = parse_vllm_version(version)
+    if parsed is None:
+        raise KitError(f"not a vLLM version: {version!r}")
+    wanted = parsed[:2]
     older = [(tuple(get_profile(n).data["vllm_release"][:2]), n) for n in release_profiles()]
     older = [(release, name) for release, name in older if release < wanted]
     if not older:

@@ -27,7 +27,8 @@ def json_documents(text: str) -> list[Any]:
     >>> json_documents('{"a": 1}\\n{"b": [2]}\\n')
     [{'a': 1}, {'b': [2]}]
     """
-    decoder, docs, at = json.JSONDecoder(), [], 0
+    decoder, at = json.JSONDecoder(), 0
+    docs: list[Any] = []
     while True:
         while at < len(text) and text[at].isspace():
             at += 1
@@ -44,7 +45,8 @@ def derive_digest(doc: dict) -> dict:
     """The data patch and what in it changed: top-level keys, backends touched, rules that need code."""
     patch = doc.get("patch") or {}
     changed = sorted(k for k in patch if k not in HEADER_KEYS)
-    backends = patch.get("backends") if isinstance(patch.get("backends"), dict) else {}
+    raw = patch.get("backends")
+    backends: dict = raw if isinstance(raw, dict) else {}
     return {"patch": patch, "changed_keys": changed,
             "backends_changed": {name: sorted(v) if isinstance(v, dict) else v for name, v in sorted(backends.items())},
             "needs_code": list(doc.get("needs_code") or [])}
@@ -131,7 +133,8 @@ def adapters_digest(doc: dict) -> dict:
 def _row_status(row: dict) -> str:
     if row.get("vllm_fault"):
         return "vLLM fault"
-    return {True: "ok", False: "BAD"}.get(row.get("ok"), "refused or skipped")
+    ok = row.get("ok")
+    return "ok" if ok is True else "BAD" if ok is False else "refused or skipped"
 
 
 def engine_digest(doc: dict) -> dict:
