@@ -105,3 +105,26 @@ def test_each_release_that_says_it_checked_the_fault_names_where():
         for release, where in fault.checked.items():
             assert get_profile(release).known_faults, release  # the checked release has it too
             assert "flashinfer.py:" in where
+
+
+def test_tune_results_carry_the_warning_of_the_plan():
+    import dataclasses
+    import functools
+
+    from attnsel.bench.plan import build as P
+    from attnsel.bench.plan import make_shape, vllm_default_choice, vllm_verdict
+    from attnsel.bench.sweep import SweepOptions
+    from attnsel.bench.tune import recommend as REC
+    from attnsel.bench.tune.document import build_document
+    from attnsel.bench.tune.request import plan_faults
+
+    release = get_profile(AFFECTED[-1])
+    shape = make_shape(128, 32, 8, "bf16", kv_cache_dtype="fp8")
+    plan = P.build_plan(shape, (8, 0), backends=["FLASHINFER", "TRITON_ATTN"], kinds=["decode"], grid="quick",
+                        verdict=functools.partial(vllm_verdict, vllm_version=release.vllm_version),
+                        default_choice=functools.partial(vllm_default_choice, vllm_version=release.vllm_version))
+    plan = dataclasses.replace(plan, known_faults=plan_faults(release, plan))
+    doc = build_document(plan, SweepOptions(), [], REC.DEFAULT_WEIGHTS, device={"name": "NVIDIA A100"}, gpu_env={},
+                         clocks={}, worker_info={})
+    assert [f["id"] for f in doc["plan"]["known_faults"]] == [FAULT]
+    assert any(w.startswith(f"known vLLM fault {FAULT}") for w in doc["warnings"])
