@@ -58,6 +58,7 @@ class KitRequest:
     reuse: bool = False
     skip: tuple[str, ...] = ()
     step_timeout_s: Optional[float] = None
+    report_only: bool = False
 
     @property
     def minor(self) -> str:
@@ -216,38 +217,54 @@ def run_kit(req: KitRequest, runner: Runner = subprocess.run,
     return summary
 
 
+def report_again(out: Path) -> dict:
+    """--report-only: the digests and report.md again from what an earlier run left in `out`."""
+    from attnsel.bench.tools import release_kit_report as REPORT
+
+    earlier = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    steps = [{**s, "outputs": {r: n for r, n in s["outputs"].items() if (out / n).is_file()}} for s in earlier["steps"]]
+    summary = REPORT.summarize(earlier["vllm_version"], earlier["profile_name"], earlier["previous"], steps, out,
+                               options=earlier.get("options"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(REPORT.render_markdown(summary), encoding="utf-8")
+    return summary
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> KitRequest:
     parser = argparse.ArgumentParser(prog="release_kit", description=__doc__.splitlines()[0])
     parser.add_argument("version", help="the vLLM release on PyPI, X.Y.Z")
     parser.add_argument("--base-env", type=Path, help="the virtualenv the release's layer sits on (release_env build --base)")
     parser.add_argument("--reuse", action="store_true", help="use the release's layer as it is (no build step)")
     parser.add_argument("--override", action="append", default=[], metavar="PKG==VER",
-                        help="a pin of the release to replace while building (passed to release_env build)")
+                        help="a requirement of the release to replace while building, e.g. flashinfer-python==0.7.4 "
+                             "(release_env build --override: a pin PyPI cannot satisfy)")
     parser.add_argument("--cases", type=int, default=2000, help="parity grid size (default 2000)")
     parser.add_argument("--seed", type=int, default=33)
     parser.add_argument("--out", type=Path, default=None, help="folder for logs, outputs and the report "
                                                                 "(default ./release-kit-X.Y.Z)")
     parser.add_argument("--skip", action="append", default=[], choices=STEP_NAMES, help="leave a step out")
     parser.add_argument("--step-timeout", type=float, default=None, help="seconds one step may take")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: digest what an earlier run left in --out and write report.md again")
     ns = parser.parse_args(argv)
     if not re.fullmatch(r"\d+\.\d+\.\d+", ns.version):
         parser.error(f"the release must be X.Y.Z (e.g. 0.34.0), got {ns.version!r}")
-    if not ns.reuse and "env" not in ns.skip and ns.base_env is None:
+    if not ns.reuse and not ns.report_only and "env" not in ns.skip and ns.base_env is None:
         parser.error("--base-env DIR is needed to build the environment (or --reuse an existing one)")
     for pin in ns.override:
-        if not re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[\w.+!\-]+", pin):
-            parser.error(f"--override takes PKG==VER, got {pin!r}")
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+\s*(==|>=|<=|~=|!=|>|<)\s*[\w.*+!\-]+", pin):
+            parser.error(f"--override takes a name and a version spec (PKG==VER), got {pin!r}")
     if ns.cases < 1:
         parser.error("--cases must be at least 1")
     return KitRequest(version=ns.version, out=ns.out or Path(f"release-kit-{ns.version}"), base_env=ns.base_env,
                       cases=ns.cases, seed=ns.seed, overrides=tuple(ns.override), reuse=ns.reuse,
-                      skip=tuple(ns.skip), step_timeout_s=ns.step_timeout)
+                      skip=tuple(ns.skip), step_timeout_s=ns.step_timeout, report_only=ns.report_only)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     req = parse_args(argv)
     try:
-        summary = run_kit(req)
+        summary = report_again(req.out) if req.report_only else run_kit(req)
     except KitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ def _derive(d: dict, summary: dict) -> list[str]:
     lines = [f"Data keys the release changes against {summary['previous']} (derive_profile's patch, "
              f"{summary['profile_name']}.json in this folder): " + (", ".join(d["changed_keys"]) or "none") + "."]
     lines += [f"- backend {name}: {_code(keys)}" for name, keys in d["backends_changed"].items()]
+    if d.get("report"):
+        lines += ["", "What derive_profile found:", ""] + [f"- {line}" for line in d["report"]]
     if d["needs_code"]:
         lines += ["", f"Differences that depend on the context, so need code ({len(d['needs_code'])}):", ""]
         lines += [f"- {_code(item)}" for item in d["needs_code"][:20]]
@@ -40,8 +42,12 @@ def _parity(d: dict, summary: dict) -> list[str]:
     if d.get("mismatch_kinds"):
         lines += ["", "| mismatch | cases |", "|---|---|"]
         lines += [f"| {kind} | {n} |" for kind, n in d["mismatch_kinds"].items()]
+    if d.get("examples"):
+        lines += ["", "What differs, first case of each kind (the profile's answer -> vLLM's):", ""]
+        lines += [f"- {e['what']}{' ' + e['backend'] if e['backend'] else ''}: {_code(e['ours'])} -> {_code(e['vllm'])}"
+                  for e in d["examples"]]
     if d.get("samples"):
-        lines += ["", "First mismatches:", ""]
+        lines += ["", "First mismatching cases:", ""]
         lines += [f"- CC {s['capability']}: {', '.join(map(str, s['what']))} for {_code(s['inputs'])}" for s in d["samples"]]
     return lines
 
@@ -59,11 +65,16 @@ def _cudagraph(d: dict, summary: dict) -> list[str]:
 def _hybrid(d: dict, summary: dict) -> list[str]:
     lines = [f"{d['compared']} cases compared, **{d['mismatches']} mismatching** (attnsel's answer vs the release's own "
              f"code; {d['unparsed_modes']} Mamba cache modes the release parses differently)."]
-    lines += ["", "vLLM's block sizes per model and GPU:", ""]
-    lines += [f"- {key}: {sizes}" for key, sizes in d["vllm_block_sizes"].items()]
-    if d["samples"]:
+    if d.get("vllm_errors"):
+        lines += ["", "The harness could not ask the release (bench/tools/hybrid_live.py needs adapting to it):", ""]
+        lines += [f"- {n} cases: {_code(error)}" for error, n in d["vllm_errors"].items()]
+    if d["vllm_block_sizes"]:
+        lines += ["", "vLLM's block sizes per model and GPU:", ""]
+        lines += [f"- {key}: {sizes}" for key, sizes in d["vllm_block_sizes"].items()]
+    shown = [s for s in d["samples"] if not s.get("vllm_error")]
+    if shown:
         lines += ["", "First mismatches:", ""]
-        lines += [f"- {s['model']} CC {s['capability']} {_code(s['flags'])}: {_code(s['differs'])}" for s in d["samples"]]
+        lines += [f"- {s['model']} CC {s['capability']} {_code(s['flags'])}: {_code(s['differs'])}" for s in shown]
     return lines
 
 
@@ -79,8 +90,8 @@ def _memory(d: dict, summary: dict) -> list[str]:
 
 
 def _adapters(d: dict, summary: dict) -> list[str]:
-    lines = [f"vLLM {d.get('vllm')} (commit {d.get('wheel_commit')}): "
-             + ", ".join(f"{n} {k}" for k, n in sorted(d["counts"].items())) + "."]
+    source = f"From {d['from']}: " if d.get("from") else f"vLLM {d.get('vllm')} (commit {d.get('wheel_commit')}): "
+    lines = [source + ", ".join(f"{n} {k}" for k, n in sorted(d["counts"].items())) + "."]
     if d["samples"]:
         lines += ["", "| backend | kv | block | shape | status | rel. error | cubin | error |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['backend']} | {r['kv_cache_dtype']} | {r['block_size']} | {r['shape']} | {r['status']} | "
@@ -90,7 +101,7 @@ def _adapters(d: dict, summary: dict) -> list[str]:
 
 def _engine(d: dict, summary: dict) -> list[str]:
     lines = [f"Checked {d.get('mode')} (profile {d.get('profile')}): log patterns found: "
-             f"{', '.join(d['log_patterns_found']) or 'none'}."]
+             f"{', '.join(dict.fromkeys(d['log_patterns_found'])) or 'none'}."]
     if d["log_patterns_missing"]:
         lines += ["", "Log patterns not where the data says:", ""]
         lines += [f"- {m['field']}: not in {m['source']}" + (f" (in {', '.join(m['found_in'])})" if m.get("found_in") else "")

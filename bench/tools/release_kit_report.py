@@ -7,6 +7,7 @@ has no digest, and the report says so.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -49,7 +50,7 @@ def derive_digest(doc: dict) -> dict:
     backends: dict = raw if isinstance(raw, dict) else {}
     return {"patch": patch, "changed_keys": changed,
             "backends_changed": {name: sorted(v) if isinstance(v, dict) else v for name, v in sorted(backends.items())},
-            "needs_code": list(doc.get("needs_code") or [])}
+            "needs_code": list(doc.get("needs_code") or []), "report": list(doc.get("report") or [])}
 
 
 def parity_digest(doc: dict) -> dict:
@@ -57,7 +58,32 @@ def parity_digest(doc: dict) -> dict:
             "mismatching_cases", "mismatch_kinds", "vit_cases", "seconds", "stubbed_extensions")
     vit = doc.get("vit_mismatches")
     return {**{k: doc.get(k) for k in keep}, "vit_mismatches": len(vit) if isinstance(vit, list) else vit,
-            "samples": [_parity_sample(m) for m in (doc.get("mismatches") or [])[:SAMPLES]]}
+            "samples": [_parity_sample(m) for m in (doc.get("mismatches") or [])[:SAMPLES]],
+            "examples": _parity_examples(doc.get("mismatches") or [])}
+
+
+def _parity_examples(mismatches: list[dict]) -> list[dict]:
+    """The first mismatch of each kind (what, backend): what differs between the profile and vLLM --
+    for lists, the items only one side has."""
+    seen: dict[tuple, dict] = {}
+    for case in mismatches:
+        for m in case.get("mismatches") or []:
+            key = (m.get("what"), m.get("backend") if m.get("what") != "config repr" else None)
+            if key in seen or len(seen) >= 2 * SAMPLES:
+                continue
+            ours, live = m.get("ours"), m.get("live")
+            if isinstance(ours, list) and isinstance(live, list):
+                ours, live = [x for x in ours if x not in live], [x for x in live if x not in ours]
+            elif isinstance(ours, str) and isinstance(live, str):
+                ours, live = _differing_words(ours, live)
+            seen[key] = {"what": key[0], "backend": key[1], "ours": ours, "vllm": live}
+    return list(seen.values())
+
+
+def _differing_words(ours: str, live: str) -> tuple[str, str]:
+    """Two long texts (a config repr) cut to the comma-separated parts that differ."""
+    a, b = ours.split(", "), live.split(", ")
+    return ", ".join(x for x in a if x not in b)[:300], ", ".join(x for x in b if x not in a)[:300]
 
 
 def _parity_sample(mismatch: dict) -> dict:
@@ -77,8 +103,11 @@ def cudagraph_digest(text: str) -> dict:
             config = {k: v for k, v in doc.items() if k != "recorded" and isinstance(v, list)}
             continue
         for name, facts in doc.items():
+            if name.startswith("_"):  # a comment of the data (`_sparse`), not a backend
+                continue
+            error = facts.get("error")
             backends[name] = {"recorded": facts.get("recorded"), "class_attribute": facts.get("class_attribute_here"),
-                              "builder": facts.get("builder"), "error": facts.get("error")}
+                              "builder": facts.get("builder"), "error": error[:160] if error else None}
     return {"backends": backends, "config_lines": config}
 
 
@@ -90,7 +119,11 @@ def hybrid_digest(doc: dict) -> dict:
         if isinstance(vllm, dict) and vllm.get("block_size") is not None:
             block_sizes.setdefault(f"{case['model']} {case.get('capability')}", set()).add(vllm["block_size"])
     wrong = [c for c in cases if c.get("vllm") != c.get("attnsel")]
-    return {"compared": doc.get("compared"), "mismatches": doc.get("mismatches"),
+    errors: dict[str, int] = {}
+    for case in cases:
+        if case.get("vllm_error"):  # the harness could not ask the release (a stand-in it lacks)
+            errors[case["vllm_error"]] = errors.get(case["vllm_error"], 0) + 1
+    return {"compared": doc.get("compared"), "mismatches": doc.get("mismatches"), "vllm_errors": errors,
             "vllm_block_sizes": {k: sorted(v) for k, v in sorted(block_sizes.items())},
             "samples": [_hybrid_sample(c) for c in wrong[:SAMPLES]],
             "unparsed_modes": len(doc.get("unparsed_modes") or [])}
@@ -100,7 +133,8 @@ def _hybrid_sample(case: dict) -> dict:
     ours, theirs = case.get("attnsel") or {}, case.get("vllm") or {}
     keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)) if isinstance(theirs, dict) else []
     return {"model": case.get("model"), "capability": case.get("capability"), "flags": case.get("flags"),
-            "differs": {k: {"attnsel": ours.get(k), "vllm": theirs.get(k)} for k in keys}}
+            "differs": {k: {"attnsel": ours.get(k), "vllm": theirs.get(k)} for k in keys},
+            "vllm_error": case.get("vllm_error")}
 
 
 def memory_digest(doc: dict, previous: str) -> dict:
@@ -123,11 +157,50 @@ def adapters_digest(doc: dict) -> dict:
     counts: dict[str, int] = {}
     for row in rows:
         counts[_row_status(row)] = counts.get(_row_status(row), 0) + 1
-    shown = [r for r in rows if _row_status(r) in ("BAD", "vLLM fault")]
+    shown = [r for r in rows if _row_status(r) == "BAD"] + [r for r in rows if _row_status(r) == "vLLM fault"]
     return {"vllm": doc.get("vllm"), "wheel_commit": doc.get("wheel_commit"), "counts": counts,
             "samples": [{k: r.get(k) for k in ("backend", "kv_cache_dtype", "block_size", "shape", "rel_error",
                                                "flashinfer_cubin", "error")} | {"status": _row_status(r)}
-                        for r in shown[:SAMPLES]]}
+                        for r in shown[:2 * SAMPLES]]}
+
+
+# a row as vllm_cpu_check._print_row prints it: status, backend, bs=N, the shape, then the outcome
+_PRINTED_ROW = re.compile(r"^(ok |BAD|vLLM|--) +(\S+) +bs=(\d+) +(.+?) +"
+                          r"(err \S+.*|refused by vLLM.*|skipped.*|\w+(?:Error|Exception|Interrupt)\b.*)$")
+_PRINTED_STATUS = {"ok": "ok", "BAD": "BAD", "vLLM": "vLLM fault", "--": "refused or skipped"}
+
+
+def printed_rows_digest(stdout: str) -> Optional[dict]:
+    """The adapter check's rows as it printed them, where it wrote no recording (it stopped first).
+
+    >>> printed_rows_digest("ok  FLASH_ATTN     bs=16  decode b3 ctx200 h8/2 d64 float16   err 2.08e-04 launch=eager (0.13 s)")["counts"]
+    {'ok': 1}
+    """
+    rows = []
+    for line in stdout.splitlines():
+        match = _PRINTED_ROW.match(line)
+        if match:
+            status, backend, block, shape, outcome = match.groups()
+            rows.append({"status": _PRINTED_STATUS[status.strip()], "backend": backend, "block_size": int(block),
+                         "shape": shape.strip(), "kv_cache_dtype": "fp8" if " kv fp8" in shape else "auto",
+                         "error": outcome.strip(), "flashinfer_cubin": "(no cubin)" not in outcome})
+    if not rows:
+        return None
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    shown = [r for r in rows if r["status"] == "BAD"] + [r for r in rows if r["status"] == "vLLM fault"]
+    return {"vllm": None, "wheel_commit": None, "counts": counts, "from": "the check's printed rows (no recording)",
+            "samples": shown[:2 * SAMPLES]}
+
+
+def log_stdout(path: Path) -> str:
+    """The stdout section of a step's log (release_kit.run_step writes it)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    return text.split("\n--- stdout\n", 1)[-1].split("\n--- stderr\n", 1)[0]
 
 
 def _row_status(row: dict) -> str:
@@ -171,6 +244,10 @@ def summarize(version: str, profile_name: str, previous: str, steps: list[dict],
             digest = reader(out / name, previous) if reader else None
             if digest is not None:
                 facts[role] = digest
+        if step["name"] == "adapters" and "adapters" not in facts:
+            digest = printed_rows_digest(log_stdout(out / step["log"]))
+            if digest is not None:
+                facts["adapters"] = digest
     checked = select_profile(version).profile.name
     return {"schema": "attnsel-release-kit/1", "vllm_version": version, "profile_name": profile_name,
             "previous": previous, "profile_checked": checked, "options": options or {}, "steps": steps,
