@@ -176,7 +176,7 @@ def printed_rows_digest(stdout: str) -> Optional[dict]:
     >>> printed_rows_digest("ok  FLASH_ATTN     bs=16  decode b3 ctx200 h8/2 d64 float16   err 2.08e-04 launch=eager (0.13 s)")["counts"]
     {'ok': 1}
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line in stdout.splitlines():
         match = _PRINTED_ROW.match(line)
         if match:
@@ -188,7 +188,8 @@ def printed_rows_digest(stdout: str) -> Optional[dict]:
         return None
     counts: dict[str, int] = {}
     for row in rows:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        status = str(row["status"])
+        counts[status] = counts.get(status, 0) + 1
     shown = [r for r in rows if r["status"] == "BAD"] + [r for r in rows if r["status"] == "vLLM fault"]
     return {"vllm": None, "wheel_commit": None, "counts": counts, "from": "the check's printed rows (no recording)",
             "samples": shown[:2 * SAMPLES]}
