@@ -52,3 +52,31 @@ def test_the_extensible_kv_cache_lines_read_as_numbers():
     blocks, gib = example.split("to ")[1].split(" blocks (")
     assert facts["kv_cache_extended_blocks"] == int(blocks)
     assert facts["kv_cache_extended_gib"] == float(gib.split(" GiB")[0])
+
+
+def test_verify_reads_the_lines_of_the_release_its_engine_runs():
+    from attnsel.bench.verify.run import release_log_patterns
+
+    assert release_log_patterns(None) == ()  # a stand-in engine, no vLLM: the common patterns only
+    for name in RELEASES:
+        profile = get_profile(name)
+        def where(patterns):
+            return [(p.field, p.regex.pattern, p.source, p.anchor, p.example) for p in patterns]
+
+        assert where(release_log_patterns(profile.vllm_version)) == where(engine_log.release_patterns(profile.engine))
+
+
+def test_the_release_kits_engine_check_found_every_line_where_the_release_data_says():
+    """tests/fixtures/release_kit/vllm_0_X/engine.json: bench/tools/engine_cpu_check.py run by the release kit on
+    the release's own wheel, against that release's `engine` data as it is now."""
+    import json
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).parent / "fixtures" / "release_kit").glob("*/engine.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        engine = get_profile(record["vllm_version"]).engine
+        assert record["engine"] == engine, path
+        patterns = engine_log.patterns_for(engine_log.release_patterns(engine))
+        rows = record["log_patterns"]
+        assert [r["field"] for r in rows] == [p.field for p in patterns]
+        assert all(r["found"] and r["example_reads"] for r in rows), path
