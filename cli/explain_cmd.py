@@ -122,6 +122,7 @@ def register(app: typer.Typer) -> None:
         dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", "--dcp", help="vLLM --decode-context-parallel-size / -dcp (selector input in later releases: DCP when > 1)."),
         pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", "--pcp", help="vLLM --prefill-context-parallel-size / -pcp (selector input in later releases: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
+        calibrated_q_scale: Optional[bool] = typer.Option(None, "--calibrated-q-scale/--no-calibrated-q-scale", help="The checkpoint carries q scales, so the attention layers' q_scale is not 1.0 (default: possible when the model config names KV-cache scales). Known vLLM faults of the release that need it are reported."),
         qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
         v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
@@ -178,6 +179,7 @@ def register(app: typer.Typer) -> None:
             kv_lora_rank=kv_lora_rank, index_topk=_parse_index_topk(index_topk, index_topk_value),
             prefix_caching=enable_prefix_caching, mamba_cache_mode=mamba_cache_mode,
             mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, mamba_cache_dtype=mamba_cache_dtype,
+            calibrated_q_scale=calibrated_q_scale,
         )
         check_request(req, tensor_parallel_size)
         if history:

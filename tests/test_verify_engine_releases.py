@@ -37,10 +37,16 @@ def test_nothing_is_off_in_the_release_and_its_data_is_what_was_checked(release)
 def test_every_log_pattern_was_found_where_the_release_data_says_and_reads_its_line(release):
     record = load(release)
     rows = record["log_patterns"]
-    log_sources = select_profile(record["vllm_version"]).profile.engine.get("log_sources")
-    assert len(rows) == len(engine_log.PATTERNS)
-    for pattern, row in zip(engine_log.PATTERNS, rows):
-        source, anchor, example = engine_log.release_source(pattern, log_sources)
+    engine = select_profile(record["vllm_version"]).profile.engine
+    # the common patterns first, less those a line the release brought replaces (its data's
+    # engine.log_patterns, by field), then those lines
+    own_fields = {p.field for p in engine_log.release_patterns(engine)}
+    patterns = [p for p in engine_log.PATTERNS if p.field not in own_fields]
+    common, own = rows[:len(patterns)], rows[len(patterns):]
+    assert sorted(row["field"] for row in own) == sorted(own_fields)
+    assert all(row["found"] and row["example_reads"] for row in own), own
+    for pattern, row in zip(patterns, common, strict=True):
+        source, anchor, example = engine_log.release_source(pattern, engine.get("log_sources"))
         assert (row["field"], row["source"], row["anchor"], row["example"]) == (pattern.field, source, anchor, example)
         assert row["found"], row
         assert pattern.regex.search(example), (release, pattern.field)

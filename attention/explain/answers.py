@@ -145,8 +145,12 @@ def ignored_flags(req: SelectionRequest) -> list[str]:
 
 
 # --- the explanation -------------------------------------------------------------------------------
-def explain_one(profile, inputs, ctx, choice, notes=()):
-    """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and why."""
+def explain_one(profile, inputs, ctx, choice, notes=(), q_scale=None):
+    """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and
+    why, with the release's known faults it meets (`q_scale`: what is known of the query scale)."""
+    from attnsel.attention.explain.faults import faults_for
+    from attnsel.attention.versions import QScale
+
     expl = explain_selection(profile, inputs, ctx, list(notes))
     explicit = ()
     if expl.hybrid is not None and expl.error is None:
@@ -155,7 +159,8 @@ def explain_one(profile, inputs, ctx, choice, notes=()):
         explicit = explicit_block_sizes(profile, inputs, ctx, expl.block_size)
     return dataclasses.replace(expl, profile_note=choice.note, profile_reason=choice.reason,
                                explicit_block_sizes=explicit,
-                               flags_to_paste=flags_that_change_vllm(profile, inputs, ctx, expl))
+                               flags_to_paste=flags_that_change_vllm(profile, inputs, ctx, expl),
+                               known_faults=faults_for(profile, expl, q_scale or QScale.UNIT))
 
 
 def flags_that_change_vllm(profile, inputs, ctx, expl) -> tuple[str, ...]:
@@ -221,13 +226,19 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
                             (req.mamba_ssm_cache_dtype, req.mamba_cache_dtype))
     inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc, gpu_name=gpu_name,
                                          importable=importable)
-    expl = explain_one(profile, inputs, ctx, choice, notes)
+    expl = explain_one(profile, inputs, ctx, choice, notes, _q_scale(req, model.config if model is not None else None))
     memory = None
     if model is not None and facts is not None and gpu_name:
         flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                     kv_cache_dtype=req.kv_cache_dtype)
         memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
     return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
+
+
+def _q_scale(req: SelectionRequest, hf_config: Optional[dict]) -> Any:
+    from attnsel.attention.explain.faults import q_scale_of
+
+    return q_scale_of(req.calibrated_q_scale, hf_config)
 
 
 def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str) -> Any:
@@ -275,6 +286,7 @@ class MatrixRow:
             "error": self.error,
             "error_phase": e.error_phase if e else "model_config",
             "model_warnings": list(self.model_warnings),
+            "known_faults": [m.to_dict() for m in e.known_faults] if e else [],
             "exit_code": e.exit_code if e else 1,  # what `explain --gpu` this GPU exits with
         }
 
@@ -310,7 +322,7 @@ def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice],
                 continue
         inputs, ctx, notes = build_selection(profile, req, model_facts=facts, capability=cc,
                                              gpu_name=spec.name, importable=importable)
-        expl = explain_one(profile, inputs, ctx, choice, notes)
+        expl = explain_one(profile, inputs, ctx, choice, notes, _q_scale(req, hf_config))
         if facts is not None and hf_config is not None:
             flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                         kv_cache_dtype=req.kv_cache_dtype)

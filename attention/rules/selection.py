@@ -204,6 +204,8 @@ class Explanation:
     explicit_block_sizes: tuple[Any, ...] = ()
     # the forced flags that change what vLLM would do on its own (set by explain; None: not worked out)
     flags_to_paste: Optional[tuple[str, ...]] = None
+    # the release's known vLLM faults this answer meets (attention/versions/faults.py FaultMatch; set by explain)
+    known_faults: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -69,6 +69,9 @@ class SelectionRequest:
     mamba_cache_dtype: Optional[str] = None
     # what the flags said that the rules do not read (e.g. --attention-config keys attnsel does not model)
     notes: tuple[str, ...] = ()
+    # the attention layers' q_scale is calibrated (not 1.0): True/False as stated; None: from the model's
+    # config (attention/explain/faults.py q_scale_of). Not a selector input: known faults read it.
+    calibrated_q_scale: Optional[bool] = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's

@@ -6,6 +6,7 @@ add a release.
 - `code`: the base of every release's `Rules` (dispatch from rule names in the data to code);
 - `adapter_facts`: what tune's adapters of vLLM's own classes need from a release (its KV-cache
   layout, the call signatures), and whether the CPU check drove that release through them;
+- `faults`: the vLLM faults known per release (`known_faults`) and whether a configuration meets one;
 - `block_size`: how a release settles the KV-cache block size around the layers' backend choice;
 - `registry` reads the files; `choice` picks the version that answers.
 """
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         release_profiles,
         select_profile,
     )
+    from attnsel.attention.versions.faults import FaultConfig, FaultMatch, KnownFault, QScale, faults_met
     from attnsel.attention.versions.profile import RuleProfile, block_size_cli_error
     from attnsel.attention.versions.registry import (
         OWN_KEYS,
@@ -39,6 +41,11 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 
 __all__ = [
     "AdapterFacts",
+    "FaultConfig",
+    "FaultMatch",
+    "KnownFault",
+    "QScale",
+    "faults_met",
     "OWN_KEYS",
     "RuleProfile",
     "VERSIONS_DIR",
@@ -60,6 +67,11 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "AdapterFacts": "adapter_facts",
+    "FaultConfig": "faults",
+    "FaultMatch": "faults",
+    "KnownFault": "faults",
+    "QScale": "faults",
+    "faults_met": "faults",
     "OWN_KEYS": "registry",
     "RuleProfile": "profile",
     "VERSIONS_DIR": "registry",

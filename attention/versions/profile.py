@@ -112,6 +112,14 @@ class RuleProfile(ConfigurationChecks):
         CPU by bench/tools/engine_cpu_check.py (tests/fixtures/verify_engine/vllm_0_X.json)."""
         return dict(self.data.get("engine") or {})
 
+    @cached_property
+    def known_faults(self) -> tuple[Any, ...]:
+        """The vLLM faults known in this release (faults.py KnownFault, from `known_faults`), which
+        explain and tune warn about where a configuration meets one (faults.py `faults_met`)."""
+        from attnsel.attention.versions.faults import known_faults_from_data
+
+        return known_faults_from_data(self.data.get("known_faults"))
+
     @property
     def sampler_jit_modules(self) -> tuple[str, ...]:
         """The FlashInfer JIT modules this release's sampler builds at engine start-up, named by their

@@ -13,7 +13,7 @@ bench/plan/workloads.py, the shape in bench/plan/shape.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from attnsel.bench.plan.rules import (
     DefaultChoice,
@@ -111,6 +111,8 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: Optional[str] = None
+    # the release's known vLLM faults the timed rows meet (attention/versions/faults.py FaultMatch; bench/tune/request.py)
+    known_faults: tuple[Any, ...] = ()
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -170,6 +172,7 @@ class Plan:
             "skipped_configs": len(self.skipped_configs),
             "estimated_seconds_warm": round(self.estimated_seconds(), 1),
             "notes": list(self.notes),
+            "known_faults": [m.to_dict() for m in self.known_faults],
         }
 
 

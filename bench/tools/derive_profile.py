@@ -298,7 +298,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     derived = deriver.derive()
     patch = {**release_header(ns.name, ns.base), **diff_patch(deriver.base_data, derived)}
     print("\n".join(deriver.report), file=sys.stderr)
-    doc = {"patch": patch, "needs_code": deriver.needs_code}
+    doc = {"patch": patch, "needs_code": deriver.needs_code, "report": deriver.report}
     if ns.out:
         Path(ns.out).write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     if ns.write:

@@ -176,9 +176,11 @@ def impl_names() -> dict:
     return out
 
 
-def log_patterns(vllm_dir: Path, log_sources: dict) -> list[dict]:
+def log_patterns(vllm_dir: Path, log_sources: dict, own: tuple = ()) -> list[dict]:
+    """Each PATTERNS call (where the release data says it moved) and each line the release brought
+    (`own`: engine_log.release_patterns), looked up in the release's source; its example must read."""
     rows = []
-    for pattern in engine_log.PATTERNS:
+    for pattern in engine_log.patterns_for(tuple(own)):
         source, anchor, example = engine_log.release_source(pattern, log_sources)
         path = vllm_dir / source
         text = path.read_text(encoding="utf-8") if path.is_file() else ""
@@ -241,7 +243,8 @@ def run_check(source: Optional[Path], version: Optional[str]) -> dict:
         record["config_attributes"] = config_attributes()
         record["impls"] = impl_names()
     record["inspection"] = inspection_facts(vllm_dir)
-    record["log_patterns"] = log_patterns(vllm_dir, release["engine"].get("log_sources") or {})
+    record["log_patterns"] = log_patterns(vllm_dir, release["engine"].get("log_sources") or {},
+                                          engine_log.release_patterns(release["engine"]))
     record["problems"] = problems(record)
     return record
 

@@ -75,6 +75,7 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
     warnings = env_info.drift_warnings(clocks.get("before"), clocks.get("after"))
     warnings += _bandwidth_warnings(rows)
     warnings += stand_in_warnings(rows, plan.capability)
+    warnings += [match.line() for match in plan.known_faults]
     return {
         "schema": DOCUMENT_SCHEMA,
         "attnsel_version": __version__,

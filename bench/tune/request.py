@@ -146,7 +146,22 @@ def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[
                         default_choice=functools.partial(vllm_default_choice, vllm_version=version),
                         hybrid_size=functools.partial(hybrid_block_size, vllm_version=version))
     choice = rule_profile_choice(version)
-    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason)
+    return dataclasses.replace(plan, rule_profile=choice.profile.name, rule_profile_reason=choice.reason,
+                               known_faults=plan_faults(choice.profile, plan))
+
+
+def plan_faults(profile, plan: P.Plan) -> tuple:
+    """The release's known vLLM faults the planned rows meet. tune's fp8 rows run with per-tensor scales
+    computed as vLLM's calc_kv_scales did (attention/kernels/kv_quant.py), so q_scale is never 1.0;
+    whether FlashInfer's cubins are at hand is not known when the plan is made."""
+    from attnsel.attention.versions import FaultConfig, QScale, faults_met
+
+    found = []
+    for backend in dict.fromkeys(c.backend for c in plan.runnable_configs):
+        config = FaultConfig(backend=backend, kv_cache_dtype=plan.shape.kv_cache_dtype, capability=plan.capability,
+                             q_scale=QScale.CALIBRATED, flashinfer_cubin=None)
+        found += faults_met(profile.known_faults, config)
+    return tuple(found)
 
 
 def refused_grid_message(plan: P.Plan) -> str:

@@ -3,8 +3,12 @@ and CUDA-graph work. `attnsel verify` keeps each engine's log (its stdout and st
 vLLM's logger writes) and reads these lines from it; the engine worker also reads the backend
 and the KV cache back in-process (bench/verify/engine_worker.py), and where both exist they must agree.
 
-Each pattern mirrors one vLLM 0.24.0 log call (file:line of vLLM's source in the comment). A
-line vLLM no longer prints leaves its field out; nothing here is required. Lines carry vLLM's
+Each pattern of PATTERNS mirrors one vLLM 0.24.0 log call (file:line of vLLM's source in the comment)
+and reads that line in every release since (a release that moved or reworded the call says where in its
+data, `engine.log_sources`). Lines a release brought are the release's data (`engine.log_patterns` in
+attention/versions/vllm_0_X.json, inherited by later releases): `release_patterns` turns them into
+patterns and `parse_engine_log(text, release_patterns(profile.engine))` reads them too. A line vLLM
+no longer prints leaves its field out; nothing here is required. Lines carry vLLM's
 prefix, e.g. "(EngineCore_DP0 pid=123) INFO 11-24 10:00:01 [cuda.py:481] Using ...", so every
 pattern searches anywhere in the line.
 """
@@ -121,6 +125,30 @@ def release_source(pattern: LogPattern, log_sources: Optional[dict]) -> tuple[st
             moved.get("example", pattern.example))
 
 
+# how a release's own pattern (`engine.log_patterns`, by field) reads its match: the value of `group`
+READERS: dict[str, Callable[[str], Any]] = {"number": _number, "int": lambda text: int(_number(text)), "text": str.strip}
+
+
+def release_patterns(engine: Optional[dict]) -> tuple[LogPattern, ...]:
+    """The log lines a release brought or reworded beyond what PATTERNS reads, from its
+    `engine.log_patterns` data: each field's `regex` (searched anywhere in a line), `read` (a READERS
+    name) of match `group` (default 1), and the call's `source`, `anchor` and `example` as in PATTERNS.
+    A field PATTERNS has too is read by the release's pattern instead (patterns_for). Empty for a
+    release without any."""
+    out = []
+    for field, spec in sorted(((engine or {}).get("log_patterns") or {}).items()):
+        reader, group = READERS[spec.get("read", "text")], int(spec.get("group", 1))
+        out.append(_p(field, spec["regex"], lambda m, r=reader, g=group: r(m.group(g)), spec["source"],
+                      spec["anchor"], spec["example"]))
+    return tuple(out)
+
+
+def patterns_for(own: tuple[LogPattern, ...]) -> tuple[LogPattern, ...]:
+    """PATTERNS, less the fields the release reads its own way, then the release's own patterns."""
+    replaced = {p.field for p in own}
+    return tuple(p for p in PATTERNS if p.field not in replaced) + own
+
+
 # flashinfer/autotuner.py:622 and :641 (flashinfer-python 0.6.12, run by vLLM's kernel warm-up):
 # FlashInfer's own logger stamps its lines; the time between the two is its autotuning
 _FLASHINFER_STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - INFO - autotuner\.py:\d+ - flashinfer\.jit: \[Autotuner\]: "
@@ -130,18 +158,20 @@ _COUNTED = {"compile_cache_hits", "compile_cache_misses"}
 _LISTED = {"cudagraph_captures"}
 
 
-def parse_engine_log(text: str) -> dict:
-    """The facts vLLM logged, by field (see PATTERNS); fields it did not log are absent.
+def parse_engine_log(text: str, extra: tuple[LogPattern, ...] = ()) -> dict:
+    """The facts vLLM logged, by field (see PATTERNS, then `extra`: the release's own, release_patterns);
+    fields it did not log are absent.
 
     >>> facts = parse_engine_log("(EngineCore pid=7) INFO [kv_cache_utils.py:2146] GPU KV cache size: 834,272 tokens")
     >>> facts["kv_cache_tokens"]
     834272
     """
     facts: dict[str, Any] = {}
+    patterns = patterns_for(extra) if extra else PATTERNS
     for raw in text.splitlines():
         # tqdm redraws its bar with carriage returns: each redraw is a line of its own
         for line in raw.split("\r"):
-            _read_line(line, facts)
+            _read_line(line, facts, patterns)
     if "compile_cache_hits" in facts or "compile_cache_misses" in facts:
         facts["compile_cache"] = _cache_state(facts.get("compile_cache_hits", 0), facts.get("compile_cache_misses", 0))
     autotune = flashinfer_autotune_s(text)
@@ -169,8 +199,8 @@ def flashinfer_autotune_s(text: str) -> Optional[float]:
     return round(seconds, 3) if seconds >= 0 else None
 
 
-def _read_line(line: str, facts: dict) -> None:
-    for name, pattern, read, *_where in PATTERNS:
+def _read_line(line: str, facts: dict, patterns: tuple[LogPattern, ...]) -> None:
+    for name, pattern, read, *_where in patterns:
         match = pattern.search(line)
         if match is None:
             continue

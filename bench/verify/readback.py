@@ -5,8 +5,9 @@ asked or predicted."""
 from __future__ import annotations
 
 
-def engine_facts(facts: dict, log: dict) -> dict:
-    """What the engine read back in-process, completed and cross-checked by its log lines."""
+def engine_facts(facts: dict, log: dict, release_fields: tuple[str, ...] = ()) -> dict:
+    """What the engine read back in-process, completed and cross-checked by its log lines (and the
+    lines the release brought: `release_fields`, engine_log.release_patterns)."""
     out = dict(facts)
     backends = facts.get("attention_backends") or ([log["backend_selected"]] if log.get("backend_selected") else [])
     out["backend_used"] = backends[0] if len(backends) == 1 else (", ".join(backends) or None)
@@ -18,7 +19,8 @@ def engine_facts(facts: dict, log: dict) -> dict:
         out["kv_cache_tokens"] = log["kv_cache_tokens"]
     for key in ("torch_compile_s", "compilation_s", "dynamo_s", "compile_cache", "compile_cache_dir",
                 "graph_capture_s", "graph_memory_gib", "init_engine_s", "model_load_s", "model_memory_gib",
-                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s"):
+                "kv_cache_memory_gib", "cudagraph_captures", "flash_attn_version", "flashinfer_autotune_s",
+                *release_fields):
         if key in log:
             out[key] = log[key]
     if out.get("num_gpu_blocks") and out.get("block_size_used"):

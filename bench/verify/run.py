@@ -335,10 +335,19 @@ def _run_candidate(req, document, candidate, context, row, output_dir, progress,
                      process=process, on_spawned=lambda: beside.spawn_next(key),
                      hold=beside.hold_for(key, progress.on_tick, loads_built=runs_flashinfer(candidate)))
     beside.measured()
-    log = engine_log.parse_engine_log(engine_log.read_log(log_path))
+    own = release_log_patterns(document["vllm"].get("installed_version"))
+    log = engine_log.parse_engine_log(engine_log.read_log(log_path), own)
     row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
-               engine=engine_facts(run.facts, log), shapes=[shape_row(s) for s in run.shapes])
+               engine=engine_facts(run.facts, log, tuple(p.field for p in own)), shapes=[shape_row(s) for s in run.shapes])
     row.update({k: v for k, v in (("prespawn", prespawned), ("hold", run.hold)) if v})
+
+
+def release_log_patterns(installed_version: Optional[str]) -> tuple:
+    """The log lines the engine's own release brought (engine_log.release_patterns); none without an
+    installed vLLM (a stand-in engine logs what PATTERNS read)."""
+    if not installed_version:
+        return ()
+    return engine_log.release_patterns(versions.select_profile(installed_version).profile.engine)
 
 
 def engine_env(env) -> dict:

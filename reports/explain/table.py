@@ -76,6 +76,7 @@ def explanation_to_dict(expl: Explanation) -> dict:
         "notes": list(expl.notes),
         "hybrid": hybrid_to_dict(expl.hybrid),
         "hybrid_explicit_block_sizes": explicit_to_dict(expl),
+        "known_faults": [m.to_dict() for m in expl.known_faults],
         "exit_code": expl.exit_code,
     }
 
@@ -160,6 +161,8 @@ def render_explanation(expl: Explanation, console: Console) -> None:
                 console.print(f"  {line.level.upper()} {line.message}", markup=False)
     for note in expl.notes:
         console.print(f"Note: {note}", markup=False)
+    for fault in expl.known_faults:
+        console.print(f"Warning: {fault.line()}", style="yellow", markup=False)
     if expl.error is not None and expl.error_phase != MEMORY_PHASE:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
     elif expl.selected is not None:  # a memory refusal: the memory block below says it, with its fix
@@ -255,6 +258,7 @@ def render_matrix(rows: Sequence[MatrixRow], console: Console, model: Optional[d
         if row.model_warnings:
             footnotes += [f"{row.gpu}: vLLM: {line}" for line in row.model_warnings]
             dtype += " *"
+        footnotes += [f"{row.gpu}: Warning: {fault.line()}" for fault in (e.known_faults if e is not None else ())]
         table.add_row(
             row.family, row.gpu, _capability_str(capability), dtype,
             (e.selected if e else None) or "-",

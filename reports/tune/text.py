@@ -121,6 +121,10 @@ def render_plan(plan: dict, console: Console, *, notes: bool = True) -> None:
                   f"Rough warm estimate: {plan['estimated_seconds_warm']:.0f} s.")
     for note in plan.get("notes") or [] if notes else []:  # -q: results only
         console.print(f"note: {note}")
+    for fault in plan.get("known_faults") or []:  # attention/versions/faults.py FaultMatch.to_dict
+        maybe = "" if fault["certainty"] == "met" else "possibly: "
+        console.print(f"warning: known vLLM fault {fault['id']} ({maybe}{'; '.join(fault['why'])}): {fault['title']}. "
+                      f"Workaround: {fault['workaround']}", style="yellow", markup=False)
 
 
 # ---------------------------------------------------------------------------------------------
