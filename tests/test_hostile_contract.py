@@ -37,8 +37,11 @@ def _json_agrees(case_id: str) -> bool:
 VERDICT_CASES = [
     Case("explain:memory-util-0.05", [*EXPLAIN, "--gpu-memory-utilization", "0.05"], 1, "No available memory for the cache blocks"),
     Case("explain:memory-util-0.05 --json", [*EXPLAIN, "--gpu-memory-utilization", "0.05", "--json"], 1, "No available memory"),
-    Case("explain:max-model-len-999999999", [*EXPLAIN, "--max-model-len", "999999999"], 1, "max seq len (999999999)"),
-    Case("explain:max-model-len-999999999 --json", [*EXPLAIN, "--max-model-len", "999999999", "--json"], 1, "max seq len"),
+    # vLLM refuses it while building its config (config/model.py _get_and_verify_max_len), before any KV check
+    Case("explain:max-model-len-999999999", [*EXPLAIN, "--max-model-len", "999999999"], 1,
+         "User-specified max_model_len (999999999) is greater than the derived max_model_len"),
+    Case("explain:max-model-len-999999999 --json", [*EXPLAIN, "--max-model-len", "999999999", "--json"], 1,
+         "is greater than the derived max_model_len"),
     Case("explain:deepseek-v3-one-H100", ["explain", "--model", "deepseek-v3", "--gpu", "H100"], 1, "CUDA out of memory"),
     Case("explain:deepseek-v3-one-H100 --json", ["explain", "--model", "deepseek-v3", "--gpu", "H100", "--json"], 1,
          "torch.OutOfMemoryError"),

@@ -32,7 +32,9 @@ def test_the_plan_matches_what_vllm_reported(path):
     record = load(path)
     plan = predict_record(record)
     assert plan is not None
-    assert plan.verdict == record["verdict"], (plan.verdict, record["vllm"].get("error"))
+    # the verdict as today's reader names vLLM's text (a record from an older recorder may say "error")
+    verdict, number = vllm_verdict(record["vllm"]["status"], record["vllm"].get("error"))
+    assert plan.verdict == verdict, (plan.verdict, record["vllm"].get("error"))
     tokens = record["vllm"].get("kv_cache_tokens") or record["vllm"].get("kv_cache_tokens_noted")
     if tokens:
         assert abs(plan.kv_cache_tokens / tokens - 1) <= TOLERANCE, (plan.kv_cache_tokens, tokens)
@@ -41,6 +43,8 @@ def test_the_plan_matches_what_vllm_reported(path):
     estimate = record["vllm"].get("estimated_max_model_len")
     if estimate:
         assert abs(plan.estimated_max_model_len / estimate - 1) <= TOLERANCE
+    if verdict == "max_num_seqs_over_mamba_blocks":  # vLLM's bound: the KV pool's blocks
+        assert abs(plan.mamba_block_bound / number - 1) <= TOLERANCE, (plan.mamba_block_bound, number)
 
 
 def test_the_recorder_reads_vllms_refusal_and_its_estimate():
@@ -57,6 +61,9 @@ def test_the_recorder_reads_vllms_refusal_and_its_estimate():
              "one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to at most 816 or "
              "increase gpu_memory_utilization.")
     assert vllm_verdict("error", mamba) == ("max_num_seqs_over_mamba_blocks", 816)
+    # config/scheduler.py verify_max_model_len (0.33.0:331-336)
+    assert vllm_verdict("error", "max_num_batched_tokens (512) must be greater than or equal to max_num_seqs (1024).") \
+        == ("max_num_batched_tokens_below_max_num_seqs", None)
 
 
 FAKE = Path(__file__).parent / "fixtures" / "verify_engine" / "fake_engine.py"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
+from attnsel.attention.memory.checkpoint import checkpoint_folder
 from attnsel.attention.model import config as model_config
 from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
@@ -230,7 +231,8 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
     memory = None
     if model is not None and facts is not None and gpu_name:
         flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
-                                    kv_cache_dtype=req.kv_cache_dtype)
+                                    kv_cache_dtype=req.kv_cache_dtype,
+                                    model_dir=checkpoint_folder(model.name if model.source == "folder" else None))
         memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
     return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
 

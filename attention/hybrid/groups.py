@@ -28,13 +28,21 @@ class KvCacheGroups:
                 "blocks_pinned_per_request": self.blocks_pinned_per_request}
 
 
+def split_types(counts: list[int]) -> tuple[int, list[int]]:
+    """(group size, groups per type) for layer types of these counts: the group size is the smallest
+    count, or the largest when the counts are within 1.5x of each other (kv_cache_planning.py:521-532
+    @ 0.33.0); each type takes ceil(count / size) groups. Used for any mix of types (full attention,
+    sliding window, Mamba)."""
+    present = [n for n in counts if n > 0]
+    size = min(present)
+    if max(present) < size * 1.5:
+        size = max(present)
+    return size, [math.ceil(n / size) if n else 0 for n in counts]
+
+
 def kv_cache_groups(attention_layers: int, mamba_layers: int, mode: str, checkpoint_blocks: int = 0) -> KvCacheGroups:
     counts = [n for n in (attention_layers, mamba_layers) if n > 0]
-    size = min(counts)
-    if max(counts) < size * 1.5:
-        size = max(counts)
-    attention_groups = math.ceil(attention_layers / size) if attention_layers else 0
-    mamba_groups = math.ceil(mamba_layers / size) if mamba_layers else 0
+    size, (attention_groups, mamba_groups) = split_types([attention_layers, mamba_layers])
     padding = sum((size - n % size) % size for n in counts)
     per_mamba_group = 2 + checkpoint_blocks if mode == "align" else 1
     return KvCacheGroups(size, attention_groups, mamba_groups, padding,

@@ -4,6 +4,11 @@ verdict: fits, vLLM's `max_model_len` error, or weights that do not fit, with th
 - `weights.py`: weights per GPU from config.json alone (dense, MoE, MLA, hybrid, vision, quantized);
 - `plan.py`: the KV cache (GiB, blocks, tokens, concurrency) and the verdict, per release
   (the version data's `memory` section);
+- `cache.py`: the KV cache in vLLM's groups and blocks (full attention, sliding window, Mamba);
+- `sizing.py`: the profile run's reserve and the release's sizing (profiled, or 0.34's extensible cache);
+- `checks.py`: vLLM's other start-up refusals (derived max length, batching, Mamba blocks);
+- `checkpoint.py`: weights from a checkpoint's safetensors headers;
+- `verdict.py`: the verdict words;
 - `fixes.py`: the flags that turn a refusal into a start.
 """
 
@@ -14,16 +19,13 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.memory.fixes import memory_for, suggest_fixes
     from attnsel.attention.memory.plan import (
-        FITS,
-        MAX_MODEL_LEN,
-        NO_CACHE_MEMORY,
-        WEIGHTS,
         MemoryFlags,
         MemoryPlan,
         check_memory_flags,
         device_total_bytes,
         plan_memory,
     )
+    from attnsel.attention.memory.verdict import FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, Verdict
     from attnsel.attention.memory.weights import WeightBytes, weight_bytes
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "MemoryFlags",
     "MemoryPlan",
     "NO_CACHE_MEMORY",
+    "Verdict",
     "WEIGHTS",
     "WeightBytes",
     "check_memory_flags",
@@ -42,12 +45,13 @@ __all__ = [
     "weight_bytes",
 ]
 __getattr__ = lazy_door(__name__, {
-    "FITS": "plan",
-    "MAX_MODEL_LEN": "plan",
+    "FITS": "verdict",
+    "MAX_MODEL_LEN": "verdict",
     "MemoryFlags": "plan",
     "MemoryPlan": "plan",
-    "NO_CACHE_MEMORY": "plan",
-    "WEIGHTS": "plan",
+    "NO_CACHE_MEMORY": "verdict",
+    "Verdict": "verdict",
+    "WEIGHTS": "verdict",
     "WeightBytes": "weights",
     "check_memory_flags": "plan",
     "device_total_bytes": "plan",

@@ -4,7 +4,7 @@ vLLM 0.34.0 vllm/v1/core/kv_cache_planning.py:1381 `_auto_fit_max_model_len`: it
 derived (config) length; where that fits it is kept, else the length becomes the largest that fits
 (`estimate_max_model_len`'s binary search, the estimate vLLM's max_model_len error quotes); where not
 one token fits it raises ("Cannot auto-fit max_model_len: not enough GPU memory available to serve
-even a single token"). The plan does the same with its own estimate (plan.py `_search_max_len`).
+even a single token"). The plan does the same with its own estimate (cache.py `KvLayout.search_max_len`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ def auto_fit(plan_for: Callable[[MemoryFlags], Optional[MemoryPlan]], flags: Mem
     if estimated <= 0:
         return dataclasses.replace(plan, vllm_message=AUTO_FIT_ERROR)
     fitted = plan_for(dataclasses.replace(flags, max_model_len=estimated))
+    if fitted is not None and fitted.verdict == MAX_MODEL_LEN and (fitted.estimated_max_model_len or 0) > 0:
+        # 0.34's extensible cache fits the length again to the memory measured after warm-up
+        # (kv_cache_planning.py:1864-1900 @ 0.34.0 finalize_extensible_kv_cache, `after_warmup=True`)
+        estimated = int(fitted.estimated_max_model_len or 0)
+        fitted = plan_for(dataclasses.replace(flags, max_model_len=estimated))
     if fitted is None or not fitted.fits:
         return plan
     return _noted(fitted, f"--max-model-len auto: vLLM reduces max_model_len from {plan.max_model_len:,} "

@@ -13,13 +13,15 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from attnsel.attention.memory.auto_fit import auto_fit, wants_auto_fit
-from attnsel.attention.memory.plan import MAX_MODEL_LEN, MemoryFlags, MemoryPlan, plan_memory
+from attnsel.attention.memory.plan import MemoryFlags, MemoryPlan, plan_memory
+from attnsel.attention.memory.verdict import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS
 from attnsel.attention.rules import is_fp8
 
 TP_CHOICES = (2, 4, 8)
 PP_CHOICES = (2, 3, 4, 6, 8)
 HIGH_UTILIZATION = 0.95
 MIN_USEFUL_LEN = 4096  # a shorter --max-model-len is only offered down to this many tokens
+MEMORY_VERDICTS = (MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS)  # what more memory (or less need) fixes
 
 
 def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
@@ -32,26 +34,35 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
         return auto_fit(lambda fitted: memory_for(profile, hf_config, facts, explanation, fitted,
                                                   total_bytes=total_bytes, gpu_name=gpu_name), flags)
     try:
-        plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name)
+        plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name,
+                           cudagraph=profile.cudagraph)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         # a config without a size the plan reads (llava's text_config leaves them to transformers'
         # defaults) or with nonsense in one: not modelled, rather than a guess
         return None
-    if plan.fits:
+    if plan.fits or plan.verdict not in MEMORY_VERDICTS:  # a start-up check's refusal carries its own fix
         return plan
     return dataclasses.replace(plan, fixes=suggest_fixes(plan, hf_config, facts, explanation, rules, flags,
-                                                         total_bytes=total_bytes, gpu_name=gpu_name))
+                                                         total_bytes=total_bytes, gpu_name=gpu_name,
+                                                         cudagraph=profile.cudagraph))
 
 
 def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping,
-                  flags: MemoryFlags, *, total_bytes: int, gpu_name: Optional[str]) -> tuple[str, ...]:
+                  flags: MemoryFlags, *, total_bytes: int, gpu_name: Optional[str],
+                  cudagraph: Optional[Mapping] = None) -> tuple[str, ...]:
     def again(**changes: Any) -> MemoryPlan:
         return plan_memory(hf_config, facts, explanation, rules, dataclasses.replace(flags, **changes),
-                           total_bytes=total_bytes, gpu_name=gpu_name)
+                           total_bytes=total_bytes, gpu_name=gpu_name, cudagraph=cudagraph)
 
     fixes = []
     if plan.verdict == MAX_MODEL_LEN and plan.estimated_max_model_len:
-        fixes.append(f"--max-model-len {_shorter(plan)} (vLLM's estimate of what fits: {plan.estimated_max_model_len})")
+        shorter = _shorter(plan)
+        retry = again(max_model_len=shorter)
+        if retry.verdict == MAX_MODEL_LEN and retry.estimated_max_model_len:
+            # 0.34's extensible cache: the estimate of the check on the reservation can still fail the
+            # check after warm-up (kv_cache_planning.py shrink_kv_cache_configs); that one's estimate holds
+            shorter = _shorter(retry)
+        fixes.append(f"--max-model-len {shorter} (vLLM's estimate of what fits: {plan.estimated_max_model_len})")
     if plan.verdict == MAX_MODEL_LEN and not is_fp8(flags.kv_cache_dtype or "auto") and not facts.kv_cache_dtype_forced:
         fp8 = again(kv_cache_dtype="fp8")
         if fp8.fits:

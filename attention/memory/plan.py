@@ -12,16 +12,28 @@ computable from a config (activation peak, non-torch memory, graphs) are the rel
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from attnsel.attention.memory.weights import DTYPE_BYTES, WeightBytes, weight_bytes
-from attnsel.attention.rules import AUTO_MAX_MODEL_LEN, is_fp8
+from attnsel.attention.memory.cache import KvLayout, kv_layout
+from attnsel.attention.memory.checks import (
+    Refusal,
+    check_derived_len,
+    check_mamba_blocks,
+    check_scheduler,
+    check_startup_free,
+    chunked_prefill_on,
+    derived_max_model_len,
+    effective_batching,
+)
+from attnsel.attention.memory.sizing import Reserve, Sizing, capture_sizes, reserve, size_kv, warmup_peak
+from attnsel.attention.memory.verdict import FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, Verdict
+from attnsel.attention.memory.weights import WeightBytes, weight_bytes
+from attnsel.attention.rules import AUTO_MAX_MODEL_LEN
 from attnsel.errors import UserInputError
 
 GIB = 2**30
-FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS = "fits", "max_model_len_too_long", "no_cache_memory", "weights_do_not_fit"
+__all__ = ["FITS", "MAX_MODEL_LEN", "NO_CACHE_MEMORY", "WEIGHTS", "MemoryFlags", "MemoryPlan", "Verdict", "plan_memory"]
 # What nvidia-smi / torch report as a card's total memory (MiB): a little under the name's GB.
 REPORTED_TOTAL_MIB = {"H100": 81559, "H200": 143771, "L4": 23034, "A100 80": 81920, "A100 40": 40960,
                       "L40S": 46068, "A10G": 23028, "GH200": 97871}
@@ -41,6 +53,10 @@ class MemoryFlags:
     quantization: Optional[str] = None
     enforce_eager: bool = False
     entrypoint: str = "serve"  # "serve" (vllm serve) | "llm" (the LLM class): their defaults differ
+    enable_chunked_prefill: Optional[bool] = None  # None: on (a generative decoder model)
+    enable_extensible_kv_cache: Optional[bool] = None  # None: the release's default (0.34: on on CUDA)
+    kv_cache_memory_bytes: Optional[int] = None  # only read where it turns the extensible KV cache off
+    model_dir: Optional[str] = None  # the checkpoint folder: its *.safetensors headers give the weights
 
 
 @dataclass(frozen=True)
@@ -60,12 +76,17 @@ class MemoryPlan:
     kv_cache_tokens_range: tuple[int, int]
     max_concurrency: float
     needed_gib: float  # one request of max_model_len
-    verdict: str
+    verdict: Verdict
     estimated_max_model_len: Optional[int] = None
     vllm_message: Optional[str] = None
     vllm_source: Optional[str] = None  # the release's module that raises vllm_message (`error_module`)
     fixes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    kv_sizing: str = "profiled"  # "profiled" | "extensible" (0.34's extensible KV cache)
+    capacity_blocks: Optional[int] = None  # extensible: the blocks the reservation holds
+    mamba_block_bound: Optional[int] = None  # hybrid models under full CUDA graphs: max_num_seqs' bound
+    derived_max_model_len: Optional[int] = None
+    reserve_parts_gib: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -76,7 +97,10 @@ class MemoryPlan:
             "gpu_name", "total_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
             "max_num_batched_tokens", "block_size", "weights_gib", "kv_cache_gib", "kv_cache_blocks",
             "kv_cache_tokens", "max_concurrency", "needed_gib", "verdict", "estimated_max_model_len",
-            "vllm_message", "vllm_source")}
+            "vllm_message", "vllm_source", "kv_sizing", "capacity_blocks", "mamba_block_bound",
+            "derived_max_model_len")}
+        doc["verdict"] = str(self.verdict)
+        doc["reserve_parts_gib"] = {k: round(v, 2) for k, v in self.reserve_parts_gib.items()}
         doc["reserved_gib"] = dict(zip(("low", "mid", "high"), (round(r, 2) for r in self.reserved_gib)))
         doc["kv_cache_tokens_range"] = list(self.kv_cache_tokens_range)
         doc["fixes"], doc["notes"] = list(self.fixes), list(self.notes)
@@ -124,219 +148,129 @@ def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: Optional[str]
     return int(row["max_num_batched_tokens"][entrypoint]), int(row["max_num_seqs"][entrypoint])
 
 
-def _text(hf_config: Mapping) -> Mapping:
-    text = hf_config.get("text_config")
-    return text if isinstance(text, Mapping) and "hidden_size" in text else hf_config
-
-
-def config_max_model_len(hf_config: Mapping) -> int:
-    """The config's context length, as vLLM derives max_model_len by default (the smallest of these keys)."""
-    c = _text(hf_config)
-    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
-    values = [int(c[k]) for k in keys if isinstance(c.get(k), int)]
-    return min(values) if values else 2048
-
-
-def activation_peak_bytes(hf_config: Mapping, facts: Any, tokens: int, seqs: int, tp: int) -> float:
-    """The profile run's peak beyond the weights: the widest intermediate of one layer for `tokens`
-    tokens (a gated MLP holds gate+up and their product; a Mamba layer its in_proj output; an MoE
-    layer each token's top-k expert inputs) plus the sampler's float32 logits for `seqs` requests."""
-    c = _text(hf_config)
-    hidden = int(c["hidden_size"])
-    dtype_bytes = DTYPE_BYTES.get(facts.dtype, 2.0)
-    widths = [3 * int(c.get("intermediate_size") or 4 * hidden) / tp]
-    if c.get("moe_intermediate_size") or c.get("num_experts_per_tok"):
-        topk = int(c.get("num_experts_per_tok") or 2)
-        expert = c.get("moe_intermediate_size") or c.get("intermediate_size") or 4 * hidden
-        widths.append(topk * 3 * int(expert) / tp)
-    layout = facts.hybrid_layout
-    if layout is not None and "intermediate_size" in dict(layout.sizes):
-        widths.append(3 * layout.size("intermediate_size") / tp)
-    vocab = int(c.get("vocab_size") or hf_config.get("vocab_size") or 0)
-    return tokens * max(widths) * dtype_bytes + seqs * vocab * 4
-
-
-def _kv_bytes_per_token_layer(facts: Any, kv_cache_dtype: Optional[str], tp: int) -> float:
-    item = 1.0 if is_fp8(kv_cache_dtype or "auto") else DTYPE_BYTES.get(facts.dtype, 2.0)
-    if facts.use_mla:  # one latent head, replicated on every rank (MLAAttentionSpec)
-        return ((facts.kv_lora_rank or 512) + (facts.qk_rope_head_dim or 64)) * item
-    kv_heads = max(1, facts.num_kv_heads // tp)
-    return 2 * kv_heads * facts.head_size * item
-
-
-@dataclass(frozen=True)
-class _Cache:
-    """How the KV cache of one GPU is laid out. Layers of one kind (full attention, sliding window,
-    Mamba state) share block ids in groups of `group_size` layers (vLLM's hybrid allocator: one
-    tensor per group slot, kv_cache_utils.py); a block id costs `page_bytes x group_size`."""
-
-    block_size: int
-    page_bytes: float  # one layer's page (one block of it)
-    group_size: int
-    full_layers: int
-    sliding_layers: int = 0
-    window: int = 0  # sliding window (tokens)
-    batched_tokens: int = 0
-    state_layers: int = 0
-    state_blocks: int = 0  # blocks a request pins in the state groups (hybrid)
-
-    @property
-    def block_bytes(self) -> float:
-        return self.page_bytes * self.group_size
-
-    def _sliding_blocks(self, n: int) -> int:
-        """SlidingWindowSpec.max_memory_usage_bytes: the window plus a step's tokens, one spare block."""
-        return math.ceil(min(self.window - 1 + self.batched_tokens, n) / self.block_size) + 1
-
-    def needed_bytes(self, n: int) -> float:
-        """vLLM's max_memory_usage_bytes summed over the layers: full attention cdiv(n, block)
-        pages, sliding window its window's, a state layer one page."""
-        pages = self.full_layers * math.ceil(n / self.block_size) + self.state_layers
-        if self.sliding_layers:
-            pages += self.sliding_layers * self._sliding_blocks(n)
-        return pages * self.page_bytes
-
-    def blocks_per_request(self, n: int) -> int:
-        """Block ids one request of n tokens holds, over the groups (get_max_concurrency_for_kv_cache_config)."""
-        groups = math.ceil(self.full_layers / self.group_size) * math.ceil(n / self.block_size) + self.state_blocks
-        if self.sliding_layers:
-            groups += math.ceil(self.sliding_layers / self.group_size) * self._sliding_blocks(n)
-        return groups
-
-
-def group_size(counts: list[int]) -> int:
-    """vLLM's group size for layers of several kinds: the smallest count, or the largest when the
-    counts are within 1.5x of each other (kv_cache_utils.py, the same rule as attention/hybrid/groups.py)."""
-    counts = [n for n in counts if n > 0]
-    size = min(counts)
-    return max(counts) if max(counts) < size * 1.5 else size
-
-
-def sliding_split(hf_config: Mapping, facts: Any, layers: int) -> int:
-    """How many layers use the sliding window: the config's layer_types, Gemma-3's pattern (every
-    Nth layer global), Gemma-2's alternation, else all of them when vLLM applies the window."""
-    if not facts.sliding_window:
-        return 0
-    c = _text(hf_config)
-    types = c.get("layer_types")
-    if isinstance(types, list) and types:
-        return sum(1 for t in types[:layers] if t == "sliding_attention")
-    pattern = c.get("sliding_window_pattern")
-    if isinstance(pattern, int) and pattern > 0:
-        return layers - layers // pattern
-    if facts.model_type in ("gemma2", "gemma3", "gemma3_text"):
-        return layers // 2
-    return layers
-
-
-def _cache_layout(hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, batched_tokens: int) -> _Cache:
+def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, flags: MemoryFlags, *,
+                total_bytes: int, gpu_name: Optional[str] = None, cudagraph: Optional[Mapping] = None) -> MemoryPlan:
+    """The plan of the busiest GPU (the largest pipeline stage's TP shard) of a group of `total_bytes` GPUs;
+    `cudagraph`: the release's CUDA-graph data (its capture sizes follow max_num_seqs)."""
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
-    hybrid = getattr(explanation, "hybrid", None) if explanation is not None else None
-    if hybrid is not None:
-        groups, layout = hybrid.groups, facts.hybrid_layout
-        return _Cache(hybrid.block_size, hybrid.attention_page_bytes, max(1, math.ceil(groups.group_size / pp)),
-                      math.ceil(layout.attention_layers / pp), state_layers=math.ceil(layout.mamba_layers / pp),
-                      state_blocks=groups.blocks_pinned_per_request - groups.attention_groups)
-    block = (getattr(explanation, "block_size", None) if explanation is not None else None) or 16
-    layers = math.ceil(int(_text(hf_config).get("num_hidden_layers") or 1) / pp)
-    page = _kv_bytes_per_token_layer(facts, flags.kv_cache_dtype or facts.kv_cache_dtype_forced, tp) * block
-    sliding = sliding_split(hf_config, facts, layers)
-    full = layers - sliding
-    return _Cache(block, page, group_size([full, sliding]), full, sliding, int(facts.sliding_window or 0), batched_tokens)
+    derived = derived_max_model_len(hf_config)
+    max_len = flags.max_model_len or derived.default_len
+    default_tokens, seqs = scheduler_defaults(rules, total_bytes, gpu_name, flags.entrypoint)
+    seqs = flags.max_num_seqs or seqs
+    tokens = effective_batching(rules, flags, default_tokens, seqs, max_len)
+    weights = weight_bytes(hf_config, facts, tp=tp, pp=pp, quantization=flags.quantization, model_dir=flags.model_dir)
+    res = reserve(hf_config, facts, rules, tokens=tokens, seqs=seqs, tp=tp, eager=flags.enforce_eager,
+                  graph_sizes=capture_sizes(cudagraph, seqs, tokens), quantization=weights.quantization)
+    sizing = size_kv(rules, flags, total=total_bytes, weights=weights.total, res=res,
+                     warmup=warmup_peak(facts, rules.get("extensible_kv_cache") or {}, tokens, tp))
+    cache = kv_layout(hf_config, facts, explanation, rules, tp=tp, pp=pp, kv_cache_dtype=flags.kv_cache_dtype,
+                      batched_tokens=tokens)
+    capacity = [max(0, int(b // cache.block_bytes)) for b in sizing.capacity]
+    blocks = [min(max(0, int(b // cache.block_bytes)), c) for b, c in zip(sizing.final, capacity)]
+    per_request = cache.blocks_per_request(max_len)
+    # vLLM reports int(concurrency x max_model_len) tokens (kv_cache_utils.py get_kv_cache_capacity):
+    # blocks x block size for a full-attention model whose length is a multiple of the block
+    token_counts = [int(b / per_request * max_len) for b in blocks]
+    plan = MemoryPlan(
+        gpu_name=gpu_name, total_gib=total_bytes / GIB, gpu_memory_utilization=sizing.utilization, max_model_len=max_len,
+        max_num_seqs=seqs, max_num_batched_tokens=tokens, block_size=cache.block_size,
+        weights_gib=weights.gib, reserved_gib=tuple(r / GIB for r in res.total),  # type: ignore[arg-type]
+        kv_cache_gib=max(0.0, sizing.final[1]) / GIB, kv_cache_blocks=blocks[1], kv_cache_tokens=token_counts[1],
+        kv_cache_tokens_range=(token_counts[0], token_counts[2]), max_concurrency=blocks[1] / per_request,
+        needed_gib=cache.needed_bytes(max_len) / GIB, verdict=Verdict.FITS, notes=_notes(weights, facts, res, sizing),
+        kv_sizing=sizing.name, capacity_blocks=capacity[1] if sizing.extensible else None,
+        derived_max_model_len=int(derived.value), reserve_parts_gib={k: v / GIB for k, v in res.parts.items()})
+    refusal = check_derived_len(rules.get("checks") or {}, derived, flags.max_model_len) or check_scheduler(
+        rules.get("checks") or {}, batched_tokens=tokens, seqs=seqs, max_len=max_len, chunked_prefill=chunked_prefill_on(flags))
+    cuda_total = total_bytes - float(rules.get("cuda_total_gap_gib") or 0.0) * GIB
+    refusal = refusal or check_startup_free(rules.get("checks") or {}, sizing.utilization, cuda_total, sizing.extensible)
+    if refusal is not None:  # raised while vLLM builds its config or its worker: nothing is loaded
+        return _refused(plan, refusal)
+    return _judge(plan, rules, cache, weights, sizing, total_bytes, flags, explanation)
+
+
+def _notes(weights: WeightBytes, facts: Any, res: Reserve, sizing: Sizing) -> tuple[str, ...]:
+    source = "the checkpoint's safetensors headers" if weights.from_checkpoint else "config.json"
+    notes = [f"weights counted from {source}: {weights.parameters / 1e9:.1f}B parameters, "
+             f"{weights.linear_bytes_per_param:g} bytes each in linear layers ({weights.quantization or facts.dtype})"]
+    if weights.note:
+        notes.append(weights.note)
+    if res.parts:
+        parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in res.parts.items() if v)
+        notes.append(f"profile run derived per component (GiB): {parts}; non-torch memory and CUDA-graph memory "
+                     f"are measured ranges ({res.non_torch[0] / GIB:.2f}-{res.non_torch[2] / GIB:.2f} and "
+                     f"{res.graphs[0] / GIB:.2f}-{res.graphs[2] / GIB:.2f} GiB)")
+    if sizing.extensible:
+        notes.append(f"extensible KV cache: reserved from the profiled budget at --gpu-memory-utilization "
+                     f"{sizing.utilization:g}, committed from what is free after warm-up and CUDA-graph capture")
+    if sizing.note:
+        notes.append(f"vLLM: {sizing.note}")
+    return tuple(notes)
+
+
+def _refused(plan: MemoryPlan, refusal: Refusal, **changes: Any) -> MemoryPlan:
+    return replace(plan, verdict=refusal.verdict, vllm_message=refusal.message, vllm_source=refusal.source,
+                   fixes=(refusal.fix,), **changes)
+
+
+def _judge(plan: MemoryPlan, rules: Mapping, cache: KvLayout, weights: WeightBytes, sizing: Sizing,
+           total_bytes: int, flags: MemoryFlags, explanation: Any) -> MemoryPlan:
+    """vLLM's checks in the order it runs them: loading, the KV check (on the reservation, for the
+    extensible cache), the Mamba blocks at CUDA-graph set-up, the KV check after warm-up (extensible)."""
+    if weights.total > total_bytes:
+        # vLLM dies in torch's allocator (CUDA out of memory, naming one tensor): no text of its own to quote
+        return replace(plan, verdict=Verdict.WEIGHTS, kv_cache_gib=0.0)
+    refused = _kv_check(plan, rules, cache, cache.check_bytes(sizing.capacity[1]), _hint(rules, sizing, False))
+    if refused is not None:
+        return refused
+    pool = plan.capacity_blocks if plan.capacity_blocks is not None else plan.kv_cache_blocks
+    mamba = check_mamba_blocks(rules.get("checks") or {}, cache, pool, plan.max_num_seqs, flags, explanation)
+    if cache.has_state:
+        plan = replace(plan, mamba_block_bound=pool)
+    if mamba is not None:
+        return _refused(plan, mamba)
+    if sizing.extensible:  # kv_cache_planning.py:1825-1862 @ 0.34.0 shrink_kv_cache_configs: the null block held back
+        refused = _kv_check(plan, rules, cache, (plan.kv_cache_blocks - 1) * cache.block_bytes, _hint(rules, sizing, True))
+        if refused is not None:
+            return refused
+    return plan
+
+
+def _hint(rules: Mapping, sizing: Sizing, after_warmup: bool) -> str:
+    """`_more_kv_cache_memory_hint` (kv_cache_planning.py:64-96 @ 0.34.0), the data's `kv_cache_hints`: its
+    returned texts in source order (extensible below 1.0, extensible at 1.0, sized by profiling) and the
+    words it fills in (before / after warm-up). Releases before 0.34 have the advice inside their texts."""
+    hints = rules.get("kv_cache_hints")
+    if not hints:
+        return ""
+    returns, words = hints["returns"], hints["words"]
+    if not sizing.extensible:
+        return returns[2]
+    text = returns[0] if sizing.utilization < 1.0 else returns[1]
+    step = 1 if after_warmup else 0
+    return text.format(used_by=words["used_by"][step], graphs_hint=words["graphs_hint"][step], utilization=sizing.utilization)
+
+
+def _kv_check(plan: MemoryPlan, rules: Mapping, cache: KvLayout, available: float, hint: str) -> Optional[MemoryPlan]:
+    """`_check_enough_kv_cache_memory`: no memory at all, or one request of max_model_len does not fit."""
+    if available <= 0:
+        return replace(plan, verdict=Verdict.NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"].format(hint=hint),
+                       kv_cache_gib=0.0, vllm_source=_raised_in(rules))
+    needed = cache.needed_bytes(plan.max_model_len)
+    if needed <= available:
+        return None
+    estimated = cache.search_max_len(available, plan.max_model_len)
+    estimated_msg = rules["estimated_msg"].format(estimated=estimated) if estimated > 0 else ""
+    text = rules["max_model_len_error"].format(
+        max_model_len=plan.max_model_len, needed_gib=format_gib(needed), available_gib=format_gib(available),
+        estimated_msg=estimated_msg, hint=hint)
+    return replace(plan, verdict=Verdict.MAX_MODEL_LEN, vllm_message=text, estimated_max_model_len=estimated,
+                   vllm_source=_raised_in(rules))
 
 
 def format_gib(n: float) -> str:
     """vLLM's utils/mem_utils.py format_gib: rounded to 2 places (16.0, 9.35)."""
     return f"{round(n / GIB, 2)}"
-
-
-def _search_max_len(cache: _Cache, available: float, limit: int) -> int:
-    """vLLM's estimate_max_model_len: the longest request whose KV cache fits (binary search)."""
-    if cache.needed_bytes(1) > available:
-        return 0
-    low, high, best = 1, limit, 1
-    while low <= high:
-        mid = (low + high) // 2
-        if cache.needed_bytes(mid) <= available:
-            best, low = mid, mid + 1
-        else:
-            high = mid - 1
-    return best
-
-
-def _reserved(rules: Mapping, activation: float, flags: MemoryFlags) -> tuple[float, float, float]:
-    """Activation peak (+-its share of uncertainty), non-torch memory and the CUDA-graph estimate."""
-    spread = float(rules["activation_spread"])
-    graphs = (0.0, 0.0) if flags.enforce_eager else tuple(rules["cudagraph_gib"])
-    non_torch = tuple(rules["non_torch_gib"])
-    low = activation * (1 - spread) + (non_torch[0] + graphs[0]) * GIB
-    high = activation * (1 + spread) + (non_torch[1] + graphs[1]) * GIB
-    return low, (low + high) / 2, high
-
-
-def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, flags: MemoryFlags, *,
-                total_bytes: int, gpu_name: Optional[str] = None) -> MemoryPlan:
-    """The plan of the busiest GPU (the largest pipeline stage's TP shard) of a group of `total_bytes` GPUs."""
-    tp = flags.tensor_parallel_size
-    util = flags.gpu_memory_utilization if flags.gpu_memory_utilization is not None else float(rules["gpu_memory_utilization"])
-    tokens, seqs = scheduler_defaults(rules, total_bytes, gpu_name, flags.entrypoint)
-    tokens, seqs = flags.max_num_batched_tokens or tokens, flags.max_num_seqs or seqs
-    max_len = flags.max_model_len or config_max_model_len(hf_config)
-    weights = weight_bytes(hf_config, facts, tp=tp, pp=flags.pipeline_parallel_size, quantization=flags.quantization)
-    reserved = _reserved(rules, activation_peak_bytes(hf_config, facts, tokens, seqs, tp), flags)
-    requested = util * total_bytes
-    cache = _cache_layout(hf_config, facts, explanation, flags, tokens)
-    kv = [requested - weights.total - r for r in reversed(reserved)]  # low, mid, high
-    blocks = [max(0, int(b // cache.block_bytes)) for b in kv]
-    per_request = cache.blocks_per_request(max_len)
-    concurrency = blocks[1] / per_request if per_request else 0.0
-    # vLLM reports int(concurrency x max_model_len) tokens (get_kv_cache_capacity): blocks x block
-    # size for a full-attention model whose length is a multiple of the block
-    token_counts = [int(b / per_request * max_len) for b in blocks]
-    needed = cache.needed_bytes(max_len)
-    plan = MemoryPlan(
-        gpu_name=gpu_name, total_gib=total_bytes / GIB, gpu_memory_utilization=util, max_model_len=max_len,
-        max_num_seqs=seqs, max_num_batched_tokens=tokens, block_size=cache.block_size,
-        weights_gib=weights.gib, reserved_gib=tuple(r / GIB for r in reserved),  # type: ignore[arg-type]
-        kv_cache_gib=max(0.0, kv[1]) / GIB, kv_cache_blocks=blocks[1], kv_cache_tokens=token_counts[1],
-        kv_cache_tokens_range=(token_counts[0], token_counts[2]), max_concurrency=concurrency,
-        needed_gib=needed / GIB, verdict=FITS, notes=_notes(weights, facts),
-    )
-    return _judge(plan, rules, cache, weights, kv[1], total_bytes, requested)
-
-
-def _notes(weights: WeightBytes, facts: Any) -> tuple[str, ...]:
-    notes = [f"weights counted from config.json: {weights.parameters / 1e9:.1f}B parameters, "
-             f"{weights.linear_bytes_per_param:g} bytes each in linear layers ({weights.quantization or facts.dtype})"]
-    return tuple(notes)
-
-
-def _judge(plan: MemoryPlan, rules: Mapping, cache: _Cache, weights: WeightBytes, available: float,
-           total_bytes: int, requested: float) -> MemoryPlan:
-    from dataclasses import replace
-
-    if weights.total > total_bytes:
-        # vLLM dies in torch's allocator (CUDA out of memory, naming one tensor): no text of its own to quote
-        return replace(plan, verdict=WEIGHTS, kv_cache_gib=0.0)
-    if available <= 0:
-        return replace(plan, verdict=NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"].format(hint=_hint(rules)),
-                       kv_cache_gib=0.0, vllm_source=_raised_in(rules))
-    needed = cache.needed_bytes(plan.max_model_len)
-    if needed <= available:
-        return plan
-    estimated = _search_max_len(cache, available, plan.max_model_len)
-    estimated_msg = rules["estimated_msg"].format(estimated=estimated) if estimated > 0 else ""
-    text = rules["max_model_len_error"].format(
-        max_model_len=plan.max_model_len, needed_gib=format_gib(needed), available_gib=format_gib(available),
-        estimated_msg=estimated_msg, hint=_hint(rules))
-    return replace(plan, verdict=MAX_MODEL_LEN, vllm_message=text, estimated_max_model_len=estimated,
-                   vllm_source=_raised_in(rules))
-
-
-def _hint(rules: Mapping) -> str:
-    """The advice a refusal ends with from 0.34.0 (`{hint}`): the last of the release's texts, the one for
-    a cache sized by profiling, which this plan models (kv_cache_planning.py:64 @ 0.34.0)."""
-    return (rules.get("kv_cache_hints") or {}).get("returns", [""])[-1]
 
 
 def _raised_in(rules: Mapping) -> Optional[str]:

@@ -11,8 +11,11 @@ quantization; norms and biases (well under 0.1% of a model) are left out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
+
+from attnsel.attention.memory.checkpoint import checkpoint_bytes
+from attnsel.errors import UserInputError
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 # Bytes per parameter of a linear layer's weight, per quantization method (scales included: a
@@ -30,6 +33,8 @@ class WeightBytes:
     linear_bytes_per_param: float
     quantization: Optional[str]
     parameters: int  # the whole model's parameters, for the note
+    from_checkpoint: bool = False  # the total read from the checkpoint's safetensors headers
+    note: Optional[str] = None  # why the headers were not used (an unreadable file)
 
     @property
     def gib(self) -> float:
@@ -127,9 +132,26 @@ def _vision_params(config: Mapping) -> float:
     return depth * (4 * hidden * hidden + 3 * hidden * inter)
 
 
-def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1,
-                 quantization: Optional[str] = None) -> WeightBytes:
-    """The weights on the busiest GPU: its TP shard of the largest pipeline stage."""
+def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, quantization: Optional[str] = None,
+                 model_dir: Optional[str] = None) -> WeightBytes:
+    """The weights on the busiest GPU: its TP shard of the largest pipeline stage. With a checkpoint
+    folder holding *.safetensors, the whole model's bytes are the headers' (checkpoint.py) and the
+    config's count only says which share of them one GPU holds (sharded, replicated, per stage);
+    not with an online --quantization of an unquantized checkpoint (vLLM converts while loading)."""
+    counted = _counted(hf_config, facts, tp, pp, quantization)
+    online = quantization is not None and quantization_method(hf_config, None) is None
+    try:
+        stored = None if online else checkpoint_bytes(model_dir, DTYPE_BYTES.get(facts.dtype, 2.0))
+    except UserInputError as exc:  # vLLM would fail loading it; the plan keeps the config's count
+        return replace(counted, note=f"{exc.message}: weights counted from config.json instead")
+    if stored is None:
+        return counted
+    whole = _counted(hf_config, facts, 1, 1, quantization).total
+    share = counted.total / whole if whole else 1.0
+    return replace(counted, total=int(stored.total * share), from_checkpoint=True)
+
+
+def _counted(hf_config: Mapping, facts: Any, tp: int, pp: int, quantization: Optional[str]) -> WeightBytes:
     c = hf_config.get("text_config") or hf_config
     if not isinstance(c, Mapping) or "hidden_size" not in c:
         c = {**hf_config, **(c if isinstance(c, Mapping) else {})}

@@ -185,7 +185,7 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
             steps.explanation = explain_deployment(profile, steps.facts, deployment, capability, first.name)
             steps.checks.append(check_attention(steps.explanation))
         steps.memory = plan_for_group(profile, hf_config, steps.facts, steps.explanation, deployment, group,
-                                      probed=report.source != TARGET_SOURCE)
+                                      probed=report.source != TARGET_SOURCE, model=model)
         why_not = "" if steps.memory else not_planned(profile, steps.facts, group)
         steps.checks.append(Check("memory", *memory_check_fields(steps.memory, why_not)))
     unchecked = not_checked(deployment)

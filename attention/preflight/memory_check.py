@@ -9,15 +9,26 @@ import dataclasses
 
 from typing import Any, Optional, Sequence
 
-from attnsel.attention.memory import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, MemoryFlags, device_total_bytes, memory_for
+from attnsel.attention.memory import (
+    MAX_MODEL_LEN,
+    NO_CACHE_MEMORY,
+    WEIGHTS,
+    MemoryFlags,
+    Verdict,
+    device_total_bytes,
+    memory_for,
+)
+from attnsel.attention.memory.checkpoint import checkpoint_folder
 from attnsel.attention.preflight.status import FAIL, PASS, WARN
 
 
-def memory_flags(deployment: Any) -> MemoryFlags:
+def memory_flags(deployment: Any, model: Optional[str] = None) -> MemoryFlags:
     """The deployment's flags the memory plan reads: each MemoryFlags field the deployment carries
     under the same name (the entry point stays MemoryFlags' default, `vllm serve`'s)."""
-    return MemoryFlags(**{f.name: getattr(deployment, f.name) for f in dataclasses.fields(MemoryFlags)
-                          if hasattr(deployment, f.name)})
+    flags = MemoryFlags(**{f.name: getattr(deployment, f.name) for f in dataclasses.fields(MemoryFlags)
+                           if hasattr(deployment, f.name)})
+    # a checkpoint folder: its safetensors headers give the weights (attention/memory/checkpoint.py)
+    return dataclasses.replace(flags, model_dir=checkpoint_folder(model))
 
 
 def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
@@ -32,14 +43,14 @@ def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
 
 
 def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
-                   group: Sequence[Any], probed: bool) -> Any:
+                   group: Sequence[Any], probed: bool, model: Optional[str] = None) -> Any:
     """The plan of the group's smallest GPU; None without a GPU's memory or the release's memory data."""
     sized = [g for g in group if g.memory_total_bytes]
     if not sized:
         return None
     smallest = min(sized, key=lambda g: g.memory_total_bytes)
     total = device_total_bytes(smallest.name, smallest.memory_total_bytes, probed)
-    return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment),
+    return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment, model),
                       total_bytes=total, gpu_name=smallest.name)
 
 
@@ -59,6 +70,12 @@ def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str
         return (FAIL, f"vLLM would refuse --max-model-len {plan.max_model_len}: one request needs {plan.needed_gib:.2f} GiB "
                 f"of KV cache, {plan.kv_cache_gib:.2f} GiB is left per GPU (weights {plan.weights_gib:.1f} GiB)",
                 hint, plan.vllm_message)
+    if plan.verdict == Verdict.MAMBA_BLOCKS:
+        return (FAIL, f"vLLM would refuse --max-num-seqs {plan.max_num_seqs}: the KV cache has {plan.mamba_block_bound:,} "
+                f"blocks and every decode sequence needs its own Mamba block under full CUDA graphs ({kv})", hint,
+                plan.vllm_message)
+    if not plan.fits:  # a check of vLLM's config: it stops before loading anything
+        return FAIL, f"vLLM would refuse these flags ({plan.verdict}): {plan.vllm_source}", hint, plan.vllm_message
     message = (f"weights {plan.weights_gib:.1f} GiB, {kv}; max concurrency {plan.max_concurrency:.2f}x "
                f"for {plan.max_model_len} tokens per request (--gpu-memory-utilization {plan.gpu_memory_utilization:g})")
     low = plan.kv_cache_tokens_range[0]

@@ -25,7 +25,8 @@ from typing import Any, Optional
 
 SCHEMA = "attnsel-memory-record/1"
 FLAG_KEYS = ("tensor_parallel_size", "attention_backend", "gpu_memory_utilization", "max_model_len", "kv_cache_dtype", "block_size",
-             "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "quantization")
+             "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "quantization", "enable_chunked_prefill",
+             "enable_extensible_kv_cache")
 FP8_CHECKPOINT = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
 # name, bundled model, flags, config patch. Llama-3.1-8B at 0.3: 131072 tokens need 16 GiB of KV
 # cache, ~6 GiB is left (vLLM refuses), 32768 fit; every other case runs at vLLM's default length.
@@ -75,6 +76,10 @@ REFUSED = re.compile(r"To serve at least one request with the model'?s'? max seq
 ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 # config/compilation.py (0.33.0, 0.34.0): FULL decode graphs need one Mamba block per sequence
 MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
+# vLLM's other start-up refusals (attention/memory/checks.py), by a phrase of their text
+CONFIG_REFUSALS = {"is greater than the derived max_model_len": "max_model_len_over_derived",
+                   "must be greater than or equal to max_num_seqs": "max_num_batched_tokens_below_max_num_seqs",
+                   "is smaller than max_model_len": "max_num_batched_tokens_below_max_model_len"}
 
 
 def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]:
@@ -91,6 +96,9 @@ def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]
     found = MAMBA_BLOCKS.search(text)
     if found:  # the bound vLLM names ("lower max_num_seqs to at most N")
         return "max_num_seqs_over_mamba_blocks", int(found.group(2))
+    for phrase, verdict in CONFIG_REFUSALS.items():
+        if phrase in text:
+            return verdict, None
     if status == "oom":
         return "weights_do_not_fit", None
     return "error", None
