@@ -9,8 +9,9 @@ What each release says was read from its wheel with bench/tools/memory_facts.py 
   keeps the GB10 (capability 12.1) on the small tier;
 - VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: absent in 0.17.0, off in 0.18-0.19, on from 0.20.0;
 - 0.34.0 ends both refusals with advice that depends on how the cache is sized
-  (kv_cache_planning.py:64 _more_kv_cache_memory_hint @ 0.34.0); the plan models a cache sized by
-  profiling, whose advice is 0.33's "Try increasing `gpu_memory_utilization` ..." sentence."""
+  (kv_cache_planning.py:64 _more_kv_cache_memory_hint @ 0.34.0): with its extensible KV cache (on by
+  default on CUDA, utilization 1.0) "The KV cache gets what is left after ..." (or "already takes all
+  device memory ..."), sized by profiling 0.33's "Try increasing `gpu_memory_utilization` ..." sentence."""
 
 from __future__ import annotations
 
@@ -67,10 +68,11 @@ def test_the_max_model_len_refusal_is_in_the_releases_own_words(release):
     assert f"the estimated maximum model length is {plan['estimated_max_model_len']}. " in text
     if release in OLD_TEXTS:
         assert "the models's max seq len" in text and "CPU backend" not in text
-    elif release in SIZING_HINT:
-        assert "the model's max seq len" in text and text.count("Try increasing `gpu_memory_utilization` when "
-                                                                 "initializing the engine (this flag also controls "
-                                                                 "CPU memory reservation on the CPU backend") == 1
+    elif release in SIZING_HINT:  # the advice of the sizing the plan models: 0.34's extensible cache, 0.3 given
+        hints = get_profile(release).memory["kv_cache_hints"]
+        advice = (hints["returns"][0].format(used_by=hints["words"]["used_by"][0], graphs_hint=hints["words"]["graphs_hint"][0],
+                                             utilization=0.3) if plan["kv_sizing"] == "extensible" else hints["returns"][2])
+        assert "the model's max seq len" in text and text.count(advice) == 1
         assert "Decreasing `max_model_len` also reduces what is needed." in text and "{" not in text
     else:
         assert "the model's max seq len" in text and "(which also controls CPU memory on the CPU backend)" in text
@@ -84,15 +86,21 @@ def test_no_room_for_any_cache_block_is_in_the_releases_own_words(release):
     assert plan["verdict"] == "no_cache_memory"
     assert plan["vllm_message"].startswith("No available memory for the cache blocks. ")
     assert "{" not in plan["vllm_message"]
-    assert ("CPU memory reservation on the CPU backend" in plan["vllm_message"]) == (release not in OLD_TEXTS)
+    extensible = plan["kv_sizing"] == "extensible"  # 0.34's advice: what is left after the model and activations
+    assert ("CPU memory reservation on the CPU backend" in plan["vllm_message"]) == (release not in OLD_TEXTS
+                                                                                   and not extensible)
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_utilization_default_is_the_releases(release):
     plan = llama_8b(release)
-    # as read from the wheel: 0.34's is DEFAULT_GPU_MEMORY_UTILIZATION, the default with the cache sized by
-    # profiling (config/cache.py:186 @ 0.34.0); with the extensible KV cache it is 1.0 (not modelled here)
-    assert plan["gpu_memory_utilization"] == RECORDED[f"{release}.0"]["gpu_memory_utilization"]
+    # as read from the wheel: 0.34's default is 1.0 with the extensible KV cache (on by default on CUDA) and
+    # DEFAULT_GPU_MEMORY_UTILIZATION without it (config/cache.py:186, 494-501 @ 0.34.0)
+    facts = RECORDED[f"{release}.0"]
+    if plan["kv_sizing"] == "extensible":
+        assert plan["gpu_memory_utilization"] == facts["gpu_memory_utilization_extensible"]
+        plan = llama_8b(release, "--gpu-memory-utilization", str(facts["gpu_memory_utilization"]))
+    assert plan["gpu_memory_utilization"] == facts["gpu_memory_utilization"]
     assert plan["gpu_memory_utilization"] == (0.9 if release in UTILIZATION_09 else 0.92)
 
 
