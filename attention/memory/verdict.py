@@ -7,11 +7,10 @@ records written before the enum existed (`attnsel-memory-record/1`) still compar
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Optional
+from attnsel.words import Word
 
 
-class Verdict(str, Enum):
+class Verdict(Word):
     FITS = "fits"
     # v1/core/kv_cache_planning.py _check_enough_kv_cache_memory (0.33.0:52, 0.34.0:99)
     MAX_MODEL_LEN = "max_model_len_too_long"
@@ -29,13 +28,6 @@ class Verdict(str, Enum):
     # v1/worker/utils.py request_memory (0.33.0:761-770, 0.34.0:783-797; not with 0.34's extensible cache)
     FREE_MEMORY = "free_memory_below_utilization"
 
-    # a str-valued member prints as its word (f-strings, str()), as on Python >= 3.11's StrEnum
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
     @property
     def starts(self) -> bool:
         return self is Verdict.FITS
@@ -44,13 +36,6 @@ class Verdict(str, Enum):
     def before_weights(self) -> bool:
         """Raised while vLLM builds its config, before it loads anything (no memory figure matters)."""
         return self in (Verdict.DERIVED_MAX_LEN, Verdict.BATCHED_TOKENS_BELOW_SEQS, Verdict.BATCHED_TOKENS_BELOW_LEN)
-
-    @classmethod
-    def read(cls, word: object) -> Optional["Verdict"]:
-        try:
-            return cls(word)
-        except ValueError:
-            return None
 
 
 # the names the module exported before the enum (attention/memory/__init__.py)

@@ -9,11 +9,10 @@ so tune.json holds the same words it always did and `Verdict.FASTER == "faster"`
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Optional
+from attnsel.words import Word
 
 
-class Verdict(str, Enum):
+class Verdict(Word):
     FASTER = "faster"
     NOISY = "noisy"
     SMALL = "small"
@@ -21,10 +20,6 @@ class Verdict(str, Enum):
     DEFAULT_IS_FASTEST = "default is fastest"
     DEFAULT_NOT_MEASURED = "default not measured"
     NO_VALID_CONFIG = "no valid config"
-
-    # a str-valued member prints as its word (f-strings, str()), as on Python >= 3.11's StrEnum
-    __str__ = str.__str__
-    __format__ = str.__format__
 
     @property
     def advises_flags(self) -> bool:
@@ -40,14 +35,6 @@ class Verdict(str, Enum):
     def confidence(self) -> str:
         """The word a report's "confidence" column shows for this verdict."""
         return _CONFIDENCE.get(self, self.value)
-
-    @classmethod
-    def read(cls, word: object) -> Optional["Verdict"]:
-        """The verdict a saved document names; None for a word this version does not know."""
-        try:
-            return cls(word)
-        except ValueError:
-            return None
 
 
 _KEEPS_DEFAULT = frozenset({Verdict.NOISY, Verdict.SMALL, Verdict.STAND_IN, Verdict.DEFAULT_IS_FASTEST})

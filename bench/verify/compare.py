@@ -34,24 +34,21 @@ from __future__ import annotations
 
 import math
 import statistics
-from enum import Enum
 from typing import Iterable, Optional, Sequence
 
 from attnsel.bench.timing import stats as T
+from attnsel.words import Word
 
 
-class Judgement(str, Enum):
+class Judgement(Word):
     """One figure of a candidate against vLLM's default at one shape (verify.json "result")."""
 
     FASTER = "faster"
     SLOWER = "slower"
     WITHIN_NOISE = "within noise"
 
-    __str__ = str.__str__  # prints as its word, as the JSON holds it
-    __format__ = str.__format__
 
-
-class EngineVerdict(str, Enum):
+class EngineVerdict(Word):
     """verify.json "verdict": what vLLM's own engine says about tune's advice (module docstring).
     str-valued, so the document holds the words it always did."""
 
@@ -59,9 +56,6 @@ class EngineVerdict(str, Enum):
     WITHIN_NOISE = "within noise"
     REVERSED = "reversed"
     NOT_MEASURED = "not measured"
-
-    __str__ = str.__str__
-    __format__ = str.__format__
 
     @property
     def keeps_default(self) -> bool:
@@ -72,14 +66,6 @@ class EngineVerdict(str, Enum):
     def measured(self) -> bool:
         """False: no pair could be compared, so nothing was checked (`attnsel verify` exits 1)."""
         return self is not EngineVerdict.NOT_MEASURED
-
-    @classmethod
-    def read(cls, word: object) -> Optional["EngineVerdict"]:
-        """The verdict a saved verify.json names; None for a word this version does not know."""
-        try:
-            return cls(word)
-        except ValueError:
-            return None
 
 
 
