@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from typing import Any, Optional
 
 from attnsel.bench.timing import stats as T
