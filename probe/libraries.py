@@ -42,10 +42,15 @@ def torch_cuda_version() -> Optional[str]:
     except (metadata.PackageNotFoundError, OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
-            node.target if isinstance(node, ast.AnnAssign) else None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
-            return node.value.value if isinstance(node.value.value, str) else None
+        value: Optional[ast.expr]
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(value, ast.Constant):
+            return value.value if isinstance(value.value, str) else None
     return None
 
 
