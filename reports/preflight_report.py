@@ -11,7 +11,7 @@ from typing import Optional, Sequence, TextIO
 
 from attnsel.attention.preflight import FAIL, PASS, WARN, Check, PreflightResult
 
-JSON_SCHEMA_VERSION = 1
+PREFLIGHT_SCHEMA = "attnsel-preflight/1"  # `preflight --json` (docs/schemas/)
 FORMATS = ("text", "json", "github")
 _LABEL = {PASS: "PASS", WARN: "WARN", FAIL: "FAIL"}
 _ANSI = {PASS: "\x1b[32m", WARN: "\x1b[33m", FAIL: "\x1b[1;31m"}  # green, yellow, bold red
@@ -67,7 +67,7 @@ def preflight_to_dict(result: PreflightResult) -> dict:
     from attnsel.reports.explain import explanation_to_dict
 
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
+        "schema": PREFLIGHT_SCHEMA,
         **result_fields(result),
         "gpu_source": result.probe_source,
         "gpus": [g.to_dict() for g in result.gpus],

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from typing import Any, Optional
 
 from attnsel.bench.timing import stats as T
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text, import_backend_libraries
+from attnsel.probe.libraries import library_versions  # also probe --json's `libraries`
 
 EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
 
-LIBRARY_DISTRIBUTIONS = (
-    "torch", "triton", "flashinfer-python", "flash-attn", "flash-attn-4", "vllm", "nvidia-cutlass-dsl",
-    "cupti-python",
-)
 
 
 class KernelToolkit:
@@ -168,16 +164,3 @@ class KernelToolkit:
         if not hasattr(self, "_total_bytes"):
             self._total_bytes = int(self.torch.cuda.get_device_properties(0).total_memory)
         return self._total_bytes
-
-
-def library_versions() -> dict:
-    """Installed versions, read from package metadata (no imports, so no JIT side effects)."""
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for dist in LIBRARY_DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out

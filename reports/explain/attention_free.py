@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from rich.console import Console
 
-from attnsel.reports.explain.table import model_line
+from attnsel.reports.explain.table import EXPLAIN_SCHEMA, model_line
 
 NO_BACKEND = "vLLM picks no attention backend (no layer asks the attention selector for one)"
 MAMBA_BLOCK = ("the KV-cache block size follows the Mamba state, not an attention backend: vLLM sets "
@@ -33,7 +33,7 @@ def attention_free_line(model: Optional[dict]) -> str:
 def attention_free_to_dict(expl: Any, model: dict, ignored_flags: Sequence[str]) -> dict:
     """The `explain --json` document for an attention-free model: the usual keys, with no backends."""
     return {
-        "schema_version": 1,
+        "schema": EXPLAIN_SCHEMA,
         "profile": expl.profile,
         "profile_vllm_version": expl.vllm_version,
         "profile_reason": expl.profile_reason,

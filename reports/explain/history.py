@@ -11,7 +11,7 @@ from rich.text import Text
 
 from attnsel.attention.explain import ReleaseChange, ReleaseHistory, ReleaseVerdict
 from attnsel.reports.cells import dash
-from attnsel.reports.explain.table import JSON_SCHEMA_VERSION, _capability_str, _inputs_line, _short
+from attnsel.reports.explain.table import EXPLAIN_HISTORY_SCHEMA, _capability_str, _inputs_line, _short
 
 
 def change_lines(change: ReleaseChange) -> list[str]:
@@ -75,7 +75,7 @@ def history_to_dict(history: ReleaseHistory, model: Optional[dict] = None) -> di
     """The `explain --vllm-version all --json` document."""
     first = next((v.explanation for v in history.releases if v.explanation is not None), None)
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
+        "schema": EXPLAIN_HISTORY_SCHEMA,
         "gpu": {"name": history.gpu_name, "capability": _capability_str(history.capability)},
         "model": model,
         "inputs": first.inputs.to_dict() if first is not None and model is None else None,

@@ -14,7 +14,11 @@ from attnsel.attention.rules import OPTIONAL_SELECTOR_FIELDS, Explanation
 from attnsel.reports.explain.memory import render_memory
 from attnsel.reports.explain.hybrid import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
-JSON_SCHEMA_VERSION = 1
+# Every JSON document names itself `schema: "attnsel-<document>/<version>"` (docs/schemas/); before
+# these names explain, preflight and report wrote `schema_version: 1`, which readers still accept.
+EXPLAIN_SCHEMA = "attnsel-explain/1"
+EXPLAIN_MATRIX_SCHEMA = "attnsel-explain-matrix/1"  # --gpu all
+EXPLAIN_HISTORY_SCHEMA = "attnsel-explain-history/1"  # --vllm-version all
 
 
 def _capability_str(capability: Sequence[int]) -> str:
@@ -28,10 +32,10 @@ def _kernel_sizes_json(sizes: Optional[Sequence[Any]]) -> Optional[list]:
 
 
 def explanation_to_dict(expl: Explanation) -> dict:
-    """The `explain --json` document (schema version 1)."""
+    """The `explain --json` document (`attnsel-explain/1`)."""
     ctx = expl.context
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
+        "schema": EXPLAIN_SCHEMA,
         "profile": expl.profile,
         "profile_vllm_version": expl.vllm_version,
         "profile_note": expl.profile_note,
@@ -219,7 +223,7 @@ def render_explanation_with_model(expl: Explanation, model_section: Optional[dic
 def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:
     first = next((row.explanation for row in rows if row.explanation is not None), None)
     return {
-        "schema_version": JSON_SCHEMA_VERSION,
+        "schema": EXPLAIN_MATRIX_SCHEMA,
         "profile": first.profile if first else getattr(profile, "name", None),
         "profile_vllm_version": first.vllm_version if first else getattr(profile, "vllm_version", None),
         "model": model,

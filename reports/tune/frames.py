@@ -15,6 +15,8 @@ from attnsel.bench.tune import (Choice, DecisionRecord, DeviceEnvironment, GpuEn
                                 Verdict, Workload, advised_flags)
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
+REPORT_SCHEMA = "attnsel-report/1"  # `report --format json` (docs/schemas/; before it: `schema_version: 1`)
+
 KIND_ORDER = ("decode", "prefill", "mixed")
 BACKEND_ORDER = BACKENDS  # the plan's order (attention/kernels/base.py)
 
@@ -269,7 +271,7 @@ def explain_summary(doc: dict) -> dict:
 
 def report_dict(data: ReportData) -> dict:
     """The `report --format json` document: summaries plus every row, flat."""
-    out: dict[str, Any] = {"schema_version": 1, "sources": data.sources}
+    out: dict[str, Any] = {"schema": REPORT_SCHEMA, "sources": data.sources}
     if data.tune is not None:
         frame = rows_frame(data.tune)
         out["tune"] = {
