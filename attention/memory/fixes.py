@@ -25,17 +25,19 @@ MEMORY_VERDICTS = (MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS)  # what more memory 
 
 
 def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
-               total_bytes: int, gpu_name: Optional[str]) -> Optional[MemoryPlan]:
-    """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data)."""
+               total_bytes: int, gpu_name: Optional[str], capability: Optional[tuple[int, int]] = None
+               ) -> Optional[MemoryPlan]:
+    """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data).
+    `capability`: the GPU's, for vLLM's --quantization checks (None: not checked)."""
     rules = profile.memory
     if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
         return None
     if wants_auto_fit(flags):  # --max-model-len auto / -1: the length vLLM fits to the memory
         return auto_fit(lambda fitted: memory_for(profile, hf_config, facts, explanation, fitted,
-                                                  total_bytes=total_bytes, gpu_name=gpu_name), flags)
+                                                  total_bytes=total_bytes, gpu_name=gpu_name, capability=capability), flags)
     try:
         plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name,
-                           cudagraph=profile.cudagraph)
+                           cudagraph=profile.cudagraph, quantization=profile.quantization, capability=capability)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         # a config without a size the plan reads (llava's text_config leaves them to transformers'
         # defaults) or with nonsense in one: not modelled, rather than a guess

@@ -51,7 +51,8 @@ def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, 
     smallest = min(sized, key=lambda g: g.memory_total_bytes)
     total = device_total_bytes(smallest.name, smallest.memory_total_bytes, probed)
     return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment, model),
-                      total_bytes=total, gpu_name=smallest.name)
+                      total_bytes=total, gpu_name=smallest.name,
+                      capability=min((g.compute_capability for g in sized if g.compute_capability), default=None))
 
 
 def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str], Optional[str]]:
