@@ -276,7 +276,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if facts is not None and facts.is_attention_free:
         _output_attention_free(expl, section, req, route.as_json)
         return
-    _output(expl, section, route.as_json, answer.memory)
+    _output(expl, section, route.as_json, answer.memory, answer.memory_note)
     if expl.error is not None:
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
@@ -326,11 +326,11 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: Optional[dict], as_json: bool, memory=None) -> None:
+def _output(expl, model_section: Optional[dict], as_json: bool, memory=None, memory_note: Optional[str] = None) -> None:
     from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
 
     if as_json:
-        print_json(explanation_with_model_to_dict(expl, model_section, memory))
+        print_json(explanation_with_model_to_dict(expl, model_section, memory, memory_note))
         return
-    render_explanation_with_model(expl, model_section, stdout_console(), memory)
+    render_explanation_with_model(expl, model_section, stdout_console(), memory, memory_note)
     sys.stdout.flush()

@@ -209,6 +209,7 @@ class GpuAnswer:
     explanation: Explanation
     memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
     selection: Optional[Explanation] = None  # the selector's answer alone (before the memory verdict); --live compares it
+    memory_note: Optional[str] = None  # why there is no memory plan where a model and a GPU were named
 
     @property
     def selector_answer(self) -> Explanation:
@@ -234,7 +235,21 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
                                     kv_cache_dtype=req.kv_cache_dtype,
                                     model_dir=checkpoint_folder(model.name if model.source == "folder" else None))
         memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name, cc)
+        if memory is None:
+            note = _not_planned(profile, facts, gpu_name)
+            return GpuAnswer(facts, inputs, ctx, expl, None, selection=expl, memory_note=note)
     return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
+
+
+def _not_planned(profile: Any, facts: Any, gpu_name: str) -> str:
+    from attnsel.attention.memory import why_not_planned
+    from attnsel.probe import find_gpu
+
+    try:
+        find_gpu(gpu_name)
+    except UserInputError:
+        return f"no memory size known for GPU {gpu_name!r}"
+    return why_not_planned(profile, facts)
 
 
 def _q_scale(req: SelectionRequest, hf_config: Optional[dict]) -> Any:

@@ -92,6 +92,12 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.verdict == FITS
 
+    @property
+    def holds_surely(self) -> bool:
+        """Even the low estimate of the KV cache holds one request of max_model_len: the one margin that
+        preflight's "close to the edge" warning and explain's suggested --max-model-len both use."""
+        return self.kv_cache_tokens_range[0] >= self.max_model_len
+
     def to_dict(self) -> dict:
         doc = {k: getattr(self, k) for k in (
             "gpu_name", "total_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
