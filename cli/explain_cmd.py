@@ -9,9 +9,11 @@ Exit codes: 0 vLLM would start; 1 vLLM would raise (its message on stderr); 2 ba
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
+import click
 import typer
 from typer.core import TyperCommand
 
@@ -38,9 +40,23 @@ INDEX_TOPK_FLAG = "--index-topk"
 INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 
+WIDE_HELP_COLUMNS = 160  # rich's option table holds explain's longest flag names whole from here (measured)
+
+
 class _ExplainCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
+
+    def format_help(self, ctx, formatter) -> None:
+        """explain has ~60 flags, many of them long vLLM names (--no-use-trtllm-attention): rich's table
+        cuts them at 80 columns, so a narrow terminal gets click's list (each flag whole, its help below
+        when the name is long); a wide one keeps the panels."""
+        if shutil.get_terminal_size().columns >= WIDE_HELP_COLUMNS:
+            return super().format_help(ctx, formatter)
+        for part in (click.Command.format_usage, click.Command.format_help_text, click.Command.format_options,
+                     click.Command.format_epilog):
+            part(self, ctx, formatter)
+        return None
 
 
 

@@ -124,6 +124,7 @@ LLAMA_SIZES = ("vocab_size", "intermediate_size", "max_position_embeddings", "hi
                "num_attention_heads", "num_key_value_heads")
 MOE_SIZES = ("num_local_experts", "num_experts_per_tok", "intermediate_size")
 QWEN_MOE_SIZES = ("num_experts", "moe_intermediate_size", "num_experts_per_tok")
+QCONFIG_METHODS = (("bogus", "bogus"), ("upper", "AWQ"), ("number", 7), ("list", ["awq"]))
 BAD_SIZES = (("neg", -1), ("zero", 0), ("null", None), ("string", "4096"), ("fraction", 1.5), ("list", []), ("object", {}))
 
 
@@ -142,7 +143,8 @@ def config_cases() -> list[Case]:
                     cases.append(Case(f"config:{cmd}:{base}:{key}={label}",
                                       [cmd, "--model", f"{TMP}/{base}-{key}-{label}.json", "--gpu", gpu,
                                        "--max-model-len", "4096"], _size_code(key, label), None))
-    for label, method, code in (("bogus", "bogus", 1), ("upper", "AWQ", 1), ("number", 7, 2), ("list", ["awq"], 2)):
+    for label, method in QCONFIG_METHODS:
+        code = 1 if isinstance(method, str) else 2  # the QCONFIG rule: vLLM's unknown method, or no name at all
         for cmd in ("explain", "preflight"):
             cases.append(Case(f"qconfig:{cmd}:{label}", [cmd, "--model", f"{TMP}/q-{label}.json", "--gpu", "H100"], code,
                               None))
@@ -169,7 +171,7 @@ def materialize(folder: Path) -> None:
         for key in keys:
             for label, value in BAD_SIZES:
                 (folder / f"{base}-{key}-{label}.json").write_text(json.dumps(dict(config, **{key: value})))
-    for label, method in (("bogus", "bogus"), ("upper", "AWQ"), ("number", 7), ("list", ["awq"])):
+    for label, method in QCONFIG_METHODS:
         config = dict(llama, quantization_config={"quant_method": method, "bits": 4, "group_size": 128})
         (folder / f"q-{label}.json").write_text(json.dumps(config))
     gemma = _catalog("gemma-3-12b")
