@@ -54,3 +54,12 @@ def test_explain_help_holds_every_flag_name_whole_at_80_columns():
     assert "…" not in result.stdout and max(map(len, result.stdout.splitlines())) <= 80
     missing = [n for n in names if n not in result.stdout]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_reports_per_workload_gains_say_they_are_kernel_level(fmt):
+    run = Path(__file__).parent / "fixtures" / "report" / "h200_llama8b_synthetic"
+    result, _ = invoke(["report", str(run), "--format", fmt])
+    assert result.exit_code == 0
+    section = result.stdout.split("Per workload kind", 1)[1][:1500]
+    assert "kernel-level" in section and "attnsel verify" in section

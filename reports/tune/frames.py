@@ -16,6 +16,8 @@ from attnsel.bench.tune import (Choice, DecisionRecord, DeviceEnvironment, GpuEn
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 KIND_ORDER = ("decode", "prefill", "mixed")
+# what the per-kind margins are: tune times the attention kernels alone, never a whole step
+KERNEL_LEVEL_NOTE = "kernel-level gains (the attention kernels alone); check end to end with attnsel verify"
 BACKEND_ORDER = BACKENDS  # the plan's order (attention/kernels/base.py)
 
 ROW_COLUMNS = [
