@@ -9,9 +9,11 @@ Exit codes: 0 vLLM would start; 1 vLLM would raise (its message on stderr); 2 ba
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
+import click
 import typer
 from typer.core import TyperCommand
 
@@ -38,9 +40,23 @@ INDEX_TOPK_FLAG = "--index-topk"
 INDEX_TOPK_VALUE_FLAG = "--index-topk-value"
 
 
+WIDE_HELP_COLUMNS = 160  # rich's option table holds explain's longest flag names whole from here (measured)
+
+
 class _ExplainCommand(TyperCommand):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
+
+    def format_help(self, ctx, formatter) -> None:
+        """explain has ~60 flags, many of them long vLLM names (--no-use-trtllm-attention): rich's table
+        cuts them at 80 columns, so a narrow terminal gets click's list (each flag whole, its help below
+        when the name is long); a wide one keeps the panels."""
+        if shutil.get_terminal_size().columns >= WIDE_HELP_COLUMNS:
+            return super().format_help(ctx, formatter)
+        for part in (click.Command.format_usage, click.Command.format_help_text, click.Command.format_options,
+                     click.Command.format_epilog):
+            part(self, ctx, formatter)
+        return None
 
 
 
@@ -276,7 +292,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
     if facts is not None and facts.is_attention_free:
         _output_attention_free(expl, section, req, route.as_json)
         return
-    _output(expl, section, route.as_json, answer.memory)
+    _output(expl, section, route.as_json, answer.memory, answer.memory_note)
     if expl.error is not None:
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
@@ -326,11 +342,11 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: Optional[dict], as_json: bool, memory=None) -> None:
+def _output(expl, model_section: Optional[dict], as_json: bool, memory=None, memory_note: Optional[str] = None) -> None:
     from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
 
     if as_json:
-        print_json(explanation_with_model_to_dict(expl, model_section, memory))
+        print_json(explanation_with_model_to_dict(expl, model_section, memory, memory_note))
         return
-    render_explanation_with_model(expl, model_section, stdout_console(), memory)
+    render_explanation_with_model(expl, model_section, stdout_console(), memory, memory_note)
     sys.stdout.flush()

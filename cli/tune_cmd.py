@@ -145,10 +145,19 @@ def _sweep(req, output: Optional[str], *, resume: bool, retry_failed: bool):
         return TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
                              on_plan=_announce_plan(err, bar, out_dir))
     except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
-        raise Interrupted(f"interrupted: the rows measured so far are in {out_dir}/results.jsonl; continue with "
-                          f"`attnsel tune --resume --output {out_dir}` and the same flags") from None
+        raise Interrupted(_interrupted(out_dir)) from None
     finally:
         bar.stop()
+
+
+def _interrupted(out_dir: Path) -> str:
+    """Ctrl-C's line: resume is offered only where the folder (and a row in it) exists; before the first
+    row nothing was kept, so the same command starts over."""
+    results = out_dir / "results.jsonl"
+    if results.is_file() and results.stat().st_size > 0:
+        return (f"interrupted: the rows measured so far are in {results}; continue with "
+                f"`attnsel tune --resume --output {out_dir}` and the same flags")
+    return "interrupted before the first row was measured: nothing was kept; run the same command again"
 
 
 def _announce_plan(err, bar, out_dir: Path):

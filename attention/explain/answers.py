@@ -209,6 +209,7 @@ class GpuAnswer:
     explanation: Explanation
     memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
     selection: Optional[Explanation] = None  # the selector's answer alone (before the memory verdict); --live compares it
+    memory_note: Optional[str] = None  # why there is no memory plan where a model and a GPU were named
 
     @property
     def selector_answer(self) -> Explanation:
@@ -233,8 +234,22 @@ def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gp
         flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                     kv_cache_dtype=req.kv_cache_dtype,
                                     model_dir=checkpoint_folder(model.name if model.source == "folder" else None))
-        memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name)
+        memory = explain_memory(profile, model.config, facts, expl, flags, gpu_name, cc)
+        if memory is None:
+            note = _not_planned(profile, facts, gpu_name)
+            return GpuAnswer(facts, inputs, ctx, expl, None, selection=expl, memory_note=note)
     return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
+
+
+def _not_planned(profile: Any, facts: Any, gpu_name: str) -> str:
+    from attnsel.attention.memory import why_not_planned
+    from attnsel.probe import find_gpu
+
+    try:
+        find_gpu(gpu_name)
+    except UserInputError:
+        return f"no memory size known for GPU {gpu_name!r}"
+    return why_not_planned(profile, facts)
 
 
 def _q_scale(req: SelectionRequest, hf_config: Optional[dict]) -> Any:
@@ -243,7 +258,8 @@ def _q_scale(req: SelectionRequest, hf_config: Optional[dict]) -> Any:
     return q_scale_of(req.calibrated_q_scale, hf_config)
 
 
-def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str) -> Any:
+def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str,
+                   capability: Optional[tuple[int, int]] = None) -> Any:
     """The plan on one GPU of the built-in table (None: a GPU the table does not know)."""
     from attnsel.probe import find_gpu
 
@@ -252,7 +268,8 @@ def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: 
     except UserInputError:
         return None
     total = device_total_bytes(spec.name, int(spec.memory_gib * 2**30), probed=False)
-    return memory_for(profile, hf_config, facts, expl, flags, total_bytes=total, gpu_name=spec.name)
+    return memory_for(profile, hf_config, facts, expl, flags, total_bytes=total, gpu_name=spec.name,
+                      capability=capability)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +345,7 @@ def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice],
         if facts is not None and hf_config is not None:
             flags = dataclasses.replace(memory_flags or MemoryFlags(), tensor_parallel_size=tp,
                                         kv_cache_dtype=req.kv_cache_dtype)
-            expl = with_memory_refusal(expl, explain_memory(profile, hf_config, facts, expl, flags, spec.name))
+            expl = with_memory_refusal(expl, explain_memory(profile, hf_config, facts, expl, flags, spec.name, cc))
         warnings = tuple(facts.warnings) if facts is not None else ()
         rows.append(MatrixRow(family, spec.key, expl, capability=cc, model_warnings=warnings))
     attention_free = facts is not None and facts.is_attention_free

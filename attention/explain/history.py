@@ -138,7 +138,8 @@ def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: 
             return expl
         flags = dataclasses.replace(memory_flags, tensor_parallel_size=tensor_parallel_size,
                                     kv_cache_dtype=request.kv_cache_dtype)
-        return with_memory_refusal(expl, explain_memory(profile, dict(hf_config), facts, expl, flags, gpu_name))
+        return with_memory_refusal(expl, explain_memory(profile, dict(hf_config), facts, expl, flags, gpu_name,
+                                                        capability))
 
     return explain_release
 

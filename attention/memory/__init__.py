@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.memory.fixes import memory_for, suggest_fixes
+    from attnsel.attention.memory.fixes import memory_for, suggest_fixes, why_not_planned
     from attnsel.attention.memory.plan import (
         MemoryFlags,
         MemoryPlan,
@@ -40,6 +40,7 @@ __all__ = [
     "check_memory_flags",
     "device_total_bytes",
     "memory_for",
+    "why_not_planned",
     "plan_memory",
     "suggest_fixes",
     "weight_bytes",
@@ -56,6 +57,7 @@ __getattr__ = lazy_door(__name__, {
     "check_memory_flags": "plan",
     "device_total_bytes": "plan",
     "memory_for": "fixes",
+    "why_not_planned": "fixes",
     "plan_memory": "plan",
     "suggest_fixes": "fixes",
     "weight_bytes": "weights",

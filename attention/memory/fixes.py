@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from attnsel.attention.memory.auto_fit import auto_fit, wants_auto_fit
 from attnsel.attention.memory.plan import MemoryFlags, MemoryPlan, plan_memory
 from attnsel.attention.memory.verdict import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS
+from attnsel.attention.model import with_text_defaults
 from attnsel.attention.rules import is_fp8
 
 TP_CHOICES = (2, 4, 8)
@@ -25,17 +26,20 @@ MEMORY_VERDICTS = (MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS)  # what more memory 
 
 
 def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
-               total_bytes: int, gpu_name: Optional[str]) -> Optional[MemoryPlan]:
-    """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data)."""
+               total_bytes: int, gpu_name: Optional[str], capability: Optional[tuple[int, int]] = None
+               ) -> Optional[MemoryPlan]:
+    """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data).
+    `capability`: the GPU's, for vLLM's --quantization checks (None: not checked)."""
     rules = profile.memory
     if not rules or facts is None or facts.is_attention_free:  # Mamba-only state caches: not modelled
         return None
+    hf_config = with_text_defaults(hf_config, profile.model_rules)  # a text_config's omitted sizes
     if wants_auto_fit(flags):  # --max-model-len auto / -1: the length vLLM fits to the memory
         return auto_fit(lambda fitted: memory_for(profile, hf_config, facts, explanation, fitted,
-                                                  total_bytes=total_bytes, gpu_name=gpu_name), flags)
+                                                  total_bytes=total_bytes, gpu_name=gpu_name, capability=capability), flags)
     try:
         plan = plan_memory(hf_config, facts, explanation, rules, flags, total_bytes=total_bytes, gpu_name=gpu_name,
-                           cudagraph=profile.cudagraph)
+                           cudagraph=profile.cudagraph, quantization=profile.quantization, capability=capability)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         # a config without a size the plan reads (llava's text_config leaves them to transformers'
         # defaults) or with nonsense in one: not modelled, rather than a guess
@@ -45,6 +49,15 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
     return dataclasses.replace(plan, fixes=suggest_fixes(plan, hf_config, facts, explanation, rules, flags,
                                                          total_bytes=total_bytes, gpu_name=gpu_name,
                                                          cudagraph=profile.cudagraph))
+
+
+def why_not_planned(profile: Any, facts: Any) -> str:
+    """Why memory_for answered None, in one line (explain and preflight say it the same way)."""
+    if not profile.memory:
+        return f"vLLM {profile.vllm_version}'s memory flow is not modelled"
+    if facts is not None and facts.is_attention_free:
+        return "an attention-free model: its Mamba state cache is not modelled yet"
+    return "the config lacks a size the memory plan reads (hidden_size, num_hidden_layers, ...)"
 
 
 def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping,
@@ -62,6 +75,8 @@ def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation:
             # 0.34's extensible cache: the estimate of the check on the reservation can still fail the
             # check after warm-up (kv_cache_planning.py shrink_kv_cache_configs); that one's estimate holds
             shorter = _shorter(retry)
+            retry = again(max_model_len=shorter)
+        shorter = _surely(retry, shorter, again)
         fixes.append(f"--max-model-len {shorter} (vLLM's estimate of what fits: {plan.estimated_max_model_len})")
     if plan.verdict == MAX_MODEL_LEN and not is_fp8(flags.kv_cache_dtype or "auto") and not facts.kv_cache_dtype_forced:
         fp8 = again(kv_cache_dtype="fp8")
@@ -71,6 +86,18 @@ def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation:
         fixes.append(f"--gpu-memory-utilization {HIGH_UTILIZATION}")
     fixes.append(_more_gpus(facts, flags, again))
     return tuple(fixes)
+
+
+def _surely(plan: MemoryPlan, length: int, again: Any) -> int:
+    """A length the low estimate holds too (MemoryPlan.holds_surely), so that the suggestion passes
+    preflight without its "close to the edge" warning: one planner, one margin."""
+    for _ in range(3):
+        if not plan.fits or plan.holds_surely:
+            break
+        low = plan.kv_cache_tokens_range[0]
+        length = low // 1024 * 1024 or low
+        plan = again(max_model_len=length)
+    return length
 
 
 def _shorter(plan: MemoryPlan) -> int:

@@ -29,7 +29,7 @@ from attnsel.attention.memory.checks import (
 from attnsel.attention.memory.sizing import Reserve, Sizing, capture_sizes, reserve, size_kv, warmup_peak
 from attnsel.attention.memory.verdict import FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, Verdict
 from attnsel.attention.memory.weights import WeightBytes, weight_bytes
-from attnsel.attention.rules import AUTO_MAX_MODEL_LEN
+from attnsel.attention.rules import AUTO_MAX_MODEL_LEN, quantization_refusal
 from attnsel.errors import UserInputError
 
 GIB = 2**30
@@ -92,6 +92,12 @@ class MemoryPlan:
     def fits(self) -> bool:
         return self.verdict == FITS
 
+    @property
+    def holds_surely(self) -> bool:
+        """Even the low estimate of the KV cache holds one request of max_model_len: the one margin that
+        preflight's "close to the edge" warning and explain's suggested --max-model-len both use."""
+        return self.kv_cache_tokens_range[0] >= self.max_model_len
+
     def to_dict(self) -> dict:
         doc = {k: getattr(self, k) for k in (
             "gpu_name", "total_gib", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
@@ -149,9 +155,11 @@ def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: Optional[str]
 
 
 def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, flags: MemoryFlags, *,
-                total_bytes: int, gpu_name: Optional[str] = None, cudagraph: Optional[Mapping] = None) -> MemoryPlan:
+                total_bytes: int, gpu_name: Optional[str] = None, cudagraph: Optional[Mapping] = None,
+                quantization: Any = None, capability: Optional[tuple[int, int]] = None) -> MemoryPlan:
     """The plan of the busiest GPU (the largest pipeline stage's TP shard) of a group of `total_bytes` GPUs;
-    `cudagraph`: the release's CUDA-graph data (its capture sizes follow max_num_seqs)."""
+    `cudagraph`: the release's CUDA-graph data (its capture sizes follow max_num_seqs); `quantization`:
+    the release's QuantizationRules, checked on a GPU of `capability` (attention/rules/quantization.py)."""
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     derived = derived_max_model_len(hf_config)
     max_len = flags.max_model_len or derived.default_len
@@ -180,13 +188,22 @@ def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping
         needed_gib=cache.needed_bytes(max_len) / GIB, verdict=Verdict.FITS, notes=_notes(weights, facts, res, sizing),
         kv_sizing=sizing.name, capacity_blocks=capacity[1] if sizing.extensible else None,
         derived_max_model_len=int(derived.value), reserve_parts_gib={k: v / GIB for k, v in res.parts.items()})
-    refusal = check_derived_len(rules.get("checks") or {}, derived, flags.max_model_len) or check_scheduler(
+    refusal = _quantization(quantization, flags, hf_config, capability) or check_derived_len(
+        rules.get("checks") or {}, derived, flags.max_model_len) or check_scheduler(
         rules.get("checks") or {}, batched_tokens=tokens, seqs=seqs, max_len=max_len, chunked_prefill=chunked_prefill_on(flags))
     cuda_total = total_bytes - float(rules.get("cuda_total_gap_gib") or 0.0) * GIB
     refusal = refusal or check_startup_free(rules.get("checks") or {}, sizing.utilization, cuda_total, sizing.extensible)
     if refusal is not None:  # raised while vLLM builds its config or its worker: nothing is loaded
         return _refused(plan, refusal)
     return _judge(plan, rules, cache, weights, sizing, total_bytes, flags, explanation)
+
+
+def _quantization(rules: Any, flags: MemoryFlags, hf_config: Mapping, capability: Optional[tuple[int, int]]
+                  ) -> Optional[Refusal]:
+    refused = quantization_refusal(rules, flags.quantization, hf_config, capability, flags.model_dir)
+    if refused is None:
+        return None
+    return Refusal(Verdict.QUANTIZATION, refused.message, refused.source, refused.fix)
 
 
 def _notes(weights: WeightBytes, facts: Any, res: Reserve, sizing: Sizing) -> tuple[str, ...]:

@@ -27,6 +27,9 @@ class Verdict(Word):
     BATCHED_TOKENS_BELOW_LEN = "max_num_batched_tokens_below_max_model_len"
     # v1/worker/utils.py request_memory (0.33.0:761-770, 0.34.0:783-797; not with 0.34's extensible cache)
     FREE_MEMORY = "free_memory_below_utilization"
+    # --quantization (attention/rules/quantization.py): config/model.py _verify_quantization (0.34.0:1476-1489),
+    # model_loader/weight_utils.py get_quant_config (0.34.0:410), config/vllm.py _get_quantization_config (0.34.0:887-898)
+    QUANTIZATION = "quantization_refused"
 
     @property
     def starts(self) -> bool:
@@ -35,7 +38,8 @@ class Verdict(Word):
     @property
     def before_weights(self) -> bool:
         """Raised while vLLM builds its config, before it loads anything (no memory figure matters)."""
-        return self in (Verdict.DERIVED_MAX_LEN, Verdict.BATCHED_TOKENS_BELOW_SEQS, Verdict.BATCHED_TOKENS_BELOW_LEN)
+        return self in (Verdict.DERIVED_MAX_LEN, Verdict.BATCHED_TOKENS_BELOW_SEQS, Verdict.BATCHED_TOKENS_BELOW_LEN,
+                        Verdict.QUANTIZATION)
 
 
 # the names the module exported before the enum (attention/memory/__init__.py)

@@ -7,7 +7,7 @@ from attnsel.doors import lazy_door
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.model.heads import kv_heads_split_assertion
     from attnsel.attention.model.config import derive_model_facts, list_catalog, load_model_config
-    from attnsel.attention.model.kind import attention_layer_count
+    from attnsel.attention.model.kind import attention_layer_count, with_text_defaults
     from attnsel.attention.model.rules import model_rules_from_data
     from attnsel.attention.model.validation import (
         check_heads,
@@ -37,6 +37,7 @@ __all__ = [
     "kind_of",
     "load_model_config",
     "model_rules_from_data",
+    "with_text_defaults",
 ]
 __getattr__ = lazy_door(__name__, {
     "kv_heads_split_assertion": "heads",
@@ -54,4 +55,5 @@ __getattr__ = lazy_door(__name__, {
     "kind_of": "validation",
     "load_model_config": "config",
     "model_rules_from_data": "rules",
+    "with_text_defaults": "kind",
 })

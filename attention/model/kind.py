@@ -56,6 +56,20 @@ def text_config(hf_config: Mapping, model_type: str, rules: ModelRules) -> tuple
     return merged, where
 
 
+def with_text_defaults(hf_config: Mapping, rules: ModelRules) -> Mapping:
+    """The config with its nested text config as transformers builds it (its config class's defaults
+    for the keys the file leaves out: LlavaConfig's LlamaConfig, Gemma3Config's Gemma3TextConfig), so
+    that what reads sizes from it (the memory plan) sees what vLLM's model sees."""
+    model_type = hf_config.get("model_type")
+    if not isinstance(model_type, str):
+        return hf_config
+    for key in TEXT_CONFIG_KEYS:
+        if key in hf_config and (hf_config[key] is None or isinstance(hf_config[key], Mapping)):
+            merged, _ = text_config(hf_config, model_type, rules)
+            return {**hf_config, key: merged}
+    return hf_config
+
+
 def check_known_model_type(model_type: str, text_model_type: str, rules: ModelRules, allow: bool) -> None:
     if allow or model_type in rules.known_model_types or text_model_type in rules.known_model_types:
         return

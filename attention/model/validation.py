@@ -30,10 +30,20 @@ POSITIVE_INT_KEYS = (
     "hidden_size", "num_attention_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads",
     "multi_query_group_num", "num_attention_groups", "head_dim", "hidden_size_per_head", "attention_head_dim",
     "kv_lora_rank", "q_lora_rank", "v_head_dim", "index_topk", "num_heads", "num_hidden_layers",
+    # the sizes the memory plan reads (attention/memory/weights.py, checks.py)
+    "vocab_size", "intermediate_size", "max_position_embeddings", "moe_intermediate_size",
+    "shared_expert_intermediate_size",
 )
-NON_NEGATIVE_INT_KEYS = ("qk_rope_head_dim", "qk_nope_head_dim")
-# transformers' strict config dataclasses refuse null for these (StrictDataclassFieldValidationError)
-NOT_NULL_KEYS = ("hidden_size", "num_attention_heads")
+# expert counts: 0 in a dense model of a MoE family (granite-4.0-h-350m: num_local_experts 0)
+NON_NEGATIVE_INT_KEYS = ("qk_rope_head_dim", "qk_nope_head_dim", "num_local_experts", "num_experts", "n_routed_experts",
+                         "num_experts_per_tok", "n_shared_experts")
+# transformers' strict config dataclasses refuse null for these (StrictDataclassFieldValidationError): typed
+# `int` in its config classes (transformers 5.17.0 models/llama/configuration_llama.py:64-71,
+# mixtral/configuration_mixtral.py:68-87, qwen3_moe/configuration_qwen3_moe.py:85-105); num_key_value_heads is
+# `int | None` (the heads' count), so null stays allowed there
+NOT_NULL_KEYS = ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size", "num_hidden_layers",
+                 "max_position_embeddings", "num_local_experts", "num_experts", "moe_intermediate_size",
+                 "num_experts_per_tok")
 BOOL_KEYS = ("is_causal", "use_sliding_window", "is_mm_prefix_lm")
 OBJECT_KEYS = ("text_config", "language_config", "llm_config", "thinker_config", "vision_config",
                "encoder_config", "quantization_config", "compression_config", "rope_scaling")
@@ -92,6 +102,10 @@ def validate_config(config: Mapping, where: str = "the model config") -> None:
     for section in quant:
         if isinstance(section, Mapping):
             scheme = section.get("kv_cache_scheme")
+            method = section.get("quant_method")
+            if method is not None and not isinstance(method, str):
+                raise UserInputError(f"{where}: quantization_config.quant_method must be a name such as \"fp8\", "
+                                     f"not {kind_of(method)} ({shown(method)})")
             if scheme is not None and not isinstance(scheme, Mapping):
                 raise UserInputError(f"{where}: quantization_config.kv_cache_scheme must be an object or null, "
                                      f"not {kind_of(scheme)} ({shown(scheme)})")
@@ -140,6 +154,20 @@ def _check_section(section: Mapping, prefix: str, where: str) -> None:
                                  f"({shown(value)})")
     for key in DTYPE_KEYS:
         _check_dtype_key(section, key, prefix, where)
+    _check_experts(section, prefix, where)
+
+
+def _check_experts(section: Mapping, prefix: str, where: str) -> None:
+    """A MoE layer routes each token to at least one of its experts, and to no more than it has (vLLM's
+    FusedMoE takes top_k of num_experts router logits); a dense model of a MoE family has both 0."""
+    experts = next((section[k] for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                    if isinstance(section.get(k), int)), None)
+    top_k = section.get("num_experts_per_tok")
+    if experts is None or not isinstance(top_k, int):
+        return
+    if top_k > experts or (experts > 0 and top_k == 0):
+        raise UserInputError(f"Impossible {prefix}num_experts_per_tok {top_k} in {where}: a token is routed to "
+                             f"between 1 and the {experts} experts the config names")
 
 
 def check_config_int(section: Mapping, key: str, prefix: str, where: str, *, minimum: int) -> None:

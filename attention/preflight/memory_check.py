@@ -17,6 +17,7 @@ from attnsel.attention.memory import (
     Verdict,
     device_total_bytes,
     memory_for,
+    why_not_planned,
 )
 from attnsel.attention.memory.checkpoint import checkpoint_folder
 from attnsel.attention.preflight.status import FAIL, PASS, WARN
@@ -35,11 +36,7 @@ def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
     """Why there is no plan (memory_for answered None)."""
     if not any(g.memory_total_bytes for g in group):
         return "no GPU memory size known (see gpu-count)"
-    if not profile.memory:
-        return f"vLLM {profile.vllm_version}'s memory flow is not modelled"
-    if facts.is_attention_free:
-        return "an attention-free model: its Mamba state cache is not modelled yet"
-    return "the config lacks a size the memory plan reads (hidden_size, num_hidden_layers, ...)"
+    return why_not_planned(profile, facts)
 
 
 def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
@@ -51,7 +48,8 @@ def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, 
     smallest = min(sized, key=lambda g: g.memory_total_bytes)
     total = device_total_bytes(smallest.name, smallest.memory_total_bytes, probed)
     return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment, model),
-                      total_bytes=total, gpu_name=smallest.name)
+                      total_bytes=total, gpu_name=smallest.name,
+                      capability=min((g.compute_capability for g in sized if g.compute_capability), default=None))
 
 
 def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str], Optional[str]]:
@@ -79,7 +77,7 @@ def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str
     message = (f"weights {plan.weights_gib:.1f} GiB, {kv}; max concurrency {plan.max_concurrency:.2f}x "
                f"for {plan.max_model_len} tokens per request (--gpu-memory-utilization {plan.gpu_memory_utilization:g})")
     low = plan.kv_cache_tokens_range[0]
-    if low < plan.max_model_len:
+    if not plan.holds_surely:
         return (WARN, message + f"; close to the edge: the low estimate holds {low:,} tokens",
                 f"pass --max-model-len below {plan.max_model_len} or --gpu-memory-utilization higher to be sure", None)
     return PASS, message, None, None

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.attention.rules.imports import importable_map, require_vllm_package
     from attnsel.attention.rules.serve_line import ServeLine, merge_serve_line, read_serve_line
+    from attnsel.attention.rules.quantization import QuantizationRefusal, QuantizationRules, quantization_refusal
     from attnsel.attention.rules.serve_args import (
         AUTO_MAX_MODEL_LEN,
         AttentionFlags,
@@ -100,6 +101,9 @@ __all__ = [
     "kernel_sizes_display",
     "kernel_sizes_repr",
     "merge_serve_line",
+    "QuantizationRefusal",
+    "QuantizationRules",
+    "quantization_refusal",
     "parse_dtype",
     "parse_kernel_sizes",
     "preferred_dtype",
@@ -131,6 +135,9 @@ __getattr__ = lazy_door(__name__, {
     "OPTIONAL_SELECTOR_FIELDS": "selection",
     "SelectionContext": "selection",
     "ServeLine": "serve_line",
+    "QuantizationRefusal": "quantization",
+    "QuantizationRules": "quantization",
+    "quantization_refusal": "quantization",
     "SelectorInputs": "selection",
     "TORCH_DTYPES": "dtype",
     "UNQUANTIZED_KV_CACHE_DTYPES": "spec",

@@ -126,6 +126,15 @@ class RuleProfile(ConfigurationChecks):
         generator ("module:function"); `attnsel verify` pre-builds them (bench/verify/prebuild.py)."""
         return tuple((self.data.get("sampler") or {}).get("jit_modules") or ())
 
+    @cached_property
+    def quantization(self) -> Any:
+        """vLLM's first checks on --quantization in this release (attention/rules/quantization.py
+        QuantizationRules, from `quantization`): its method names, each method's minimum capability,
+        the files a method reads; None where the release's data has none (the seed)."""
+        from attnsel.attention.rules import QuantizationRules
+
+        return QuantizationRules.from_data(self.data.get("quantization"))
+
     @property
     def memory(self) -> Optional[dict]:
         """How this release sizes its KV cache at start-up and the errors it raises when it cannot

@@ -191,19 +191,23 @@ def model_line(section: dict) -> str:
     return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
 
 
-def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict], memory: Any = None) -> dict:
+def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict], memory: Any = None,
+                                   memory_note: Optional[str] = None) -> dict:
     """`explain --json` for one GPU: the explanation, and the model section when a model was read;
-    `memory`: vLLM's memory plan on the GPU (attention/memory), when a model and a GPU were named."""
+    `memory`: vLLM's memory plan on the GPU (attention/memory), when a model and a GPU were named;
+    `memory_not_planned`: why there is none where both were named."""
     doc = explanation_to_dict(expl)
     if model_section is not None:
         doc["model"] = model_section
     if memory is not None:
         doc["memory"] = memory.to_dict()
+    if memory_note is not None:
+        doc["memory_not_planned"] = memory_note
     return doc
 
 
 def render_explanation_with_model(expl: Explanation, model_section: Optional[dict], console: Console,
-                                  memory: Any = None) -> None:
+                                  memory: Any = None, memory_note: Optional[str] = None) -> None:
     """The model line and vLLM's lines about the model, the explanation, then the ViT backend."""
     if model_section is not None:
         console.print(model_line(model_section), markup=False)
@@ -218,6 +222,8 @@ def render_explanation_with_model(expl: Explanation, model_section: Optional[dic
             console.print(f"ViT attention backend: {vit['backend']} (head size {vit['head_size']}, {vit['dtype']})")
     if memory is not None:
         render_memory(memory, console)
+    elif memory_note is not None:
+        console.print(f"Memory: not planned: {memory_note}", markup=False)
 
 
 def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:

@@ -18,6 +18,8 @@ from attnsel.reports.tune.loaders import ReportData, TuneData
 REPORT_SCHEMA = "attnsel-report/1"  # `report --format json` (docs/schemas/; before it: `schema_version: 1`)
 
 KIND_ORDER = ("decode", "prefill", "mixed")
+# what the per-kind margins are: tune times the attention kernels alone, never a whole step
+KERNEL_LEVEL_NOTE = "kernel-level gains (the attention kernels alone); check end to end with attnsel verify"
 BACKEND_ORDER = BACKENDS  # the plan's order (attention/kernels/base.py)
 
 ROW_COLUMNS = [

@@ -212,8 +212,8 @@ def _per_kind_table(per_kind: list[dict]) -> str:
         f"<td class='num'>{formatted(d['margin_pct'], '{:+.1f}%')}</td>"
         f"<td class='num'>{formatted(d['noise_threshold_pct'], '{:.1f}%')}</td>"
         f"<td>{_e(d['confidence'])}</td><td><code>{_e(d['flags'] or '')}</code></td></tr>" for d in per_kind)
-    return ("<h3>Per workload kind</h3><table><tr><th>kind</th><th>fastest</th><th>vs default</th><th>noise bar</th>"
-            f"<th>confidence</th><th>flags</th></tr>{rows}</table>")
+    return ("<h3>Per workload kind</h3><table><tr><th>kind</th><th>fastest</th><th>vs default (kernel-level)</th>"
+            f"<th>noise bar</th><th>confidence</th><th>flags</th></tr>{rows}</table><p class=\"sub\">{_e(F.KERNEL_LEVEL_NOTE)}</p>")
 
 
 def _tune_charts(frame: pd.DataFrame, backends: list[str], peak: str) -> list[str]:

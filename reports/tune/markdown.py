@@ -121,10 +121,10 @@ def tune_markdown(tune: TuneData) -> str:
     out += ["## Summary", "", table(["", ""], _summary_rows(s)), ""]
     if s["per_kind"]:
         out += ["### Per workload kind", "", table(
-            ["kind", "fastest", "vs vLLM's default", "noise bar", "confidence", "flags"],
+            ["kind", "fastest", "vs vLLM's default (kernel-level)", "noise bar", "confidence", "flags"],
             [(d["scope"], _code(d["best"]), _pct(d["margin_pct"], signed=True), _pct(d["noise_threshold_pct"]),
               d["confidence"], _code(d["flags"])) for d in s["per_kind"]],
-            align="llrrll"), ""]
+            align="llrrll"), "", f"- {F.KERNEL_LEVEL_NOTE}", ""]
     for warning in s["warnings"]:
         out.append(f"- ⚠️ {cell(warning)}")
     if s["warnings"]:
