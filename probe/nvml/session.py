@@ -14,6 +14,8 @@ facades, loading), probe/nvml/torch_cuda.py (the real torch.cuda fallback).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -83,6 +85,24 @@ _SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
+# C0 and C1 control characters and DEL: a GPU name or bus id holding them would reach a terminal raw
+# (an escape sequence recolours or rewrites it); they are kept, visibly, as \xNN
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(answer: Any) -> Any:
+    """A string answer (or a struct's string fields) with control characters shown as \\xNN.
+
+    >>> printable("NVIDIA \x1b[31mH200")
+    'NVIDIA \\x1b[31mH200'
+    """
+    if isinstance(answer, str):
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", answer)
+    if isinstance(answer, dict):
+        return {k: printable(v) if isinstance(v, str) else v for k, v in answer.items()}
+    return answer
+
+
 def answer_problem(function: str, answer: Any) -> Optional[str]:
     """Why an NVML answer cannot be what `function` returns, or None when it can."""
     shape = _SHAPES.get(function)
@@ -126,7 +146,7 @@ class NvmlSession:
             answer = self._ask(function, args)
             problem = answer_problem(function, answer)
             if problem is None:
-                return answer
+                return printable(answer)
             failure = QueryFailure(function, call_key(args), INVALID_ANSWER, problem)
         except NvmlCallError as exc:
             failure = QueryFailure(function, call_key(args), exc.name, exc.message)
