@@ -87,3 +87,20 @@ def classify(result, elapsed: float, exit_code: int, fragment: Optional[str] = N
         if len(lines) != 1 or not lines[0].startswith("error: ") or (fragment is not None and fragment not in lines[0]):
             return "unclear"
     return "OK"
+
+
+def print_totals(cases, materialize, run_case, argv: list[str], by_family: bool = False) -> None:
+    """A corpus's totals by class (`python tests/test_hostile_X.py [-v]`), for this checkout or another
+    one's attnsel (PYTHONPATH): each case not OK by name (every case with -v), then the counts."""
+    import tempfile
+    from collections import Counter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        materialize(Path(tmp))
+        by_case = {case.id: run_case(case, Path(tmp)) for case in cases}
+    for case_id, verdict in by_case.items():
+        if verdict != "OK" or "-v" in argv:
+            print(f"{verdict:18} {case_id}")
+    print(dict(Counter(by_case.values())), f"of {len(by_case)}")
+    if by_family:
+        print(dict(sorted(Counter((cid.split(":")[0], v) for cid, v in by_case.items()).items())))

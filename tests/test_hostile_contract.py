@@ -273,15 +273,9 @@ def totals(folder: Path) -> Counter:
 
 
 if __name__ == "__main__":  # the totals by class, for this checkout or another one's attnsel (PYTHONPATH)
-    import tempfile
+    from hostile import print_totals
 
-    with tempfile.TemporaryDirectory() as tmp:
-        materialize(Path(tmp))
-        by_case = {case.id: run_case(case, Path(tmp)) for case in CASES}
-    for case_id, verdict in by_case.items():
-        if verdict != "OK" or "-v" in sys.argv:
-            print(f"{verdict:18} {case_id}")
-    print(dict(Counter(by_case.values())), f"of {len(by_case)}")
+    print_totals(CASES, materialize, run_case, sys.argv)
 
 
 def test_documents_on_disk_are_rfc_8259_too(tmp_path):

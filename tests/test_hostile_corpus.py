@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -223,14 +222,6 @@ def test_the_corpus(case: Case, folder: Path):
 
 
 if __name__ == "__main__":
-    import tempfile
+    from hostile import print_totals
 
-    with tempfile.TemporaryDirectory() as tmp:
-        materialize(Path(tmp))
-        by_case = {case.id: run_case(case, Path(tmp)) for case in CASES}
-    for case_id, verdict in by_case.items():
-        if verdict != "OK" or "-v" in sys.argv:
-            print(f"{verdict:18} {case_id}")
-    print(dict(Counter(by_case.values())), f"of {len(by_case)}")
-    by_family = Counter((cid.split(":")[0], v) for cid, v in by_case.items())
-    print(dict(sorted(by_family.items())))
+    print_totals(CASES, materialize, run_case, sys.argv, by_family=True)
