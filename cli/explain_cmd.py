@@ -13,7 +13,6 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -53,9 +52,10 @@ class _ExplainCommand(TyperCommand):
         when the name is long); a wide one keeps the panels."""
         if shutil.get_terminal_size().columns >= WIDE_HELP_COLUMNS:
             return super().format_help(ctx, formatter)
-        for part in (click.Command.format_usage, click.Command.format_help_text, click.Command.format_options,
-                     click.Command.format_epilog):
-            part(self, ctx, formatter)
+        # click's plain parts, as this command has them: Typer >= 0.29 vendors click (typer._click) and
+        # writes the options list itself; the base install has no `click` to import
+        for part in (self.format_usage, self.format_help_text, self.format_options, self.format_epilog):
+            part(ctx, formatter)
         return None
 
 
