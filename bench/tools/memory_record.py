@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+from attnsel.attention.memory.verdict import Verdict
+
 SCHEMA = "attnsel-memory-record/1"
 FLAG_KEYS = ("tensor_parallel_size", "attention_backend", "gpu_memory_utilization", "max_model_len", "kv_cache_dtype", "block_size",
              "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "quantization", "enable_chunked_prefill",
@@ -77,30 +79,33 @@ ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 # config/compilation.py (0.33.0, 0.34.0): FULL decode graphs need one Mamba block per sequence
 MAMBA_BLOCKS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
 # vLLM's other start-up refusals (attention/memory/checks.py), by a phrase of their text
-CONFIG_REFUSALS = {"is greater than the derived max_model_len": "max_model_len_over_derived",
-                   "must be greater than or equal to max_num_seqs": "max_num_batched_tokens_below_max_num_seqs",
-                   "is smaller than max_model_len": "max_num_batched_tokens_below_max_model_len"}
+CONFIG_REFUSALS = {"is greater than the derived max_model_len": Verdict.DERIVED_MAX_LEN,
+                   "must be greater than or equal to max_num_seqs": Verdict.BATCHED_TOKENS_BELOW_SEQS,
+                   "is smaller than max_model_len": Verdict.BATCHED_TOKENS_BELOW_LEN}
+# what a record keeps of the engine's facts (its log and its config, read back)
+KEPT_FACTS = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens", "kv_cache_memory_gib", "max_concurrency",
+              "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
 
 
 def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]:
     """attention/memory's verdict names for what the engine did, and the number vLLM's refusal names (its
     estimate of the longest length that fits, or the Mamba block bound on max_num_seqs)."""
     if status == "ok":
-        return "fits", None
+        return Verdict.FITS, None
     text = error or ""
     if REFUSED.search(text):
         found = ESTIMATE.search(text)
-        return "max_model_len_too_long", int(found.group(1)) if found else None
+        return Verdict.MAX_MODEL_LEN, int(found.group(1)) if found else None
     if "No available memory for the cache blocks" in text:
-        return "no_cache_memory", None
+        return Verdict.NO_CACHE_MEMORY, None
     found = MAMBA_BLOCKS.search(text)
     if found:  # the bound vLLM names ("lower max_num_seqs to at most N")
-        return "max_num_seqs_over_mamba_blocks", int(found.group(2))
+        return Verdict.MAMBA_BLOCKS, int(found.group(2))
     for phrase, verdict in CONFIG_REFUSALS.items():
         if phrase in text:
             return verdict, None
     if status == "oom":
-        return "weights_do_not_fit", None
+        return Verdict.WEIGHTS, None
     return "error", None
 
 
@@ -120,18 +125,16 @@ def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu:
     logged = parse_engine_log(read_log(log))
     facts = {**logged, **{k: v for k, v in run.facts.items() if v is not None}}
     verdict, estimate = vllm_verdict(run.status, run.error)
-    keep = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens", "kv_cache_memory_gib", "max_concurrency",
-            "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
     return {"schema": SCHEMA, "name": name, "source": "bench/tools/memory_record.py", "model": model,
             "config_patch": patch, "gpu": gpu, "vllm_version": facts.get("vllm_version") or _installed_vllm(),
             "entrypoint": "llm", "flags": {k: flags.get(k) for k in FLAG_KEYS},
-            "vllm": {**{k: facts.get(k) for k in keep}, "status": run.status, "error": run.error,
+            "vllm": {**{k: facts.get(k) for k in KEPT_FACTS}, "status": run.status, "error": run.error,
                      **_named_bound(verdict, estimate)},
             "verdict": verdict}
 
 
 def _named_bound(verdict: str, bound: Optional[int]) -> dict:
-    if verdict == "max_num_seqs_over_mamba_blocks":
+    if verdict == Verdict.MAMBA_BLOCKS:
         return {"estimated_max_model_len": None, "mamba_block_bound": bound}
     return {"estimated_max_model_len": bound}
 
@@ -165,15 +168,13 @@ def from_verify(path: Path) -> list[dict]:
                  "kv_cache_dtype": None if doc["model"]["kv_cache_dtype"] == "auto" else doc["model"]["kv_cache_dtype"],
                  "block_size": candidate.get("block_size"), "attention_backend": candidate.get("backend")}
         name = f"{path.parent.name}_{candidate['short'].split()[0].replace('/', '_').lower()}"
-        keep = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens", "kv_cache_memory_gib", "max_concurrency",
-                "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
         records.append({
             "schema": SCHEMA, "name": name, "source": f"attnsel verify run {doc['created']} ({path.parent.name})",
             "model": doc["model"]["name"], "config_patch": {},
             "gpu": {"name": doc["gpu"]["name"], "memory_total_bytes": doc["gpu"]["memory_total_bytes"], "count": 1},
             "vllm_version": engine["vllm_version"], "entrypoint": "llm", "flags": flags,
-            "vllm": {**{k: engine.get(k) for k in keep}, "status": "ok", "error": None, "estimated_max_model_len": None},
-            "verdict": "fits"})
+            "vllm": {**{k: engine.get(k) for k in KEPT_FACTS}, "status": "ok", "error": None, "estimated_max_model_len": None},
+            "verdict": Verdict.FITS})
     return records
 
 
