@@ -10,7 +10,8 @@ module, not the room: `attnsel probe` must start in well under a second and neve
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def lazy_door(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:

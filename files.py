@@ -20,7 +20,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.errors import UserInputError
 
@@ -148,7 +148,7 @@ def _read_fd(fd: int, limit: int, timeout: float, where: str, what: str) -> byte
     return b"".join(chunks)
 
 
-def _try_read(fd: int) -> Optional[bytes]:
+def _try_read(fd: int) -> bytes | None:
     try:
         return os.read(fd, _CHUNK)
     except BlockingIOError:  # a writer is there, with nothing to say yet
@@ -210,7 +210,7 @@ def check_output_folder(path: str, flag: str = "--output") -> None:
         raise UserInputError(f"cannot create {flag} {shown_path(path)}: permission denied in {shown_path(parent)}")
 
 
-def optional_info(path: str, flag: str = "path") -> Optional[PathInfo]:
+def optional_info(path: str, flag: str = "path") -> PathInfo | None:
     """path_info, or None for `-`."""
     return None if path == STDIN else path_info(path, flag)
 
@@ -271,7 +271,7 @@ def _write_in_place(text: str, output: Path, flag: str) -> None:
         fh.write(text)
 
 
-def json_text(obj: Any, *, default: Any = str, indent: Optional[int] = 2, sort_keys: bool = False) -> str:
+def json_text(obj: Any, *, default: Any = str, indent: int | None = 2, sort_keys: bool = False) -> str:
     """The one place a JSON document is written (--json on stdout, `report --format json`, tune.json,
     results.jsonl, verify.json): RFC 8259 JSON, never Python's NaN / Infinity. A value that is not
     finite has no JSON spelling and is written as null (readers refuse such values in their inputs:

@@ -9,7 +9,7 @@ this version does not know (a document written by another version of attnsel).
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional, TypeVar
+from typing import TypeVar
 
 W = TypeVar("W", bound="Word")
 
@@ -22,7 +22,7 @@ class Word(str, Enum):
         return format(str(self.value), spec)
 
     @classmethod
-    def read(cls: type[W], word: object) -> Optional[W]:
+    def read(cls: type[W], word: object) -> W | None:
         """The member a saved document names; None for a word this version does not know."""
         try:
             return cls(word)

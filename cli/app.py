@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import typer
 from typer.core import TyperGroup
 
 from attnsel import __version__
-from attnsel.cli import explain_cmd, preflight_cmd, probe_cmd, report_cmd, tune_cmd, verify_cmd
+from attnsel.cli import (
+    explain_cmd,
+    preflight_cmd,
+    probe_cmd,
+    report_cmd,
+    tune_cmd,
+    verify_cmd,
+)
 from attnsel.cli.common import exit_for
-from attnsel.cli.streams import drop_unusable_terminal_size, guarded_stdout, start_command
 from attnsel.cli.fast_params import install
-from attnsel.errors import EnvironmentProblem
 from attnsel.cli.help_labels import plain_help_labels
-
+from attnsel.cli.streams import (
+    drop_unusable_terminal_size,
+    guarded_stdout,
+    start_command,
+)
+from attnsel.errors import EnvironmentProblem
 
 GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose"})
 
@@ -110,7 +119,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Optional[bool] = typer.Option(
+    version: bool | None = typer.Option(
         None, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only results and errors: no progress or info lines."),

@@ -16,14 +16,21 @@ import functools
 import os
 import sys
 import traceback
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
 
+from attnsel import __version__
+
 # the streams' plumbing (no Typer, no rich), offered to the commands from here as well
-from attnsel.cli.streams import print_json, sigint_deferred, stdout_console, terminal_width  # noqa: F401
-from attnsel.cli.streams import write_error_line
+from attnsel.cli.streams import (  # noqa: F401
+    print_json,
+    sigint_deferred,
+    stdout_console,
+    terminal_width,
+    write_error_line,
+)
 from attnsel.errors import (
     DEBUG_ENV,
     EXIT_BAD_INPUT,
@@ -32,7 +39,6 @@ from attnsel.errors import (
     REPORT_TO,
     AttnselError,
 )
-from attnsel import __version__
 
 EXIT_SIGPIPE = 141  # what a shell reports for a process killed by SIGPIPE (`attnsel explain | head`)
 _MAX_LINE = 400  # an error line stays readable whatever the exception carried
@@ -46,7 +52,7 @@ def stderr_console() -> Console:
     return Console(stderr=True, no_color=_no_color(), highlight=False)
 
 
-def fail(message: str, code: int) -> "typer.Exit":
+def fail(message: str, code: int) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
     write_error_line(message)
     return typer.Exit(code)
@@ -70,7 +76,7 @@ def _where(exc: BaseException) -> str:
     return f"{'/'.join(parts[-2:])}:{frame.lineno}"
 
 
-def internal_error(exc: BaseException) -> "typer.Exit":
+def internal_error(exc: BaseException) -> typer.Exit:
     """The safety net: an exception nobody foresaw. One line, exit 70, never read as a verdict."""
     if _debug():
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
@@ -83,7 +89,7 @@ def internal_error(exc: BaseException) -> "typer.Exit":
     )
 
 
-def _usage_error(exc: Exception) -> "typer.Exit":
+def _usage_error(exc: Exception) -> typer.Exit:
     """click/Typer parse errors as one line (their own text), with where to look for help."""
     ctx = getattr(exc, "ctx", None)
     where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
@@ -94,7 +100,7 @@ def _is_click_error(exc: BaseException) -> bool:
     return hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)
 
 
-def exit_for(exc: BaseException) -> "typer.Exit":
+def exit_for(exc: BaseException) -> typer.Exit:
     """Every exception a command can end with -> the Exit to raise (its line already on stderr)."""
     if isinstance(exc, typer.Exit):
         return exc
@@ -148,10 +154,10 @@ def rewrite_dotted_attention_config(args: list[str]) -> list[str]:
     if dotted is None:
         return kept
     end = kept.index("--") if "--" in kept else len(kept)
-    return kept[:end] + [ATTENTION_CONFIG_DOTTED_FLAG, json.dumps(dotted)] + kept[end:]
+    return [*kept[:end], ATTENTION_CONFIG_DOTTED_FLAG, json.dumps(dotted), *kept[end:]]
 
 
-def dotted_attention_config(text: Optional[str]) -> Optional[dict]:
+def dotted_attention_config(text: str | None) -> dict | None:
     """The hidden option's object back (it only ever holds what rewrite_dotted_attention_config wrote)."""
     import json
 

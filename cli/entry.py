@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # The root's options that may stand on either side of `probe` (AttnselGroup hoists them).
 GLOBAL_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose"}
@@ -24,7 +25,7 @@ PROBE_VALUES = {"--require-gpus": "require_gpus", "--require-capability": "requi
 _GPU_COUNT = re.compile(r"[1-9][0-9]{0,8}")
 
 
-def quick_probe_options(argv: Sequence[str], env: Mapping[str, str]) -> Optional[dict[str, Any]]:
+def quick_probe_options(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:
     """The options of a plain local `attnsel probe` given as `argv`, or None: that is the Typer app's."""
     if any(name.startswith("_") and name.endswith("_COMPLETE") for name in env):
         return None  # click's shell completion (_ATTNSEL_COMPLETE=...)
@@ -89,7 +90,11 @@ def main() -> None:
 
         typer_main()
         return
-    from attnsel.cli.streams import drop_unusable_terminal_size, guarded_stdout, start_command
+    from attnsel.cli.streams import (
+        drop_unusable_terminal_size,
+        guarded_stdout,
+        start_command,
+    )
 
     start_command(sys.argv[1:])
     drop_unusable_terminal_size()

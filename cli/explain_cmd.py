@@ -11,17 +11,29 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
 
-from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
-
-from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, SERVE_NOTE_FLAG, dotted_attention_config, fail,
-                                handle_errors, print_json, rewrite_dotted_attention_config, stdout_console,
-                                with_serve_line)
 from attnsel.attention.rules import serve_int
+from attnsel.cli.common import (
+    ATTENTION_CONFIG_DOTTED_FLAG,
+    SERVE_NOTE_FLAG,
+    dotted_attention_config,
+    fail,
+    handle_errors,
+    print_json,
+    rewrite_dotted_attention_config,
+    stdout_console,
+    with_serve_line,
+)
+from attnsel.cli.completion import (
+    complete_backend,
+    complete_gpu,
+    complete_model,
+    complete_vllm_version,
+)
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
@@ -76,7 +88,7 @@ def rewrite_index_topk(args: list[str]) -> list[str]:
     return out
 
 
-def _parse_index_topk(flag: Optional[bool], value: Optional[str]) -> Optional[int]:
+def _parse_index_topk(flag: bool | None, value: str | None) -> int | None:
     if value is None:
         return None
     if flag is False:
@@ -94,72 +106,76 @@ def register(app: typer.Typer) -> None:
     @app.command("explain", cls=_ExplainCommand)
     @handle_errors
     def explain_command(
-        model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="Model config.json (path, folder or catalog name)."),
-        head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="float16|bfloat16|float32 (half, bf16, fp16, fp32, float) or auto."),
-        kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
-        block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size (default: vLLM picks)."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
-        attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON, e.g. '{\"backend\": \"FLASHINFER\"}'; the dotted form --attention-config.backend X works too. Keys attnsel does not model are listed as not checked."),
-        attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
-        serve_line_note: Optional[str] = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
-        use_mla: Optional[bool] = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
-        has_sink: Optional[bool] = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
-        use_sparse: Optional[bool] = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
-        use_mm_prefix: Optional[bool] = typer.Option(None, "--use-mm-prefix/--no-use-mm-prefix", help="Bidirectional multimodal prefix (gemma3)."),
-        attn_type: Optional[str] = typer.Option(None, "--attn-type", help="decoder|encoder|encoder_only|encoder_decoder."),
-        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total, as in its config and as `attnsel tune` reads them: vLLM runs total // TP per GPU (this flag used to mean heads per GPU)."),
+        model: str | None = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="Model config.json (path, folder or catalog name)."),
+        head_size: int | None = typer.Option(None, "--head-size", help="Attention head size."),
+        dtype: str | None = typer.Option(None, "--dtype", help="float16|bfloat16|float32 (half, bf16, fp16, fp32, float) or auto."),
+        kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
+        block_size: int | None = typer.Option(None, "--block-size", help="vLLM --block-size (default: vLLM picks)."),
+        attention_backend: str | None = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
+        attention_config_text: str | None = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON, e.g. '{\"backend\": \"FLASHINFER\"}'; the dotted form --attention-config.backend X works too. Keys attnsel does not model are listed as not checked."),
+        attention_config_dotted: str | None = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        serve_line_note: str | None = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
+        use_mla: bool | None = typer.Option(None, "--use-mla/--no-use-mla", help="Multi-head latent attention (DeepSeek)."),
+        has_sink: bool | None = typer.Option(None, "--has-sink/--no-has-sink", help="Attention sinks (gpt-oss)."),
+        use_sparse: bool | None = typer.Option(None, "--use-sparse/--no-use-sparse", help="Sparse MLA (index_topk)."),
+        use_mm_prefix: bool | None = typer.Option(None, "--use-mm-prefix/--no-use-mm-prefix", help="Bidirectional multimodal prefix (gemma3)."),
+        attn_type: str | None = typer.Option(None, "--attn-type", help="decoder|encoder|encoder_only|encoder_decoder."),
+        num_heads: int | None = typer.Option(None, "--num-heads", help="The model's attention heads in total, as in its config and as `attnsel tune` reads them: vLLM runs total // TP per GPU (this flag used to mean heads per GPU)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size: heads per GPU = total // TP, KV heads per GPU = max(1, KV heads // TP) (fewer KV heads than GPUs are replicated), for --model and --num-heads/--num-kv-heads alike."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
-        capability: Optional[str] = typer.Option(None, "--capability", help="Compute capability X.Y (overrides --gpu's)."),
-        qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA qk_nope_head_dim (absent = 1, as vLLM reads it)."),
-        index_topk: Optional[bool] = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), docs/vllm-rules.md §6); --index-topk N also gives its value, which later releases' sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; docs/vllm-rules.md §9). Default: same as --use-sparse."),
-        index_topk_value: Optional[str] = typer.Option(None, INDEX_TOPK_VALUE_FLAG, hidden=True),
-        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (per GPU: max(1, total // TP)). Later vLLM FlashInfer uses TRT-LLM attention, and kernel blocks up to 1024 on CC 10.x, only for GQA (heads != KV heads; docs/vllm-rules.md §9). Default: not GQA."),
-        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA kv_lora_rank. Later vLLM sparse MLA backends require 512 (FLASHINFER_MLA_SPARSE_SM90, FLASH_ATTN_MLA_SPARSE_FA4 with qk_rope_head_dim 64; docs/vllm-rules.md §9)."),
+        gpu: str | None = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="GPU name from the built-in table (H100, A100, B200...), or 'all'."),
+        capability: str | None = typer.Option(None, "--capability", help="Compute capability X.Y (overrides --gpu's)."),
+        qk_nope_head_dim: int | None = typer.Option(None, "--qk-nope-head-dim", help="MLA qk_nope_head_dim (absent = 1, as vLLM reads it)."),
+        index_topk: bool | None = typer.Option(None, "--index-topk/--no-index-topk", metavar="[N]", help="Model config has index_topk (vLLM: use_sparse = use_mla and hasattr(hf_config, 'index_topk'), docs/vllm-rules.md §6); --index-topk N also gives its value, which later releases' sparse MLA backends check (FA4 sparse: N % 128 == 0; SM120: N == 2048; docs/vllm-rules.md §9). Default: same as --use-sparse."),
+        index_topk_value: str | None = typer.Option(None, INDEX_TOPK_VALUE_FLAG, hidden=True),
+        num_kv_heads: int | None = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (per GPU: max(1, total // TP)). Later vLLM FlashInfer uses TRT-LLM attention, and kernel blocks up to 1024 on CC 10.x, only for GQA (heads != KV heads; docs/vllm-rules.md §9). Default: not GQA."),
+        kv_lora_rank: int | None = typer.Option(None, "--kv-lora-rank", help="MLA kv_lora_rank. Later vLLM sparse MLA backends require 512 (FLASHINFER_MLA_SPARSE_SM90, FLASH_ATTN_MLA_SPARSE_FA4 with qk_rope_head_dim 64; docs/vllm-rules.md §9)."),
         rswa: bool = typer.Option(False, "--rswa", help="R-SWA layers (selector input use_rswa): backends without it give 'R-SWA not supported'; FA4 hd256 falls back to FA2 (docs/vllm-rules.md §9)."),
         adaptive_verification: bool = typer.Option(False, "--adaptive-verification", help="Speculative decoding with adaptive verification (selector input use_adaptive_verification): needs backends that support a device-cpu query lens mismatch (docs/vllm-rules.md §9)."),
-        flash_attn_version: Optional[int] = typer.Option(None, "--flash-attn-version", help="--attention-config.flash_attn_version (2, 3, 4)."),
-        use_trtllm_attention: Optional[bool] = typer.Option(None, "--use-trtllm-attention/--no-use-trtllm-attention", help="attention_config.use_trtllm_attention."),
+        flash_attn_version: int | None = typer.Option(None, "--flash-attn-version", help="--attention-config.flash_attn_version (2, 3, 4)."),
+        use_trtllm_attention: bool | None = typer.Option(None, "--use-trtllm-attention/--no-use-trtllm-attention", help="attention_config.use_trtllm_attention."),
         batch_invariant: bool = typer.Option(False, "--batch-invariant", help="VLLM_BATCH_INVARIANT=1."),
         flashinfer_cubin: bool = typer.Option(True, "--flashinfer-cubin/--no-flashinfer-cubin", help="FlashInfer cubins reachable (has_nvidia_artifactory)."),
-        hybrid: Optional[bool] = typer.Option(None, "--hybrid/--no-hybrid", help="Attention + Mamba hybrid model."),
-        mamba_cache_float32: Optional[bool] = typer.Option(None, "--mamba-cache-float32/--no-mamba-cache-float32", help="Hybrid model with float32 Mamba cache."),
-        enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching flag (hybrid models: decides the Mamba cache mode; default: vLLM's for the version)."),
-        mamba_cache_mode: Optional[str] = typer.Option(None, "--mamba-cache-mode", help="vLLM --mamba-cache-mode (0.24: all, align, none; 0.33: align, none, parsed but without effect)."),
-        mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="vLLM --mamba-ssm-cache-dtype (auto, float32, float16; bfloat16 from 0.24)."),
-        mamba_cache_dtype: Optional[str] = typer.Option(None, "--mamba-cache-dtype", help="vLLM --mamba-cache-dtype (the Mamba conv state; same values)."),
-        mm_encoder_attn_backend: Optional[str] = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
+        hybrid: bool | None = typer.Option(None, "--hybrid/--no-hybrid", help="Attention + Mamba hybrid model."),
+        mamba_cache_float32: bool | None = typer.Option(None, "--mamba-cache-float32/--no-mamba-cache-float32", help="Hybrid model with float32 Mamba cache."),
+        enable_prefix_caching: bool | None = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching flag (hybrid models: decides the Mamba cache mode; default: vLLM's for the version)."),
+        mamba_cache_mode: str | None = typer.Option(None, "--mamba-cache-mode", help="vLLM --mamba-cache-mode (0.24: all, align, none; 0.33: align, none, parsed but without effect)."),
+        mamba_ssm_cache_dtype: str | None = typer.Option(None, "--mamba-ssm-cache-dtype", help="vLLM --mamba-ssm-cache-dtype (auto, float32, float16; bfloat16 from 0.24)."),
+        mamba_cache_dtype: str | None = typer.Option(None, "--mamba-cache-dtype", help="vLLM --mamba-cache-dtype (the Mamba conv state; same values)."),
+        mm_encoder_attn_backend: str | None = typer.Option(None, "--mm-encoder-attn-backend", help="ViT backend override (with --model)."),
         check_imports: bool = typer.Option(False, "--check-imports", help="Treat packages missing HERE as missing (vLLM's ImportError)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
-        sliding_window: Optional[bool] = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
+        vllm_version: str | None = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or profile name) to answer for, or 'all': how the verdict changed release by release. Default: the vLLM installed here, else the newest profile."),
+        sliding_window: bool | None = typer.Option(None, "--sliding-window/--no-sliding-window", help="Sliding-window attention layers (selector input in later releases; default: from the model's sliding_window)."),
         non_causal: bool = typer.Option(False, "--non-causal", help="Non-causal (bidirectional) decoder attention (selector input in later releases)."),
         kv_connector: bool = typer.Option(False, "--kv-connector", help="A KV connector is configured (--kv-transfer-config; selector input in later releases)."),
         dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", "--dcp", help="vLLM --decode-context-parallel-size / -dcp (selector input in later releases: DCP when > 1)."),
         pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", "--pcp", help="vLLM --prefill-context-parallel-size / -pcp (selector input in later releases: PCP when > 1)."),
         per_head_quant_scales: bool = typer.Option(False, "--per-head-quant-scales", help="Per-head KV quant scales (kv_cache_scheme strategy attn_head)."),
-        calibrated_q_scale: Optional[bool] = typer.Option(None, "--calibrated-q-scale/--no-calibrated-q-scale", help="The checkpoint carries q scales, so the attention layers' q_scale is not 1.0 (default: possible when the model config names KV-cache scales). Known vLLM faults of the release that need it are reported."),
-        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
-        v_head_dim: Optional[int] = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
+        calibrated_q_scale: bool | None = typer.Option(None, "--calibrated-q-scale/--no-calibrated-q-scale", help="The checkpoint carries q scales, so the attention layers' q_scale is not 1.0 (default: possible when the model config names KV-cache scales). Known vLLM faults of the release that need it are reported."),
+        qk_rope_head_dim: int | None = typer.Option(None, "--qk-rope-head-dim", help="MLA qk_rope_head_dim (TOKENSPEED_MLA / sparse MLA rules of later releases)."),
+        v_head_dim: int | None = typer.Option(None, "--v-head-dim", help="MLA v_head_dim (TOKENSPEED_MLA rule of later releases)."),
         live: bool = typer.Option(False, "--live", help="Ask the vLLM installed here (its own selector) instead of a rule profile."),
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-        max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
-        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
+        max_model_len: str | None = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
+        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size for the memory plan (the busiest stage's layers per GPU)."),
-        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs for the memory plan (default: vLLM's for the GPU)."),
-        max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens for the memory plan: 8192, 8k, 8K (default: vLLM's for the GPU)."),
-        quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization for the memory plan (default: the config's; -q is attnsel's --quiet, vLLM's -q only inside a pasted serve line)."),
+        max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs for the memory plan (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens for the memory plan: 8192, 8k, 8K (default: vLLM's for the GPU)."),
+        quantization: str | None = typer.Option(None, "--quantization", help="vLLM --quantization for the memory plan (default: the config's; -q is attnsel's --quiet, vLLM's -q only inside a pasted serve line)."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager for the memory plan (no CUDA graphs)."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages.
     A pasted `vllm serve` line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
         from attnsel.attention.explain import model_choice
-        from attnsel.attention.selector import SelectionRequest
-        from attnsel.attention.model import check_hybrid_flags, check_parallel, check_request
-        from attnsel.cli.explain_history import wants_history
         from attnsel.attention.memory import MemoryFlags, check_memory_flags
+        from attnsel.attention.model import (
+            check_hybrid_flags,
+            check_parallel,
+            check_request,
+        )
         from attnsel.attention.rules import attention_flags
+        from attnsel.attention.selector import SelectionRequest
+        from attnsel.cli.explain_history import wants_history
 
         _check_flags(attn_type, gpu, vllm_version, mm_encoder_attn_backend, asks_installed_vllm=live or compare_live)
         if check_imports:
@@ -205,8 +221,8 @@ def register(app: typer.Typer) -> None:
         _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
 
 
-def _check_flags(attn_type: Optional[str], gpu: Optional[str], vllm_version: Optional[str],
-                 mm_encoder_attn_backend: Optional[str], *, asks_installed_vllm: bool) -> None:
+def _check_flags(attn_type: str | None, gpu: str | None, vllm_version: str | None,
+                 mm_encoder_attn_backend: str | None, *, asks_installed_vllm: bool) -> None:
     from attnsel.attention.model import check_names
 
     if attn_type is not None and attn_type.lower() not in ATTN_TYPES:
@@ -224,8 +240,8 @@ class _Route:
     --mm-encoder-attn-backend, --live / --compare-live, --json."""
 
     choice: Any  # attention/rules.py select_profile's answer: the profile and why it was chosen
-    importable: Optional[dict]
-    vit_override: Optional[str]
+    importable: dict | None
+    vit_override: str | None
     live: bool = False
     compare_live: bool = False
     as_json: bool = False
@@ -236,7 +252,7 @@ class _Route:
         return self.live or self.compare_live
 
 
-def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optional[str], *, live: bool,
+def _route(vllm_version: str | None, check_imports: bool, vit_override: str | None, *, live: bool,
            compare_live: bool, as_json: bool) -> _Route:
     from attnsel.attention.rules import importable_map
     from attnsel.attention.versions import select_profile
@@ -248,8 +264,8 @@ def _route(vllm_version: Optional[str], check_imports: bool, vit_override: Optio
     return _Route(choice, importable, vit_override, live=live, compare_live=compare_live, as_json=as_json)
 
 
-def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
-                    capability: Optional[str], route: _Route, check_imports: bool) -> None:
+def _answer_history(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
+                    capability: str | None, route: _Route, check_imports: bool) -> None:
     from attnsel.attention.explain import model_doc, resolve_gpu
     from attnsel.cli.explain_history import run_history
 
@@ -259,8 +275,8 @@ def _answer_history(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
                 model_doc(model, model.config if model is not None else None), route.memory_flags)
 
 
-def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: Optional[str],
-            capability: Optional[str], route: _Route) -> None:
+def _answer(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
+            capability: str | None, route: _Route) -> None:
     """--gpu all, or no GPU here and none named: every GPU family; else the one GPU."""
     from attnsel.attention.explain import resolve_gpu
 
@@ -279,7 +295,7 @@ def _answer(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu: O
     _answer_one_gpu(req, tp, model, gpu_name, cc, route)
 
 
-def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
+def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_name: str | None,
                     cc: tuple[int, int], route: _Route) -> None:
     from attnsel.attention.explain import explain_gpu, model_section
 
@@ -297,7 +313,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice]
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
 
-def _run_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], route: _Route,
+def _run_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, route: _Route,
                 header_notes: tuple[str, ...] = ()) -> None:
     from attnsel.attention.explain import explain_matrix
     from attnsel.reports.explain import matrix_to_dict, render_matrix
@@ -342,8 +358,11 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: Optional[dict], as_json: bool, memory=None, memory_note: Optional[str] = None) -> None:
-    from attnsel.reports.explain import explanation_with_model_to_dict, render_explanation_with_model
+def _output(expl, model_section: dict | None, as_json: bool, memory=None, memory_note: str | None = None) -> None:
+    from attnsel.reports.explain import (
+        explanation_with_model_to_dict,
+        render_explanation_with_model,
+    )
 
     if as_json:
         print_json(explanation_with_model_to_dict(expl, model_section, memory, memory_note))

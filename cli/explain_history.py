@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
+from attnsel.attention.rules import importable_map
 from attnsel.cli.common import print_json, stdout_console
 from attnsel.errors import UserInputError
-from attnsel.attention.rules import importable_map
 
 ALL_VERSIONS = "all"
 
 
-def wants_history(vllm_version: Optional[str]) -> bool:
+def wants_history(vllm_version: str | None) -> bool:
     return vllm_version is not None and vllm_version.strip().lower() == ALL_VERSIONS
 
 
-def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: Optional[tuple], check_imports: bool,
-                as_json: bool, model_doc: Optional[dict], memory_flags: Any = None) -> None:
+def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: tuple | None, check_imports: bool,
+                as_json: bool, model_doc: dict | None, memory_flags: Any = None) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
     from attnsel.attention.explain import explain_for_release, release_history
     from attnsel.reports.explain import history_to_dict, render_history

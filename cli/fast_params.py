@@ -12,8 +12,9 @@ coercer only when they are given a value: left unset (None), they stay None with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "path"}
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional
-
 from typer.core import TyperCommand
 
-from attnsel.errors import UserInputError
 from attnsel.cli.common import print_json, stdout_console
+from attnsel.errors import UserInputError
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -51,7 +49,7 @@ def with_default_address(args: list[str]) -> list[str]:
     return out
 
 
-def _timeout(timeout: Optional[float]) -> float:
+def _timeout(timeout: float | None) -> float:
     from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
 
     if timeout is None:
@@ -61,7 +59,7 @@ def _timeout(timeout: Optional[float]) -> float:
     return timeout
 
 
-def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float]) -> None:
+def refuse_timeout_without_ray(address: str | None, timeout: float | None) -> None:
     from attnsel.attention.model import check_names
 
     if address is None and timeout is not None:
@@ -71,8 +69,8 @@ def refuse_timeout_without_ray(address: Optional[str], timeout: Optional[float])
     check_names((("--ray", address),))
 
 
-def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_parallel_size: int,
-                    gpu: Optional[str], num_gpus: Optional[int]) -> None:
+def check_ray_flags(address: str | None, timeout: float | None, pipeline_parallel_size: int,
+                    gpu: str | None, num_gpus: int | None) -> None:
     """preflight's flags that only make sense with (or without) --ray."""
     if pipeline_parallel_size < 1:
         raise UserInputError("--pipeline-parallel-size must be >= 1")
@@ -85,11 +83,10 @@ def check_ray_flags(address: Optional[str], timeout: Optional[float], pipeline_p
 # probe --ray
 
 
-def run_probe(address: str, timeout: Optional[float], json_output: bool, measure_p2p: bool,
-              gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> None:
+def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2p: bool,
+              gpus: int | None, capability: str | None, nvlink: bool, same_model: bool) -> None:
     from attnsel.probe import fleet_requirements, raise_if_unmet
-    from attnsel.probe.fleet import probe_fleet
-    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.probe.fleet import fleet_verdict, probe_fleet
     from attnsel.reports import fleet_probe_json, print_fleet
 
     if measure_p2p:
@@ -109,7 +106,7 @@ def run_probe(address: str, timeout: Optional[float], json_output: bool, measure
 # preflight --ray
 
 
-def run_ray_preflight(address: str, timeout: Optional[float], fmt: str, quiet: bool, deployment, pipeline_parallel_size,
+def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment, pipeline_parallel_size,
                   hf_config: dict, choice, model: str) -> None:
     from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings

@@ -5,12 +5,12 @@ N, NUMBER, PATH; `...` where several may follow), or the option's own metavar.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, get_args, get_origin
+from typing import Any, get_args, get_origin
 
 _WORDS = {str: "TEXT", int: "N", float: "NUMBER", Path: "PATH"}
 
 
-def _label(param: Any) -> Optional[str]:
+def _label(param: Any) -> str | None:
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         return None
     if getattr(param, "metavar", None) is not None and getattr(param, "param_type_name", "") != "argument":

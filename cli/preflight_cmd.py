@@ -10,15 +10,33 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import typer
 
-from attnsel.cli.completion import complete_backend, complete_gpu, complete_model, complete_vllm_version
-from attnsel.cli.common import (ATTENTION_CONFIG_DOTTED_FLAG, SERVE_NOTE_FLAG, dotted_attention_config, handle_errors,
-                                print_json, rewrite_dotted_attention_config, terminal_width, with_serve_line)
 from attnsel.attention.rules import serve_int
-from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, check_ray_flags
+from attnsel.cli.common import (
+    ATTENTION_CONFIG_DOTTED_FLAG,
+    SERVE_NOTE_FLAG,
+    dotted_attention_config,
+    handle_errors,
+    print_json,
+    rewrite_dotted_attention_config,
+    terminal_width,
+    with_serve_line,
+)
+from attnsel.cli.completion import (
+    complete_backend,
+    complete_gpu,
+    complete_model,
+    complete_vllm_version,
+)
+from attnsel.cli.fleet_cmd import (
+    RAY_HELP,
+    TIMEOUT_HELP,
+    RayAddressCommand,
+    check_ray_flags,
+)
 from attnsel.errors import UserInputError
 
 
@@ -63,46 +81,52 @@ def register(app: typer.Typer) -> None:
     def preflight(
         model: str = typer.Option(..., "--model", "-m", autocompletion=complete_model, help="Model config.json (file, folder or catalog name such as llama-3.1-8b)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size."),
-        attention_backend: Optional[str] = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
-        attention_config_text: Optional[str] = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON (or the dotted --attention-config.backend X): its backend is checked, other keys are listed as not checked."),
-        attention_config_dotted: Optional[str] = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
-        serve_line_note: Optional[str] = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
+        attention_backend: str | None = typer.Option(None, "--attention-backend", autocompletion=complete_backend, help="vLLM --attention-backend NAME (auto: vLLM's own choice)."),
+        attention_config_text: str | None = typer.Option(None, "--attention-config", "-ac", help="vLLM -ac / --attention-config JSON (or the dotted --attention-config.backend X): its backend is checked, other keys are listed as not checked."),
+        attention_config_dotted: str | None = typer.Option(None, ATTENTION_CONFIG_DOTTED_FLAG, hidden=True),
+        serve_line_note: str | None = typer.Option(None, SERVE_NOTE_FLAG, hidden=True),
         dcp: int = typer.Option(1, "--decode-context-parallel-size", "-dcp", help="vLLM -dcp: read by the attention check; its GPU layout and memory are not checked."),
         pcp: int = typer.Option(1, "--prefill-context-parallel-size", "-pcp", help="vLLM -pcp: read by the attention check; its GPU count and memory are not checked."),
-        block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM --block-size."),
-        kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
+        block_size: int | None = typer.Option(None, "--block-size", help="vLLM --block-size."),
+        kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="vLLM --kv-cache-dtype (default auto)."),
         dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto, bfloat16, half, float32...)."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
-        num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
+        gpu: str | None = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="Check a target machine instead of this one: GPU name (H100, A100-80GB, L40S...)."),
+        num_gpus: int | None = typer.Option(None, "--num-gpus", help="With --gpu: how many such GPUs the target has (default: the TP size)."),
         strict: bool = typer.Option(False, "--strict", help="Fail on warnings too (exit 1); different GPU models without CUDA_DEVICE_ORDER=PCI_BUS_ID become a failed check."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
+        vllm_version: str | None = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version (or rule profile) to check against. Default: the vLLM installed here, else the newest profile."),
         output_format: str = typer.Option("text", "--format", help="text | json | github (GitHub Actions ::error::/::warning:: lines)."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warn/fail lines (text/github)."),
-        ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
+        ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
-        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: vLLM's, 0.9)."),
-        max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's): 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits), as vLLM reads it."),
-        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for the GPU)."),
-        max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU): 8192, 8k, 8K as vLLM reads it."),
-        quantization: Optional[str] = typer.Option(None, "--quantization", help="vLLM --quantization (default: the config's quantization_config)."),
+        timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
+        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: vLLM's, 0.9)."),
+        max_model_len: str | None = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's): 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits), as vLLM reads it."),
+        max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for the GPU)."),
+        max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU): 8192, 8k, 8K as vLLM reads it."),
+        quantization: str | None = typer.Option(None, "--quantization", help="vLLM --quantization (default: the config's quantization_config)."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (no CUDA graphs: no graph memory)."),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
         (exit 0: no check failed, warnings allowed; 1: a check failed; 2: bad input). A pasted `vllm serve`
         line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
-        from attnsel.attention.preflight import Deployment, machine_report, run_preflight
-        from attnsel.attention.model import load_model_config
+        from attnsel.attention.memory import check_memory_flags
+        from attnsel.attention.model import (
+            check_names,
+            check_parallel,
+            check_request,
+            load_model_config,
+        )
+        from attnsel.attention.preflight import (
+            Deployment,
+            machine_report,
+            run_preflight,
+        )
+        from attnsel.attention.preflight.memory_check import memory_flags
+        from attnsel.attention.rules import attention_flags
         from attnsel.attention.versions import select_profile
         from attnsel.cli import settings
         from attnsel.reports import preflight_report as view
-
-        from attnsel.attention.model import check_names, check_parallel, check_request
-        from attnsel.attention.memory import check_memory_flags
-        from attnsel.attention.preflight.memory_check import memory_flags
-
-        from attnsel.attention.rules import attention_flags
 
         fmt = _normalize_format(output_format, as_json)
         attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted))

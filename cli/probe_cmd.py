@@ -9,12 +9,15 @@ probe does not even come here: cli/entry.py runs cli/probe_local.py without Type
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from attnsel.cli.common import handle_errors
-from attnsel.cli.fleet_cmd import RAY_HELP, TIMEOUT_HELP, RayAddressCommand, refuse_timeout_without_ray
+from attnsel.cli.fleet_cmd import (
+    RAY_HELP,
+    TIMEOUT_HELP,
+    RayAddressCommand,
+    refuse_timeout_without_ray,
+)
 from attnsel.cli.probe_local import check_capability_flag, probe_here
 
 
@@ -26,10 +29,10 @@ def register(app: typer.Typer) -> None:
         measure_p2p: bool = typer.Option(
             False, "--measure-p2p", help="Also time a 1 GiB GPU-to-GPU copy per pair (needs torch and 2+ GPUs)."
         ),
-        require_gpus: Optional[int] = typer.Option(
+        require_gpus: int | None = typer.Option(
             None, "--require-gpus", min=1, metavar="N", help="Exit 1 unless at least N usable GPUs are visible."
         ),
-        require_capability: Optional[str] = typer.Option(
+        require_capability: str | None = typer.Option(
             None, "--require-capability", metavar="X.Y", help="Exit 1 unless every visible GPU has compute capability >= X.Y."
         ),
         require_nvlink: bool = typer.Option(
@@ -38,8 +41,8 @@ def register(app: typer.Typer) -> None:
         require_same_model: bool = typer.Option(
             False, "--require-same-model", help="Exit 1 if the visible GPUs are different models."
         ),
-        ray: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
-        timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
+        ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
+        timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     ) -> None:
         """GPUs seen through NVML (no CUDA context), the CUDA_VISIBLE_DEVICES mapping, NVLink/P2P and vLLM's verdicts."""
         check_capability_flag(require_capability)  # bad input fails before any probing

@@ -8,14 +8,13 @@ neither Typer nor rich (rich only for the table, when it is printed).
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from attnsel.cli.settings import is_quiet
 from attnsel.cli.streams import print_json, stdout_console
 from attnsel.errors import AttnselError, EnvironmentProblem
 
 
-def check_capability_flag(require_capability: Optional[str]) -> None:
+def check_capability_flag(require_capability: str | None) -> None:
     """--require-capability X.Y is checked before any probing (bad input: exit 2)."""
     if require_capability is not None:
         from attnsel.probe import parse_required_capability
@@ -23,7 +22,7 @@ def check_capability_flag(require_capability: Optional[str]) -> None:
         parse_required_capability(require_capability)
 
 
-def probe_here(json_output: bool, measure_p2p: bool, require_gpus: Optional[int], require_capability: Optional[str],
+def probe_here(json_output: bool, measure_p2p: bool, require_gpus: int | None, require_capability: str | None,
                require_nvlink: bool, require_same_model: bool) -> None:
     """Probe, print (JSON or the table), then raise CheckFailed (exit 1) for an unmet --require-*."""
     from attnsel.probe import check_requirements, collect_probe, raise_if_unmet

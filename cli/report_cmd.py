@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -20,7 +19,7 @@ FORMATS = ("md", "html", "csv", "json")
 _SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".csv": "csv", ".json": "json"}
 
 
-def pick_format(requested: Optional[str], as_json: bool, output: Optional[Path]) -> str:
+def pick_format(requested: str | None, as_json: bool, output: Path | None) -> str:
     """--json, then --format, then the -o file's suffix, then Markdown."""
     if as_json and requested is not None and requested.strip().lower() != "json":
         raise UserInputError(f"--json and --format {requested} ask for two different outputs: pass one of them")
@@ -75,12 +74,12 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     @handle_errors
     def report(
-        inputs: List[Path] = typer.Argument(
+        inputs: list[Path] = typer.Argument(
             ..., metavar="INPUT",
             help="A tune output folder (or its tune.json / results.jsonl; its verify.json comes with it), a verify.json, and/or `attnsel explain --json` files.",
         ),
-        output_format: Optional[str] = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
-        output_text: Optional[str] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+        output_format: str | None = typer.Option(None, "--format", "-f", help="md | html | csv | json (default: from -o, else md)."),
+        output_text: str | None = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
         as_json: bool = typer.Option(False, "--json", help="Same as --format json: only JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No 'wrote FILE' line on stderr."),
     ) -> None:

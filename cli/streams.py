@@ -12,7 +12,8 @@ import io
 import os
 import shutil
 import sys
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from attnsel.errors import OutputUnwritable
 
@@ -33,7 +34,7 @@ def stdout_console() -> Console:
     return FittingConsole(no_color=_no_color(), highlight=False, soft_wrap=False)  # too-wide tables stacked
 
 
-def terminal_width() -> Optional[int]:
+def terminal_width() -> int | None:
     """The width plain-text output wraps at: COLUMNS when set (as rich reads it), else the
     terminal's when stdout is one; None for a pipe (one line per message, for grep)."""
     columns = os.environ.get("COLUMNS", "")

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel import files
 from attnsel.cli import settings, verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
+from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
 
 def _progress(console):
     """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from attnsel.bench.sweep import SweepProgress
 
@@ -43,21 +48,21 @@ def register(app: typer.Typer) -> None:
     @app.command("tune")
     @handle_errors
     def tune_command(
-        model: Optional[str] = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
-        head_size: Optional[int] = typer.Option(None, "--head-size", help="Attention head size (alone: a representative head layout for it, named in the output)."),
-        num_heads: Optional[int] = typer.Option(None, "--num-heads", help="The model's attention heads in total (vLLM runs total // TP per GPU), as `attnsel explain --num-heads` reads them; default: a representative layout for --head-size."),
-        num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (GQA; per GPU: max(1, total // TP), replicated when fewer than TP); default = --num-heads."),
+        model: str | None = typer.Option(None, "--model", "-m", autocompletion=complete_model, help="HF config.json (file, folder or catalog name); same derivation as `explain`."),
+        head_size: int | None = typer.Option(None, "--head-size", help="Attention head size (alone: a representative head layout for it, named in the output)."),
+        num_heads: int | None = typer.Option(None, "--num-heads", help="The model's attention heads in total (vLLM runs total // TP per GPU), as `attnsel explain --num-heads` reads them; default: a representative layout for --head-size."),
+        num_kv_heads: int | None = typer.Option(None, "--num-kv-heads", help="The model's KV heads in total (GQA; per GPU: max(1, total // TP), replicated when fewer than TP); default = --num-heads."),
         dtype: str = typer.Option("auto", "--dtype", help="bf16, fp16, fp32 or auto."),
         kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="vLLM's --kv-cache-dtype: auto, float16/bfloat16, or fp8 / fp8_e4m3 / fp8_e5m2 (an fp8 cache with per-tensor scales; backends vLLM refuses it for are skipped with vLLM's reason). Other values the release knows are not timed (exit 1)."),
         use_mla: bool = typer.Option(False, "--use-mla", help="An MLA layer without --model: with --kv-lora-rank, --qk-rope-head-dim, --num-heads (DeepSeek-V3: 512, 64, 128)."),
-        kv_lora_rank: Optional[int] = typer.Option(None, "--kv-lora-rank", help="MLA latent width (head size = this + --qk-rope-head-dim)."),
-        qk_rope_head_dim: Optional[int] = typer.Option(None, "--qk-rope-head-dim", help="MLA rope part of the cache and query."),
-        qk_nope_head_dim: Optional[int] = typer.Option(None, "--qk-nope-head-dim", help="MLA query's no-rope width (default 128: sets the scale and FLASHINFER_MLA's validity)."),
+        kv_lora_rank: int | None = typer.Option(None, "--kv-lora-rank", help="MLA latent width (head size = this + --qk-rope-head-dim)."),
+        qk_rope_head_dim: int | None = typer.Option(None, "--qk-rope-head-dim", help="MLA rope part of the cache and query."),
+        qk_nope_head_dim: int | None = typer.Option(None, "--qk-nope-head-dim", help="MLA query's no-rope width (default 128: sets the scale and FLASHINFER_MLA's validity)."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="vLLM --tensor-parallel-size: heads per GPU = total // TP, KV heads per GPU = max(1, KV heads // TP), for --model and --num-heads/--num-kv-heads alike (as in `attnsel explain`)."),
-        backends: Optional[str] = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION, or for an MLA model FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA."),
-        block_sizes: Optional[str] = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
+        backends: str | None = typer.Option(None, "--backends", help="Comma list; default FLASH_ATTN,FLASHINFER,TRITON_ATTN,FLEX_ATTENTION, or for an MLA model FLASH_ATTN_MLA,FLASHMLA,FLASHINFER_MLA,TRITON_MLA,CUTLASS_MLA."),
+        block_sizes: str | None = typer.Option(None, "--block-sizes", help="Comma list of --block-size values; default 16,32,64,128,256."),
         workload: str = typer.Option("all", "--workload", help="decode, prefill, mixed, or all (comma list allowed)."),
-        weights: Optional[str] = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
+        weights: str | None = typer.Option(None, "--weights", help="Overall score weights, default decode=0.7,prefill=0.2,mixed=0.1."),
         min_gain: float = typer.Option(5.0, "--min-gain", help="Smallest margin (%) over vLLM's default worth a flag change; smaller ones keep the default."),
         quick: bool = typer.Option(False, "--quick", help="Few shapes (3 decode, 1 prefill, 1 mixed)."),
         full: bool = typer.Option(False, "--full", help="Many shapes (decode batch 1-256 x context 512-32k)."),
@@ -66,19 +71,19 @@ def register(app: typer.Typer) -> None:
         timer: str = typer.Option("auto", "--timer", help="auto (CUPTI kernel time where cupti-python works, else CUDA events), cupti, events."),
         hot_l2: bool = typer.Option(False, "--hot-l2", help="Do not flush L2 before each call (decode KV that fits in L2 then beats HBM peak)."),
         check: str = typer.Option("first", "--check", help="Correctness vs fp32 reference: first (smallest shape per kind), all, none."),
-        tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
+        tolerance: float | None = typer.Option(None, "--tolerance", help="Relative-error bound (default 1e-2 bf16/fp16)."),
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds one row may take (incl. JIT) before its worker is killed."),
-        gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
-        output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
+        gpus: str | None = typer.Option(None, "--gpus", help="Spread the sweep over GPUs: all or CUDA ordinals like 0,1 (one GPU model; one worker lane per GPU, checked to time alike first)."),
+        output: str | None = typer.Option(None, "--output", "-o", help="Folder for results.jsonl, tune.json, summary.txt, worker logs; default ./attnsel-tune-<time>."),
         resume: bool = typer.Option(False, "--resume", help="Continue the sweep in --output: skip rows already in results.jsonl."),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run failed rows (crash, timeout, OOM) again."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (grid after vLLM's rules, with skip reasons); needs no GPU."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
-        capability: Optional[str] = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
-        enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Hybrid models: vLLM's prefix caching, which decides the Mamba cache mode and so vLLM's block size (default: vLLM's for the version)."),
-        mamba_ssm_cache_dtype: Optional[str] = typer.Option(None, "--mamba-ssm-cache-dtype", help="Hybrid models: vLLM --mamba-ssm-cache-dtype (sizes the state page vLLM aligns the block to)."),
-        mamba_cache_mode: Optional[str] = typer.Option(None, "--mamba-cache-mode", help="Hybrid models: vLLM --mamba-cache-mode, which decides the block size vLLM aligns to (as in `attnsel explain`)."),
-        vllm_version: Optional[str] = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
+        gpu: str | None = typer.Option(None, "--gpu", autocompletion=complete_gpu, help="For --dry-run without a GPU: a GPU name (H100, A100, ...)."),
+        capability: str | None = typer.Option(None, "--capability", help="For --dry-run without a GPU: compute capability X.Y."),
+        enable_prefix_caching: bool | None = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Hybrid models: vLLM's prefix caching, which decides the Mamba cache mode and so vLLM's block size (default: vLLM's for the version)."),
+        mamba_ssm_cache_dtype: str | None = typer.Option(None, "--mamba-ssm-cache-dtype", help="Hybrid models: vLLM --mamba-ssm-cache-dtype (sizes the state page vLLM aligns the block to)."),
+        mamba_cache_mode: str | None = typer.Option(None, "--mamba-cache-mode", help="Hybrid models: vLLM --mamba-cache-mode, which decides the block size vLLM aligns to (as in `attnsel explain`)."),
+        vllm_version: str | None = typer.Option(None, "--vllm-version", autocompletion=complete_vllm_version, help="vLLM version whose rules filter the grid (default: installed vLLM, else the newest profile)."),
         show_rows: bool = typer.Option(False, "--show-rows", help="Also print every timed row."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan / full results as JSON on stdout."),
         verify: bool = typer.Option(False, "--verify", help="Then start vLLM's own engine for vLLM's default, the pick and the runner-up, and say whether the pick holds end to end (`attnsel verify --help`)."),
@@ -86,7 +91,12 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench.tune import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
+        from attnsel.bench.tune import (
+            TuneFlags,
+            check_flags,
+            check_real_sweep_flags,
+            request_from_flags,
+        )
 
         flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
@@ -129,7 +139,7 @@ def _dry_run(req, as_json: bool) -> None:
         raise CheckFailed(tune_request.refused_grid_message(plan))
 
 
-def _sweep(req, output: Optional[str], *, resume: bool, retry_failed: bool):
+def _sweep(req, output: str | None, *, resume: bool, retry_failed: bool):
     """The sweep with a progress bar on stderr; Ctrl-C leaves whole rows and says how to resume."""
     from attnsel.bench.tune import run as TUNE
 

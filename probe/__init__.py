@@ -8,7 +8,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.probe.capability import bf16_error, capability_facts, parse_capability
     from attnsel.probe.collect import collect_probe
     from attnsel.probe.cpus import usable_cpu_count
-    from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport, report_fields, report_from_fields
+    from attnsel.probe.facts import (
+        GpuInfo,
+        P2PPair,
+        ProbeReport,
+        report_fields,
+        report_from_fields,
+    )
     from attnsel.probe.gpu_table import families, find_gpu, gpu_names, match_device_name
     from attnsel.probe.mixed_gpus import same_model
     from attnsel.probe.requirements import (
@@ -30,8 +36,8 @@ __all__ = [
     "collect_probe",
     "families",
     "find_gpu",
-    "gpu_names",
     "fleet_requirements",
+    "gpu_names",
     "match_device_name",
     "parse_capability",
     "parse_required_capability",

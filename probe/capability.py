@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from attnsel.errors import UserInputError
+
 if TYPE_CHECKING:  # the facts module's dataclasses cost ~10 ms of every explain start-up
     from attnsel.probe.facts import GpuInfo
 
@@ -42,12 +43,12 @@ def parse_capability(text: str, flag: str = "--capability") -> tuple[int, int]:
     return major, minor
 
 
-def _at_least(cc: Optional[tuple[int, int]], major: int, minor: int) -> bool:
+def _at_least(cc: tuple[int, int] | None, major: int, minor: int) -> bool:
     # vLLM's has_device_capability compares major * 10 + minor and is False without a capability.
     return cc is not None and cc[0] * 10 + cc[1] >= major * 10 + minor
 
 
-def supported_dtypes(cc: Optional[tuple[int, int]]) -> list[str]:
+def supported_dtypes(cc: tuple[int, int] | None) -> list[str]:
     """CudaPlatformBase.supported_dtypes: CC >= 8.0 -> bf16, fp16, fp32; >= 6.0 -> fp16, fp32; else fp32.
 
     >>> supported_dtypes((9, 0))
@@ -64,7 +65,7 @@ def supported_dtypes(cc: Optional[tuple[int, int]]) -> list[str]:
     return ["float32"]
 
 
-def bf16_error(gpu_name: str, cc: Optional[tuple[int, int]]) -> Optional[str]:
+def bf16_error(gpu_name: str, cc: tuple[int, int] | None) -> str | None:
     """The ValueError vLLM's check_if_supports_dtype raises for bf16 below CC 8.0, verbatim; None if bf16 is fine.
 
     >>> bf16_error("Tesla T4", (7, 5))
@@ -82,7 +83,7 @@ def bf16_error(gpu_name: str, cc: Optional[tuple[int, int]]) -> Optional[str]:
     )
 
 
-def capability_facts(gpu: "GpuInfo") -> dict:
+def capability_facts(gpu: GpuInfo) -> dict:
     """Everything vLLM derives from one GPU's compute capability (used by `probe` and `explain`)."""
     cc = gpu.compute_capability
     return {

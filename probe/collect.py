@@ -13,20 +13,49 @@ probe/torch_fallback.py builds the report when NVML is unavailable.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from attnsel.files import shown_path
 from attnsel.probe.facts import GpuInfo, NvlinkVerdict, ProbeReport
-from attnsel.probe.mixed_gpus import mixed_gpu_warning, vllm_log_warnings, why_vllm_warns
-from attnsel.probe.nvml import NvmlFacade, NvmlInitError, TorchFacade
-from attnsel.probe.nvml import NvmlSession, facades_from_env, probe_threads
-from attnsel.probe.nvml import RealTorch, ReplayFacade, ReplayTorch, cuda_driver_missing
-from attnsel.probe.nvml import RawGpu, cuda_version_str, gpu_calls, gpu_info, gpu_problems, query_problems, read_gpu
-from attnsel.probe.links import collect_pairs, nvlink_verdict, pair_calls, with_measured_bandwidth
+from attnsel.probe.links import (
+    collect_pairs,
+    nvlink_verdict,
+    pair_calls,
+    with_measured_bandwidth,
+)
+from attnsel.probe.mixed_gpus import (
+    mixed_gpu_warning,
+    vllm_log_warnings,
+    why_vllm_warns,
+)
+from attnsel.probe.nvml import (
+    NvmlFacade,
+    NvmlInitError,
+    NvmlSession,
+    RawGpu,
+    RealTorch,
+    ReplayFacade,
+    ReplayTorch,
+    TorchFacade,
+    cuda_driver_missing,
+    cuda_version_str,
+    facades_from_env,
+    gpu_calls,
+    gpu_info,
+    gpu_problems,
+    probe_threads,
+    query_problems,
+    read_gpu,
+)
 from attnsel.probe.torch_fallback import NotAsked, from_torch
-from attnsel.probe.visible_devices import VisibleResolution, describe_order, resolve_visible_devices
+from attnsel.probe.visible_devices import (
+    VisibleResolution,
+    describe_order,
+    resolve_visible_devices,
+)
 
-__all__ = ["collect_probe", "collect_from_scenario"]
+__all__ = ["collect_from_scenario", "collect_probe"]
 
 MAX_NVML_DEVICES = 64  # GPUs one host's NVML can show; beyond this the answer is not a real machine
 
@@ -36,11 +65,11 @@ MAX_NVML_DEVICES = 64  # GPUs one host's NVML can show; beyond this the answer i
 
 
 def collect_probe(
-    env: Optional[Mapping[str, str]] = None,
-    nvml: Optional[NvmlFacade] = None,
+    env: Mapping[str, str] | None = None,
+    nvml: NvmlFacade | None = None,
     measure_p2p: bool = False,
-    torch: Optional[TorchFacade] = None,
-    no_torch_reason: Optional[str] = None,
+    torch: TorchFacade | None = None,
+    no_torch_reason: str | None = None,
 ) -> ProbeReport:
     """Probe the GPUs this process would see under `env` (default: os.environ).
 
@@ -81,7 +110,7 @@ def _torch_if_driver(torch: TorchFacade) -> TorchFacade:
     return torch
 
 
-def collect_from_scenario(scenario: Mapping[str, Any], env: Optional[Mapping[str, str]] = None, measure_p2p: bool = False) -> ProbeReport:
+def collect_from_scenario(scenario: Mapping[str, Any], env: Mapping[str, str] | None = None, measure_p2p: bool = False) -> ProbeReport:
     """collect_probe over a replayed scenario (the NVML and the torch side both come from it)."""
     return collect_probe(env or {}, nvml=ReplayFacade(scenario), measure_p2p=measure_p2p, torch=ReplayTorch(scenario))
 
@@ -136,7 +165,7 @@ def _from_nvml(session: NvmlSession, torch: TorchFacade, env: Mapping[str, str],
     )
 
 
-def _unusable_count(session: NvmlSession, count: Any) -> Optional[str]:
+def _unusable_count(session: NvmlSession, count: Any) -> str | None:
     """Why NVML's GPU count cannot be used (the probe then asks torch.cuda), or None."""
     if not isinstance(count, int) or isinstance(count, bool):
         failure = session.last_failure()
@@ -168,8 +197,8 @@ def _links(session: NvmlSession, torch: TorchFacade, gpus: Sequence[GpuInfo], me
     return nvlink_verdict(pairs, len(gpus), [p for _, p in pair_inputs])
 
 
-def _model_warnings(raws: Sequence[RawGpu], gpus: Sequence[GpuInfo], order: Optional[str],
-                    warnings: list[str], notes: list[str]) -> tuple[bool, Optional[str]]:
+def _model_warnings(raws: Sequence[RawGpu], gpus: Sequence[GpuInfo], order: str | None,
+                    warnings: list[str], notes: list[str]) -> tuple[bool, str | None]:
     """(visible models differ, what vLLM's own log_warnings would log); adds the warning or the note."""
     mixed, mixed_warning = mixed_gpu_warning(gpus, order)
     if mixed_warning:
@@ -182,7 +211,7 @@ def _model_warnings(raws: Sequence[RawGpu], gpus: Sequence[GpuInfo], order: Opti
     return mixed, vllm_warning
 
 
-def _vllm_visible_device_notes(cvd: Optional[str]) -> list[str]:
+def _vllm_visible_device_notes(cvd: str | None) -> list[str]:
     if not cvd or all(e.strip().lstrip("+-").isdigit() for e in cvd.split(",") if e.strip()):
         return []
     return [
@@ -192,7 +221,7 @@ def _vllm_visible_device_notes(cvd: Optional[str]) -> list[str]:
     ]
 
 
-def _no_visible_gpu_note(count: int, cvd: Optional[str]) -> str:
+def _no_visible_gpu_note(count: int, cvd: str | None) -> str:
     if count == 0:
         return "NVML works but reports no GPU"
     return f"NVML sees {count} GPU(s) but none is visible to CUDA with CUDA_VISIBLE_DEVICES={shown_path(cvd or '')}"

@@ -5,46 +5,45 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
-from typing import Optional
 
 
 @dataclass(frozen=True)
 class GpuInfo:
     index: int  # logical CUDA ordinal, as the process sees it after CUDA_VISIBLE_DEVICES
-    physical_index: Optional[int]  # NVML index (NVML ignores CUDA_VISIBLE_DEVICES)
+    physical_index: int | None  # NVML index (NVML ignores CUDA_VISIBLE_DEVICES)
     name: str
-    uuid: Optional[str] = None
-    pci_bus_id: Optional[str] = None
-    compute_capability: Optional[tuple[int, int]] = None
-    memory_total_bytes: Optional[int] = None
-    memory_free_bytes: Optional[int] = None
-    memory_bus_width_bits: Optional[int] = None
-    max_memory_clock_mhz: Optional[int] = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_bus_width_bits: int | None = None
+    max_memory_clock_mhz: int | None = None
     is_mig: bool = False
-    parent_uuid: Optional[str] = None  # for MIG slices
-    error: Optional[str] = None  # set when this GPU could only be partly read (e.g. "GPU is lost")
-    pci_device_id: Optional[str] = None  # NVML pciDeviceId as hex, e.g. "0x233510DE" (same chip & board)
-    multiprocessor_count: Optional[int] = None  # torch fallback only (NVML has no SM count)
-    cuda_cores: Optional[int] = None  # nvmlDeviceGetNumGpuCores, where the driver has it
-    max_sm_clock_mhz: Optional[int] = None
+    parent_uuid: str | None = None  # for MIG slices
+    error: str | None = None  # set when this GPU could only be partly read (e.g. "GPU is lost")
+    pci_device_id: str | None = None  # NVML pciDeviceId as hex, e.g. "0x233510DE" (same chip & board)
+    multiprocessor_count: int | None = None  # torch fallback only (NVML has no SM count)
+    cuda_cores: int | None = None  # nvmlDeviceGetNumGpuCores, where the driver has it
+    max_sm_clock_mhz: int | None = None
     # Datasheet peak from probe/gpu_table.py, used when NVML cannot give bus width x clock.
-    table_peak_memory_bandwidth_bytes_per_s: Optional[float] = None
+    table_peak_memory_bandwidth_bytes_per_s: float | None = None
 
     @property
-    def capability_str(self) -> Optional[str]:
+    def capability_str(self) -> str | None:
         if self.compute_capability is None:
             return None
         return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
 
     @property
-    def peak_memory_bandwidth_bytes_per_s(self) -> Optional[float]:
+    def peak_memory_bandwidth_bytes_per_s(self) -> float | None:
         """Bus width x max memory clock x 2 (DDR), the way nvbench prints its bus peak."""
         if not self.memory_bus_width_bits or not self.max_memory_clock_mhz:
             return self.table_peak_memory_bandwidth_bytes_per_s
         return self.memory_bus_width_bits / 8 * self.max_memory_clock_mhz * 1e6 * 2
 
     @property
-    def peak_memory_bandwidth_source(self) -> Optional[str]:
+    def peak_memory_bandwidth_source(self) -> str | None:
         """"nvml" (bus width x clock), "table" (datasheet, probe/gpu_table.py) or None."""
         if self.memory_bus_width_bits and self.max_memory_clock_mhz:
             return "nvml"
@@ -62,21 +61,21 @@ class GpuInfo:
 class P2PPair:
     a: int  # logical indices
     b: int
-    nvlink: Optional[bool]  # NVML_P2P_CAPS_INDEX_NVLINK == OK; None when the query failed
-    pcie_read: Optional[bool] = None
-    pcie_write: Optional[bool] = None
-    topology: Optional[str] = None  # like `nvidia-smi topo -m`: NV#, PIX, PXB, PHB, NODE, SYS
-    measured_gbps: Optional[float] = None
-    error: Optional[str] = None
-    physical_a: Optional[int] = None  # NVML indices of the pair
-    physical_b: Optional[int] = None
-    nvlink_status: Optional[str] = None  # NVML_P2P_STATUS_* name for NVML_P2P_CAPS_INDEX_NVLINK ("OK", ...)
-    read_status: Optional[str] = None
-    write_status: Optional[str] = None
-    atomics: Optional[bool] = None
-    pcie_topology: Optional[str] = None  # nvmlDeviceGetTopologyCommonAncestor as PIX/PXB/PHB/NODE/SYS
-    nvlink_count: Optional[int] = None  # active NVLinks (the smaller of the two GPUs' counts)
-    measure_note: Optional[str] = None  # why measured_gbps is missing, when --measure-p2p was asked
+    nvlink: bool | None  # NVML_P2P_CAPS_INDEX_NVLINK == OK; None when the query failed
+    pcie_read: bool | None = None
+    pcie_write: bool | None = None
+    topology: str | None = None  # like `nvidia-smi topo -m`: NV#, PIX, PXB, PHB, NODE, SYS
+    measured_gbps: float | None = None
+    error: str | None = None
+    physical_a: int | None = None  # NVML indices of the pair
+    physical_b: int | None = None
+    nvlink_status: str | None = None  # NVML_P2P_STATUS_* name for NVML_P2P_CAPS_INDEX_NVLINK ("OK", ...)
+    read_status: str | None = None
+    write_status: str | None = None
+    atomics: bool | None = None
+    pcie_topology: str | None = None  # nvmlDeviceGetTopologyCommonAncestor as PIX/PXB/PHB/NODE/SYS
+    nvlink_count: int | None = None  # active NVLinks (the smaller of the two GPUs' counts)
+    measure_note: str | None = None  # why measured_gbps is missing, when --measure-p2p was asked
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,12 +83,12 @@ class P2PPair:
 
 @dataclass(frozen=True)
 class NvlinkVerdict:
-    fully_connected: Optional[bool]  # vLLM's is_fully_connected over the visible GPUs; None: unknown
+    fully_connected: bool | None  # vLLM's is_fully_connected over the visible GPUs; None: unknown
     reason: str
     custom_allreduce: str  # what this means for vLLM's custom all-reduce
     pairs: tuple[P2PPair, ...] = ()
     world_size: int = 0  # visible GPUs taken as one tensor-parallel group
-    custom_allreduce_on: Optional[bool] = None  # None: not used (1 GPU) or unknown
+    custom_allreduce_on: bool | None = None  # None: not used (1 GPU) or unknown
     physical_ids: tuple[int, ...] = ()  # what vLLM's is_fully_connected would be given (NVML indices)
 
     def to_dict(self) -> dict:
@@ -107,22 +106,22 @@ class NvlinkVerdict:
 @dataclass(frozen=True)
 class ProbeReport:
     source: str  # "nvml" | "torch" | "none"
-    driver_version: Optional[str]
-    cuda_driver_version: Optional[str]
+    driver_version: str | None
+    cuda_driver_version: str | None
     gpus: tuple[GpuInfo, ...]
     nvlink: NvlinkVerdict
     mixed_gpus: bool
-    cuda_visible_devices: Optional[str] = None
-    cuda_device_order: Optional[str] = None
+    cuda_visible_devices: str | None = None
+    cuda_device_order: str | None = None
     warnings: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
-    device_order: Optional[str] = None  # the order CUDA uses: FASTEST_FIRST (default) or PCI_BUS_ID
-    invalid_visible_entry: Optional[str] = None  # CUDA_VISIBLE_DEVICES entry where CUDA stopped reading
-    physical_gpu_count: Optional[int] = None  # every GPU NVML sees, visible or not
+    device_order: str | None = None  # the order CUDA uses: FASTEST_FIRST (default) or PCI_BUS_ID
+    invalid_visible_entry: str | None = None  # CUDA_VISIBLE_DEVICES entry where CUDA stopped reading
+    physical_gpu_count: int | None = None  # every GPU NVML sees, visible or not
     physical_gpu_names: tuple[str, ...] = ()
-    vllm_device_warning: Optional[str] = None  # what vLLM's own log_warnings would log (all GPUs)
-    fallback_reason: Optional[str] = None  # why the source is not NVML
+    vllm_device_warning: str | None = None  # what vLLM's own log_warnings would log (all GPUs)
+    fallback_reason: str | None = None  # why the source is not NVML
 
     def to_dict(self) -> dict:
         return {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 from attnsel.errors import UserInputError
 
@@ -23,9 +22,9 @@ class GpuSpec:
     compute_capability: tuple[int, int]
     memory_gib: float
     memory_bandwidth_gbps: float  # GB/s (10^9), datasheet peak
-    l2_mib: Optional[float] = None
+    l2_mib: float | None = None
     aliases: tuple[str, ...] = ()
-    nvml_pattern: Optional[str] = None  # regex on the NVML device name (case-insensitive)
+    nvml_pattern: str | None = None  # regex on the NVML device name (case-insensitive)
 
     @property
     def capability_str(self) -> str:
@@ -110,7 +109,7 @@ _OTHER_VENDORS: tuple[tuple[str, str], ...] = (
 )
 
 
-def not_nvidia(name: str) -> Optional[str]:
+def not_nvidia(name: str) -> str | None:
     """What a non-NVIDIA accelerator name is ("an AMD GPU (vLLM's ROCm platform)"), else None.
 
     >>> not_nvidia("MI300X")
@@ -161,7 +160,7 @@ def _suggestion(name: str) -> str:
     return f" Did you mean {', '.join(close)}?" if close else ""
 
 
-def match_device_name(device_name: str, memory_total_bytes: Optional[int] = None) -> Optional[GpuSpec]:
+def match_device_name(device_name: str, memory_total_bytes: int | None = None) -> GpuSpec | None:
     """Map an NVML/torch device name ("NVIDIA H100 80GB HBM3") to a table entry, or None."""
     lowered = device_name.lower()
     candidates = [s for s in GPU_TABLE if s.nvml_pattern and re.search(s.nvml_pattern, lowered)]
@@ -176,7 +175,7 @@ def match_device_name(device_name: str, memory_total_bytes: Optional[int] = None
     return candidates[0]
 
 
-def table_peak_bandwidth(device_name: Optional[str], memory_total_bytes: Optional[int]) -> Optional[float]:
+def table_peak_bandwidth(device_name: str | None, memory_total_bytes: int | None) -> float | None:
     """The table's peak memory bandwidth (bytes/s) for a device name, or None when no entry matches."""
     spec = match_device_name(device_name, memory_total_bytes) if device_name else None
     return spec.peak_memory_bandwidth_bytes_per_s if spec else None

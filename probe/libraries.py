@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import sys
 from importlib import metadata
-from typing import Optional
 
 # The distributions tune records (tune.json `device.versions`) and probe --json reports.
 LIBRARY_DISTRIBUTIONS = (
@@ -18,22 +17,22 @@ LIBRARY_DISTRIBUTIONS = (
 CUDA_RUNTIME_DISTRIBUTIONS = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12")
 
 
-def distribution_version(name: str) -> Optional[str]:
+def distribution_version(name: str) -> str | None:
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
 
 
-def library_versions() -> dict[str, Optional[str]]:
+def library_versions() -> dict[str, str | None]:
     """Python and each of LIBRARY_DISTRIBUTIONS (None: not installed)."""
-    out: dict[str, Optional[str]] = {"python": sys.version.split()[0]}
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
     for dist in LIBRARY_DISTRIBUTIONS:
         out[dist] = distribution_version(dist)
     return out
 
 
-def torch_cuda_version() -> Optional[str]:
+def torch_cuda_version() -> str | None:
     """The CUDA torch was built with (`torch.version.cuda`: `cuda = '13.0'` in torch/version.py),
     read from that file's text; None without torch or for a CPU build."""
     try:
@@ -42,7 +41,7 @@ def torch_cuda_version() -> Optional[str]:
     except (metadata.PackageNotFoundError, OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        value: Optional[ast.expr]
+        value: ast.expr | None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign):
@@ -54,11 +53,11 @@ def torch_cuda_version() -> Optional[str]:
     return None
 
 
-def cuda_runtime_version() -> Optional[str]:
+def cuda_runtime_version() -> str | None:
     """The installed nvidia-cuda-runtime wheel's version (None where CUDA comes from the system)."""
     return next((v for v in map(distribution_version, CUDA_RUNTIME_DISTRIBUTIONS) if v is not None), None)
 
 
-def environment_versions() -> dict[str, Optional[str]]:
+def environment_versions() -> dict[str, str | None]:
     """probe --json `libraries`: library_versions() plus torch's CUDA and the CUDA runtime wheel."""
     return {**library_versions(), "torch_cuda": torch_cuda_version(), "cuda_runtime": cuda_runtime_version()}

@@ -7,7 +7,7 @@ machine; attnsel compares only the visible GPUs and only real differences (vllm#
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from attnsel.probe.facts import GpuInfo
 from attnsel.probe.gpu_table import match_device_name
@@ -20,12 +20,12 @@ VLLM_MIXED_GPU_WARNING = (
 )
 
 
-def _table_key(gpu: GpuInfo) -> Optional[str]:
+def _table_key(gpu: GpuInfo) -> str | None:
     spec = match_device_name(gpu.name, gpu.memory_total_bytes)
     return spec.key if spec else None
 
 
-def _known_pci_id(gpu: GpuInfo) -> Optional[str]:
+def _known_pci_id(gpu: GpuInfo) -> str | None:
     """The PCI device id, or None where unknown: NVML answers 0 when it cannot read it."""
     text = gpu.pci_device_id
     if not text:
@@ -69,7 +69,7 @@ def same_model(gpus: Sequence[GpuInfo]) -> bool:
     return len({re.sub(r"^nvidia\s+", "", g.name.strip().lower()) for g in known}) == 1
 
 
-def mixed_gpu_warning(gpus: Sequence[GpuInfo], cuda_device_order: Optional[str]) -> tuple[bool, Optional[str]]:
+def mixed_gpu_warning(gpus: Sequence[GpuInfo], cuda_device_order: str | None) -> tuple[bool, str | None]:
     """(visible models differ, vLLM's warning text or None): only visible GPUs, only real differences
     (unlike vLLM, vllm#19045 and #16740), and only when CUDA_DEVICE_ORDER is not PCI_BUS_ID."""
     mixed = not same_model(gpus)
@@ -78,7 +78,7 @@ def mixed_gpu_warning(gpus: Sequence[GpuInfo], cuda_device_order: Optional[str])
     return mixed, None
 
 
-def vllm_log_warnings(all_names: Sequence[str], cuda_device_order: Optional[str]) -> Optional[str]:
+def vllm_log_warnings(all_names: Sequence[str], cuda_device_order: str | None) -> str | None:
     """What vLLM's own log_warnings logs: raw names of every GPU in the machine, visible or not."""
     if len(all_names) > 1 and len(set(all_names)) > 1 and cuda_device_order != PCI_BUS_ID:
         return VLLM_MIXED_GPU_WARNING % ", ".join(all_names)

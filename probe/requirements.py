@@ -4,7 +4,7 @@ fleet with --ray). Pure: reads the reports only; the caller exits 1 when one is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.errors import CheckFailed
 from attnsel.probe.capability import parse_capability
@@ -26,7 +26,7 @@ def parse_required_capability(text: str) -> tuple[int, int]:
     return parse_capability(text, "--require-capability")
 
 
-def check_requirements(report: ProbeReport, gpus: Optional[int], capability: Optional[str], nvlink: bool,
+def check_requirements(report: ProbeReport, gpus: int | None, capability: str | None, nvlink: bool,
                        same_model: bool) -> list[RequirementResult]:
     """One RequirementResult per --require-* option given."""
     results = []
@@ -56,7 +56,7 @@ def check_requirements(report: ProbeReport, gpus: Optional[int], capability: Opt
     return results
 
 
-def fleet_requirements(fleet: Any, verdict: Any, gpus: Optional[int], capability: Optional[str], nvlink: bool,
+def fleet_requirements(fleet: Any, verdict: Any, gpus: int | None, capability: str | None, nvlink: bool,
                        same_model: bool) -> list[RequirementResult]:
     """Each --require-* option on every GPU node of a fleet probe (probe/fleet: a GPU node that did
     not answer fails them all); --require-same-model across the nodes too."""
@@ -84,7 +84,7 @@ def fleet_requirements(fleet: Any, verdict: Any, gpus: Optional[int], capability
             for name, bad in failures.items()]
 
 
-def _requirement_names(gpus: Optional[int], capability: Optional[str], nvlink: bool, same_model: bool) -> list[str]:
+def _requirement_names(gpus: int | None, capability: str | None, nvlink: bool, same_model: bool) -> list[str]:
     names = [f"--require-gpus {gpus}"] if gpus is not None else []
     names += [f"--require-capability {capability}"] if capability is not None else []
     names += ["--require-nvlink"] if nvlink else []

@@ -7,13 +7,14 @@ initialise CUDA) and the reason becomes the report's error.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import table_peak_bandwidth
+from attnsel.probe.links import unknown_verdict, with_measured_bandwidth
 from attnsel.probe.mixed_gpus import mixed_gpu_warning
 from attnsel.probe.nvml import TorchFacade
-from attnsel.probe.links import unknown_verdict, with_measured_bandwidth
 from attnsel.probe.visible_devices import PCI_BUS_ID
 
 TORCH_NOT_ASKED = "torch.cuda not asked: "  # the error line when the caller forbids the torch fallback
@@ -25,10 +26,10 @@ class NotAsked:
     def __init__(self, reason: str):
         self.reason = reason
 
-    def inventory(self) -> Optional[dict]:
+    def inventory(self) -> dict | None:
         raise _FallbackNotAsked(self.reason)
 
-    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         return {pair: f"not measured: {TORCH_NOT_ASKED}{self.reason}" for pair in pairs}
 
 
@@ -36,7 +37,7 @@ class _FallbackNotAsked(Exception):
     pass
 
 
-def _read_inventory(torch: TorchFacade, errors: list[str]) -> Optional[dict]:
+def _read_inventory(torch: TorchFacade, errors: list[str]) -> dict | None:
     """torch's inventory, or None with the reason added to `errors`."""
     try:
         inventory = torch.inventory()

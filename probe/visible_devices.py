@@ -19,8 +19,8 @@ PR#51716) and maps a MIG slice to its parent GPU (PR#41776).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 from attnsel.files import shown_path
 
@@ -31,19 +31,19 @@ FASTEST_FIRST = "FASTEST_FIRST"
 @dataclass(frozen=True)
 class MigChild:
     mig_index: int  # j in NVML's nvmlDeviceGetMigDeviceHandleByIndex(parent, j)
-    uuid: Optional[str]
-    gpu_instance_id: Optional[int] = None
-    compute_instance_id: Optional[int] = None
+    uuid: str | None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
 class PhysicalGpu:
     index: int  # NVML index (PCI bus order)
-    uuid: Optional[str]
-    pci_bus_id: Optional[str] = None
+    uuid: str | None
+    pci_bus_id: str | None = None
     name: str = ""
-    compute_capability: Optional[tuple[int, int]] = None
-    speed: Optional[float] = None  # larger is faster; only used to estimate FASTEST_FIRST
+    compute_capability: tuple[int, int] | None = None
+    speed: float | None = None  # larger is faster; only used to estimate FASTEST_FIRST
     mig_enabled: bool = False
     mig_children: tuple[MigChild, ...] = ()
 
@@ -52,8 +52,8 @@ class PhysicalGpu:
 class VisibleDevice:
     logical_index: int  # the CUDA ordinal the process sees
     physical_index: int  # NVML index (of the parent GPU for a MIG device)
-    uuid: Optional[str]
-    mig: Optional[MigChild] = None
+    uuid: str | None
+    mig: MigChild | None = None
 
     @property
     def ref(self) -> str:
@@ -66,7 +66,7 @@ class VisibleResolution:
     devices: tuple[VisibleDevice, ...]
     device_order: str  # the order CUDA uses: FASTEST_FIRST or PCI_BUS_ID
     cuda_order: tuple[int, ...]  # NVML indices in CUDA's enumeration order (before CVD)
-    invalid_entry: Optional[str] = None  # the entry where CUDA stopped reading the list
+    invalid_entry: str | None = None  # the entry where CUDA stopped reading the list
     problems: tuple[str, ...] = ()  # things the user got wrong (shown as warnings)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -119,22 +119,22 @@ def _strip_entry(entry: str) -> str:
     return entry
 
 
-def _unique(matches: list) -> Optional[object]:
+def _unique(matches: list) -> object | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _match_gpu_uuid(prefix: str, gpus: Sequence[PhysicalGpu]) -> Optional[PhysicalGpu]:
+def _match_gpu_uuid(prefix: str, gpus: Sequence[PhysicalGpu]) -> PhysicalGpu | None:
     prefix = prefix.lower()
     return _unique([g for g in gpus if g.uuid and g.uuid.lower().startswith(prefix)])  # type: ignore[return-value]
 
 
-def _match_mig_uuid(prefix: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple[PhysicalGpu, MigChild]]:
+def _match_mig_uuid(prefix: str, gpus: Sequence[PhysicalGpu]) -> tuple[PhysicalGpu, MigChild] | None:
     prefix = prefix.lower()
     found = [(g, c) for g in gpus for c in g.mig_children if c.uuid and c.uuid.lower().startswith(prefix)]
     return _unique(found)  # type: ignore[return-value]
 
 
-def _match_legacy_mig(entry: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple[PhysicalGpu, MigChild]]:
+def _match_legacy_mig(entry: str, gpus: Sequence[PhysicalGpu]) -> tuple[PhysicalGpu, MigChild] | None:
     # MIG-GPU-<uuid or prefix>/<GPU instance id>/<compute instance id>
     parts = entry[len("MIG-"):].split("/")
     if len(parts) != 3 or not all(p.isdigit() and len(p) <= 9 for p in parts[1:]):
@@ -147,7 +147,7 @@ def _match_legacy_mig(entry: str, gpus: Sequence[PhysicalGpu]) -> Optional[tuple
     return (parent, child) if child is not None else None  # type: ignore[return-value]
 
 
-def _resolve_entry(entry: str, ordered: Sequence[PhysicalGpu]) -> tuple[Optional[PhysicalGpu], Optional[MigChild], str]:
+def _resolve_entry(entry: str, ordered: Sequence[PhysicalGpu]) -> tuple[PhysicalGpu | None, MigChild | None, str]:
     """One CVD entry -> (gpu, mig child, kind) with kind 'int' | 'uuid'; gpu None when invalid."""
     if entry.lstrip("+-")[:1].isdigit():
         # strtol saturates a number too long for a long (an invalid index, as here); int() of
@@ -167,14 +167,14 @@ def _resolve_entry(entry: str, ordered: Sequence[PhysicalGpu]) -> tuple[Optional
     return (found[0], found[1], "uuid") if found else (None, None, "uuid")
 
 
-def _apply_mig_rule(picked: list[tuple[PhysicalGpu, Optional[MigChild]]]) -> tuple[list, list[str]]:
+def _apply_mig_rule(picked: list[tuple[PhysicalGpu, MigChild | None]]) -> tuple[list, list[str]]:
     notes: list[str] = []
     migs = [(g, c) for g, c in picked if c is not None]
     if migs:
         if len(migs) > 1:
             notes.append("CUDA enumerates at most one MIG device per process: only the first MIG entry is visible")
         return migs[:1], notes
-    result: list[tuple[PhysicalGpu, Optional[MigChild]]] = []
+    result: list[tuple[PhysicalGpu, MigChild | None]] = []
     for gpu, _ in picked:
         if not gpu.mig_enabled:
             result.append((gpu, None))
@@ -191,8 +191,8 @@ def _apply_mig_rule(picked: list[tuple[PhysicalGpu, Optional[MigChild]]]) -> tup
 
 def resolve_visible_devices(
     gpus: Sequence[PhysicalGpu],
-    cuda_visible_devices: Optional[str] = None,
-    cuda_device_order: Optional[str] = None,
+    cuda_visible_devices: str | None = None,
+    cuda_device_order: str | None = None,
 ) -> VisibleResolution:
     """Resolve CUDA_VISIBLE_DEVICES against the physical GPUs NVML reports.
 
@@ -234,7 +234,7 @@ def resolve_visible_devices(
     return VisibleResolution(devices, device_order, cuda_order, invalid, tuple(problems + list_problems), tuple(notes))
 
 
-def _read_device_order(cuda_device_order: Optional[str]) -> tuple[str, list[str]]:
+def _read_device_order(cuda_device_order: str | None) -> tuple[str, list[str]]:
     """(the order CUDA uses, problems): any value but PCI_BUS_ID means FASTEST_FIRST."""
     order_value = (cuda_device_order or "").strip()
     device_order = PCI_BUS_ID if order_value == PCI_BUS_ID else FASTEST_FIRST
@@ -245,7 +245,7 @@ def _read_device_order(cuda_device_order: Optional[str]) -> tuple[str, list[str]
     return device_order, []
 
 
-def _pick_listed(cuda_visible_devices: Optional[str], ordered: Sequence[PhysicalGpu]):
+def _pick_listed(cuda_visible_devices: str | None, ordered: Sequence[PhysicalGpu]):
     """(picked (gpu, mig child) pairs, the invalid entry, problems) for a CUDA_VISIBLE_DEVICES value
     against the GPUs in CUDA's order; unset picks every GPU."""
     if cuda_visible_devices is None:
@@ -264,9 +264,9 @@ def _pick_listed(cuda_visible_devices: Optional[str], ordered: Sequence[Physical
 
 
 def _read_list(value: str, ordered: Sequence[PhysicalGpu]):
-    picked: list[tuple[PhysicalGpu, Optional[MigChild]]] = []
-    seen: set[tuple[int, Optional[int]]] = set()
-    first_kind: Optional[str] = None
+    picked: list[tuple[PhysicalGpu, MigChild | None]] = []
+    seen: set[tuple[int, int | None]] = set()
+    first_kind: str | None = None
     if value.strip() == "":
         return picked, None, None
     for raw in value.split(","):

@@ -5,7 +5,11 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.reports.fleet_report import fleet_probe_json, print_fleet, render_preflight_text
+    from attnsel.reports.fleet_report import (
+        fleet_probe_json,
+        print_fleet,
+        render_preflight_text,
+    )
     from attnsel.reports.preflight_report import FORMATS
     from attnsel.reports.probe_document import probe_json
     from attnsel.reports.probe_report import print_probe

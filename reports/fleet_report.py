@@ -4,20 +4,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnsel.attention.preflight import FAIL, PASS, WARN, Check
-from attnsel.attention.preflight import FleetPreflightResult, ScopedCheck
-from attnsel.probe.fleet import FleetProbe, NodeProbe
-from attnsel.probe.fleet import MAX_LISTED, Difference, FleetVerdict, NodeSummary
-from attnsel.reports.preflight_report import result_fields, write_check_lines, write_github_lines
-from attnsel.reports.probe_document import probe_json
+from attnsel.attention.preflight import (
+    FAIL,
+    PASS,
+    WARN,
+    Check,
+    FleetPreflightResult,
+    ScopedCheck,
+)
+from attnsel.probe.fleet import (
+    MAX_LISTED,
+    Difference,
+    FleetProbe,
+    FleetVerdict,
+    NodeProbe,
+    NodeSummary,
+)
 from attnsel.reports.explain import explanation_to_dict
+from attnsel.reports.preflight_report import (
+    result_fields,
+    write_check_lines,
+    write_github_lines,
+)
+from attnsel.reports.probe_document import probe_json
 
 if TYPE_CHECKING:
     from attnsel.probe import RequirementResult
@@ -185,7 +202,7 @@ def summary_line(result: FleetPreflightResult) -> str:
 
 
 def render_preflight_text(result: FleetPreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
-                          colour: bool = False, width: Optional[int] = None) -> None:
+                          colour: bool = False, width: int | None = None) -> None:
     """As the one-node text, with each line's scope (`[fleet]`, nodes, GPU models) before its message."""
     if not quiet:
         out.write(preflight_header(result) + "\n")

@@ -14,7 +14,6 @@ from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
-
 FOLDED_MIN = 8  # a folding column (a UUID) is readable down to this many characters a line
 
 

@@ -7,7 +7,8 @@ escaped the way the Actions toolkit escapes command data (% -> %25, CR -> %0D, L
 from __future__ import annotations
 
 import textwrap
-from typing import Optional, Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from attnsel.attention.preflight import FAIL, PASS, WARN, Check, PreflightResult
 
@@ -78,7 +79,7 @@ def preflight_to_dict(result: PreflightResult) -> dict:
 
 
 def render_text(result: PreflightResult, out: TextIO, *, quiet: bool = False, verbose: bool = False,
-                colour: bool = False, width: Optional[int] = None) -> None:
+                colour: bool = False, width: int | None = None) -> None:
     """One line per check (`PASS name  message`), hints and vLLM's words indented below.
     quiet: only warn/fail lines and nothing else. colour: ANSI-coloured labels (a terminal
     without NO_COLOR); the text is the same either way. width: the terminal's, to wrap long
@@ -92,7 +93,7 @@ def render_text(result: PreflightResult, out: TextIO, *, quiet: bool = False, ve
 
 
 def write_check_lines(out: TextIO, rows: Sequence[tuple[str, Check]], *, quiet: bool, verbose: bool,
-                      colour: bool, width: Optional[int] = None) -> None:
+                      colour: bool, width: int | None = None) -> None:
     """`LABEL  name  <prefix>message` per (prefix, check), vLLM's words and the hint below a warn/fail
     (below every check when verbose); quiet leaves out the passes. With a terminal `width`, a long
     message wraps under its own column (the label and name stay first, for grep)."""
@@ -120,7 +121,7 @@ def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def github_line(check: Check) -> Optional[str]:
+def github_line(check: Check) -> str | None:
     """The workflow command for one check; None for a pass (printed as a plain log line instead)."""
     if check.status == PASS:
         return None

@@ -3,16 +3,16 @@ Never calls NVML."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from attnsel.files import shown_path
+from attnsel.probe import GpuInfo, P2PPair, ProbeReport, capability_facts
 from attnsel.reports.cells import dash
-from attnsel.probe import capability_facts
-from attnsel.probe import GpuInfo, P2PPair, ProbeReport
 
 if TYPE_CHECKING:
     from attnsel.probe import RequirementResult
@@ -21,7 +21,7 @@ TOPOLOGY_LEGEND = "NV# = NVLink (# active links); PIX/PXB/PHB/NODE/SYS = PCIe pa
 PAIR_TABLE_MAX = 10  # above this many pairs, show the nvidia-smi-style matrix only
 
 
-def _gib(nbytes: Optional[int]) -> str:
+def _gib(nbytes: int | None) -> str:
     return "?" if nbytes is None else f"{nbytes / 2**30:.1f}"
 
 
@@ -87,7 +87,7 @@ def _plain_cells(cells) -> list[Text]:
     return [Text(str(c)) for c in cells]
 
 
-def topology_matrix(report: ProbeReport) -> Optional[Table]:
+def topology_matrix(report: ProbeReport) -> Table | None:
     """Like `nvidia-smi topo -m`, over the visible GPUs and in CUDA ordinals."""
     pairs = report.nvlink.pairs
     if not pairs:
@@ -111,7 +111,7 @@ def topology_matrix(report: ProbeReport) -> Optional[Table]:
     return table
 
 
-def _ok(value: Optional[bool]) -> str:
+def _ok(value: bool | None) -> str:
     return {True: "OK", False: "no", None: "?"}[value]
 
 

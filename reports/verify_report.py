@@ -7,12 +7,28 @@ Renders only: every number and word comes from the document; nothing is recomput
 from __future__ import annotations
 
 import html as _html
-from typing import Any, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from attnsel.bench.tune import advised_flags
-from attnsel.bench.verify import (Comparison, EngineFacts, EngineStart, EngineVerdict, Figure, GpuFacts,
-                                  Judged, ModelFacts, ShapeFigures, ShapeResult, StartFigure, StartSpread, VerdictRecord,
-                                  VerifyDocument, VerifyOptions, VllmFacts)
+from attnsel.bench.verify import (
+    Comparison,
+    EngineFacts,
+    EngineStart,
+    EngineVerdict,
+    Figure,
+    GpuFacts,
+    Judged,
+    ModelFacts,
+    ShapeFigures,
+    ShapeResult,
+    StartFigure,
+    StartSpread,
+    VerdictRecord,
+    VerifyDocument,
+    VerifyOptions,
+    VllmFacts,
+)
 from attnsel.reports.cells import formatted
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
@@ -21,14 +37,14 @@ VERDICT_STYLES = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE:
 VERDICT_CLASSES = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
 
 
-def _figure(fig: Optional[Figure], fmt: str) -> str:
+def _figure(fig: Figure | None, fmt: str) -> str:
     """median (±spread%) of a figure from bench/verify/compare.py shape_figures."""
     if not fig or fig.median is None:
         return "–"
     return fmt.format(fig.median) + ("" if fig.spread is None else f" ±{fig.spread * 100:.1f}%")
 
 
-def _who(entry: Union[EngineStart, Comparison, StartSpread]) -> str:
+def _who(entry: EngineStart | Comparison | StartSpread) -> str:
     return entry.short or getattr(entry, "name", None) or getattr(entry, "candidate", None) or "?"
 
 
@@ -36,19 +52,19 @@ def _gib(value: Any) -> str:
     return "–" if not value else f"{value / 1024 ** 3:.1f}"
 
 
-def typed(doc: Union[Mapping, VerifyDocument]) -> VerifyDocument:
+def typed(doc: Mapping | VerifyDocument) -> VerifyDocument:
     """A verify.json as its records (bench/verify/records.py); a record as it is."""
     return doc if isinstance(doc, VerifyDocument) else VerifyDocument.from_dict(doc)
 
 
-def headline(doc: Union[Mapping, VerifyDocument]) -> tuple[str, str, Optional[str]]:
+def headline(doc: Mapping | VerifyDocument) -> tuple[str, str, str | None]:
     """(verdict word, sentence, flags to paste or None)."""
     verdict = typed(doc).verdict or VerdictRecord()
     word = verdict.verdict or EngineVerdict.NOT_MEASURED
     return word, verdict.text or "no verdict (the run did not finish)", verdict.flags
 
 
-def context_lines(doc: Union[Mapping, VerifyDocument]) -> list[str]:
+def context_lines(doc: Mapping | VerifyDocument) -> list[str]:
     doc = typed(doc)
     model, gpu = doc.model or ModelFacts(), doc.gpu or GpuFacts()
     vllm, opts = doc.vllm or VllmFacts(), doc.options or VerifyOptions()
@@ -74,7 +90,7 @@ ENGINE_HEADERS = ("candidate", "status", "vLLM ran", "start s", "compile s", "gr
                   "GPU blocks", "CUDA graphs")
 
 
-def engine_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
+def engine_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
     rows = []
     for c in [start for row in typed(doc).candidates or [] for start in (row, *(row.restarts or []))]:
         e = c.engine or EngineFacts()
@@ -96,7 +112,7 @@ SHAPE_HEADERS = ("candidate", "shape", "N1/N2", "status", "decode ms/step", "tok
                  "kernel µs", "attn share")
 
 
-def shape_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
+def shape_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
     rows = []
     for c in typed(doc).candidates or []:
         for s in c.shapes or []:
@@ -117,7 +133,7 @@ START_HEADERS = ("pair", "shape", "starts", "tokens/s per start", "start-to-star
                  "decode ms per start", "start-to-start (decode)")
 
 
-def _per_start(fig: Optional[StartFigure], fmt: str) -> list[str]:
+def _per_start(fig: StartFigure | None, fmt: str) -> list[str]:
     """medians per start, start-to-start spread, within-engine noise, the gate it is set beside."""
     if not fig or not fig.medians:
         return ["–", "–", "–", "–"]
@@ -125,7 +141,7 @@ def _per_start(fig: Optional[StartFigure], fmt: str) -> list[str]:
             formatted(fig.within_noise_pct, "{:.1f}%"), formatted(fig.gate_pct, "{:.1f}%")]
 
 
-def start_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
+def start_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
     """--repeat-engine: per pair and shape, the spread between its engine starts beside the
     within-engine noise (none without --repeat-engine)."""
     rows = []
@@ -140,13 +156,13 @@ COMPARISON_HEADERS = ("vs vLLM's default", "shape", "kernel (tune)", "step from 
                       "tokens/s", "prefill", "noise")
 
 
-def _judged(entry: Optional[Judged]) -> str:
+def _judged(entry: Judged | None) -> str:
     if not entry or entry.margin_pct is None:
         return "–"
     return f"{entry.margin_pct:+.1f}% ({entry.result})"
 
 
-def comparison_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
+def comparison_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
     rows = []
     for c in typed(doc).comparisons or []:
         kernel = formatted(c.predicted_kernel_margin_pct, "{:+.1f}%")
@@ -166,7 +182,7 @@ def comparison_rows(doc: Union[Mapping, VerifyDocument]) -> list[list[str]]:
 # Terminal
 
 
-def render_terminal(doc: Union[Mapping, VerifyDocument], console) -> None:
+def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
     from rich.table import Table
 
     doc = typed(doc)
@@ -198,7 +214,7 @@ def render_terminal(doc: Union[Mapping, VerifyDocument], console) -> None:
 # Markdown and HTML
 
 
-def markdown(doc: Union[Mapping, VerifyDocument], level: int = 1) -> str:
+def markdown(doc: Mapping | VerifyDocument, level: int = 1) -> str:
     from attnsel.reports.tune.markdown import table
 
     doc = typed(doc)
@@ -225,7 +241,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def html_section(doc: Union[Mapping, VerifyDocument]) -> str:
+def html_section(doc: Mapping | VerifyDocument) -> str:
     doc = typed(doc)
     word, text, flags = headline(doc)
     cls = VERDICT_CLASSES.get(EngineVerdict.read(word), "meh")
@@ -250,7 +266,7 @@ CSV_COLUMNS = ("candidate", "roles", "status", "backend_used", "block_size_used"
                "requests_fit", "kernel_ms", "attention_share", "kv_cache_tokens", "start_s")
 
 
-def csv_records(doc: Union[Mapping, VerifyDocument]) -> list[dict]:
+def csv_records(doc: Mapping | VerifyDocument) -> list[dict]:
     """One line per candidate x shape (for spreadsheets)."""
     out = []
     for c in typed(doc).candidates or []:

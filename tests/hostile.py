@@ -8,7 +8,6 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from typer.testing import CliRunner
 
@@ -29,9 +28,9 @@ class Case:
     id: str
     args: list[str]
     exit_code: int
-    fragment: Optional[str] = None  # a piece of the stderr line (the class of the problem)
+    fragment: str | None = None  # a piece of the stderr line (the class of the problem)
     env: dict = field(default_factory=dict)
-    stdin: Optional[str] = None
+    stdin: str | None = None
 
 
 def llama(**changes) -> dict:
@@ -45,13 +44,13 @@ def llama(**changes) -> dict:
     return config
 
 
-def invoke(args: list[str], env: Optional[dict] = None, stdin: Optional[str] = None):
+def invoke(args: list[str], env: dict | None = None, stdin: str | None = None):
     started = time.monotonic()
     result = CliRunner().invoke(app, args, env={"ATTNSEL_NVML_SCENARIO": SCENARIO, **(env or {})}, input=stdin)
     return result, time.monotonic() - started
 
 
-def assert_promise(result, elapsed: float, exit_code: Optional[int] = None, fragment: Optional[str] = None) -> None:
+def assert_promise(result, elapsed: float, exit_code: int | None = None, fragment: str | None = None) -> None:
     """The four things every bad input is owed."""
     stderr, stdout = result.stderr or "", result.stdout or ""
     assert elapsed < TIME_LIMIT_S, f"took {elapsed:.1f} s"
@@ -71,7 +70,7 @@ def assert_promise(result, elapsed: float, exit_code: Optional[int] = None, frag
 CLASSES = ("OK", "traceback", "hang", "wrong code", "silent acceptance", "unclear")
 
 
-def classify(result, elapsed: float, exit_code: int, fragment: Optional[str] = None) -> str:
+def classify(result, elapsed: float, exit_code: int, fragment: str | None = None) -> str:
     """How a user sees one run (the classes of issue 33's survey): OK (the documented code, and a
     refusal is one `error:` line naming the problem), traceback, hang (past the time limit), wrong
     code, silent acceptance (exit 0 where a refusal was due), unclear (the right code, a muddled line)."""

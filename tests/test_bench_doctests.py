@@ -4,11 +4,10 @@ import doctest
 
 import pytest
 
-from attnsel.bench.tune import env_info
-from attnsel.bench.timing import launch_mode
-from attnsel.bench.tune import recommend, weights
-from attnsel.bench.timing import stats as timing
 from attnsel.bench.sweep import lanes, multi_gpu
+from attnsel.bench.timing import launch_mode
+from attnsel.bench.timing import stats as timing
+from attnsel.bench.tune import env_info, recommend, weights
 
 
 @pytest.mark.parametrize("module", [timing, recommend, weights, env_info, launch_mode, lanes, multi_gpu])

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench.tune import env_info as E
-from attnsel.probe.nvml import NvmlSession
-from attnsel.probe.nvml import ReplayFacade
+from attnsel.probe.nvml import NvmlSession, ReplayFacade
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnsel.bench.plan import build as P
-from attnsel.bench.plan import vllm_default_choice, vllm_verdict
-from attnsel.bench.plan import make_shape
+from attnsel.bench.plan import make_shape, vllm_default_choice, vllm_verdict
 from attnsel.bench.plan.workloads import WorkloadSpec, parse_workloads, workload_grid
 from attnsel.bench.sweep import SweepOptions, items_for, skipped_rows
 from attnsel.errors import UserInputError

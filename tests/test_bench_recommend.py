@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.tune import recommend as REC
 from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import recommend as REC
 from attnsel.errors import UserInputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.tune import env_info
+from attnsel.bench.plan import WorkloadSpec, make_shape
 from attnsel.bench.plan import build as P
-from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import run_backend_group
-from attnsel.bench.tune.run import device_for_plan
+from attnsel.bench.tune import env_info
 from attnsel.bench.tune.phases import phase_breakdown
-from attnsel.bench.plan import make_shape
-from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.tune.run import device_for_plan
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"
@@ -330,7 +329,7 @@ def test_the_prebuild_does_not_wait_for_the_backends_other_imports(tmp_path, mon
     rows, _ = run_sweep(_plan(["FLASH_ATTN", "FLASHINFER"]), _options(), tmp_path, outcomes=outcomes)
     assert {r["status"] for r in rows} == {R.STATUS_OK}
     [worker] = outcomes["FLASHINFER"].workers
-    start, end = _prebuild_events(log)
+    _start, end = _prebuild_events(log)
     assert end["at"] < worker["imported_at"]  # built while the library import was still running
     assert worker["library_import_s"] >= 1.0 and worker["prebuild"]["built"] == 2
 

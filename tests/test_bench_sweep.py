@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from attnsel.bench.plan import build as P
-from attnsel.bench.sweep import results as R
-from attnsel.bench.sweep import SweepOptions, SweepProgress, run_sweep
 from attnsel.bench.plan import make_shape
+from attnsel.bench.sweep import SweepOptions, SweepProgress, run_sweep
+from attnsel.bench.sweep import results as R
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
 FAKE = f"{FIXTURES / 'fake_toolkit.py'}:FakeToolkit"

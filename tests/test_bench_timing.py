@@ -33,7 +33,7 @@ def test_no_samples_is_an_error():
 
 def test_budgets_turn_into_counts_like_bench_gpu_time():
     # 0.01 ms kernel: 25 ms / 0.01 = 2500 warm-up calls, 50 ms would be 5000 samples: capped
-    warmup, repeat = T.counts_from_budget(0.01)
+    _warmup, repeat = T.counts_from_budget(0.01)
     assert repeat == T.MAX_SAMPLES
     # 2 ms kernel: ceil(25 / 2) = 13 warm-up calls, ceil(50 / 2) = 25 timed calls
     assert T.counts_from_budget(2.0) == (13, 25)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.sweep import results as R
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.sweep import SweepOptions, probe_device
+from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import run_backend_group
 from attnsel.errors import EnvironmentProblem
 
@@ -72,7 +72,7 @@ def test_a_worker_that_cannot_start_fails_every_row_with_the_reason(tmp_path, mo
 
 
 def test_repeated_crashes_stop_after_max_restarts(tmp_path, monkeypatch):
-    outcome, rows = _run(tmp_path, monkeypatch, {"*": "abort"}, [16, 32, 64, 128], max_restarts=1)
+    _outcome, rows = _run(tmp_path, monkeypatch, {"*": "abort"}, [16, 32, 64, 128], max_restarts=1)
     statuses = [rows[bs]["status"] for bs in (16, 32, 64, 128)]
     assert statuses == [R.STATUS_CRASHED] * 4
     assert "SIGABRT" in rows[32]["error"]

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attnsel.bench.tools.evidence import CLAIMS, main
 from recordings import FIXTURES
+
+from attnsel.bench.tools.evidence import CLAIMS, main
 
 KERNELS = "kernels/h200_kernel_check.jsonl"
 

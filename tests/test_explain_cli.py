@@ -167,7 +167,7 @@ def test_check_imports_reports_missing_packages(monkeypatch):
     import attnsel.attention.rules.imports as rules
 
     monkeypatch.setattr(rules, "module_available", lambda name: not name.startswith("flashinfer"))
-    result, doc = run_json("--head-size", "128", "--gpu", "B200", "--check-imports")
+    _result, doc = run_json("--head-size", "128", "--gpu", "B200", "--check-imports")
     assert doc["backends"][0] == {"name": "FLASHINFER", "priority": 0, "valid": False, "reasons": ["ImportError"]}
     assert doc["selected"] == "FLASH_ATTN"  # §5b then §5c
     assert "flashinfer" in doc["context"]["missing_modules"]
@@ -231,7 +231,7 @@ def test_bare_mla_shapes_apply_no_check_on_dimensions_nobody_gave(version):
 
 def test_a_stated_mla_dimension_is_checked_as_vllm_checks_a_model_config():
     # once the user states the model's MLA fields, the ones not given read as absent (vLLM's default 1)
-    result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--vllm-version", "0.24",
+    _result, doc = run_json("--head-size", "576", "--use-mla", "--capability", "10.0", "--vllm-version", "0.24",
                            "--qk-nope-head-dim", "96")
     flashinfer_mla = next(b for b in doc["backends"] if b["name"] == "FLASHINFER_MLA")
     assert flashinfer_mla["reasons"] == ["FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got 96"]

@@ -7,7 +7,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention.explain.history import compare_releases, explain_for_release, release_history
+from attnsel.attention.explain.history import (
+    compare_releases,
+    explain_for_release,
+    release_history,
+)
 from attnsel.attention.selector import SelectionRequest
 from attnsel.attention.versions import release_profiles
 from attnsel.cli.app import app

@@ -136,7 +136,7 @@ def test_each_matrix_row_is_what_explain_answers_for_that_gpu(args):
 
 def test_model_matrix_033_flashinfer_needs_ampere():
     # §9: FLASHINFER CC 8.0-12.1 in 0.33, so T4 (7.5) falls through to TRITON_ATTN
-    result, doc = explain_json("--model", "llama-3.1-8b", "--gpu", "all", "--vllm-version", "0.33")
+    _result, doc = explain_json("--model", "llama-3.1-8b", "--gpu", "all", "--vllm-version", "0.33")
     rows = _rows(doc)
     assert rows["T4"]["selected"] == "TRITON_ATTN"
     assert rows["V100"]["selected"] == "TRITON_ATTN" and rows["V100"]["dtype"] == "float16"
@@ -144,7 +144,7 @@ def test_model_matrix_033_flashinfer_needs_ampere():
 
 def test_model_matrix_gemma2_falls_back_to_float32_on_old_gpus():
     # §6: gemma2 is in _FLOAT16_NOT_SUPPORTED_MODELS, so below CC 8.0 only float32 is left
-    result, doc = explain_json("--model", "gemma-2-9b", "--gpu", "all")
+    _result, doc = explain_json("--model", "gemma-2-9b", "--gpu", "all")
     rows = _rows(doc)
     assert rows["V100"]["dtype"] == "float32"
     assert any("Falling back to torch.float32" in line for line in rows["V100"]["model_warnings"])
@@ -178,14 +178,14 @@ def test_gpu_all_without_head_size_uses_the_default_model():
 
 def test_rswa_is_a_033_selector_input():
     # §9: use_rswa is in AttentionSelectorConfig; backends without it give "R-SWA not supported"
-    result, doc = explain_json("--head-size", "128", "--gpu", "H100", "--rswa", "--vllm-version", "0.33")
+    _result, doc = explain_json("--head-size", "128", "--gpu", "H100", "--rswa", "--vllm-version", "0.33")
     assert doc["inputs"]["use_rswa"] is True
     reasons = {b["name"]: b["reasons"] for b in doc["backends"]}
     assert any("R-SWA not supported" in r for r in reasons.values())
 
 
 def test_adaptive_verification_reason_is_vllms():
-    result, doc = explain_json("--head-size", "128", "--gpu", "H100", "--adaptive-verification", "--vllm-version", "0.33")
+    _result, doc = explain_json("--head-size", "128", "--gpu", "H100", "--adaptive-verification", "--vllm-version", "0.33")
     assert doc["inputs"]["use_adaptive_verification"] is True
     message = "device-cpu query lens mismatch not supported, this is needed for adaptive verification"  # §9
     assert any(message in b["reasons"] for b in doc["backends"])
@@ -234,8 +234,8 @@ def test_new_flags_are_documented_in_help(flag):
 
 
 def test_preflight_and_explain_build_the_same_selection():
-    from attnsel.attention.preflight.deployment import Deployment, explain_deployment
     from attnsel.attention.model import derive_model_facts
+    from attnsel.attention.preflight.deployment import Deployment, explain_deployment
 
     profile = get_profile("0.33")
     facts = derive_model_facts(load_model_config("gemma-2-9b"), capability=(9, 0), dtype="auto",

@@ -6,12 +6,12 @@ import importlib
 import sys
 
 import pytest
+from test_fleet_verdict import fleet, node
 from typer.testing import CliRunner
 
 from attnsel.cli.app import app
 from attnsel.probe import fleet_requirements
 from attnsel.probe.fleet import fleet_verdict
-from test_fleet_verdict import fleet, node
 
 # Import Ray (if installed) while collecting: before the tests run, pytest imports the repository
 # root's __init__.py under the root folder's name, which shadows Ray in a checkout named `ray`.

@@ -75,7 +75,7 @@ def by_node_id(document):
 
 
 def test_probe_over_ray_answers_per_node_through_node_affinity(cluster, probe_doc):
-    address, ids = cluster
+    _address, ids = cluster
     doc = probe_doc
     nodes = by_node_id(doc)
     assert set(nodes) == set(ids.values())
@@ -125,7 +125,7 @@ def test_probe_over_ray_says_what_differs_and_where(cluster, probe_doc):
 
 
 def test_preflight_over_ray_fails_mixed_fleet_with_github_annotations(cluster):
-    address, ids = cluster
+    address, _ids = cluster
     result = invoke("preflight", "--ray", address, "--model", "llama-3.1-8b", "-tp", "4", "-pp", "2",
                     "--format", "github")
     assert result.exit_code == 1, result.output

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.attention.preflight import Deployment
-from attnsel.attention.preflight import run_fleet_preflight
 from attnsel.attention.model import load_model_config
+from attnsel.attention.preflight import Deployment, run_fleet_preflight
 from attnsel.attention.versions import select_profile
-from attnsel.probe.collect import collect_from_scenario
 from attnsel.probe import report_fields, report_from_fields
-from attnsel.probe.fleet import FleetProbe, NodeProbe, RayNode
-from attnsel.probe.fleet import fleet_verdict
+from attnsel.probe.collect import collect_from_scenario
+from attnsel.probe.fleet import FleetProbe, NodeProbe, RayNode, fleet_verdict
 from attnsel.probe.nvml.replay import load_scenario
 from attnsel.reports.fleet_report import fleet_preflight_json, grouped, verdict_lines
 

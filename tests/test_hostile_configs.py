@@ -9,7 +9,6 @@ import json
 import os
 
 import pytest
-
 from hostile import CATALOG, Case, assert_promise, invoke, llama
 
 BIG = 2**64

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from hostile import FIXTURES, assert_promise, invoke
 
 NO_NVML = str(FIXTURES / "probe" / "nvml_missing.json")

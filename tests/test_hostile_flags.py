@@ -9,7 +9,6 @@ import json
 import os
 
 import pytest
-
 from hostile import FIXTURES, Case, assert_promise, invoke
 
 EXPLAIN = ["explain", "--gpu", "H100"]

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 
+from hostile import assert_promise, invoke, llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hostile import assert_promise, invoke, llama
 
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hostile import CATALOG, assert_promise, invoke
 
 INF, BIG = float("inf"), 2**40

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hostile import CATALOG, FIXTURES, SCENARIO, TRACEBACK_MARKERS
 
 ATTNSEL = [sys.executable, "-m", "attnsel"]

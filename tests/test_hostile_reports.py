@@ -10,7 +10,6 @@ import os
 import shutil
 
 import pytest
-
 from hostile import FIXTURES, assert_promise, invoke
 
 RUN = FIXTURES / "report" / "h200_llama8b_synthetic"

@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from recordings import recorded_glob
 from typer.testing import CliRunner
 
 from attnsel.attention.model import config as model_config
-from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+from attnsel.attention.selector import (
+    SelectionRequest,
+    build_selection,
+    explain_selection,
+)
 from attnsel.attention.versions import get_profile
 from attnsel.cli.app import app
-from recordings import recorded_glob
 
 H100, A100 = (9, 0), (8, 0)
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnsel.bench.verify import plan as VP
+from attnsel.bench.plan import (
+    hybrid_block_size,
+    shape_from_model,
+    vllm_default_choice,
+    vllm_verdict,
+)
 from attnsel.bench.plan.build import build_plan
-from attnsel.bench.plan import hybrid_block_size, vllm_default_choice, vllm_verdict
 from attnsel.bench.tune.request import TuneRequest, make_plan
-from attnsel.bench.plan import shape_from_model
+from attnsel.bench.verify import plan as VP
 
 H100 = (9, 0)
 

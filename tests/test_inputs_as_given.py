@@ -13,7 +13,6 @@ import signal
 import sys
 
 import pytest
-
 from hostile import CATALOG, assert_promise, invoke, llama
 
 REPO = "meta-llama/Llama-3.1-8B-Instruct"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from attnsel.bench.tools import json_schemas as J
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +49,7 @@ def test_the_published_schemas_are_current():
 
 
 def test_a_document_missing_a_field_everyone_had_is_refused():
-    path, doc = next((p, d) for p, d in J.recorded_documents() if J.document_name(d) == "attnsel-tune/1")
+    _path, doc = next((p, d) for p, d in J.recorded_documents() if J.document_name(d) == "attnsel-tune/1")
     schema = _schema("attnsel-tune/1")
     broken = {k: v for k, v in doc.items() if k != schema["required"][0]}
     assert J.validate(broken, schema) == [f"$: no {schema['required'][0]!r}"]

@@ -15,9 +15,17 @@ import pytest
 
 from attnsel.attention.kernels import flash_attn_adapter as fa
 from attnsel.attention.kernels.base import KernelAdapter
+from attnsel.attention.kernels.flashinfer_adapter import (
+    FlashInferAdapter,
+    paged_kv_metadata,
+    vllm_kv_layout,
+)
+from attnsel.attention.kernels.registry import (
+    adapters_for,
+    all_backends,
+    first_available,
+)
 from attnsel.attention.rules import kernel_block_size_for
-from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter, paged_kv_metadata, vllm_kv_layout
-from attnsel.attention.kernels.registry import adapters_for, all_backends, first_available
 
 torch = pytest.importorskip("torch")
 from attnsel.attention.kernels.paged import Workload  # noqa: E402
@@ -121,7 +129,7 @@ def test_missing_libraries_are_reported_not_raised():
     for backend in all_backends():
         for adapter in adapters_for(backend):
             reason = adapter.availability()
-            assert reason is None or isinstance(reason, str) and reason
+            assert reason is None or (isinstance(reason, str) and reason)
 
 
 def test_first_available_explains_skipped_providers():
@@ -182,8 +190,8 @@ def test_module_arguments_follow_flashinfers_generator_signatures():
     # q, kv, o dtypes (o = q), index dtype, head_dim qk, head_dim vo, pos-encoding NONE (0),
     # sliding window, logits soft-cap, then (prefill generators only) fp16 qk reduction
     common = (torch.float16, torch.float16, torch.float16, torch.int32, 64, 64, 0, False, False)
-    assert decode.generator_args(torch) == ("fa2",) + common + (False,)
-    assert prefill.generator_args(torch) == ("fa3",) + common + (False,)
+    assert decode.generator_args(torch) == ("fa2", *common, False)
+    assert prefill.generator_args(torch) == ("fa3", *common, False)
     cuda_cores = fi.JitModuleRequest("decode (CUDA cores)", "decode", None, "float16", 64)
     assert cuda_cores.generator_args(torch) == common
 

@@ -58,7 +58,10 @@ def test_adapter_matches_reference_on_gpu(backend, adapter, w, block_size):
 @pytest.mark.parametrize("splits", [1, 2, 5])
 @pytest.mark.parametrize("block_n", [16, 64, 128])
 def test_triton_decode_configs_on_gpu(splits, block_n):
-    from attnsel.attention.kernels.triton_paged import AttnselTritonAdapter, DecodeConfig
+    from attnsel.attention.kernels.triton_paged import (
+        AttnselTritonAdapter,
+        DecodeConfig,
+    )
 
     w = Workload("decode", 16, 1000, 1, 32, 8, 128, "bfloat16")
     b = make_paged_batch(w, 16, device="cuda", seed=22)

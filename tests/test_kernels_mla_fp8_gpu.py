@@ -12,8 +12,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnsel.attention.kernels import kv_quant, mla, paged  # noqa: E402
-from attnsel.attention.kernels import adapters_for  # noqa: E402
+from attnsel.attention.kernels import (  # noqa: E402
+    adapters_for,  # noqa: E402
+    kv_quant,
+    mla,
+    paged,
+)
 
 DENSE = [(b, a) for b in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN") for a in adapters_for(b)]
 MLA = [(b, a) for b in ("FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA")

@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import itertools
+
 from attnsel.attention.kernels.paged import (
     Workload,
     make_paged_batch,
@@ -55,7 +57,7 @@ def test_block_table_is_shuffled_disjoint_and_never_uses_null_block():
     assert len(used) == len(set(used)), "two requests share a physical block"
     assert 0 not in used, "block 0 is vLLM's null block"
     assert used != sorted(used), "table is in allocation order, not shuffled"
-    steps = {b2 - a for a, b2 in zip(used, used[1:])}
+    steps = {b2 - a for a, b2 in itertools.pairwise(used)}
     assert steps != {1}, "pages are contiguous"
     assert b.num_blocks > len(used) + 1, "the cache should hold free blocks among used ones"
 

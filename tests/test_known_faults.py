@@ -10,7 +10,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnsel.attention.versions import FaultConfig, QScale, faults_met, get_profile, release_profiles
+from attnsel.attention.versions import (
+    FaultConfig,
+    QScale,
+    faults_met,
+    get_profile,
+    release_profiles,
+)
 from attnsel.cli.app import app
 
 FAULT = "flashinfer-native-fp8-decode-q-scale"
@@ -55,7 +61,7 @@ def test_no_warning_where_a_condition_does_not_hold(release):
     assert _ids(_explain(*with_cubins, *version)) == []  # XQA decodes on SM90
     auto_kv = [a for a in MEETS if a != "fp8" and a != "--kv-cache-dtype"]
     assert _ids(_explain(*auto_kv, *version)) == []  # a 16-bit cache
-    blackwell = ["--capability", "10.0"] + MEETS[2:]
+    blackwell = ["--capability", "10.0", *MEETS[2:]]
     assert _ids(_explain(*blackwell, *version)) == []  # SM10x quantizes the decode query to fp8
 
 

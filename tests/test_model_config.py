@@ -291,22 +291,22 @@ def test_load_accepts_a_file_a_folder_and_a_catalog_name(tmp_path):
 
 
 def test_missing_file():
-    with pytest.raises(UserInputError, match="Model config not found: .*nowhere/config.json"):
+    with pytest.raises(UserInputError, match=r"Model config not found: .*nowhere/config.json"):
         load_model_config("/nowhere/config.json")
 
 
 def test_unknown_catalog_name_suggests_close_names():
-    with pytest.raises(UserInputError, match="Did you mean 'llama-3.1-8b'"):
+    with pytest.raises(UserInputError, match=r"Did you mean 'llama-3.1-8b'"):
         load_model_config("llama-3.1-8")
 
 
 def test_folder_without_config_json(tmp_path):
-    with pytest.raises(UserInputError, match="is a directory without config.json"):
+    with pytest.raises(UserInputError, match=r"is a directory without config.json"):
         load_model_config(tmp_path)
 
 
 def test_invalid_json_names_the_line():
-    with pytest.raises(UserInputError, match="Invalid JSON in .*invalid-json.json at line 5"):
+    with pytest.raises(UserInputError, match=r"Invalid JSON in .*invalid-json.json at line 5"):
         load_model_config(FIXTURES / "invalid-json.json")
 
 
@@ -328,7 +328,7 @@ def test_config_without_model_type():
 
 
 def test_unknown_model_type_suggests_close_names():
-    with pytest.raises(UserInputError, match="Unknown model type 'lama'.*'llama'"):
+    with pytest.raises(UserInputError, match=r"Unknown model type 'lama'.*'llama'"):
         derive_model_facts({"model_type": "lama", "hidden_size": 64, "num_attention_heads": 2}, capability=H100, env={})
     # an escape hatch derives it with the generic rules
     f = derive_model_facts(

@@ -16,13 +16,13 @@ device-cpu query-lens check answers True without a model config (flashinfer.py).
 import json
 
 import pytest
+from recordings import recorded_glob
 from typer.testing import CliRunner
 
 from attnsel.attention.rules import SelectionContext, SelectorInputs
 from attnsel.attention.selector import explain
 from attnsel.attention.versions import get_profile
 from attnsel.cli.app import app
-from recordings import recorded_glob
 
 RECORDS = {path.stem: json.loads(path.read_text()) for path in recorded_glob("parity_corners", "corners_*.json")}
 

@@ -14,13 +14,13 @@ collection. (How large and clean each sweep was is evidence: `python -m attnsel.
 import json
 
 import pytest
+from recordings import recorded_glob
 from typer.testing import CliRunner
 
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
 from attnsel.attention.selector import explain
+from attnsel.attention.versions import get_profile
 from attnsel.cli.app import app
-from recordings import recorded_glob
 
 RECORDS = {path.stem.removeprefix("parity_"): json.loads(path.read_text())
            for path in recorded_glob("parity", "parity_*.json")}

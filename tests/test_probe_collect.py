@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.probe import capability_facts
-from attnsel.probe import collect
+from attnsel.probe import capability_facts, collect
 from attnsel.probe.collect import collect_from_scenario, collect_probe
-from attnsel.probe.nvml import torch_cuda
 from attnsel.probe.mixed_gpus import VLLM_MIXED_GPU_WARNING
-from attnsel.probe.nvml import P2P_CAPS_INDEX
+from attnsel.probe.nvml import P2P_CAPS_INDEX, torch_cuda
 from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, load_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"

@@ -11,10 +11,9 @@ import pytest
 from attnsel.bench.tools.record_nvml import RecordingFacade
 from attnsel.errors import UserInputError
 from attnsel.probe.collect import collect_from_scenario, collect_probe
-from attnsel.probe.nvml import NvmlCallError, NvmlInitError
-from attnsel.probe.nvml import NvmlSession
-from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, load_scenario
+from attnsel.probe.nvml import NvmlCallError, NvmlInitError, NvmlSession
 from attnsel.probe.nvml.pynvml_facade import _plain
+from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, load_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 

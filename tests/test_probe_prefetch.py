@@ -23,7 +23,7 @@ from attnsel.probe.nvml.replay import load_scenario
 from attnsel.reports.probe_document import probe_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
-SCENARIOS = sorted(p.name for p in FIXTURES.glob("*.json")) + ["hangs/h100_x8_nvml_hangs.json"]
+SCENARIOS = [*sorted(p.name for p in FIXTURES.glob("*.json")), "hangs/h100_x8_nvml_hangs.json"]
 SERIAL = {THREADS_ENV_VAR: "1"}
 VISIBLE = {  # CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER settings; "uuid1": GPU 1's UUID, as a prefix
     "unset": {},

@@ -144,7 +144,7 @@ def test_stdout_that_cannot_be_written_ends_the_same_both_ways(redirect):
     """One line, exit 2 (docs/errors.md), from the quick start as from the Typer command."""
     import shlex
 
-    answers = [_process(["bash", "-c", f"{shlex.join(command + ['probe', '--json'])} {redirect}"], [],
+    answers = [_process(["bash", "-c", f"{shlex.join([*command, 'probe', '--json'])} {redirect}"], [],
                         "h100_sxm_x8_nvlink.json") for command in (QUICK_MAIN, TYPER_MAIN)]
     assert answers[0] == answers[1]
     assert answers[0][0] == 2 and answers[0][2].startswith(b"error: cannot write to stdout")

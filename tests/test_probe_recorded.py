@@ -4,10 +4,10 @@ must show what docs/gpu-facts.md measured on those machines (the peak bandwidth 
 recorded clocks and bus width). A missing recording fails the file."""
 
 import pytest
+from recordings import recorded
 
 from attnsel.probe.collect import collect_from_scenario
 from attnsel.probe.nvml.replay import load_scenario
-from recordings import recorded
 
 # 1 x H200 and 2 x H200 (2026-11-21); README's `attnsel probe` example is the second
 RECORDED = [recorded("probe", name) for name in ("recorded_h200x1.json", "recorded_h200x2.json")]

@@ -11,13 +11,10 @@ import re
 from pathlib import Path
 
 from attnsel.bench.sweep import results as R
-from attnsel.reports.tune import csv_out
-from attnsel.reports.tune import html, html_charts
-from attnsel.reports.tune import markdown
+from attnsel.cli.report_cmd import load_report
+from attnsel.reports.tune import csv_out, html, html_charts, load_inputs, markdown
 from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.frames import report_dict
-from attnsel.cli.report_cmd import load_report
-from attnsel.reports.tune import load_inputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 TUNE_DIR = FIXTURES / "h200_llama8b_synthetic"

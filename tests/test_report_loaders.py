@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_that_says_what_to_pass(tmp_path, content, words):
 
 
 def test_a_folder_without_results_and_a_missing_path_are_bad_input(tmp_path):
-    with pytest.raises(UserInputError, match="neither tune.json nor results.jsonl"):
+    with pytest.raises(UserInputError, match=r"neither tune.json nor results.jsonl"):
         load_inputs([tmp_path])
     with pytest.raises(UserInputError, match="does not exist"):
         load_inputs([tmp_path / "nope"])

@@ -5,9 +5,9 @@ import itertools
 
 import pytest
 
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
 from attnsel.attention.selector import explain
+from attnsel.attention.versions import get_profile
 
 PROFILE = get_profile()
 

@@ -4,10 +4,9 @@ checked against the real releases (tests/fixtures/parity/parity_0XX.json)."""
 
 import pytest
 
-from attnsel.attention.selector import cudagraph
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
-from attnsel.attention.selector import explain
+from attnsel.attention.selector import cudagraph, explain
+from attnsel.attention.versions import get_profile
 
 H100, B200 = (9, 0), (10, 0)
 

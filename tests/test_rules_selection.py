@@ -5,11 +5,19 @@ Expectations derived by hand from docs/vllm-rules.md §4, §5, §8 (the seed's v
 
 import pytest
 
-from attnsel.attention.rules import MultipleOf
-from attnsel.attention.versions import get_profile
-from attnsel.attention.rules import SelectionContext, SelectorInputs, VllmRaises
-from attnsel.attention.selector.engine import backend_kernel_block_size, explain, select_attention_backend
+from attnsel.attention.rules import (
+    MultipleOf,
+    SelectionContext,
+    SelectorInputs,
+    VllmRaises,
+)
 from attnsel.attention.selector import vit_backend
+from attnsel.attention.selector.engine import (
+    backend_kernel_block_size,
+    explain,
+    select_attention_backend,
+)
+from attnsel.attention.versions import get_profile
 from attnsel.errors import UserInputError
 
 PROFILE = get_profile()
@@ -30,10 +38,10 @@ def deepseek(**kw):
 @pytest.mark.parametrize(
     "use_mla,cc,num_heads,expected",
     [
-        (True, B200, 16, MLA_BLACKWELL + ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),  # heads <= 16
-        (True, B200, 17, MLA_BLACKWELL + ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
-        (True, B200, None, MLA_BLACKWELL + ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),  # num_heads None
-        (True, B300, 8, MLA_BLACKWELL + ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),  # major == 10
+        (True, B200, 16, [*MLA_BLACKWELL, "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),  # heads <= 16
+        (True, B200, 17, [*MLA_BLACKWELL, "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
+        (True, B200, None, [*MLA_BLACKWELL, "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),  # num_heads None
+        (True, B300, 8, [*MLA_BLACKWELL, "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),  # major == 10
         (True, H100, 8, ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE"]),
         (True, RTX5090, 8, ["FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "TRITON_MLA", "FLASHMLA_SPARSE"]),
         (False, B200, None, ["FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION"]),

@@ -5,11 +5,13 @@ profile. Expectations from docs/vllm-rules.md §9 (cited per test), §2 for unch
 import pytest
 
 from attnsel.attention.model import derive_model_facts
-from attnsel.attention.versions.block_size import aligned_block_size_error, common_block_size
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
-from attnsel.attention.selector import explain
-from attnsel.attention.selector import vit_backend
+from attnsel.attention.selector import explain, vit_backend
+from attnsel.attention.versions import get_profile
+from attnsel.attention.versions.block_size import (
+    aligned_block_size_error,
+    common_block_size,
+)
 
 V033 = get_profile("0.33")
 SEED = get_profile("seed")
@@ -33,18 +35,18 @@ def mla(**kw):
     "inputs,cc,num_heads,expected",
     [
         (cfg(), B200, None, NON_MLA_B200),
-        (cfg(use_mm_prefix=True), B200, None, ["TRITON_FLASHINFER"] + NON_MLA_B200),
+        (cfg(use_mm_prefix=True), B200, None, ["TRITON_FLASHINFER", *NON_MLA_B200]),
         (cfg(use_non_causal=True), B200, None, NON_MLA_OTHER),  # non-causal -> the "other" list
         (cfg(), H100, None, NON_MLA_OTHER),
-        (cfg(use_mm_prefix=True), H100, None, ["TRITON_FLASH_ATTN"] + NON_MLA_OTHER),
+        (cfg(use_mm_prefix=True), H100, None, ["TRITON_FLASH_ATTN", *NON_MLA_OTHER]),
         (cfg(use_mm_prefix=True), A100, None, NON_MLA_OTHER),  # composite only on CC major 9
-        (mla(), B200, 128, MLA_B200 + ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
-        (mla(), B200, 16, MLA_B200 + ["FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),
-        (mla(kv_cache_dtype="fp8"), B200, 16, MLA_B200 + ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),
+        (mla(), B200, 128, [*MLA_B200, "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]),
+        (mla(), B200, 16, [*MLA_B200, "FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),
+        (mla(kv_cache_dtype="fp8"), B200, 16, [*MLA_B200, "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]),
         (mla(), RTX5090, 16, ["TRITON_MLA", "FLASHINFER_MLA_SPARSE_SM120"]),
-        (mla(), H100, 16, MLA_OTHER + ["FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"]),
+        (mla(), H100, 16, [*MLA_OTHER, "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90"]),
         (cfg(512, use_mla=True), H100, 16,
-         MLA_OTHER + ["FLASHINFER_MLA_SPARSE_SM90", "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]),
+         [*MLA_OTHER, "FLASHINFER_MLA_SPARSE_SM90", "FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARSE"]),
     ],
 )
 def test_priority_lists_033(inputs, cc, num_heads, expected):

@@ -7,8 +7,8 @@ kv auto, no block size.
 
 import pytest
 
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.versions import get_profile
 
 PROFILE = get_profile("0.33")
 

@@ -6,8 +6,8 @@ section. Inputs default to a plain decoder, bf16, kv auto, no block size.
 
 import pytest
 
-from attnsel.attention.versions import get_profile
 from attnsel.attention.rules import SelectionContext, SelectorInputs
+from attnsel.attention.versions import get_profile
 
 PROFILE = get_profile("seed_0_17")
 

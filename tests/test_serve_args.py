@@ -11,8 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.rules import serve_args
-from attnsel.attention.rules.serve_args import (AUTO_MAX_MODEL_LEN, attention_flags, human_readable_int,
-                                                 human_readable_int_or_auto, split_dotted_attention_config)
+from attnsel.attention.rules.serve_args import (
+    AUTO_MAX_MODEL_LEN,
+    attention_flags,
+    human_readable_int,
+    human_readable_int_or_auto,
+    split_dotted_attention_config,
+)
 from attnsel.cli.app import app
 from attnsel.errors import CheckFailed, UserInputError
 

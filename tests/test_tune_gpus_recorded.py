@@ -7,9 +7,9 @@ run decided. (What the runs themselves showed -- lanes, rows per GPU, wall times
 import json
 
 import pytest
+from recordings import recorded
 
 from attnsel.bench.sweep.multi_gpu import calibration_verdict
-from recordings import recorded
 
 # runs.json: the first 2 x H200 session; runs_prespawn.json: another 2 x H200 host (2026-11-26)
 RECORDED = {name: json.loads(recorded("tune", "h200x2_gpus", f"{name}.json").read_text())["runs"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.sweep import results as R
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import run_backend_group
 
 pytest.importorskip("torch")

@@ -5,8 +5,8 @@ Without vLLM installed the choice comes from the rule profile's recorded Attenti
 
 import pytest
 
-from attnsel.attention.selector import cudagraph
 from attnsel.attention import versions
+from attnsel.attention.selector import cudagraph
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import make_shape
 

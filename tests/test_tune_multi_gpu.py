@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.bench.sweep import multi_gpu as M
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import recommend as REC
-from attnsel.bench.sweep import results as R
-from attnsel.bench.sweep import SweepOptions, run_sweep
 from attnsel.bench.plan import make_shape
+from attnsel.bench.sweep import SweepOptions, run_sweep
+from attnsel.bench.sweep import multi_gpu as M
+from attnsel.bench.sweep import results as R
+from attnsel.bench.tune import recommend as REC
 from attnsel.errors import UserInputError
 
 FAKE = f"{Path(__file__).parent / 'fixtures' / 'tune' / 'fake_toolkit.py'}:FakeToolkit"
@@ -91,7 +91,7 @@ def test_gpus_that_disagree_run_on_the_first_gpu_with_no_worker_left_behind(tmp_
     from attnsel.bench.sweep import worker_process
 
     scenario = dict(SCENARIO, gpu_scale={"1": 1.5})
-    rows, facts, outcomes = _sweep_outcomes(tmp_path, monkeypatch, scenario, ["0", "1"])
+    rows, facts, _outcomes = _sweep_outcomes(tmp_path, monkeypatch, scenario, ["0", "1"])
     assert not facts["calibration"]["agree"] and list(facts["lanes"]) == ["0"]
     assert {r["gpu"] for r in rows if r["status"] == R.STATUS_OK} == {"0"}
     alive = [w for w in list(worker_process._LIVE_WORKERS) if w.proc.poll() is None]

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from attnsel.probe.cpus import usable_cpu_count
-
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.sweep import SweepOptions
 from attnsel.bench.sweep.groups import run_backend_group
 from attnsel.bench.tune.phases import backend_phases
+from attnsel.probe.cpus import usable_cpu_count
 from attnsel.reports.tune.text import phase_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
@@ -88,7 +87,10 @@ def test_inside_the_block_launches_only_compile_in_parallel_into_the_kernels_own
 
 
 def test_outside_the_block_a_launch_is_a_launch_again(cuda_target):
-    from attnsel.attention.kernels.triton_precompile import CompileOnly, compile_only_active
+    from attnsel.attention.kernels.triton_precompile import (
+        CompileOnly,
+        compile_only_active,
+    )
 
     scale_rows, _ = _kernels()
     with CompileOnly(1, load=False):

@@ -7,8 +7,9 @@ against FlashInfer's, the wall times docs/tune-performance.md quotes -- is evide
 
 import json
 
-from attnsel.bench.tune import recommend as REC
 from recordings import recorded
+
+from attnsel.bench.tune import recommend as REC
 
 WARM = recorded("tune", "h100_vllm024", "warm", "tune.json")
 

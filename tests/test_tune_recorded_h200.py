@@ -4,8 +4,10 @@ rules must read its stand-in margins as no advice. (What the rows show about tha
 256 rows, cold, below HBM peak -- is evidence: `python -m attnsel.bench.tools.evidence`.)"""
 
 import json
-from attnsel.bench.tune import recommend as REC
+
 from recordings import recorded
+
+from attnsel.bench.tune import recommend as REC
 
 RUN = recorded("tune", "h200_llama8b_default", "tune.json")
 

@@ -8,9 +8,9 @@ vLLM's own classes, the reference check, CUDA graphs, HBM peak, vLLM's refusals 
 import json
 
 import pytest
+from recordings import recorded
 
 from attnsel.bench.tune import recommend as REC
-from recordings import recorded
 
 RUNS = [recorded("tune", run, "tune.json") for run in ("h100_mla_tp1", "h100_mla_tp8", "h100_fp8")]
 

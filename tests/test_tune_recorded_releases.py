@@ -15,10 +15,10 @@ tests/fixtures/verify/h100_vllm026_* and h200_vllm033_*, replayed by tests/test_
 import json
 
 import pytest
+from recordings import recorded
 
 from attnsel.attention.versions import get_profile
 from attnsel.bench.tune import recommend as REC
-from recordings import recorded
 
 SPARSE = tuple(f"sparse_tp{tp}" for tp in (1, 2, 4, 8))  # DeepSeek-V3.2 at the per-GPU heads of TP 1, 2, 4, 8
 RUNS = {**{f"h100_vllm026_{n}": recorded("tune", f"h100_vllm026_{n}", "tune.json") for n in ("dense", "mla", *SPARSE)},
@@ -68,7 +68,7 @@ def test_every_timed_row_names_the_release_and_the_adapter_facts_that_measured_i
         assert details["adapter_facts"].startswith(f"{facts.profile} (checked on vLLM {release}"), details["adapter_facts"]
 
 
-@pytest.mark.parametrize("name", [f"h200_vllm033_{n}" for n in SPARSE + ("glm5_tp8",)])
+@pytest.mark.parametrize("name", [f"h200_vllm033_{n}" for n in (*SPARSE, "glm5_tp8")])
 def test_vllm_033_sparse_runs_time_its_hopper_flashinfer_backend_beside_the_others(name):
     """0.30+ adds FLASHINFER_MLA_SPARSE_SM90; on an H200 with 0.33 it was timed next to the two older
     sparse backends at every head count, through 0.33's own class."""

@@ -8,12 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from attnsel.bench.plan import WorkloadSpec, make_shape
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import recommend as REC
 from attnsel.bench.sweep import SweepOptions, skipped_rows
+from attnsel.bench.tune import recommend as REC
 from attnsel.bench.tune.document import build_document
-from attnsel.bench.plan import make_shape
-from attnsel.bench.plan import WorkloadSpec
 from attnsel.reports.tune import text as tune_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"

@@ -114,8 +114,8 @@ def test_the_sparse_reference_reads_only_the_chosen_positions():
 
 
 def test_dense_and_sparse_adapters_refuse_each_others_workloads():
-    from attnsel.attention.kernels.vllm import VllmMlaAdapter, VllmSparseMlaAdapter
     from attnsel.attention.kernels.paged import Workload
+    from attnsel.attention.kernels.vllm import VllmMlaAdapter, VllmSparseMlaAdapter
 
     dense = Workload("decode", 3, 500, 1, 16, 1, 576, "bfloat16", kv_lora_rank=512)
     assert "sparse MLA" in VllmMlaAdapter("FLASHMLA", device="cpu").sparsity_reason(sparse_workload(500))

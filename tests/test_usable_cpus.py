@@ -21,9 +21,9 @@ def test_a_process_pinned_to_one_core_imports_one_worker_at_a_time():
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("no CPU affinity on this platform")
     one_core = sorted(os.sched_getaffinity(0))[0]
-    code = ("import os; os.sched_setaffinity(0, {%d}); "
+    code = (f"import os; os.sched_setaffinity(0, {{{one_core}}}); "
             "from attnsel.probe import usable_cpu_count; from attnsel.bench.sweep.run import import_slots; "
-            "print(usable_cpu_count(), import_slots())" % one_core)
+            "print(usable_cpu_count(), import_slots())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1"]
 

@@ -5,13 +5,13 @@ against today's code and release data. A change to the engine arguments, the fac
 log pattern or a release's `engine` data fails here until the check is run again for it."""
 
 import pytest
+from recordings import recorded
 
 from attnsel.attention.versions import release_profiles, resolved_data, select_profile
 from attnsel.bench.tools import engine_cpu_check as CHECK
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
 from attnsel.bench.verify import inspection as RB
-from recordings import recorded
 
 # every release in attention/versions from 0.26 (checked installed in its layer), and 0.24 (from its source)
 RELEASES = ("0_24", *(name.removeprefix("vllm_") for name in release_profiles()

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from attnsel.attention import versions
+from attnsel.attention.model import attention_layer_count
 from attnsel.attention.model import config as MC
 from attnsel.attention.model import kind as model_kind
-from attnsel.attention.model import attention_layer_count
-from attnsel.attention import versions
 from attnsel.attention.selector import cudagraph as CG
 from attnsel.bench.verify import compare as EC
-from attnsel.bench.verify import engine_log
-from attnsel.bench.verify import engine_worker
+from attnsel.bench.verify import engine_log, engine_worker
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import verdict as VV
 from attnsel.errors import UserInputError

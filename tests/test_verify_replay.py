@@ -10,14 +10,14 @@ import json
 from pathlib import Path
 
 import pytest
+from recordings import recorded
 from typer.testing import CliRunner
 
+from attnsel.bench.tools import verify_fixture
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.verify import run as V
 from attnsel.bench.verify import verdict as VV
-from attnsel.bench.tools import verify_fixture
 from attnsel.cli.app import app
-from recordings import recorded
 
 # the H100 runs docs/verify.md quotes (vLLM 0.24.0), the vLLM 0.26.0 runs of issue 21: dense,
 # MLA (DeepSeek-V2-Lite) and the A/A check (vLLM's default started twice), and 0.33.0's dense and MLA on an H200

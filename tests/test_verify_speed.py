@@ -8,12 +8,12 @@ import json
 import os
 
 import pytest
+from test_verify_starts import SHAPES, scenario
 
 from attnsel.attention.versions import load_profile, release_profiles
+from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import prebuild as PB
 from attnsel.bench.verify import run as V
-from attnsel.bench.verify import plan as VP
-from test_verify_starts import SHAPES, scenario
 
 FAKE_BUILDER = os.path.join(os.path.dirname(__file__), "fixtures", "verify_engine", "fake_prebuilder.py") + ":build"
 

@@ -6,13 +6,13 @@ gap judged against both. Real engine worker processes with the fake engine at ou
 import json
 
 import pytest
+from test_verify_replay import check_replay
 from typer.testing import CliRunner
 
 from attnsel.bench.verify import VerifyDocument, is_aa_check
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import run as V
 from attnsel.cli.app import app
-from test_verify_replay import check_replay
 
 SHAPES = [(1, 2048), (16, 1024)]
 

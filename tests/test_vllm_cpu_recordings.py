@@ -197,7 +197,7 @@ def test_tune_says_in_one_line_when_the_installed_release_was_not_checked(tmp_pa
 
 def test_a_checked_release_needs_no_warning(tmp_path, monkeypatch):
     _installed(tmp_path, monkeypatch, "0.24.0")
-    installed, facts, note = installed_adapter_facts()
+    _installed_name, facts, note = installed_adapter_facts()
     assert facts.profile == "vllm_0_24" and facts.checked and note is None
 
 

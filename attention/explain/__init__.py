@@ -14,12 +14,12 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         explain_matrix,
         explain_one,
         ignored_flags,
-        saved_flags,
         model_choice,
         model_doc,
         model_facts,
         model_section,
         resolve_gpu,
+        saved_flags,
     )
     from attnsel.attention.explain.history import (
         ReleaseChange,
@@ -29,13 +29,13 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         release_history,
     )
     from attnsel.attention.explain.live import Mismatch, ask_vllm, compare
-    from attnsel.attention.explain.refusal import MEMORY_PHASE, memory_refusal
     from attnsel.attention.explain.live_runtime import require_vllm, vllm_runtime
+    from attnsel.attention.explain.refusal import MEMORY_PHASE, memory_refusal
 
 __all__ = [
     "DEFAULT_SOURCE",
-    "GpuAnswer",
     "MEMORY_PHASE",
+    "GpuAnswer",
     "MatrixRow",
     "Mismatch",
     "ModelChoice",
@@ -49,15 +49,15 @@ __all__ = [
     "explain_matrix",
     "explain_one",
     "ignored_flags",
-    "saved_flags",
+    "memory_refusal",
     "model_choice",
     "model_doc",
     "model_facts",
-    "memory_refusal",
     "model_section",
     "release_history",
     "require_vllm",
     "resolve_gpu",
+    "saved_flags",
     "vllm_runtime",
 ]
 __getattr__ = lazy_door(__name__, {

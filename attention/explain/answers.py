@@ -6,25 +6,25 @@ and the model section (vLLM's dtype lines, the ViT backend). Imports no torch.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from attnsel.errors import CheckFailed, UserInputError
+from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
 from attnsel.attention.memory.checkpoint import checkpoint_folder
 from attnsel.attention.model import config as model_config
-from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
+from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import families
 
 if TYPE_CHECKING:
-    from attnsel.attention.selector import SelectionRequest
     from attnsel.attention.rules import Explanation
+    from attnsel.attention.selector import SelectionRequest
 
 DEFAULT_SOURCE = "bundled default"
 
 
 # --- the GPU ---------------------------------------------------------------------------------------
-def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
+def detect_gpu() -> tuple[str | None, tuple[int, int]] | None:
     """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
     try:
         from attnsel.probe import collect_probe
@@ -52,10 +52,12 @@ def detect_gpu() -> Optional[tuple[Optional[str], tuple[int, int]]]:
     return gpus[0].name, tuple(gpus[0].compute_capability)
 
 
-def resolve_gpu(gpu: Optional[str], capability: Optional[str]) -> Optional[tuple[Optional[str], tuple[int, int]]]:
+def resolve_gpu(gpu: str | None, capability: str | None) -> tuple[str | None, tuple[int, int]] | None:
     """--capability, --gpu NAME, else the GPU of this machine; None when there is none."""
     if capability is not None:
-        from attnsel.probe import parse_capability  # the one parser: "9.0" / "9" / "sm90" / "90"
+        from attnsel.probe import (
+            parse_capability,  # the one parser: "9.0" / "9" / "sm90" / "90"
+        )
 
         cc = parse_capability(capability)
         name = None
@@ -83,7 +85,7 @@ class ModelChoice:
     config: dict = dataclasses.field(default_factory=dict, compare=False)
 
 
-def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[ModelChoice]:
+def model_choice(model: str | None, head_size: int | None) -> ModelChoice | None:
     if model is not None:
         source, config = model_config.load_model_source(model)
         return ModelChoice(model, source.source, config)
@@ -93,8 +95,8 @@ def model_choice(model: Optional[str], head_size: Optional[int]) -> Optional[Mod
     return None
 
 
-def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_name, model_rules,
-                mamba_dtypes: tuple[Optional[str], Optional[str]] = (None, None)):
+def model_facts(hf_config: dict, dtype: str | None, tp: int, capability, gpu_name, model_rules,
+                mamba_dtypes: tuple[str | None, str | None] = (None, None)):
     """`mamba_dtypes`: (--mamba-ssm-cache-dtype, --mamba-cache-dtype), None for "auto"."""
     ssm, conv = mamba_dtypes
     return model_config.derive_model_facts(
@@ -103,7 +105,7 @@ def model_facts(hf_config: dict, dtype: Optional[str], tp: int, capability, gpu_
     )
 
 
-def model_doc(model: Optional[ModelChoice], hf_config: Optional[dict]) -> Optional[dict]:
+def model_doc(model: ModelChoice | None, hf_config: dict | None) -> dict | None:
     if model is None:
         return None
     model_type = hf_config.get("model_type") if hf_config else None
@@ -111,8 +113,8 @@ def model_doc(model: Optional[ModelChoice], hf_config: Optional[dict]) -> Option
 
 
 def model_section(
-    choice: Optional[ModelChoice], facts: Any, profile, capability, vit_override: Optional[str], importable
-) -> Optional[dict]:
+    choice: ModelChoice | None, facts: Any, profile, capability, vit_override: str | None, importable
+) -> dict | None:
     """The model's part of the answer: vLLM's lines about it, its dtype error, its ViT backend."""
     if facts is None:
         return None
@@ -208,17 +210,17 @@ class GpuAnswer:
     ctx: Any
     explanation: Explanation
     memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
-    selection: Optional[Explanation] = None  # the selector's answer alone (before the memory verdict); --live compares it
-    memory_note: Optional[str] = None  # why there is no memory plan where a model and a GPU were named
+    selection: Explanation | None = None  # the selector's answer alone (before the memory verdict); --live compares it
+    memory_note: str | None = None  # why there is no memory plan where a model and a GPU were named
 
     @property
     def selector_answer(self) -> Explanation:
         return self.selection if self.selection is not None else self.explanation
 
 
-def explain_gpu(req: SelectionRequest, tp: int, model: Optional[ModelChoice], gpu_name: Optional[str],
-                cc: tuple[int, int], choice: Any, importable: Optional[dict],
-                memory_flags: Optional[MemoryFlags] = None) -> GpuAnswer:
+def explain_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_name: str | None,
+                cc: tuple[int, int], choice: Any, importable: dict | None,
+                memory_flags: MemoryFlags | None = None) -> GpuAnswer:
     """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection,
     then (a model on a named GPU) the memory plan vLLM would make."""
     profile = choice.profile
@@ -252,14 +254,14 @@ def _not_planned(profile: Any, facts: Any, gpu_name: str) -> str:
     return why_not_planned(profile, facts)
 
 
-def _q_scale(req: SelectionRequest, hf_config: Optional[dict]) -> Any:
+def _q_scale(req: SelectionRequest, hf_config: dict | None) -> Any:
     from attnsel.attention.explain.faults import q_scale_of
 
     return q_scale_of(req.calibrated_q_scale, hf_config)
 
 
 def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str,
-                   capability: Optional[tuple[int, int]] = None) -> Any:
+                   capability: tuple[int, int] | None = None) -> Any:
     """The plan on one GPU of the built-in table (None: a GPU the table does not know)."""
     from attnsel.probe import find_gpu
 
@@ -279,13 +281,13 @@ class MatrixRow:
 
     family: str
     gpu: str
-    explanation: Optional[Explanation]
-    capability: Optional[tuple[int, int]] = None
-    model_error: Optional[str] = None
+    explanation: Explanation | None
+    capability: tuple[int, int] | None = None
+    model_error: str | None = None
     model_warnings: tuple[str, ...] = ()  # vLLM's dtype lines for this GPU (e.g. the bf16 fallback)
 
     @property
-    def error(self) -> Optional[str]:
+    def error(self) -> str | None:
         return self.model_error if self.explanation is None else self.explanation.error
 
     def to_dict(self) -> dict:
@@ -316,12 +318,12 @@ class Matrix:
     model has no attention layers (as derived for the last family of the table)."""
 
     rows: list[MatrixRow]
-    model: Optional[dict]
+    model: dict | None
     attention_free: bool
 
 
-def explain_matrix(req: SelectionRequest, tp: int, model: Optional[ModelChoice], choice, importable,
-                   memory_flags: Optional[MemoryFlags] = None) -> Matrix:
+def explain_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, choice, importable,
+                   memory_flags: MemoryFlags | None = None) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
     each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6), and each row ends with the
     memory verdict `explain --gpu ROW` gives (its refusal is the row's error, as there)."""

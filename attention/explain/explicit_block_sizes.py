@@ -8,7 +8,7 @@ follow a later dtype, TP or release change (vllm#53142, vllm#38979)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.selector import explain_selection
 
@@ -18,17 +18,17 @@ SIZES = (16, 32, 64, 128, 256)
 @dataclass(frozen=True)
 class ExplicitBlockSize:
     block_size: int  # the --block-size given
-    ends_with: Optional[int]  # the size vLLM uses, None when it raises
-    padding_pct: Optional[float]
-    error: Optional[str]
-    error_type: Optional[str]
+    ends_with: int | None  # the size vLLM uses, None when it raises
+    padding_pct: float | None
+    error: str | None
+    error_type: str | None
 
     def to_dict(self) -> dict:
         return {"block_size": self.block_size, "ends_with": self.ends_with, "padding_pct": self.padding_pct,
                 "error": self.error, "error_type": self.error_type}
 
 
-def explicit_block_sizes(profile: Any, inputs: Any, ctx: Any, computed: Optional[int]) -> tuple[ExplicitBlockSize, ...]:
+def explicit_block_sizes(profile: Any, inputs: Any, ctx: Any, computed: int | None) -> tuple[ExplicitBlockSize, ...]:
     """The answer for each of SIZES and vLLM's own size (`computed`), as if given as --block-size."""
     out = []
     for size in sorted({*SIZES, *((computed,) if computed else ())}):

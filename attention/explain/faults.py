@@ -9,12 +9,12 @@ carry q scales too -- vLLM reads them into `layer._q_scale_float` and leaves 1.0
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.versions import FaultConfig, FaultMatch, QScale, faults_met
 
 
-def checkpoint_has_kv_scales(hf_config: Optional[Mapping]) -> bool:
+def checkpoint_has_kv_scales(hf_config: Mapping | None) -> bool:
     """The model's config names calibrated KV-cache scales (text config or top level)."""
     if not isinstance(hf_config, Mapping):
         return False
@@ -27,7 +27,7 @@ def checkpoint_has_kv_scales(hf_config: Optional[Mapping]) -> bool:
     return False
 
 
-def q_scale_of(calibrated: Optional[bool], hf_config: Optional[Mapping]) -> QScale:
+def q_scale_of(calibrated: bool | None, hf_config: Mapping | None) -> QScale:
     """--calibrated-q-scale / --no-calibrated-q-scale, else what the checkpoint's config says."""
     if calibrated is not None:
         return QScale.CALIBRATED if calibrated else QScale.UNIT

@@ -10,13 +10,15 @@ whether vLLM started or stopped raising. Pure, no torch, no vLLM.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
-from attnsel.errors import AttnselError, UserInputError
 from attnsel.attention.explain.answers import explain_memory, model_facts
 from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
+from attnsel.errors import AttnselError, UserInputError
 
 
 @dataclass(frozen=True)
@@ -27,24 +29,24 @@ class ReleaseVerdict:
     profile: str
     vllm_version: str
     explanation: Any = None
-    error: Optional[str] = None
-    profile_note: Optional[str] = None
+    error: str | None = None
+    profile_note: str | None = None
 
     @property
     def valid_backends(self) -> list[str]:
         return self.explanation.valid_backends if self.explanation is not None else []
 
     @property
-    def selected(self) -> Optional[str]:
+    def selected(self) -> str | None:
         return self.explanation.selected if self.explanation is not None else None
 
     @property
-    def block_size(self) -> Optional[int]:
+    def block_size(self) -> int | None:
         e = self.explanation
         return e.block_size if e is not None and e.selected is not None else None
 
     @property
-    def vllm_error(self) -> Optional[str]:
+    def vllm_error(self) -> str | None:
         """What stops this release: its refusal of the request, else vLLM's own error."""
         return self.error if self.explanation is None else self.explanation.error
 
@@ -57,9 +59,9 @@ class ReleaseChange:
     after: str
     became_valid: list[str] = field(default_factory=list)
     became_invalid: list[str] = field(default_factory=list)
-    selected: Optional[tuple[Optional[str], Optional[str]]] = None
-    block_size: Optional[tuple[Optional[int], Optional[int]]] = None
-    error: Optional[tuple[Optional[str], Optional[str]]] = None
+    selected: tuple[str | None, str | None] | None = None
+    block_size: tuple[int | None, int | None] | None = None
+    error: tuple[str | None, str | None] | None = None
 
     @property
     def changed(self) -> bool:
@@ -71,13 +73,13 @@ class ReleaseHistory:
     releases: list[ReleaseVerdict]
     changes: list[ReleaseChange]
     capability: tuple[int, int]
-    gpu_name: Optional[str] = None
+    gpu_name: str | None = None
 
 
 def compare_releases(before: ReleaseVerdict, after: ReleaseVerdict) -> ReleaseChange:
     old_valid, new_valid = before.valid_backends, after.valid_backends
 
-    def pair(old: Any, new: Any) -> Optional[tuple]:
+    def pair(old: Any, new: Any) -> tuple | None:
         return None if old == new else (old, new)
 
     return ReleaseChange(
@@ -95,8 +97,8 @@ def compare_releases(before: ReleaseVerdict, after: ReleaseVerdict) -> ReleaseCh
 ExplainRelease = Callable[[Any], Any]
 
 
-def release_history(explain_release: ExplainRelease, capability: tuple[int, int], gpu_name: Optional[str] = None,
-                    profile_names: Optional[list[str]] = None) -> ReleaseHistory:
+def release_history(explain_release: ExplainRelease, capability: tuple[int, int], gpu_name: str | None = None,
+                    profile_names: list[str] | None = None) -> ReleaseHistory:
     """Every release profile's answer (oldest first) and what changed from one release to the next.
     `explain_release` builds and explains the request for one profile (the CLI's explain path)."""
     from attnsel.attention.versions import load_profile, release_profiles
@@ -113,13 +115,13 @@ def release_history(explain_release: ExplainRelease, capability: tuple[int, int]
     bad_input = [exc for exc in refusals if isinstance(exc, UserInputError)]
     if verdicts and len(bad_input) == len(verdicts):  # wrong for every release: the request itself is bad
         raise bad_input[-1]
-    changes = [compare_releases(a, b) for a, b in zip(verdicts, verdicts[1:])]
+    changes = [compare_releases(a, b) for a, b in itertools.pairwise(verdicts)]
     return ReleaseHistory(verdicts, changes, tuple(capability), gpu_name)
 
 
-def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: Optional[str] = None,
-                        hf_config: Optional[Mapping] = None, tensor_parallel_size: int = 1,
-                        importable_for: Optional[Callable[[Any], Mapping[str, bool]]] = None,
+def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: str | None = None,
+                        hf_config: Mapping | None = None, tensor_parallel_size: int = 1,
+                        importable_for: Callable[[Any], Mapping[str, bool]] | None = None,
                         memory_flags: Any = None) -> ExplainRelease:
     """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
     profile: model facts derived with that release's model rules, then build_selection and

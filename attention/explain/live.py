@@ -26,15 +26,21 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.attention.explain.live_runtime import NOT_INSTALLED, PAIRS_API, VllmRuntime, require_vllm, vllm_runtime
+from attnsel.attention.explain.live_runtime import (
+    NOT_INSTALLED,
+    PAIRS_API,
+    VllmRuntime,
+    require_vllm,
+    vllm_runtime,
+)
 
 
 @dataclass(frozen=True)
 class LiveVerdict:
     name: str
-    priority: Optional[int]
+    priority: int | None
     valid: bool
     reasons: tuple[str, ...]
 
@@ -49,13 +55,13 @@ class LiveAnswer:
     vllm_version: str
     api: str  # "pairs" | "candidates" (the shape of get_valid_backends' answer, see the docstring)
     backends: tuple[LiveVerdict, ...]  # the priority list, in order
-    explicit_backend: Optional[LiveVerdict]
-    selected: Optional[str]
-    block_size: Optional[int]  # the KV block size vLLM's start-up ends with (phase 1 for hybrid models)
-    error: Optional[str]
+    explicit_backend: LiveVerdict | None
+    selected: str | None
+    block_size: int | None  # the KV block size vLLM's start-up ends with (phase 1 for hybrid models)
+    error: str | None
     fields_passed: tuple[str, ...] = field(default_factory=tuple)
-    config_repr: Optional[str] = None  # repr(AttentionSelectorConfig) the layers validate with, as vLLM prints it
-    forced_backend: Optional[str] = None  # a backend vLLM's config-time code chose for the layers (§5f)
+    config_repr: str | None = None  # repr(AttentionSelectorConfig) the layers validate with, as vLLM prints it
+    forced_backend: str | None = None  # a backend vLLM's config-time code chose for the layers (§5f)
 
     @property
     def valid_backends(self) -> list[str]:
@@ -83,7 +89,7 @@ def _entry(item: Any) -> tuple[str, int]:
     return backend.name, int(priority)
 
 
-def _invalid(value: Any) -> tuple[Optional[int], list[str]]:
+def _invalid(value: Any) -> tuple[int | None, list[str]]:
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], list):
         return int(value[0]), [str(r) for r in value[1]]
     return None, [str(r) for r in value]
@@ -105,7 +111,7 @@ def _explicit(runtime: VllmRuntime, name: str, capability: Any, config: Any) -> 
     return LiveVerdict(enum_member.name, None, not reasons, tuple(str(r) for r in reasons))
 
 
-def _preferred_block_size(runtime: VllmRuntime, name: str, default: int) -> Optional[int]:
+def _preferred_block_size(runtime: VllmRuntime, name: str, default: int) -> int | None:
     try:
         return int(runtime.registry.AttentionBackendEnum[name].get_class().get_preferred_block_size(default))
     except (ImportError, OSError, AttributeError):
@@ -164,7 +170,7 @@ def _real_selection(runtime: VllmRuntime, platform: Any, backend: Any, config: A
     return None, f"unknown backend path {path!r}"
 
 
-def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: Any, selected: str) -> Optional[int]:
+def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: Any, selected: str) -> int | None:
     """`Platform.update_block_size_for_backend` with the selected backend as every layer's
     (`_find_non_ssm_backend(s)` reads the built model; here there is none). Phase 1 only: the
     stand-in model is not hybrid during the call."""
@@ -264,7 +270,7 @@ def _ordered_verdicts(valid: Any, invalid: Any) -> list[LiveVerdict]:
     return backends
 
 
-def dtype_error(runtime: VllmRuntime, config: Any) -> Optional[str]:
+def dtype_error(runtime: VllmRuntime, config: Any) -> str | None:
     """`check_if_supports_dtype` (bf16 needs CC >= 8.0), which vLLM runs before any selection."""
     check = getattr(runtime.platform_cls, "check_if_supports_dtype", None)
     if check is None:
@@ -285,7 +291,7 @@ def _merge_pairs_order(valid: list[LiveVerdict], invalid: list[LiveVerdict], raw
     return sorted(valid + placed, key=lambda v: v.priority)
 
 
-def _selection(backends, explicit, config, platform) -> tuple[Optional[str], Optional[str]]:
+def _selection(backends, explicit, config, platform) -> tuple[str | None, str | None]:
     if explicit is not None:
         if explicit.valid:
             return explicit.name, None
@@ -307,7 +313,7 @@ def _selection(backends, explicit, config, platform) -> tuple[Optional[str], Opt
 @dataclass(frozen=True)
 class Mismatch:
     what: str  # "priority list" | "backend" | "selected" | "block size" | "explicit backend"
-    backend: Optional[str]
+    backend: str | None
     ours: Any
     live: Any
 
@@ -341,4 +347,4 @@ def compare(explanation: Any, live: LiveAnswer) -> list[Mismatch]:
     return mismatches
 
 
-__all__ = ["LiveAnswer", "LiveVerdict", "Mismatch", "NOT_INSTALLED", "ask_vllm", "compare", "require_vllm"]
+__all__ = ["NOT_INSTALLED", "LiveAnswer", "LiveVerdict", "Mismatch", "ask_vllm", "compare", "require_vllm"]

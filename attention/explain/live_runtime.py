@@ -13,7 +13,7 @@ import sys
 import types
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.rules import DEFAULT_INDEX_TOPK, MODEL_HEADS_WHEN_UNKNOWN
 from attnsel.attention.versions import choice
@@ -72,7 +72,7 @@ def _stub_driverless_extensions() -> list[str]:
     if spec is None or not spec.submodule_search_locations:
         return []
     stubbed = []
-    for dotted, path in _compiled_extensions(Path(list(spec.submodule_search_locations)[0])):
+    for dotted, path in _compiled_extensions(Path(next(iter(spec.submodule_search_locations)))):
         if dotted in sys.modules:
             continue
         try:
@@ -120,9 +120,9 @@ class VllmRuntime:
             self._preimport_backends()
             self._answer_artifactory_from_context()
         # whether get_attn_backend_cls validates without the block size (found on first use)
-        self.layer_drops_block_size: Optional[bool] = None
+        self.layer_drops_block_size: bool | None = None
         self._cache_key: Any = None
-        self._caches: Optional[list[Any]] = None
+        self._caches: list[Any] | None = None
 
     def _target_platform_class(self) -> Any:
         base = self.cuda.CudaPlatformBase

@@ -6,7 +6,7 @@ the exit code, `--json`'s `exit_code`/`error` and the line on stderr all say wha
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.memory import WEIGHTS
 
@@ -17,7 +17,7 @@ CACHE_ERROR_TYPE = "ValueError"
 WEIGHTS_ERROR_TYPE = "torch.OutOfMemoryError"
 
 
-def memory_refusal(plan: Any) -> Optional[tuple[str, str]]:
+def memory_refusal(plan: Any) -> tuple[str, str] | None:
     """(error type, vLLM's message) where the plan says vLLM would not start; None where it fits
     or there is no plan."""
     if plan is None or plan.fits:

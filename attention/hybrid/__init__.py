@@ -17,12 +17,16 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.attention.hybrid.layout import HybridLayout, hybrid_layout
-    from attnsel.attention.hybrid.pages import HybridSetup, SOURCE, align_hybrid_block_size
+    from attnsel.attention.hybrid.pages import (
+        SOURCE,
+        HybridSetup,
+        align_hybrid_block_size,
+    )
 
 __all__ = [
+    "SOURCE",
     "HybridLayout",
     "HybridSetup",
-    "SOURCE",
     "align_hybrid_block_size",
     "hybrid_layout",
 ]

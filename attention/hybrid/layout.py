@@ -10,8 +10,9 @@ Qwen3-Next, Qwen3.5), `kda` (Kimi Delta Attention: GLM-5-Next).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from attnsel.errors import UserInputError
 
@@ -42,7 +43,7 @@ class HybridLayout:
                 "indexer_kpool": self.indexer_kpool}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "HybridLayout":
+    def from_json(cls, doc: Mapping[str, Any]) -> HybridLayout:
         return cls(kind=str(doc["kind"]), sizes=tuple((str(k), int(v)) for k, v in dict(doc["sizes"]).items()),
                    attention_layers=int(doc["attention_layers"]), mamba_layers=int(doc["mamba_layers"]),
                    chunk_size=int(doc["chunk_size"]), model_type=str(doc["model_type"]),
@@ -169,7 +170,7 @@ def _kda_layers(config: Mapping, model_type: str) -> tuple[int, int]:
     return _split_layers(config, model_type)
 
 
-def hybrid_layout(text_config: Mapping[str, Any], model_type: str, architecture: str = "") -> Optional[HybridLayout]:
+def hybrid_layout(text_config: Mapping[str, Any], model_type: str, architecture: str = "") -> HybridLayout | None:
     """The layout of a hybrid model's text config, or None for a model type attnsel has no shape
     formula for (vLLM's block size is then not computed and `explain` says so)."""
     entry = KINDS.get(model_type)

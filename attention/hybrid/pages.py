@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.hybrid.groups import KvCacheGroups, kv_cache_groups
 from attnsel.attention.hybrid.layout import HybridLayout
@@ -38,9 +38,9 @@ class HybridSetup:
     mamba_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     num_kv_heads: int = 1
-    prefix_caching: Optional[bool] = None
-    mamba_cache_mode: Optional[str] = None
-    mamba_block_size: Optional[int] = None
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
+    mamba_block_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,10 @@ class HybridAnswer:
     alignment: int
     block_size: int
     attention_page_bytes: int
-    padding_pct: Optional[float]
+    padding_pct: float | None
     prefix_caching: bool
     mamba_cache_mode: str
-    mamba_block_size: Optional[int]
+    mamba_block_size: int | None
     groups: KvCacheGroups
     notes: tuple[str, ...] = field(default=())
 
@@ -71,7 +71,7 @@ class HybridAnswer:
         return doc
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> Optional[int]:
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int | None:
     if kv_cache_dtype in (None, "auto"):
         return DTYPE_BYTES[model_dtype]
     if kv_cache_dtype in DTYPE_BYTES:
@@ -158,7 +158,7 @@ def indexer_kernel_block(rules: dict, layout: HybridLayout, ctx: Any) -> int:
     return layout.indexer_kpool * min(pages.get(str(ctx.capability[0]), pages["default"]))
 
 
-def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[str], block_size: Optional[int],
+def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[str], block_size: int | None,
                layout: HybridLayout, mode: str) -> tuple[int, int]:
     """(kernel alignment, the multiple the result is rounded to)."""
     if rules["align"] == "config_time":
@@ -181,7 +181,7 @@ def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[
 
 
 def align_hybrid_block_size(profile: Any, ctx: Any, inputs: Any, backends: list[str],
-                            block_size: Optional[int], logs: list) -> HybridAnswer:
+                            block_size: int | None, logs: list) -> HybridAnswer:
     """The block size a hybrid model ends with; `logs` gets vLLM's (level, message) lines."""
     rules, setup = profile.data["hybrid"], ctx.hybrid
     layout = setup.layout

@@ -5,8 +5,16 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS
-    from attnsel.attention.kernels.flashinfer_jit import build_jit_modules, jit_module_requests, named_jit_requests
+    from attnsel.attention.kernels.base import (
+        BACKENDS,
+        MLA_BACKENDS,
+        SPARSE_MLA_BACKENDS,
+    )
+    from attnsel.attention.kernels.flashinfer_jit import (
+        build_jit_modules,
+        jit_module_requests,
+        named_jit_requests,
+    )
     from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, TIMED_KV_CACHE_DTYPES
     from attnsel.attention.kernels.registry import adapters_for
 

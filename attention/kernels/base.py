@@ -7,9 +7,10 @@ kernels). The harness asks `availability()` once, `unsupported_reason(...)` per 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.kernels.paged import PagedBatch, Workload
@@ -57,10 +58,10 @@ class KernelAdapter(Protocol):
     def availability(self) -> str | None:
         """None if usable here, else why not (package missing, no GPU...)."""
 
-    def unsupported_reason(self, w: "Workload", block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         """None if this provider can run that shape with that KV block size on that device."""
 
-    def prepare(self, b: "PagedBatch") -> PreparedKernel:
+    def prepare(self, b: PagedBatch) -> PreparedKernel:
         """Plan, convert layouts, compile; may raise (the harness isolates failures)."""
 
 
@@ -76,7 +77,7 @@ class PrebuildingAdapter(Protocol):
 
     def prebuild(self, workloads: list, *, dtype: str, head_size: int, num_q_heads: int | None = None,
                  num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
-                 capability: "tuple[int, int] | list[int] | None" = None) -> dict:
+                 capability: tuple[int, int] | list[int] | None = None) -> dict:
         """`workloads`: bench.workloads.WorkloadSpec items (kind, batch, lengths) this worker will time."""
 
 
@@ -143,7 +144,7 @@ def cuda_device_reason(device: str) -> str | None:
     return None
 
 
-def shape_kind_reason(w: "Workload", *, mla: bool = False, fp8: bool = False) -> str | None:
+def shape_kind_reason(w: Workload, *, mla: bool = False, fp8: bool = False) -> str | None:
     """Why a provider cannot run `w` because of what it is, not its size: an MLA workload for a
     non-MLA kernel (or the reverse), or an fp8 KV cache for a provider without an fp8 path
     (`fp8`: the provider has one)."""

@@ -21,7 +21,8 @@ flash-attention):
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,

@@ -21,10 +21,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version,
-                   module_importable, shape_kind_reason)
+from attnsel.attention.kernels.base import (
+    PreparedKernel,
+    compute_capability,
+    cuda_device_reason,
+    installed_version,
+    module_importable,
+    shape_kind_reason,
+)
 from attnsel.attention.kernels.flashinfer_jit import (  # noqa: F401 -- the adapter's door to its JIT pre-build
-    SUPPORTED_HEAD_SIZES, JitModuleRequest, build_jit_modules, jit_module_requests, named_jit_requests, prefill_backend)
+    SUPPORTED_HEAD_SIZES,
+    JitModuleRequest,
+    build_jit_modules,
+    jit_module_requests,
+    named_jit_requests,
+    prefill_backend,
+)
 from attnsel.attention.rules import kernel_block_size_for
 
 WORKSPACE_BYTES = 256 * 1024 * 1024

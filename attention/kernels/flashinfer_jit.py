@@ -6,6 +6,7 @@ docs/verify.md "Speed"). FlashInferAdapter.prebuild (flashinfer_adapter.py) is t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -55,7 +56,7 @@ class JitModuleRequest:
         common = (dt, kv, dt, torch.int32, self.head_size, self.head_size, POS_ENCODING_NONE, False, False)
         if self.generator == "decode":
             return common
-        return (self.backend,) + common + (False,)  # + use_fp16_qk_reduction
+        return (self.backend, *common, False)  # + use_fp16_qk_reduction
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:
@@ -130,10 +131,8 @@ def _jit_spec(modules, request: JitModuleRequest, torch):
 
 def _lower_thread_priority() -> None:
     """Linux: nice only this thread (and the ninja / nvcc it starts), not the whole worker."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREBUILD_NICE)
-    except (AttributeError, OSError):
-        pass
 
 
 def build_error_text(exc: BaseException, limit: int = 300) -> str:

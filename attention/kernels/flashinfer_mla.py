@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import time
 
-from attnsel.attention.kernels.base import (PreparedKernel, compute_capability, cuda_device_reason, installed_version,
-                   module_importable, shape_kind_reason)
+from attnsel.attention.kernels.base import (
+    PreparedKernel,
+    compute_capability,
+    cuda_device_reason,
+    installed_version,
+    module_importable,
+    shape_kind_reason,
+)
 from attnsel.attention.rules import kernel_block_size_for
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # vLLM's FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE

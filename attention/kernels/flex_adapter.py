@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import time
 
-from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.kernels.base import (
+    PreparedKernel,
+    installed_version,
+    module_importable,
+    shape_kind_reason,
+)
 from attnsel.attention.rules import TORCH_DTYPES
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)

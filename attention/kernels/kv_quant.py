@@ -27,9 +27,11 @@ runs of the same adapters do.)
 
 from __future__ import annotations
 
-from typing import Optional
-
-from attnsel.attention.rules import FP8_KV_CACHE_DTYPES, UNQUANTIZED_KV_CACHE_DTYPES, is_fp8  # noqa: F401  (kernels read it here)
+from attnsel.attention.rules import (  # noqa: F401  (kernels read it here)
+    FP8_KV_CACHE_DTYPES,
+    UNQUANTIZED_KV_CACHE_DTYPES,
+    is_fp8,
+)
 
 # The KV caches the kernels build: the model dtype's, and the plain fp8 ones (attention/rules/spec.py).
 TIMED_KV_CACHE_DTYPES = UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES
@@ -80,7 +82,7 @@ def dequantize(x, scale: float):
     return x.float() * scale
 
 
-def tolerance_note(kv_cache_dtype: str, base: float) -> Optional[str]:
+def tolerance_note(kv_cache_dtype: str, base: float) -> str | None:
     """The line a row carries about its tolerance (None for unquantized caches)."""
     if not is_fp8(kv_cache_dtype):
         return None

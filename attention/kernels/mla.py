@@ -40,12 +40,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import torch
 
 from attnsel.attention.kernels import kv_quant
-from attnsel.attention.kernels.paged import Workload, _ragged_lengths, shuffled_block_table, torch_dtype
+from attnsel.attention.kernels.paged import (
+    Workload,
+    _ragged_lengths,
+    shuffled_block_table,
+    torch_dtype,
+)
 
 DEEPSEEK_QK_NOPE_HEAD_DIM = 128  # DeepSeek-V2/V3/R1, Kimi-K2: the default when a workload names none
 
@@ -66,10 +70,10 @@ class MlaBatch:
     kv_cache_dtype: str = "auto"
     k_scale: float = 1.0  # the one scale of the latent cache (vLLM writes kv_c and k_pe with _k_scale)
     q_scale: float = 1.0
-    topk_indices: Optional[torch.Tensor] = None  # sparse MLA: (tokens, index_topk) int32 positions, -1 after
+    topk_indices: torch.Tensor | None = None  # sparse MLA: (tokens, index_topk) int32 positions, -1 after
 
     @property
-    def index_topk(self) -> Optional[int]:
+    def index_topk(self) -> int | None:
         return None if self.topk_indices is None else int(self.topk_indices.shape[1])
 
     @property

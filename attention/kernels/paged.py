@@ -190,7 +190,7 @@ def _ragged_lengths(gen: torch.Generator, batch: int, target: int, block_size: i
 def make_paged_batch(
     w: Workload,
     block_size: int,
-    device: "str | torch.device" = "cuda",
+    device: str | torch.device = "cuda",
     seed: int = 0,
     ragged: bool = True,
 ) -> PagedBatch:
@@ -347,13 +347,13 @@ def relative_error(out, ref) -> float:
     return err if math.isfinite(err) else float("inf")
 
 
-def tolerance_for(dtype: "str | torch.dtype") -> float:
+def tolerance_for(dtype: str | torch.dtype) -> float:
     if isinstance(dtype, torch.dtype):
         dtype = {v: k for k, v in DTYPES.items()}[dtype]
     return kv_quant.TOLERANCE[dtype]
 
 
-def passes(err: float, dtype: "str | torch.dtype") -> bool:
+def passes(err: float, dtype: str | torch.dtype) -> bool:
     return math.isfinite(err) and err < tolerance_for(dtype)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from attnsel.attention.kernels.base import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS, KernelAdapter
+from attnsel.attention.kernels.base import (
+    BACKENDS,
+    MLA_BACKENDS,
+    SPARSE_MLA_BACKENDS,
+    KernelAdapter,
+)
 
 
 def adapters_for(backend: str, device: str = "cuda") -> list[KernelAdapter]:

@@ -17,7 +17,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from attnsel.attention.kernels.base import PreparedKernel, installed_version, module_importable, shape_kind_reason
+from attnsel.attention.kernels.base import (
+    PreparedKernel,
+    installed_version,
+    module_importable,
+    shape_kind_reason,
+)
 from attnsel.attention.rules import TORCH_DTYPES
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).

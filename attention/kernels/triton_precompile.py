@@ -33,7 +33,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 _COMPILE_ONLY: ContextVar[bool] = ContextVar("attnsel_triton_compile_only", default=False)
 _INSTALL_LOCK = threading.Lock()
@@ -112,13 +112,13 @@ class CompileOnly:
     def __init__(self, threads: int, *, load: bool = True):
         self.report = CompileReport(threads=max(1, int(threads)))
         self.load = load
-        self._executor: Optional[ThreadPoolExecutor] = None
+        self._executor: ThreadPoolExecutor | None = None
         self._mode: Any = None
         self._token: Any = None
         self._started = 0.0
         self._skipped_before = 0
 
-    def __enter__(self) -> "CompileOnly":
+    def __enter__(self) -> CompileOnly:
         from triton.runtime._async_compile import AsyncCompileMode
 
         install_compile_only_switch()

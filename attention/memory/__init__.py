@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.memory.fixes import memory_for, suggest_fixes, why_not_planned
+    from attnsel.attention.memory.fixes import (
+        memory_for,
+        suggest_fixes,
+        why_not_planned,
+    )
     from attnsel.attention.memory.plan import (
         MemoryFlags,
         MemoryPlan,
@@ -25,25 +29,31 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         device_total_bytes,
         plan_memory,
     )
-    from attnsel.attention.memory.verdict import FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, Verdict
+    from attnsel.attention.memory.verdict import (
+        FITS,
+        MAX_MODEL_LEN,
+        NO_CACHE_MEMORY,
+        WEIGHTS,
+        Verdict,
+    )
     from attnsel.attention.memory.weights import WeightBytes, weight_bytes
 
 __all__ = [
     "FITS",
     "MAX_MODEL_LEN",
+    "NO_CACHE_MEMORY",
+    "WEIGHTS",
     "MemoryFlags",
     "MemoryPlan",
-    "NO_CACHE_MEMORY",
     "Verdict",
-    "WEIGHTS",
     "WeightBytes",
     "check_memory_flags",
     "device_total_bytes",
     "memory_for",
-    "why_not_planned",
     "plan_memory",
     "suggest_fixes",
     "weight_bytes",
+    "why_not_planned",
 ]
 __getattr__ = lazy_door(__name__, {
     "FITS": "verdict",

@@ -10,7 +10,7 @@ even a single token"). The plan does the same with its own estimate (cache.py `K
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from attnsel.attention.memory.plan import MAX_MODEL_LEN, MemoryFlags, MemoryPlan
 from attnsel.attention.rules import AUTO_MAX_MODEL_LEN
@@ -22,7 +22,7 @@ def wants_auto_fit(flags: MemoryFlags) -> bool:
     return flags.max_model_len == AUTO_MAX_MODEL_LEN
 
 
-def auto_fit(plan_for: Callable[[MemoryFlags], Optional[MemoryPlan]], flags: MemoryFlags) -> Optional[MemoryPlan]:
+def auto_fit(plan_for: Callable[[MemoryFlags], MemoryPlan | None], flags: MemoryFlags) -> MemoryPlan | None:
     """The plan vLLM ends with under `--max-model-len auto`; `plan_for` plans one set of flags."""
     plan = plan_for(dataclasses.replace(flags, max_model_len=None))  # the config's length first
     if plan is None or plan.fits:

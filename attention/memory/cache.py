@@ -21,8 +21,9 @@ sliding window like any other.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from attnsel.attention.hybrid.groups import split_types
 from attnsel.attention.memory.weights import DTYPE_BYTES

@@ -14,7 +14,6 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from attnsel.errors import UserInputError
 
@@ -54,7 +53,7 @@ def read_header(path: Path) -> dict:
     return doc
 
 
-def checkpoint_folder(model: Optional[str]) -> Optional[str]:
+def checkpoint_folder(model: str | None) -> str | None:
     """The folder a --model argument names, as `vllm serve` takes one; None for a config.json file (it
     stands for the model, not its checkpoint), a catalog name, a Hugging Face id or standard input."""
     if not model or model == "-":
@@ -65,7 +64,7 @@ def checkpoint_folder(model: Optional[str]) -> Optional[str]:
         return None
 
 
-def checkpoint_bytes(folder: Optional[str], model_dtype_bytes: float) -> Optional[CheckpointBytes]:
+def checkpoint_bytes(folder: str | None, model_dtype_bytes: float) -> CheckpointBytes | None:
     """The weights of every *.safetensors file in `folder`; None without a folder or such files."""
     if not folder:
         return None

@@ -20,8 +20,9 @@ the module and lines that raise them); code here only fills the numbers in:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 from attnsel.attention.memory.cache import KvLayout, text_config
 from attnsel.attention.memory.verdict import Verdict
@@ -38,9 +39,9 @@ DEFAULT_LEN = 2048  # no length key at all: vLLM assumes 2048 and warns
 class DerivedLength:
     """What vLLM derives as the model's longest length, as its error prints it."""
 
-    value: Union[int, float]
-    key: Optional[str]
-    model_max_length: Optional[int]
+    value: int | float
+    key: str | None
+    model_max_length: int | None
     default_len: int  # max_model_len when none is given (LongRoPE: the original length)
 
     @property
@@ -71,7 +72,7 @@ def _rope_parameters(c: Mapping) -> list[Mapping]:
 
 def derived_max_model_len(hf_config: Mapping) -> DerivedLength:
     c = text_config(hf_config)
-    value: Union[int, float] = float("inf")
+    value: int | float = float("inf")
     key = None
     for name in LENGTH_KEYS:
         length = c.get(name)
@@ -85,7 +86,7 @@ def derived_max_model_len(hf_config: Mapping) -> DerivedLength:
         value = DEFAULT_LEN
     rope = _rope_parameters(c)
     if rope and "gemma3" not in str(hf_config.get("model_type") or c.get("model_type") or ""):
-        factor: Union[int, float] = 1.0
+        factor: int | float = 1.0
         for p in rope:
             if (p.get("rope_type") or p.get("type") or "default") not in SCALED_ROPE_TYPES:
                 factor = p.get("factor", factor)
@@ -97,7 +98,7 @@ def derived_max_model_len(hf_config: Mapping) -> DerivedLength:
     return DerivedLength(value, key, model_max, default)
 
 
-def check_derived_len(checks: Mapping, derived: DerivedLength, max_model_len: Optional[int]) -> Optional[Refusal]:
+def check_derived_len(checks: Mapping, derived: DerivedLength, max_model_len: int | None) -> Refusal | None:
     """A --max-model-len above the derived length (unless the config's model_max_length allows it)."""
     if "derived_max_len" not in checks or max_model_len is None or max_model_len <= derived.value:
         return None
@@ -110,7 +111,7 @@ def check_derived_len(checks: Mapping, derived: DerivedLength, max_model_len: Op
                    f"--max-model-len {int(derived.value)} (the model's derived maximum)")
 
 
-def check_scheduler(checks: Mapping, *, batched_tokens: int, seqs: int, max_len: int, chunked_prefill: bool) -> Optional[Refusal]:
+def check_scheduler(checks: Mapping, *, batched_tokens: int, seqs: int, max_len: int, chunked_prefill: bool) -> Refusal | None:
     if "batched_tokens_below_seqs" not in checks:
         return None
     if batched_tokens < max_len and not chunked_prefill:
@@ -154,7 +155,7 @@ def full_cudagraphs(flags: Any, explanation: Any) -> bool:
     return str(support or "").upper() != "NEVER"
 
 
-def check_startup_free(checks: Mapping, util: float, cuda_total: float, extensible: bool) -> Optional[Refusal]:
+def check_startup_free(checks: Mapping, util: float, cuda_total: float, extensible: bool) -> Refusal | None:
     """utilization x total above what a GPU with nothing else on it has free when vLLM starts."""
     rule = checks.get("startup_free")
     if rule is None or extensible:
@@ -171,7 +172,7 @@ def check_startup_free(checks: Mapping, util: float, cuda_total: float, extensib
 
 
 def check_mamba_blocks(checks: Mapping, cache: KvLayout, num_blocks: int, seqs: int, flags: Any,
-                       explanation: Any) -> Optional[Refusal]:
+                       explanation: Any) -> Refusal | None:
     """max_num_seqs against the pool's block count (`kv_cache_config.num_blocks`: every block id of the
     pool, the null block included) for a model with Mamba layers under full CUDA graphs."""
     if "mamba_blocks" not in checks or not cache.has_state or not full_cudagraphs(flags, explanation) \

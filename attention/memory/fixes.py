@@ -10,7 +10,8 @@ dense model nor, beyond rounding, a hybrid model's pages).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from attnsel.attention.memory.auto_fit import auto_fit, wants_auto_fit
 from attnsel.attention.memory.plan import MemoryFlags, MemoryPlan, plan_memory
@@ -26,8 +27,8 @@ MEMORY_VERDICTS = (MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS)  # what more memory 
 
 
 def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
-               total_bytes: int, gpu_name: Optional[str], capability: Optional[tuple[int, int]] = None
-               ) -> Optional[MemoryPlan]:
+               total_bytes: int, gpu_name: str | None, capability: tuple[int, int] | None = None
+               ) -> MemoryPlan | None:
     """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data).
     `capability`: the GPU's, for vLLM's --quantization checks (None: not checked)."""
     rules = profile.memory
@@ -61,8 +62,8 @@ def why_not_planned(profile: Any, facts: Any) -> str:
 
 
 def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping,
-                  flags: MemoryFlags, *, total_bytes: int, gpu_name: Optional[str],
-                  cudagraph: Optional[Mapping] = None) -> tuple[str, ...]:
+                  flags: MemoryFlags, *, total_bytes: int, gpu_name: str | None,
+                  cudagraph: Mapping | None = None) -> tuple[str, ...]:
     def again(**changes: Any) -> MemoryPlan:
         return plan_memory(hf_config, facts, explanation, rules, dataclasses.replace(flags, **changes),
                            total_bytes=total_bytes, gpu_name=gpu_name, cudagraph=cudagraph)
@@ -105,7 +106,7 @@ def _shorter(plan: MemoryPlan) -> int:
     return estimate // 1024 * 1024 or estimate
 
 
-def _starts(plan: MemoryPlan) -> Optional[str]:
+def _starts(plan: MemoryPlan) -> str | None:
     """How a re-plan starts: as is, or with a shorter --max-model-len (None: it does not start)."""
     if plan.fits:
         return ""

@@ -12,8 +12,9 @@ computable from a config (activation peak, non-torch memory, graphs) are the rel
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from attnsel.attention.memory.cache import KvLayout, kv_layout
 from attnsel.attention.memory.checks import (
@@ -26,8 +27,21 @@ from attnsel.attention.memory.checks import (
     derived_max_model_len,
     effective_batching,
 )
-from attnsel.attention.memory.sizing import Reserve, Sizing, capture_sizes, reserve, size_kv, warmup_peak
-from attnsel.attention.memory.verdict import FITS, MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS, Verdict
+from attnsel.attention.memory.sizing import (
+    Reserve,
+    Sizing,
+    capture_sizes,
+    reserve,
+    size_kv,
+    warmup_peak,
+)
+from attnsel.attention.memory.verdict import (
+    FITS,
+    MAX_MODEL_LEN,
+    NO_CACHE_MEMORY,
+    WEIGHTS,
+    Verdict,
+)
 from attnsel.attention.memory.weights import WeightBytes, weight_bytes
 from attnsel.attention.rules import AUTO_MAX_MODEL_LEN, quantization_refusal
 from attnsel.errors import UserInputError
@@ -45,23 +59,23 @@ class MemoryFlags:
 
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
-    gpu_memory_utilization: Optional[float] = None
-    max_model_len: Optional[int] = None
-    kv_cache_dtype: Optional[str] = None
-    max_num_seqs: Optional[int] = None
-    max_num_batched_tokens: Optional[int] = None
-    quantization: Optional[str] = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    quantization: str | None = None
     enforce_eager: bool = False
     entrypoint: str = "serve"  # "serve" (vllm serve) | "llm" (the LLM class): their defaults differ
-    enable_chunked_prefill: Optional[bool] = None  # None: on (a generative decoder model)
-    enable_extensible_kv_cache: Optional[bool] = None  # None: the release's default (0.34: on on CUDA)
-    kv_cache_memory_bytes: Optional[int] = None  # only read where it turns the extensible KV cache off
-    model_dir: Optional[str] = None  # the checkpoint folder: its *.safetensors headers give the weights
+    enable_chunked_prefill: bool | None = None  # None: on (a generative decoder model)
+    enable_extensible_kv_cache: bool | None = None  # None: the release's default (0.34: on on CUDA)
+    kv_cache_memory_bytes: int | None = None  # only read where it turns the extensible KV cache off
+    model_dir: str | None = None  # the checkpoint folder: its *.safetensors headers give the weights
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    gpu_name: Optional[str]
+    gpu_name: str | None
     total_gib: float
     gpu_memory_utilization: float
     max_model_len: int
@@ -77,15 +91,15 @@ class MemoryPlan:
     max_concurrency: float
     needed_gib: float  # one request of max_model_len
     verdict: Verdict
-    estimated_max_model_len: Optional[int] = None
-    vllm_message: Optional[str] = None
-    vllm_source: Optional[str] = None  # the release's module that raises vllm_message (`error_module`)
+    estimated_max_model_len: int | None = None
+    vllm_message: str | None = None
+    vllm_source: str | None = None  # the release's module that raises vllm_message (`error_module`)
     fixes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     kv_sizing: str = "profiled"  # "profiled" | "extensible" (0.34's extensible KV cache)
-    capacity_blocks: Optional[int] = None  # extensible: the blocks the reservation holds
-    mamba_block_bound: Optional[int] = None  # hybrid models under full CUDA graphs: max_num_seqs' bound
-    derived_max_model_len: Optional[int] = None
+    capacity_blocks: int | None = None  # extensible: the blocks the reservation holds
+    mamba_block_bound: int | None = None  # hybrid models under full CUDA graphs: max_num_seqs' bound
+    derived_max_model_len: int | None = None
     reserve_parts_gib: dict = field(default_factory=dict)
 
     @property
@@ -130,7 +144,7 @@ def check_memory_flags(flags: MemoryFlags) -> None:
             raise UserInputError(f"--{name.replace('_', '-')} must be a positive number of tokens, got {value}")
 
 
-def device_total_bytes(gpu_name: Optional[str], table_bytes: int, probed: bool) -> int:
+def device_total_bytes(gpu_name: str | None, table_bytes: int, probed: bool) -> int:
     """A probed GPU's total as NVML reports it; a --gpu target's as the card reports it (the table
     holds the marketing size: an "80GB" H100 has 79.65 GiB)."""
     if probed or not gpu_name:
@@ -141,7 +155,7 @@ def device_total_bytes(gpu_name: Optional[str], table_bytes: int, probed: bool) 
     return table_bytes
 
 
-def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: Optional[str], entrypoint: str) -> tuple[int, int]:
+def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: str | None, entrypoint: str) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs): vLLM's usage-context defaults for this GPU (arg_utils.py
     _set_default_max_num_seqs_and_batched_tokens_args)."""
     tier = "other"
@@ -155,8 +169,8 @@ def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: Optional[str]
 
 
 def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, flags: MemoryFlags, *,
-                total_bytes: int, gpu_name: Optional[str] = None, cudagraph: Optional[Mapping] = None,
-                quantization: Any = None, capability: Optional[tuple[int, int]] = None) -> MemoryPlan:
+                total_bytes: int, gpu_name: str | None = None, cudagraph: Mapping | None = None,
+                quantization: Any = None, capability: tuple[int, int] | None = None) -> MemoryPlan:
     """The plan of the busiest GPU (the largest pipeline stage's TP shard) of a group of `total_bytes` GPUs;
     `cudagraph`: the release's CUDA-graph data (its capture sizes follow max_num_seqs); `quantization`:
     the release's QuantizationRules, checked on a GPU of `capability` (attention/rules/quantization.py)."""
@@ -198,8 +212,8 @@ def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping
     return _judge(plan, rules, cache, weights, sizing, total_bytes, flags, explanation)
 
 
-def _quantization(rules: Any, flags: MemoryFlags, hf_config: Mapping, capability: Optional[tuple[int, int]]
-                  ) -> Optional[Refusal]:
+def _quantization(rules: Any, flags: MemoryFlags, hf_config: Mapping, capability: tuple[int, int] | None
+                  ) -> Refusal | None:
     refused = quantization_refusal(rules, flags.quantization, hf_config, capability, flags.model_dir)
     if refused is None:
         return None
@@ -268,7 +282,7 @@ def _hint(rules: Mapping, sizing: Sizing, after_warmup: bool) -> str:
     return text.format(used_by=words["used_by"][step], graphs_hint=words["graphs_hint"][step], utilization=sizing.utilization)
 
 
-def _kv_check(plan: MemoryPlan, rules: Mapping, cache: KvLayout, available: float, hint: str) -> Optional[MemoryPlan]:
+def _kv_check(plan: MemoryPlan, rules: Mapping, cache: KvLayout, available: float, hint: str) -> MemoryPlan | None:
     """`_check_enough_kv_cache_memory`: no memory at all, or one request of max_model_len does not fit."""
     if available <= 0:
         return replace(plan, verdict=Verdict.NO_CACHE_MEMORY, vllm_message=rules["no_cache_memory"].format(hint=hint),
@@ -290,7 +304,7 @@ def format_gib(n: float) -> str:
     return f"{round(n / GIB, 2)}"
 
 
-def _raised_in(rules: Mapping) -> Optional[str]:
+def _raised_in(rules: Mapping) -> str | None:
     """Where the release raises its refusal: kv_cache_utils.py up to 0.32, kv_cache_planning.py from 0.33."""
     module = rules.get("error_module")
     return f"{module} _check_enough_kv_cache_memory" if module else None

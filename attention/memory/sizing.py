@@ -24,8 +24,9 @@ Two sizings, named by the release data's `memory.sizing`:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from attnsel.attention.memory.cache import text_config
 from attnsel.attention.memory.weights import DTYPE_BYTES
@@ -48,7 +49,7 @@ class Reserve:
         return tuple(a + n + g for a, n, g in zip(self.activation, self.non_torch, self.graphs))  # type: ignore[return-value]
 
 
-def capture_sizes(cudagraph: Optional[Mapping], seqs: int, batched_tokens: int) -> int:
+def capture_sizes(cudagraph: Mapping | None, seqs: int, batched_tokens: int) -> int:
     """How many batch sizes vLLM captures (the version data's `cudagraph.capture_size_rule`)."""
     largest = min(2 * seqs, int((cudagraph or {}).get("max_capture_size") or 512), batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= largest]
@@ -84,7 +85,7 @@ def _widest_layer(hf_config: Mapping, facts: Any, tp: int) -> float:
 
 
 def activation_parts(hf_config: Mapping, facts: Any, act: Mapping, tokens: int, reqs: int, tp: int,
-                     quantization: Optional[str] = None) -> dict:
+                     quantization: str | None = None) -> dict:
     """The profile run's memory, component by component (bytes): `peak` is the transient peak
     (`transient_peak_headroom`), `kept` what stays allocated after it (vLLM counts it as consumed):
     the sampler's max-batch buffers and the fused-MoE workspace the workspace manager locks."""
@@ -118,7 +119,7 @@ def legacy_activation(hf_config: Mapping, facts: Any, tokens: int, seqs: int, tp
 
 
 def reserve(hf_config: Mapping, facts: Any, rules: Mapping, *, tokens: int, seqs: int, tp: int, eager: bool,
-            graph_sizes: int, quantization: Optional[str] = None) -> Reserve:
+            graph_sizes: int, quantization: str | None = None) -> Reserve:
     spread = float(rules["activation_spread"])
     kept = 0.0
     if rules.get("activation_model") == "components":
@@ -143,10 +144,10 @@ class Sizing:
     capacity: tuple[float, float, float]
     final: tuple[float, float, float]
     extensible: bool = False
-    note: Optional[str] = None
+    note: str | None = None
 
 
-def extensible_on(rules: Mapping, flags: Any) -> tuple[bool, Optional[str]]:
+def extensible_on(rules: Mapping, flags: Any) -> tuple[bool, str | None]:
     """config/vllm.py `_resolve_extensible_kv_cache` (0.34.0:3180-3271): on where supported when unset;
     (on, why it is off). Flags that turn it off are the data's `off_when` (flag -> vLLM's reason)."""
     ext = rules.get("extensible_kv_cache") or {}

@@ -11,8 +11,9 @@ quantization; norms and biases (well under 0.1% of a model) are left out.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from attnsel.attention.memory.checkpoint import checkpoint_bytes
 from attnsel.errors import UserInputError
@@ -31,10 +32,10 @@ class WeightBytes:
 
     total: int
     linear_bytes_per_param: float
-    quantization: Optional[str]
+    quantization: str | None
     parameters: int  # the whole model's parameters, for the note
     from_checkpoint: bool = False  # the total read from the checkpoint's safetensors headers
-    note: Optional[str] = None  # why the headers were not used (an unreadable file)
+    note: str | None = None  # why the headers were not used (an unreadable file)
 
     @property
     def gib(self) -> float:
@@ -48,7 +49,7 @@ def _get(c: Mapping, *keys: str, default: Any = None) -> Any:
     return default
 
 
-def quantization_method(hf_config: Mapping, flag: Optional[str]) -> Optional[str]:
+def quantization_method(hf_config: Mapping, flag: str | None) -> str | None:
     """`--quantization` wins; else the checkpoint's `quantization_config` (compressed-tensors: its bits)."""
     if flag:
         return flag
@@ -132,8 +133,8 @@ def _vision_params(config: Mapping) -> float:
     return depth * (4 * hidden * hidden + 3 * hidden * inter)
 
 
-def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, quantization: Optional[str] = None,
-                 model_dir: Optional[str] = None) -> WeightBytes:
+def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, quantization: str | None = None,
+                 model_dir: str | None = None) -> WeightBytes:
     """The weights on the busiest GPU: its TP shard of the largest pipeline stage. With a checkpoint
     folder holding *.safetensors, the whole model's bytes are the headers' (checkpoint.py) and the
     config's count only says which share of them one GPU holds (sharded, replicated, per stage);
@@ -151,7 +152,7 @@ def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, qu
     return replace(counted, total=int(stored.total * share), from_checkpoint=True)
 
 
-def _counted(hf_config: Mapping, facts: Any, tp: int, pp: int, quantization: Optional[str]) -> WeightBytes:
+def _counted(hf_config: Mapping, facts: Any, tp: int, pp: int, quantization: str | None) -> WeightBytes:
     c = hf_config.get("text_config") or hf_config
     if not isinstance(c, Mapping) or "hidden_size" not in c:
         c = {**hf_config, **(c if isinstance(c, Mapping) else {})}

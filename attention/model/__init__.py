@@ -5,8 +5,12 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+    from attnsel.attention.model.config import (
+        derive_model_facts,
+        list_catalog,
+        load_model_config,
+    )
     from attnsel.attention.model.heads import kv_heads_split_assertion
-    from attnsel.attention.model.config import derive_model_facts, list_catalog, load_model_config
     from attnsel.attention.model.kind import attention_layer_count, with_text_defaults
     from attnsel.attention.model.rules import model_rules_from_data
     from attnsel.attention.model.validation import (
@@ -22,7 +26,6 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
 
 __all__ = [
-    "kv_heads_split_assertion",
     "attention_layer_count",
     "check_heads",
     "check_hybrid_flags",
@@ -33,8 +36,9 @@ __all__ = [
     "check_size",
     "check_tune_flags",
     "derive_model_facts",
-    "list_catalog",
     "kind_of",
+    "kv_heads_split_assertion",
+    "list_catalog",
     "load_model_config",
     "model_rules_from_data",
     "with_text_defaults",

@@ -14,19 +14,26 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from attnsel import files
 from attnsel.attention.hybrid import hybrid_layout
+from attnsel.attention.model import heads, kind
 from attnsel.attention.model.dtype import check_dtype_supported, resolve_dtype
 from attnsel.attention.model.facts import ModelFacts
-from attnsel.attention.model import heads
-from attnsel.attention.model import kind
-from attnsel.attention.model.rules import TEXT_CONFIG_KEYS, ModelRules, rules_for
-from attnsel.attention.model.source import CATALOG_DIR, WHAT, ModelSource, catalog_names, closest_names, read_model
 from attnsel.attention.model.hybrid_keys import check_hybrid_config
+from attnsel.attention.model.rules import TEXT_CONFIG_KEYS, ModelRules, rules_for
+from attnsel.attention.model.source import (
+    CATALOG_DIR,
+    WHAT,
+    ModelSource,
+    catalog_names,
+    closest_names,
+    read_model,
+)
 from attnsel.attention.model.validation import check_heads, validate_config
 from attnsel.errors import UserInputError
 
@@ -49,7 +56,7 @@ def catalog_path(name: str) -> Path:
     raise UserInputError(_unknown_name_message(f"Unknown catalog model {name!r}.", name, list_catalog()))
 
 
-def catalog_source(name: str) -> Optional[str]:
+def catalog_source(name: str) -> str | None:
     """Where a catalog config came from (its `_attnsel_source` key)."""
     raw = json.loads(catalog_path(name).read_text(encoding="utf-8"))
     return raw.get(SOURCE_KEY)
@@ -93,12 +100,12 @@ def _unknown_name_message(first: str, name: str, valid: list[str]) -> str:
 def derive_model_facts(
     hf_config: dict,
     *,
-    capability: Optional[tuple[int, int]],
+    capability: tuple[int, int] | None,
     dtype: str = "auto",
     tensor_parallel_size: int = 1,
-    env: Optional[Mapping[str, str]] = None,
-    profile: "str | ModelRules | None" = None,
-    gpu_name: Optional[str] = None,
+    env: Mapping[str, str] | None = None,
+    profile: str | ModelRules | None = None,
+    gpu_name: str | None = None,
     mamba_ssm_cache_dtype: str = "auto",
     mamba_cache_dtype: str = "auto",
     allow_unknown_model_type: bool = False,
@@ -171,7 +178,7 @@ class _ModelKind:
 
     @classmethod
     def read(cls, hf_config: dict, rules: ModelRules, env: Mapping[str, str], allow_unknown: bool,
-             notes: list[str]) -> "_ModelKind":
+             notes: list[str]) -> _ModelKind:
         model_type = kind.model_type(hf_config)
         text, text_where = kind.text_config(hf_config, model_type, rules)
         text_model_type = text.get("model_type", model_type)
@@ -249,7 +256,7 @@ def _features(model: _ModelKind, hf_config: dict, dtype: str, mamba_flags: tuple
     }
 
 
-def _mla_dimensions(text: dict, hf_config: dict) -> dict[str, Optional[int]]:
+def _mla_dimensions(text: dict, hf_config: dict) -> dict[str, int | None]:
     return {
         "qk_nope_head_dim": kind.optional_int(text, "qk_nope_head_dim"),
         "qk_rope_head_dim": kind.optional_int(text, "qk_rope_head_dim"),

@@ -4,8 +4,8 @@ error (from probe/capability.py), the config's checkpoint dtype and `--dtype aut
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 from attnsel.attention.model.rules import ModelRules
 from attnsel.attention.rules import DTYPE_SPELLINGS, parse_dtype
@@ -13,15 +13,15 @@ from attnsel.errors import CheckFailed
 from attnsel.probe import capability as capability_facts
 
 
-def supported_dtypes(capability: Optional[tuple[int, int]]) -> tuple[str, ...]:
+def supported_dtypes(capability: tuple[int, int] | None) -> tuple[str, ...]:
     """`CudaPlatform.supported_dtypes` (§5g), as probe/capability.py states it; None (no GPU named)
     is treated as CC 8.0+."""
     return tuple(capability_facts.supported_dtypes((8, 0) if capability is None else tuple(capability)))
 
 
 def check_dtype_supported(
-    dtype: str, capability: Optional[tuple[int, int]], gpu_name: Optional[str] = None
-) -> Optional[str]:
+    dtype: str, capability: tuple[int, int] | None, gpu_name: str | None = None
+) -> str | None:
     """vLLM's error for bfloat16 on a GPU below CC 8.0 (§5g), or None when the dtype is fine.
 
     A None capability means "not known here", so nothing can be said: None.
@@ -43,7 +43,7 @@ def _torch_name(dtype: str) -> str:
     return f"torch.{dtype}"
 
 
-def _config_dtype(hf_config: Mapping, text_config: Mapping) -> tuple[Optional[str], str]:
+def _config_dtype(hf_config: Mapping, text_config: Mapping) -> tuple[str | None, str]:
     """The checkpoint dtype in vLLM's lookup order (§6 "Config dtype"): value and where."""
     candidates = [
         ("", hf_config),
@@ -75,8 +75,8 @@ def resolve_dtype(
     text_config: Mapping,
     *,
     is_pooling_model: bool,
-    capability: Optional[tuple[int, int]],
-    gpu_name: Optional[str],
+    capability: tuple[int, int] | None,
+    gpu_name: str | None,
     rules: ModelRules,
 ) -> DtypeResolution:
     flag = parse_dtype(requested)
@@ -117,8 +117,8 @@ def _resolve_auto(
     config_dtype: str,
     config_where: str,
     is_pooling_model: bool,
-    capability: Optional[tuple[int, int]],
-    gpu_name: Optional[str],
+    capability: tuple[int, int] | None,
+    gpu_name: str | None,
     rules: ModelRules,
     warnings: list[str],
 ) -> tuple[str, str]:

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
-
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -15,7 +14,7 @@ class VisionFacts:
     head_size: int
     dtype: str
     num_heads: int
-    model_type: Optional[str] = None
+    model_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,23 +42,23 @@ class ModelFacts:
     mamba_ssm_cache_dtype: str
     mamba_cache_dtype: str
     mamba_cache_float32: bool
-    qk_nope_head_dim: Optional[int]
+    qk_nope_head_dim: int | None
     has_index_topk: bool
-    kv_cache_dtype_forced: Optional[str]
-    sliding_window: Optional[int]
-    vision: Optional[VisionFacts]
+    kv_cache_dtype_forced: str | None
+    sliding_window: int | None
+    vision: VisionFacts | None
     profile: str
-    capability: Optional[tuple[int, int]]
-    dtype_error: Optional[str]  # vLLM's bf16-on-old-GPU error (§5g), if it applies
+    capability: tuple[int, int] | None
+    dtype_error: str | None  # vLLM's bf16-on-old-GPU error (§5g), if it applies
     warnings: tuple[str, ...]  # vLLM warning lines, formatted
     infos: tuple[str, ...]  # vLLM info lines, formatted
     notes: tuple[str, ...]  # how each value was derived
     # MLA dims and the sparse indexer's top-k (later rules: TOKENSPEED_MLA, sparse MLA backends)
-    qk_rope_head_dim: Optional[int] = None
-    kv_lora_rank: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    index_topk: Optional[int] = None
-    hybrid_layout: Optional[Any] = None  # attention/hybrid/layout.py HybridLayout (hybrid models)
+    qk_rope_head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    v_head_dim: int | None = None
+    index_topk: int | None = None
+    hybrid_layout: Any | None = None  # attention/hybrid/layout.py HybridLayout (hybrid models)
 
     def selector_fields(self) -> dict[str, Any]:
         """The model-derived fields of `AttentionSelectorConfig` (§2), in its field order."""

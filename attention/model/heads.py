@@ -3,7 +3,7 @@ VLLM_MLA_DISABLE head sizes, KV heads, and the tensor-parallel splits vLLM refus
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from attnsel.attention.model.rules import ModelRules
 from attnsel.errors import CheckFailed, UserInputError
@@ -113,7 +113,7 @@ def check_tensor_parallel(tp: int, total_heads: int, is_attention_free: bool) ->
     return tp
 
 
-def kv_heads_split_assertion(total_kv_heads: int, tp: int) -> Optional[str]:
+def kv_heads_split_assertion(total_kv_heads: int, tp: int) -> str | None:
     """The assertion vLLM's model code fails when it splits `total_kv_heads` over TP ranks, or None.
     The QKV projection splits KV heads over the ranks, or replicates them when there are fewer KV
     heads than ranks (models/llama.py and the other decoders: bare asserts).

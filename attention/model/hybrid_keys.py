@@ -11,9 +11,15 @@ a period or interval is never expanded into one entry per layer.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-from attnsel.attention.model.validation import INT32_MAX, check_config_int, kind_of, shown
+from attnsel.attention.model.validation import (
+    INT32_MAX,
+    check_config_int,
+    kind_of,
+    shown,
+)
 from attnsel.errors import UserInputError
 
 # The sizes attention/hybrid/layout.py reads, per model type (vLLM's get_mamba_state_shape_from_config)
@@ -59,7 +65,7 @@ def check_hybrid_config(text: Mapping[str, Any], model_type: str, where: str = "
     _check_state_size(text, model_type, where)
 
 
-def _layers(text: Mapping, where: str) -> Optional[int]:
+def _layers(text: Mapping, where: str) -> int | None:
     layers = text.get("num_hidden_layers")
     return layers if isinstance(layers, int) else None
 
@@ -148,7 +154,7 @@ def _check_linear_attn_config(text: Mapping, where: str) -> None:
         value = linear.get(key)
         if value is None:
             continue
-        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 1 <= i
+        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 1
                                                   and (layers is None or i <= layers) for i in value):
             raise UserInputError(f"{where}: linear_attn_config.{key} must be a list of layer numbers "
                                  f"(1 to num_hidden_layers), not {shown(value)}")

@@ -5,17 +5,20 @@ dtypes, a forced KV-cache dtype, sliding window, the vision encoder, attention l
 from __future__ import annotations
 
 import difflib
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 from attnsel.attention.model.facts import VisionFacts
 from attnsel.attention.model.heads import positive_int
-from attnsel.attention.model.rules import ARCHITECTURE_SUFFIX_RUNNERS, TEXT_CONFIG_KEYS, ModelRules
+from attnsel.attention.model.rules import (
+    ARCHITECTURE_SUFFIX_RUNNERS,
+    TEXT_CONFIG_KEYS,
+    ModelRules,
+)
 from attnsel.attention.model.validation import shown
 from attnsel.errors import UserInputError
 
 
-
-def optional_int(config: Mapping, key: str) -> Optional[int]:
+def optional_int(config: Mapping, key: str) -> int | None:
     value = config.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -171,8 +174,8 @@ def mamba_cache_dtypes(
     return ssm, conv_flag
 
 
-def sm10x_kv_cache_dtype(architectures: tuple[str, ...], text_config: Mapping, capability: Optional[tuple[int, int]],
-                         rules: ModelRules, notes: list[str]) -> Optional[str]:
+def sm10x_kv_cache_dtype(architectures: tuple[str, ...], text_config: Mapping, capability: tuple[int, int] | None,
+                         rules: ModelRules, notes: list[str]) -> str | None:
     """The KV-cache dtype a model's config hook picks for --kv-cache-dtype auto on CC 10.x (None elsewhere)."""
     if capability is None or int(capability[0]) != 10:
         return None
@@ -185,7 +188,7 @@ def sm10x_kv_cache_dtype(architectures: tuple[str, ...], text_config: Mapping, c
     return None
 
 
-def kv_cache_dtype_forced(hf_config: Mapping, text_config: Mapping, notes: list[str]) -> Optional[str]:
+def kv_cache_dtype_forced(hf_config: Mapping, text_config: Mapping, notes: list[str]) -> str | None:
     for section in (hf_config, text_config):
         quant = section.get("quantization_config") or section.get("compression_config")
         if isinstance(quant, Mapping) and quant.get("kv_cache_scheme") is not None:
@@ -199,7 +202,7 @@ def kv_cache_dtype_forced(hf_config: Mapping, text_config: Mapping, notes: list[
     return None
 
 
-def sliding_window(text_config: Mapping, notes: list[str]) -> Optional[int]:
+def sliding_window(text_config: Mapping, notes: list[str]) -> int | None:
     window = text_config.get("sliding_window")
     if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         return None
@@ -211,7 +214,7 @@ def sliding_window(text_config: Mapping, notes: list[str]) -> Optional[int]:
     return window
 
 
-def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[str]) -> Optional[VisionFacts]:
+def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[str]) -> VisionFacts | None:
     vision = hf_config.get("vision_config")
     built_as = rules.sub_config_model_types.get(str(hf_config.get("model_type")), {}).get("vision_config")
     if vision is None and "vision_config" in hf_config and built_as:
@@ -236,7 +239,7 @@ def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[
     return VisionFacts(head_size=head_size, dtype=dtype, num_heads=heads, model_type=vision_type)
 
 
-def attention_layer_count(hf_config: Mapping) -> Optional[int]:
+def attention_layer_count(hf_config: Mapping) -> int | None:
     """How many decoder layers call the attention kernel in one step (`attnsel verify`: kernel
     time x layers / step time). Hybrid configs say which layers attend: `layer_types`
     ("attention", "full_attention", "sliding_attention"; not "linear_attention"), Nemotron-H's

@@ -10,9 +10,9 @@ Nothing here executes model code; the lists mirror vLLM's own lists and model-cl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from attnsel.attention.versions import choose_profile, profile_name_for
 
@@ -142,7 +142,7 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
     )
 
 
-def rules_for(profile: "str | ModelRules | None" = None) -> ModelRules:
+def rules_for(profile: str | ModelRules | None = None) -> ModelRules:
     """The model rules of one vLLM version (a version name or alias: "seed_0_17", "0.33"; None: the
     library default); unknown names are bad input."""
     if isinstance(profile, ModelRules):

@@ -21,7 +21,6 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 from urllib.parse import urlparse
 
 from attnsel import files
@@ -141,7 +140,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _cache_dir() -> Optional[str]:
+def _cache_dir() -> str | None:
     """The cache huggingface_hub would use, read at call time (its own constants are fixed at import)."""
     if os.environ.get("HF_HUB_CACHE"):
         return os.environ["HF_HUB_CACHE"]

@@ -15,7 +15,8 @@ Every refusal is a UserInputError: one line, exit 2.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from attnsel.errors import UserInputError
 
@@ -202,7 +203,7 @@ def _check_dtype_key(section: Mapping, key: str, prefix: str, where: str) -> Non
 # Flags
 
 
-def check_size(flag: str, value: Optional[int], *, minimum: int = 1, maximum: int = INT32_MAX) -> None:
+def check_size(flag: str, value: int | None, *, minimum: int = 1, maximum: int = INT32_MAX) -> None:
     """A size or count from the command line: a whole number in [minimum, maximum]."""
     if value is None:
         return
@@ -215,11 +216,11 @@ def check_size(flag: str, value: Optional[int], *, minimum: int = 1, maximum: in
         raise UserInputError(f"{flag} {shown(value)} {what.get(maximum, 'is too large')} (at most {maximum})")
 
 
-def check_parallel(flag: str, value: Optional[int]) -> None:
+def check_parallel(flag: str, value: int | None) -> None:
     check_size(flag, value, maximum=MAX_PARALLEL)
 
 
-def check_positive_number(flag: str, value: Optional[float], *, allow_zero: bool = False) -> None:
+def check_positive_number(flag: str, value: float | None, *, allow_zero: bool = False) -> None:
     """A float flag (a tolerance, a timeout): finite and positive (NaN and inf refused)."""
     if value is None:
         return
@@ -228,14 +229,14 @@ def check_positive_number(flag: str, value: Optional[float], *, allow_zero: bool
         raise UserInputError(f"{flag} must be a finite number {bound}, got {value!r}")
 
 
-def check_names(flags: Iterable[tuple[str, Optional[str]]]) -> None:
+def check_names(flags: Iterable[tuple[str, str | None]]) -> None:
     """A name flag that was given must say something: `--dtype ""` is not `--dtype auto`."""
     for flag, value in flags:
         if value is not None and not value.strip():
             raise UserInputError(f"{flag} is empty: give a value or leave the flag out")
 
 
-def check_heads(num_heads: Optional[int], num_kv_heads: Optional[int], where: str = "") -> None:
+def check_heads(num_heads: int | None, num_kv_heads: int | None, where: str = "") -> None:
     """vLLM's Attention layer: `assert num_heads % num_kv_heads == 0` (layers/attention/attention.py),
     with its message; more KV heads than query heads fails the same way."""
     if not num_heads or not num_kv_heads:
@@ -273,9 +274,9 @@ def check_request(request: Any, tensor_parallel_size: int = 1) -> None:
                 " (--num-heads / --num-kv-heads)")
 
 
-def check_tune_flags(*, tolerance: Optional[float], timeout: float, head_size: Optional[int],
-                     num_heads: Optional[int], num_kv_heads: Optional[int], tensor_parallel_size: int,
-                     names: Iterable[tuple[str, Optional[str]]]) -> None:
+def check_tune_flags(*, tolerance: float | None, timeout: float, head_size: int | None,
+                     num_heads: int | None, num_kv_heads: int | None, tensor_parallel_size: int,
+                     names: Iterable[tuple[str, str | None]]) -> None:
     """`attnsel tune`'s flags, before any plan, worker or output folder exists."""
     check_positive_number("--tolerance", tolerance)
     check_positive_number("--timeout", timeout)

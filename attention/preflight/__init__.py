@@ -5,21 +5,29 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.preflight.deployment import Deployment, PreflightResult, run_preflight
+    from attnsel.attention.preflight.deployment import (
+        Deployment,
+        PreflightResult,
+        run_preflight,
+    )
+    from attnsel.attention.preflight.fleet import (
+        FleetPreflightResult,
+        ScopedCheck,
+        run_fleet_preflight,
+    )
     from attnsel.attention.preflight.gpu_checks import target_report
-    from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
-    from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck, run_fleet_preflight
     from attnsel.attention.preflight.outcome import machine_report, raise_if_failed
+    from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
 
 __all__ = [
+    "FAIL",
+    "PASS",
+    "WARN",
     "Check",
     "Deployment",
-    "FAIL",
     "FleetPreflightResult",
-    "PASS",
     "PreflightResult",
     "ScopedCheck",
-    "WARN",
     "machine_report",
     "raise_if_failed",
     "run_fleet_preflight",

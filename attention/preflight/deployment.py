@@ -12,18 +12,38 @@ GPUs (count, one model, links, dtype) are in gpu_checks.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.attention.rules import parse_dtype
-from attnsel.errors import CheckFailed
-from attnsel.probe import GpuInfo, ProbeReport
-from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
 from attnsel.attention.model import derive_model_facts
 from attnsel.attention.preflight.gpu_checks import (
-    TARGET_SOURCE, check_dtype, check_gpu_count, check_interconnect, check_same_model, group_gpus,
+    TARGET_SOURCE,
+    check_dtype,
+    check_gpu_count,
+    check_interconnect,
+    check_same_model,
+    group_gpus,
 )
-from attnsel.attention.preflight.memory_check import memory_check_fields, not_planned, plan_for_group
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check, failing_statuses
+from attnsel.attention.preflight.memory_check import (
+    memory_check_fields,
+    not_planned,
+    plan_for_group,
+)
+from attnsel.attention.preflight.status import (
+    FAIL,
+    PASS,
+    STATUSES,
+    WARN,
+    Check,
+    failing_statuses,
+)
+from attnsel.attention.rules import parse_dtype
+from attnsel.attention.selector import (
+    SelectionRequest,
+    build_selection,
+    explain_selection,
+)
+from attnsel.errors import CheckFailed
+from attnsel.probe import GpuInfo, ProbeReport
 
 
 @dataclass(frozen=True)
@@ -31,24 +51,24 @@ class Deployment:
     """The `vllm serve` flags preflight checks."""
 
     tensor_parallel_size: int
-    attention_backend: Optional[str] = None
-    block_size: Optional[int] = None
-    kv_cache_dtype: Optional[str] = None
+    attention_backend: str | None = None
+    block_size: int | None = None
+    kv_cache_dtype: str | None = None
     dtype: str = "auto"
     strict: bool = False  # --strict: a warning fails the run too (and mixed GPU models fail their check)
     # the memory check's flags (attention/memory): None means vLLM's default
     pipeline_parallel_size: int = 1
-    gpu_memory_utilization: Optional[float] = None
-    max_model_len: Optional[int] = None
-    max_num_seqs: Optional[int] = None
-    max_num_batched_tokens: Optional[int] = None
-    quantization: Optional[str] = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    quantization: str | None = None
     enforce_eager: bool = False
     # read by the attention check only: the GPU layout and memory of context parallelism are not modelled
     decode_context_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
     not_checked: tuple[str, ...] = ()  # what the flags said that no check reads (--attention-config keys)
-    serve_line_note: Optional[str] = None  # a pasted serve line's flags no check reads (--port, ...)
+    serve_line_note: str | None = None  # a pasted serve line's flags no check reads (--port, ...)
 
     def vllm_flags(self) -> list[str]:
         flags = ["--tensor-parallel-size", str(self.tensor_parallel_size)]
@@ -76,13 +96,13 @@ class Deployment:
 @dataclass(frozen=True)
 class PreflightResult:
     deployment: Deployment
-    model: Optional[str]
+    model: str | None
     checks: tuple[Check, ...]
     gpus: tuple[GpuInfo, ...]  # the GPUs the TP group uses
     probe_source: str
     explanation: Any = None  # attention.selector.Explanation, when the attention step ran
     model_facts: Any = None  # attention.model_facts.ModelFacts
-    profile_reason: Optional[str] = None  # which vLLM rule profile answered, and why
+    profile_reason: str | None = None  # which vLLM rule profile answered, and why
     memory: Any = None  # attention.memory.MemoryPlan of the group's smallest GPU, when the memory step ran
 
     @property
@@ -132,7 +152,7 @@ def _attention_hint(e: Any) -> str:
 # Attention: the explain rules on the deployment's model and GPU 0
 
 
-def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: Optional[str]) -> Any:
+def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: str | None) -> Any:
     """`explain` for the model's derived facts (attention/model/config.py) and the deployment's flags:
     the same inputs `attnsel explain --model` builds (attention/selector/request.py)."""
     request = SelectionRequest(
@@ -155,7 +175,7 @@ class _Steps:
 
 
 def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, *, profile: Any,
-                  model: Optional[str] = None, profile_reason: Optional[str] = None) -> PreflightResult:
+                  model: str | None = None, profile_reason: str | None = None) -> PreflightResult:
     """Every check, in the order a user fixes them. `hf_config`: the model's config.json dict.
     Bad input (unknown dtype, bad config) raises UserInputError; vLLM refusals become `fail` checks."""
     tp = deployment.tensor_parallel_size

@@ -18,15 +18,29 @@ v1/core/kv_cache_utils.py):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from attnsel.attention.preflight.deployment import Deployment, run_preflight
 from attnsel.attention.preflight.gpu_checks import check_interconnect, check_same_model
-from attnsel.attention.preflight.status import FAIL, PASS, STATUSES, WARN, Check, failing_statuses
+from attnsel.attention.preflight.status import (
+    FAIL,
+    PASS,
+    STATUSES,
+    WARN,
+    Check,
+    failing_statuses,
+)
 from attnsel.probe import GpuInfo, ProbeReport
-from attnsel.probe.fleet import FleetProbe, NodeProbe
-from attnsel.probe.fleet import FleetVerdict, fleet_verdict, model_classes, model_of
+from attnsel.probe.fleet import (
+    FleetProbe,
+    FleetVerdict,
+    NodeProbe,
+    fleet_verdict,
+    model_classes,
+    model_of,
+)
 
 FLEET = "fleet"
 PG_WAIT_TIMEOUT = 1800  # vLLM ray_utils.PG_WAIT_TIMEOUT
@@ -59,11 +73,11 @@ class ScopedCheck:
 class FleetPreflightResult:
     deployment: Deployment
     pipeline_parallel_size: int
-    model: Optional[str]
+    model: str | None
     checks: tuple[ScopedCheck, ...]
     explanations: tuple[tuple[str, Any], ...]  # (GPU model, attention.selector.Explanation)
     model_facts: Any
-    profile_reason: Optional[str]
+    profile_reason: str | None
     fleet: FleetProbe
     verdict: FleetVerdict
 
@@ -81,8 +95,8 @@ class FleetPreflightResult:
 
 
 def run_fleet_preflight(fleet: FleetProbe, hf_config: dict, deployment: Deployment, pipeline_parallel_size: int,
-                        *, profile: Any, model: Optional[str] = None,
-                        profile_reason: Optional[str] = None) -> FleetPreflightResult:
+                        *, profile: Any, model: str | None = None,
+                        profile_reason: str | None = None) -> FleetPreflightResult:
     """Every check, in the order a user fixes them: nodes, GPUs per node, placement, one model,
     interconnect, then the model and attention per GPU model and one verdict across them."""
     tp, pp = deployment.tensor_parallel_size, pipeline_parallel_size

@@ -4,11 +4,16 @@ A `ProbeReport` in, a `Check` out; also the report of a target machine described
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
 from attnsel.probe import GpuInfo, ProbeReport, bf16_error, same_model
-from attnsel.probe.links import VLLM_CAR_NO_P2P, VLLM_CAR_PCIE_ONLY, unknown_verdict, vllm_fully_connected
+from attnsel.probe.links import (
+    VLLM_CAR_NO_P2P,
+    VLLM_CAR_PCIE_ONLY,
+    unknown_verdict,
+    vllm_fully_connected,
+)
 
 PCI_BUS_ID = "PCI_BUS_ID"
 
@@ -68,7 +73,7 @@ def group_gpus(report: ProbeReport, tp: int) -> list[GpuInfo]:
     return sorted(report.gpus, key=lambda g: g.index)[:tp]
 
 
-def check_gpu_count(report: ProbeReport, tp: int, parallel: Optional[str] = None) -> Check:
+def check_gpu_count(report: ProbeReport, tp: int, parallel: str | None = None) -> Check:
     """Enough usable GPUs for `tp` (with pipeline parallelism: TP x PP, named by `parallel`)."""
     needs = parallel or f"--tensor-parallel-size {tp}"
     lower = "--tensor-parallel-size" if parallel is None else "--tensor-parallel-size or --pipeline-parallel-size"
@@ -187,7 +192,7 @@ def check_interconnect(report: ProbeReport, tp: int) -> Check:
     )
 
 
-def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: Optional[str] = None) -> Check:
+def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: str | None = None) -> Check:
     """vLLM's check_if_supports_dtype looks at GPU 0 only (docs/vllm-rules.md §5g); other GPUs of the group
     with a lower capability fail later, inside the kernels."""
     where = f" ({dtype_source})" if dtype_source else ""

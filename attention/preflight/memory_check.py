@@ -6,8 +6,8 @@ rank asks for the same KV cache, vllm#34076)."""
 from __future__ import annotations
 
 import dataclasses
-
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from attnsel.attention.memory import (
     MAX_MODEL_LEN,
@@ -23,7 +23,7 @@ from attnsel.attention.memory.checkpoint import checkpoint_folder
 from attnsel.attention.preflight.status import FAIL, PASS, WARN
 
 
-def memory_flags(deployment: Any, model: Optional[str] = None) -> MemoryFlags:
+def memory_flags(deployment: Any, model: str | None = None) -> MemoryFlags:
     """The deployment's flags the memory plan reads: each MemoryFlags field the deployment carries
     under the same name (the entry point stays MemoryFlags' default, `vllm serve`'s)."""
     flags = MemoryFlags(**{f.name: getattr(deployment, f.name) for f in dataclasses.fields(MemoryFlags)
@@ -40,7 +40,7 @@ def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
 
 
 def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
-                   group: Sequence[Any], probed: bool, model: Optional[str] = None) -> Any:
+                   group: Sequence[Any], probed: bool, model: str | None = None) -> Any:
     """The plan of the group's smallest GPU; None without a GPU's memory or the release's memory data."""
     sized = [g for g in group if g.memory_total_bytes]
     if not sized:
@@ -52,7 +52,7 @@ def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, 
                       capability=min((g.compute_capability for g in sized if g.compute_capability), default=None))
 
 
-def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, Optional[str], Optional[str]]:
+def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, str | None, str | None]:
     """(status, message, hint, vLLM's message) of the `memory` check; `why_not`: why there is no plan."""
     if plan is None:
         return WARN, f"not checked: {why_not}", None, None

@@ -3,15 +3,15 @@ named by --gpu), and exit 1 with one line naming each failed check once the chec
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.errors import CheckFailed, UserInputError
-from attnsel.probe import ProbeReport
 from attnsel.attention.preflight.gpu_checks import target_report
 from attnsel.attention.preflight.status import FAIL, WARN
+from attnsel.errors import CheckFailed, UserInputError
+from attnsel.probe import ProbeReport
 
 
-def machine_report(gpu: Optional[str], num_gpus: Optional[int], tp: int) -> ProbeReport:
+def machine_report(gpu: str | None, num_gpus: int | None, tp: int) -> ProbeReport:
     """The GPUs to check: a target machine described by --gpu/--num-gpus (default: TP such GPUs), else
     this one, probed as `attnsel probe` does (NVML first; torch.cuda only if NVML is unavailable)."""
     if gpu is not None:

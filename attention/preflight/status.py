@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 STATUSES = (PASS, WARN, FAIL)  # in rising severity: the worst of several checks is the one with the highest index
@@ -21,8 +20,8 @@ class Check:
     name: str  # short id: gpu-count, same-model, interconnect, model-config, dtype, attention
     status: str  # pass | warn | fail
     message: str
-    hint: Optional[str] = None  # what to do next, one line
-    vllm_message: Optional[str] = None  # vLLM's own text (error or log line), verbatim
+    hint: str | None = None  # what to do next, one line
+    vllm_message: str | None = None  # vLLM's own text (error or log line), verbatim
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -11,8 +11,8 @@ refuses it too, and a spelling attnsel took that vLLM refuses would make a comma
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping, Optional
 
 from attnsel.errors import UserInputError
 from attnsel.probe import capability as capability_facts
@@ -64,7 +64,7 @@ def preferred_dtype(capability: tuple[int, int]) -> str:
     return capability_facts.supported_dtypes((int(major), int(minor)))[0]
 
 
-def shape_dtype(text: str, capability: Optional[tuple[int, int]]) -> str:
+def shape_dtype(text: str, capability: tuple[int, int] | None) -> str:
     """The dtype of a request without a model config: `parse_dtype`, with "auto" resolved for the
     GPU (it needs one: None is bad input)."""
     dtype = parse_dtype(text)

@@ -15,9 +15,10 @@ In vLLM's order (docs/memory.md, "vLLM's start-up checks"):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class QuantizationRules:
     sources: Mapping[str, str]
 
     @classmethod
-    def from_data(cls, data: Optional[Mapping[str, Any]]) -> Optional["QuantizationRules"]:
+    def from_data(cls, data: Mapping[str, Any] | None) -> QuantizationRules | None:
         if not data or not data.get("methods"):
             return None
         return cls(methods=tuple(data["methods"]),
@@ -65,7 +66,7 @@ class QuantizationRefusal:
     fix: str
 
 
-def checkpoint_method(hf_config: Mapping[str, Any]) -> Optional[str]:
+def checkpoint_method(hf_config: Mapping[str, Any]) -> str | None:
     """The checkpoint's quant_method (vLLM's model_arch_config.quantization_config; a VLM's text_config)."""
     text = hf_config.get("text_config")
     section = hf_config.get("quantization_config") or hf_config.get("compression_config") or (
@@ -76,15 +77,15 @@ def checkpoint_method(hf_config: Mapping[str, Any]) -> Optional[str]:
     return str(method) if method not in (None, "") else None
 
 
-def _has_file(folder: Optional[str], names: tuple[str, ...]) -> bool:
+def _has_file(folder: str | None, names: tuple[str, ...]) -> bool:
     if folder is None:
         return False  # a model name or a lone config.json: the config says the checkpoint is not quantized
     return any(p.name.endswith(names) for p in Path(folder).glob("*.json"))
 
 
-def quantization_refusal(rules: Optional[QuantizationRules], flag: Optional[str], hf_config: Mapping[str, Any],
-                         capability: Optional[tuple[int, int]], model_dir: Optional[str] = None
-                         ) -> Optional[QuantizationRefusal]:
+def quantization_refusal(rules: QuantizationRules | None, flag: str | None, hf_config: Mapping[str, Any],
+                         capability: tuple[int, int] | None, model_dir: str | None = None
+                         ) -> QuantizationRefusal | None:
     """vLLM's refusal of the model's quantization on this GPU, or None (it passes these checks)."""
     if rules is None:
         return None

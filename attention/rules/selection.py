@@ -5,8 +5,9 @@ verdict, a log line, what vLLM raises, and the whole `Explanation`. No torch, no
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.rules.spec import attn_type_str
 
@@ -33,8 +34,8 @@ class SelectorInputs:
 
     head_size: int
     dtype: str  # "float16" | "bfloat16" | "float32"
-    kv_cache_dtype: Optional[str] = "auto"
-    block_size: Optional[int] = None
+    kv_cache_dtype: str | None = "auto"
+    block_size: int | None = None
     use_mla: bool = False
     has_sink: bool = False
     use_sparse: bool = False
@@ -51,10 +52,10 @@ class SelectorInputs:
     use_dcp: bool = False
     use_rswa: bool = False
 
-    def replace(self, **changes: Any) -> "SelectorInputs":
+    def replace(self, **changes: Any) -> SelectorInputs:
         return dataclasses.replace(self, **changes)
 
-    def vllm_repr(self, profile: "RuleProfile") -> str:
+    def vllm_repr(self, profile: RuleProfile) -> str:
         """`AttentionSelectorConfig.__repr__` exactly as vLLM prints it (f-string fields) in the
         release `profile` describes (the vocabulary sits below the versions, so the caller names it)."""
         values = {
@@ -101,34 +102,34 @@ class SelectionContext:
     """
 
     capability: tuple[int, int]
-    num_heads: Optional[int] = None
-    user_backend: Optional[str] = None
+    num_heads: int | None = None
+    user_backend: str | None = None
     is_hybrid: bool = False
     is_attention_free: bool = False
     mamba_cache_float32: bool = False
-    qk_nope_head_dim: Optional[int] = None
+    qk_nope_head_dim: int | None = None
     model_dims_known: bool = True
     has_index_topk: bool = False
-    use_trtllm_attention: Optional[bool] = None
+    use_trtllm_attention: bool | None = None
     batch_invariant: bool = False
     has_flashinfer_cubin: bool = True
-    flash_attn_version_override: Optional[int] = None
-    importable: Optional[Mapping[str, bool]] = None
-    gpu_name: Optional[str] = None
+    flash_attn_version_override: int | None = None
+    importable: Mapping[str, bool] | None = None
+    gpu_name: str | None = None
     # later rules (docs/vllm-rules.md §9): MLA dims for TOKENSPEED_MLA / sparse FlashInfer, the indexer
     # top-k for FLASH_ATTN_MLA_SPARSE_FA4, and the context-parallel sizes behind use_dcp/use_pcp.
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    kv_lora_rank: Optional[int] = None
-    index_topk: Optional[int] = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    index_topk: int | None = None
     decode_context_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
     # KV heads per GPU (later FlashInfer: GQA on CC 10.x with TRT-LLM allows kernel blocks up to
     # 1024); None = unknown, read as "not GQA"
-    num_kv_heads: Optional[int] = None
+    num_kv_heads: int | None = None
     # a hybrid model's state layout and Mamba cache flags (attention/hybrid/pages.py HybridSetup);
     # None: vLLM's hybrid block size is not computed
-    hybrid: Optional[Any] = None
+    hybrid: Any | None = None
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -140,14 +141,14 @@ class SelectionContext:
         # getattr(hf_text_config, "qk_nope_head_dim", 1) in FlashInfer MLA (docs/vllm-rules.md §3b)
         return 1 if self.qk_nope_head_dim is None else self.qk_nope_head_dim
 
-    def replace(self, **changes: Any) -> "SelectionContext":
+    def replace(self, **changes: Any) -> SelectionContext:
         return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
 class BackendVerdict:
     name: str
-    priority: Optional[int]  # index in vLLM's priority list; None when not in the list
+    priority: int | None  # index in vLLM's priority list; None when not in the list
     valid: bool
     reasons: tuple[str, ...]
 
@@ -180,30 +181,30 @@ class Explanation:
     profile: str
     vllm_version: str
     capability: tuple[int, int]
-    gpu_name: Optional[str]
+    gpu_name: str | None
     inputs: SelectorInputs
     context: SelectionContext
     backends: tuple[BackendVerdict, ...]  # the priority list, evaluated on `inputs` as given
-    explicit_backend: Optional[BackendVerdict]  # --attention-backend, evaluated on `inputs`
-    selected: Optional[str]
-    block_size: Optional[int]
-    kernel_block_size: Optional[int]
-    kernel_block_sizes: Optional[tuple[Any, ...]]
-    kv_cache_layout: Optional[str]
-    flash_attn_version: Optional[int]
+    explicit_backend: BackendVerdict | None  # --attention-backend, evaluated on `inputs`
+    selected: str | None
+    block_size: int | None
+    kernel_block_size: int | None
+    kernel_block_sizes: tuple[Any, ...] | None
+    kv_cache_layout: str | None
+    flash_attn_version: int | None
     logs: tuple[LogLine, ...]
-    error: Optional[str]
-    error_type: Optional[str]
-    error_phase: Optional[str]
-    layer_config_repr: Optional[str]  # AttentionSelectorConfig the layers pass (final block size)
+    error: str | None
+    error_type: str | None
+    error_phase: str | None
+    layer_config_repr: str | None  # AttentionSelectorConfig the layers pass (final block size)
     notes: tuple[str, ...] = ()
-    profile_note: Optional[str] = None
-    profile_reason: Optional[str] = None  # which profile answered and why (set by the CLI)
-    hybrid: Optional[Any] = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
+    profile_note: str | None = None
+    profile_reason: str | None = None  # which profile answered and why (set by the CLI)
+    hybrid: Any | None = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
     # attention/explain/explicit_block_sizes.py: what each explicit --block-size would do (hybrid models, set by explain)
     explicit_block_sizes: tuple[Any, ...] = ()
     # the forced flags that change what vLLM would do on its own (set by explain; None: not worked out)
-    flags_to_paste: Optional[tuple[str, ...]] = None
+    flags_to_paste: tuple[str, ...] | None = None
     # the release's known vLLM faults this answer meets (attention/versions/faults.py FaultMatch; set by explain)
     known_faults: tuple[Any, ...] = ()
 

@@ -10,8 +10,9 @@ vLLM 0.34.0 vllm/utils/argparse_utils.py:30 `human_readable_int` and :77 `human_
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from attnsel.errors import UserInputError
 
@@ -69,7 +70,7 @@ def _shown(value: str, limit: int = 60) -> str:
 SERVE_INT_FLAGS = {"--max-model-len": True, "--max-num-batched-tokens": False}
 
 
-def serve_int(flag: str, value: Optional[str]) -> Optional[int]:
+def serve_int(flag: str, value: str | None) -> int | None:
     """A `vllm serve` integer flag's value as vLLM parses it; None stays None (the flag not given)."""
     if value is None:
         return None
@@ -85,7 +86,7 @@ ATTENTION_CONFIG_FLAGS = ("--attention-config", "--attention_config", "-ac")
 BOTH_BACKENDS = "attention_backend and attention_config.backend are mutually exclusive"
 
 
-def backend_flag(value: Optional[str]) -> Optional[str]:
+def backend_flag(value: str | None) -> str | None:
     """--attention-backend as vLLM reads it: `auto` (any case) is vLLM's own choice, as if not given."""
     if value is not None and value.strip().lower() == AUTO_BACKEND:
         return None
@@ -99,7 +100,7 @@ def split_dotted_attention_config(args: list) -> tuple:
     import json
 
     kept: list = []
-    merged: Optional[dict] = None
+    merged: dict | None = None
     i = 0
     while i < len(args):
         arg = args[i]
@@ -137,7 +138,7 @@ def split_dotted_attention_config(args: list) -> tuple:
     return kept, merged
 
 
-def attention_config(text: Optional[str], dotted: Optional[dict]) -> dict:
+def attention_config(text: str | None, dotted: dict | None) -> dict:
     """The attention config object: -ac / --attention-config JSON (vLLM expands human-readable numbers in
     it first, arg_utils.py:300), or the dotted keys' object; with both, argparse keeps the last given
     value, which is the dotted keys' object vLLM appends (argparse_utils.py:493-496)."""
@@ -175,9 +176,9 @@ class AttentionFlags:
     --attention-config (JSON or dotted) and attnsel's own --flash-attn-version / --use-trtllm-attention
     are put together."""
 
-    backend: Optional[str] = None  # None: vLLM's own choice (not given, or `auto`)
-    flash_attn_version: Optional[int] = None
-    use_trtllm_attention: Optional[bool] = None
+    backend: str | None = None  # None: vLLM's own choice (not given, or `auto`)
+    flash_attn_version: int | None = None
+    use_trtllm_attention: bool | None = None
     not_checked: tuple[str, ...] = ()  # attention config keys vLLM reads and attnsel does not model
 
     @property
@@ -188,9 +189,9 @@ class AttentionFlags:
                 f"{'this key' if len(self.not_checked) == 1 else 'these keys'}",)
 
 
-def attention_flags(attention_backend: Optional[str], config_text: Optional[str], dotted: Optional[dict],
-                    flash_attn_version: Optional[int] = None,
-                    use_trtllm_attention: Optional[bool] = None) -> AttentionFlags:
+def attention_flags(attention_backend: str | None, config_text: str | None, dotted: dict | None,
+                    flash_attn_version: int | None = None,
+                    use_trtllm_attention: bool | None = None) -> AttentionFlags:
     """The attention flags as vLLM's create_engine_config puts them together (arg_utils.py:2763-2774):
     --attention-backend (a name or `auto`) and the config's backend are exclusive even when one says
     auto (vLLM raises: exit 1); attnsel's --flash-attn-version / --use-trtllm-attention are the config's

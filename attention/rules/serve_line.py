@@ -8,9 +8,8 @@ vllm/entrypoints/cli/serve.py (the positional model tag wins over --model, :56).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import re
+from dataclasses import dataclass, field
 
 from attnsel.errors import UserInputError
 

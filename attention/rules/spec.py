@@ -4,8 +4,9 @@ and small facts several rule modules share (docs/vllm-rules.md §2, §3). No tor
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 IMPORT_ERROR_REASON = "ImportError"  # docs/vllm-rules.md §5b: the literal reason for a missing package
 # Rules that read the model from vLLM's current VllmConfig get it from the SelectionContext; where
@@ -38,10 +39,10 @@ class MultipleOf:
         return {"multiple_of": self.base}
 
 
-KernelBlockSize = Union[int, MultipleOf]
+KernelBlockSize = int | MultipleOf
 
 
-def kernel_sizes_repr(sizes: Optional[list[KernelBlockSize]]) -> str:
+def kernel_sizes_repr(sizes: list[KernelBlockSize] | None) -> str:
     """The Python list repr vLLM prints for `get_supported_kernel_block_sizes()`."""
     if sizes is None:
         return "None"
@@ -57,7 +58,7 @@ def parse_kernel_sizes(raw: list) -> tuple[KernelBlockSize, ...]:
     return tuple(MultipleOf(int(x["multiple_of"])) if isinstance(x, dict) else int(x) for x in raw)
 
 
-def kernel_block_size_for(block_size: int, sizes: Sequence[KernelBlockSize]) -> Optional[int]:
+def kernel_block_size_for(block_size: int, sizes: Sequence[KernelBlockSize]) -> int | None:
     """The kernel block size vLLM's GPU runner uses for a KV-cache block of `block_size`, given one
     backend's `get_supported_kernel_block_sizes()`, or None where vLLM raises "No common block size".
 
@@ -78,7 +79,7 @@ def kernel_block_size_for(block_size: int, sizes: Sequence[KernelBlockSize]) -> 
     return max(divisors) if divisors else None
 
 
-def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> Optional[KernelBlockSize]:
+def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> KernelBlockSize | None:
     """composite.py _intersect_kernel_block_sizes for one pair of entries."""
     if isinstance(lhs, MultipleOf):
         if isinstance(rhs, MultipleOf):
@@ -98,7 +99,7 @@ class BackendSpec:
     dtypes: tuple[str, ...]
     kv_cache_dtypes: Any  # list of names, or {"rule": ..., "list": [...]}
     kernel_block_sizes: tuple[KernelBlockSize, ...]
-    kernel_block_sizes_hybrid_float32_mamba: Optional[tuple[KernelBlockSize, ...]]
+    kernel_block_sizes_hybrid_float32_mamba: tuple[KernelBlockSize, ...] | None
     head_sizes: Any  # "any" | {"list": [...]} | {"multiple_of": n, "max": m} | {"min": n}
     capability: Any  # "any" | {"min": [M, m], "max": [M, m]} | {"majors": [...]}
     sink: Any  # bool | {"rule": ...}
@@ -107,7 +108,7 @@ class BackendSpec:
     sparse: bool
     attn_types: tuple[str, ...]
     per_head_quant_scales: Any
-    combination: Optional[str]
+    combination: str | None
     imports: tuple[str, ...]
     required_layout: Any
     # later selector inputs (docs/vllm-rules.md §9 "New validation reasons"); older releases lack them.
@@ -122,9 +123,9 @@ class BackendSpec:
     device_cpu_query_lens_mismatch: Any = True
     # kernel block sizes computed by a rule (FLASH_ATTN, FLASHINFER in later releases); a composite backend
     # (TRITON_FLASH_ATTN, TRITON_FLASHINFER: vllm/v1/attention/backends/composite.py)
-    kernel_block_sizes_rule: Optional[str] = None
-    composite: Optional[dict] = None
-    vllm_name: Optional[str] = None  # get_name(), when it differs from the enum name
+    kernel_block_sizes_rule: str | None = None
+    composite: dict | None = None
+    vllm_name: str | None = None  # get_name(), when it differs from the enum name
 
     @property
     def module(self) -> str:
@@ -135,12 +136,12 @@ class BackendSpec:
 class FlashAttnResolution:
     """`fa_utils.get_flash_attn_version()` as the `supports_*` helpers call it (no head size)."""
 
-    version: Optional[int]  # None: vLLM's function returns None (the chosen version is unsupported)
+    version: int | None  # None: vLLM's function returns None (the chosen version is unsupported)
     warnings: tuple[str, ...] = ()
 
 
 
-def is_fp8(kv_cache_dtype: Optional[str]) -> bool:
+def is_fp8(kv_cache_dtype: str | None) -> bool:
     """True for the fp8 KV caches tune times (`is_quantized_kv_cache` below is
     vLLM's wider test: every cache but the model dtype's).
 
@@ -150,7 +151,7 @@ def is_fp8(kv_cache_dtype: Optional[str]) -> bool:
     return str(kv_cache_dtype or "auto") in FP8_KV_CACHE_DTYPES
 
 
-def is_quantized_kv_cache(kv_cache_dtype: Optional[str]) -> bool:
+def is_quantized_kv_cache(kv_cache_dtype: str | None) -> bool:
     """vLLM's `is_quantized_kv_cache`: anything but auto/float16/bfloat16 (docs/vllm-rules.md §9)."""
     return kv_cache_dtype is not None and kv_cache_dtype not in UNQUANTIZED_KV_CACHE_DTYPES
 

@@ -8,22 +8,28 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.attention.selector.cudagraph import capture_sizes_for_batches
     from attnsel.attention.selector.engine import (
         Run,
+        backend_kernel_block_size,
         check_supports_dtype,
         explain,
         get_attn_backend_cls,
         get_valid_backends,
-        backend_kernel_block_size,
         reasons_str,
         select_attention_backend,
         strip_unknown_inputs,
         validate_backend,
     )
-    from attnsel.attention.selector.request import SelectionRequest, build_selection, explain_selection, heads_per_gpu
+    from attnsel.attention.selector.request import (
+        SelectionRequest,
+        build_selection,
+        explain_selection,
+        heads_per_gpu,
+    )
     from attnsel.attention.selector.vit import vit_backend
 
 __all__ = [
     "Run",
     "SelectionRequest",
+    "backend_kernel_block_size",
     "build_selection",
     "capture_sizes_for_batches",
     "check_supports_dtype",
@@ -32,7 +38,6 @@ __all__ = [
     "get_attn_backend_cls",
     "get_valid_backends",
     "heads_per_gpu",
-    "backend_kernel_block_size",
     "reasons_str",
     "select_attention_backend",
     "strip_unknown_inputs",

@@ -16,13 +16,11 @@ dry runs).
 
 from __future__ import annotations
 
-from typing import Optional
-
 # AttentionCGSupport order (vllm/v1/attention/backend.py): a larger value supports more batches.
 SUPPORT_LEVELS = {"NEVER": 0, "UNIFORM_SINGLE_TOKEN_DECODE": 1, "UNIFORM_BATCH": 2, "ALWAYS": 3}
 
 
-def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) -> Optional[str]:
+def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) -> str | None:
     """The AttentionCGSupport of `backend`'s builder on a GPU of this capability (None: unknown).
     FLASH_ATTN's builder depends on the FA version vLLM runs: FA3 on CC 9.x (docs/vllm-rules.md §3c), FA4 on
     CC 10.x/11.x where the release has an `fa4` entry (0.33: ALWAYS with FA3 or FA4); FlashInfer
@@ -38,7 +36,7 @@ def cudagraph_support(facts: dict, backend: str, capability: tuple[int, int]) ->
     return entry
 
 
-def decode_launch(facts: Optional[dict], version: str, backend: str, capability: tuple[int, int], kind: str,
+def decode_launch(facts: dict | None, version: str, backend: str, capability: tuple[int, int], kind: str,
                   num_tokens: int) -> tuple[str, str]:
     """("graph" | "eager", why) for one timed row, by a release's recorded CUDA-graph facts (the
     version object's `cudagraph` data, attention/versions/).
@@ -84,7 +82,7 @@ def default_capture_sizes(facts: dict) -> list[int]:
     return sizes
 
 
-def capture_sizes_for_batches(facts: Optional[dict], batches: list[int]) -> Optional[list[int]]:
+def capture_sizes_for_batches(facts: dict | None, batches: list[int]) -> list[int] | None:
     """The capture sizes that decode steps of these batch sizes replay in a default deployment: each
     batch padded to the next default size, as vLLM pads it (batches above the largest size run
     without a graph either way). None when the release's facts do not say how to pass them, or no

@@ -10,10 +10,9 @@ Never imports torch.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-from attnsel.attention.rules import kernel_block_size_for
-from attnsel.attention.versions import RuleProfile
 from attnsel.attention.rules import (
     OPTIONAL_SELECTOR_FIELDS,
     TORCH_DTYPES,
@@ -23,7 +22,9 @@ from attnsel.attention.rules import (
     SelectionContext,
     SelectorInputs,
     VllmRaises,
+    kernel_block_size_for,
 )
+from attnsel.attention.versions import RuleProfile
 from attnsel.errors import UserInputError
 
 
@@ -76,11 +77,11 @@ def reasons_str(invalid: Mapping[str, list[str]]) -> str:
 
 def select_attention_backend(
     profile: RuleProfile,
-    selected_backend: Optional[str],
+    selected_backend: str | None,
     inputs: SelectorInputs,
     ctx: SelectionContext,
     raise_on_invalid: bool = True,
-) -> Optional[str]:
+) -> str | None:
     """`CudaPlatformBase.select_attention_backend` (docs/vllm-rules.md §5c). Raises VllmRaises."""
     if selected_backend is not None:
         errors = validate_backend(profile, selected_backend, inputs, ctx)
@@ -106,7 +107,7 @@ def select_attention_backend(
 # --- kernel block size (tune needs it) --------------------------------------------------------------
 def backend_kernel_block_size(
     profile: RuleProfile, backend: str, block_size: int, ctx: SelectionContext,
-    inputs: Optional[SelectorInputs] = None,
+    inputs: SelectorInputs | None = None,
 ) -> int:
     """The kernel block size vLLM's GPU runner uses with `backend` for a framework block of
     `block_size` (attention/rules/spec.py `kernel_block_size_for`); VllmRaises where vLLM does."""
@@ -160,7 +161,7 @@ class Run:
         self.ctx = ctx
         self.logs: list[LogLine] = []
         self._once: set[str] = set()
-        self.block_size: Optional[int] = None  # the KV block size as far as the flow got
+        self.block_size: int | None = None  # the KV block size as far as the flow got
         self.hybrid: Any = None  # HybridAnswer, once a hybrid model's block size is aligned
 
     def log(self, level: str, message: str, source: str, once: bool = False) -> None:
@@ -184,7 +185,7 @@ def check_supports_dtype(inputs: SelectorInputs, ctx: SelectionContext) -> None:
         )
 
 
-def _fa_warnings(run: Run, inputs: SelectorInputs, user_backend: Optional[str]) -> None:
+def _fa_warnings(run: Run, inputs: SelectorInputs, user_backend: str | None) -> None:
     """FA version warnings (warning_once) that validating FLASH_ATTN logs (docs/vllm-rules.md §3c)."""
     profile, ctx = run.profile, run.ctx
     evaluates_fa = user_backend == "FLASH_ATTN" or (
@@ -195,7 +196,7 @@ def _fa_warnings(run: Run, inputs: SelectorInputs, user_backend: Optional[str]) 
             run.log("warning", message, "fa_utils.get_flash_attn_version", once=True)
 
 
-def get_attn_backend_cls(run: Run, cfg: SelectorInputs, user_backend: Optional[str]) -> str:
+def get_attn_backend_cls(run: Run, cfg: SelectorInputs, user_backend: str | None) -> str:
     """cuda.py `get_attn_backend_cls` + the selector's KV-layout step (docs/vllm-rules.md §5d, §5e, §9)."""
     profile, ctx = run.profile, run.ctx
     try:
@@ -238,7 +239,7 @@ def backend_verdicts(profile: RuleProfile, inputs: SelectorInputs, ctx: Selectio
 
 def _explicit_verdict(
     profile: RuleProfile, name: str, inputs: SelectorInputs, ctx: SelectionContext
-) -> Optional[BackendVerdict]:
+) -> BackendVerdict | None:
     priorities = profile.priority_list(inputs, ctx)
     try:
         reasons = validate_backend(profile, name, inputs, ctx)
@@ -317,8 +318,8 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
 
 
 def _start_up(
-    run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]
-) -> tuple[Optional[int], Optional[str], Optional[SelectorInputs], Optional[VllmRaises]]:
+    run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]
+) -> tuple[int | None, str | None, SelectorInputs | None, VllmRaises | None]:
     """(block size, selected, layer config, error): the flow up to the layers' choice; an error
     stops it with the block size as far as it got and nothing selected."""
     try:
@@ -331,8 +332,8 @@ def _start_up(
 
 
 def _kv_cache_split(
-    run: Run, inputs: SelectorInputs, selected: Optional[str], block_size: Optional[int], notes: list[str]
-) -> tuple[Optional[tuple], Optional[int], Optional[str], Optional[VllmRaises]]:
+    run: Run, inputs: SelectorInputs, selected: str | None, block_size: int | None, notes: list[str]
+) -> tuple[tuple | None, int | None, str | None, VllmRaises | None]:
     """(kernel block sizes, kernel block size, KV layout, error) of the selected backend."""
     # the KV cache is split with the model built: a bare shape's missing model config is there by now
     profile, ctx = run.profile, run.ctx.replace(model_dims_known=True)
@@ -354,7 +355,7 @@ def _kv_cache_split(
     return kernel_sizes, kernel_block_size, layout, error
 
 
-def _runtime_flash_attn_version(run: Run, inputs: SelectorInputs, selected: Optional[str]) -> Optional[int]:
+def _runtime_flash_attn_version(run: Run, inputs: SelectorInputs, selected: str | None) -> int | None:
     fa_runtime = run.profile.code.flash_attn_version(run.ctx, inputs.head_size, inputs)
     if selected == "FLASH_ATTN":
         # FlashAttentionImpl resolves the version again, now with the head size (docs/vllm-rules.md §3c)
@@ -367,17 +368,17 @@ __all__ = [
     "BackendVerdict",
     "Explanation",
     "LogLine",
+    "Run",
     "SelectionContext",
     "SelectorInputs",
     "VllmRaises",
-    "Run",
+    "backend_kernel_block_size",
     "backend_verdicts",
     "check_inputs",
-    "get_attn_backend_cls",
-    "strip_unknown_inputs",
     "explain",
+    "get_attn_backend_cls",
     "get_valid_backends",
-    "backend_kernel_block_size",
     "select_attention_backend",
+    "strip_unknown_inputs",
     "validate_backend",
 ]

@@ -8,14 +8,15 @@ two commands cannot disagree about the same deployment.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
-from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
 from attnsel.attention.model import check_heads, kv_heads_split_assertion
-from attnsel.errors import UserInputError
-from attnsel.attention.versions import block_size_cli_error
+from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
 from attnsel.attention.selector.engine import explain
+from attnsel.attention.versions import block_size_cli_error
+from attnsel.errors import UserInputError
 
 
 @dataclass(frozen=True)
@@ -23,30 +24,30 @@ class SelectionRequest:
     """Explicit inputs (command-line or deployment flags). None means "not given": the model
     config, then vLLM's default, fills it."""
 
-    head_size: Optional[int] = None
-    dtype: Optional[str] = None  # any spelling parse_dtype accepts (attention/rules/dtype.py), or "auto"
-    kv_cache_dtype: Optional[str] = None
-    block_size: Optional[int] = None
-    attention_backend: Optional[str] = None
-    use_mla: Optional[bool] = None
-    has_sink: Optional[bool] = None
-    use_sparse: Optional[bool] = None
-    use_mm_prefix: Optional[bool] = None
-    attn_type: Optional[str] = None
+    head_size: int | None = None
+    dtype: str | None = None  # any spelling parse_dtype accepts (attention/rules/dtype.py), or "auto"
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    attention_backend: str | None = None
+    use_mla: bool | None = None
+    has_sink: bool | None = None
+    use_sparse: bool | None = None
+    use_mm_prefix: bool | None = None
+    attn_type: str | None = None
     # the model's totals, as vLLM's flags and configs state them; build_selection divides them by
     # tensor_parallel_size (heads_per_gpu), as vLLM's ModelConfig does
-    num_heads: Optional[int] = None
+    num_heads: int | None = None
     tensor_parallel_size: int = 1
-    qk_nope_head_dim: Optional[int] = None
-    has_index_topk: Optional[bool] = None
-    flash_attn_version: Optional[int] = None
-    use_trtllm_attention: Optional[bool] = None
+    qk_nope_head_dim: int | None = None
+    has_index_topk: bool | None = None
+    flash_attn_version: int | None = None
+    use_trtllm_attention: bool | None = None
     batch_invariant: bool = False
     flashinfer_cubin: bool = True
-    hybrid: Optional[bool] = None
-    mamba_cache_float32: Optional[bool] = None
+    hybrid: bool | None = None
+    mamba_cache_float32: bool | None = None
     # later selector inputs (docs/vllm-rules.md §9)
-    sliding_window: Optional[bool] = None
+    sliding_window: bool | None = None
     non_causal: bool = False
     kv_connector: bool = False
     dcp: int = 1
@@ -55,23 +56,23 @@ class SelectionRequest:
     rswa: bool = False
     adaptive_verification: bool = False
     # model facts later rules read from vLLM's VllmConfig (docs/vllm-rules.md §9)
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    num_kv_heads: Optional[int] = None  # total, like num_heads
-    kv_lora_rank: Optional[int] = None
-    index_topk: Optional[int] = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_kv_heads: int | None = None  # total, like num_heads
+    kv_lora_rank: int | None = None
+    index_topk: int | None = None
     # hybrid models (attention/hybrid): --enable-prefix-caching / --no-enable-prefix-caching and
     # --mamba-cache-mode; None: vLLM's default for the version
-    prefix_caching: Optional[bool] = None
-    mamba_cache_mode: Optional[str] = None
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
     # --mamba-ssm-cache-dtype / --mamba-cache-dtype (vLLM `MambaDType`); None: "auto"
-    mamba_ssm_cache_dtype: Optional[str] = None
-    mamba_cache_dtype: Optional[str] = None
+    mamba_ssm_cache_dtype: str | None = None
+    mamba_cache_dtype: str | None = None
     # what the flags said that the rules do not read (e.g. --attention-config keys attnsel does not model)
     notes: tuple[str, ...] = ()
     # the attention layers' q_scale is calibrated (not 1.0): True/False as stated; None: from the model's
     # config (attention/explain/faults.py q_scale_of). Not a selector input: known faults read it.
-    calibrated_q_scale: Optional[bool] = None
+    calibrated_q_scale: bool | None = None
 
 
 # SelectionContext fields only some versions' rules read (a version lists them in its data's
@@ -103,14 +104,14 @@ def _pick(explicit: Any, from_model: Any, default: Any) -> Any:
     return default
 
 
-def _has_window(facts: Any) -> Optional[bool]:
+def _has_window(facts: Any) -> bool | None:
     if facts is None:
         return None
     return getattr(facts, "sliding_window", None) is not None
 
 
-def heads_per_gpu(num_heads: Optional[int], num_kv_heads: Optional[int],
-                  tensor_parallel_size: int) -> tuple[Optional[int], Optional[int]]:
+def heads_per_gpu(num_heads: int | None, num_kv_heads: int | None,
+                  tensor_parallel_size: int) -> tuple[int | None, int | None]:
     """(query heads, KV heads) per GPU from the model's totals, as vLLM splits them (None stays None).
 
     config/model.py: `get_num_attention_heads` is total // TP, after `verify_with_parallel_config`
@@ -142,8 +143,8 @@ def build_selection(
     *,
     model_facts: Any = None,
     capability: tuple[int, int],
-    gpu_name: Optional[str] = None,
-    importable: Optional[Mapping[str, bool]] = None,
+    gpu_name: str | None = None,
+    importable: Mapping[str, bool] | None = None,
 ) -> tuple[SelectorInputs, SelectionContext, list[str]]:
     """(SelectorInputs, SelectionContext, notes) for `profile`'s rules.
 
@@ -203,7 +204,7 @@ def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability
     )
 
 
-def _model_mamba_cache_float32(req: SelectionRequest, facts: Any) -> Optional[bool]:
+def _model_mamba_cache_float32(req: SelectionRequest, facts: Any) -> bool | None:
     """Whether the model's (or the flags') Mamba cache dtypes name float32; None when neither says."""
     if facts is not None:
         return "float32" in (facts.mamba_ssm_cache_dtype, facts.mamba_cache_dtype)
@@ -228,9 +229,9 @@ def _context_inputs_read_by(profile: Any, stated: Mapping[str, Any]) -> tuple[di
 
 
 def _selection_context(
-    req: SelectionRequest, facts: Any, extra: Mapping[str, Any], *, heads: Optional[int], use_sparse: bool,
-    model_float32: Optional[bool], capability: tuple[int, int], gpu_name: Optional[str],
-    importable: Optional[Mapping[str, bool]],
+    req: SelectionRequest, facts: Any, extra: Mapping[str, Any], *, heads: int | None, use_sparse: bool,
+    model_float32: bool | None, capability: tuple[int, int], gpu_name: str | None,
+    importable: Mapping[str, bool] | None,
 ) -> SelectionContext:
     """What vLLM's rules read besides the selector config: flag, else model, else default."""
     return SelectionContext(
@@ -304,7 +305,7 @@ def bare_shape_note(profile: Any, inputs: Any, ctx: Any) -> list[str]:
             f"{', '.join(depends)} would be refused (those checks read it): pass --model"]
 
 
-def _kv_heads_per_gpu(facts: Any) -> Optional[int]:
+def _kv_heads_per_gpu(facts: Any) -> int | None:
     """vLLM's ModelConfig.get_num_kv_heads: max(1, total KV heads // tensor_parallel_size)."""
     total = getattr(facts, "num_kv_heads", None)
     if not total:

@@ -8,17 +8,17 @@ backend whose head size, dtype and compute capability pass wins (docs/vllm-rules
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
-from attnsel.attention.versions import RuleProfile
 from attnsel.attention.rules import SelectionContext, VllmRaises
+from attnsel.attention.versions import RuleProfile
 
 
 @dataclass(frozen=True)
 class VitChoice:
     backend: str
-    log: Optional[str]  # the info_once line vLLM prints, or None (TORCH_SDPA fallback logs nothing)
+    log: str | None  # the info_once line vLLM prints, or None (TORCH_SDPA fallback logs nothing)
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "log": self.log}
@@ -32,9 +32,9 @@ def vit_backend(
     profile: RuleProfile,
     head_size: int,
     dtype: str,
-    capability: Optional[tuple[int, int]],
-    override: Optional[str] = None,
-    importable: Optional[Mapping[str, bool]] = None,
+    capability: tuple[int, int] | None,
+    override: str | None = None,
+    importable: Mapping[str, bool] | None = None,
 ) -> VitChoice:
     """The ViT attention backend; raises VllmRaises(AssertionError) for an unsupported override."""
     rules = profile.data["vit"]

@@ -16,19 +16,28 @@ from typing import TYPE_CHECKING
 from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
-    from attnsel.attention.versions.adapter_facts import AdapterFacts, installed_adapter_facts
+    from attnsel.attention.versions.adapter_facts import (
+        AdapterFacts,
+        installed_adapter_facts,
+    )
     from attnsel.attention.versions.backend_names import close_backend_names
     from attnsel.attention.versions.choice import (
-        installed_vllm_version,
         choose_profile,
         get_profile,
+        installed_vllm_version,
         load_profile,
         parse_vllm_version,
         profile_name_for,
         release_profiles,
         select_profile,
     )
-    from attnsel.attention.versions.faults import FaultConfig, FaultMatch, KnownFault, QScale, faults_met
+    from attnsel.attention.versions.faults import (
+        FaultConfig,
+        FaultMatch,
+        KnownFault,
+        QScale,
+        faults_met,
+    )
     from attnsel.attention.versions.profile import RuleProfile, block_size_cli_error
     from attnsel.attention.versions.registry import (
         OWN_KEYS,
@@ -40,20 +49,20 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
 
 __all__ = [
+    "OWN_KEYS",
+    "VERSIONS_DIR",
     "AdapterFacts",
     "FaultConfig",
     "FaultMatch",
     "KnownFault",
     "QScale",
-    "faults_met",
-    "OWN_KEYS",
     "RuleProfile",
-    "VERSIONS_DIR",
     "available_profiles",
     "block_size_cli_error",
-    "close_backend_names",
     "choose_profile",
+    "close_backend_names",
     "diff_patch",
+    "faults_met",
     "get_profile",
     "installed_adapter_facts",
     "installed_vllm_version",

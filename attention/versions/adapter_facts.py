@@ -28,7 +28,6 @@ with its nearest neighbour's facts and `checked` is False: tune says so before t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 SHAPES_FROM = ("get_kv_cache_shape", "kv_cache_layouts")
 KV_SPLITS = ("kv_axis", "packed_content")
@@ -47,16 +46,16 @@ class AdapterFacts:
     mla_forward_mqa: tuple[str, ...]
     cudagraph_support: tuple[str, ...]
     mla_kv_b_proj: str = "none"
-    checked_on: Optional[str] = None
-    cpu_check: Optional[str] = None
+    checked_on: str | None = None
+    cpu_check: str | None = None
     fp8_not_timed: tuple[tuple[str, str], ...] = ()  # (backend, why), from a JSON object
 
-    def fp8_refusal(self, backend: str) -> Optional[str]:
+    def fp8_refusal(self, backend: str) -> str | None:
         """Why `backend` is not timed with an fp8 KV cache on this release; None where it is."""
         return dict(self.fp8_not_timed).get(backend)
 
     @classmethod
-    def from_data(cls, data: dict) -> Optional["AdapterFacts"]:
+    def from_data(cls, data: dict) -> AdapterFacts | None:
         """The facts of a resolved data file; None where it has no `kernel_adapters` section."""
         section = data.get("kernel_adapters")
         if not section:
@@ -85,11 +84,14 @@ class AdapterFacts:
         return f"{self.profile} (not checked on vLLM {self.vllm_version}: {origin})"
 
 
-def installed_adapter_facts() -> tuple[Optional[str], Optional[AdapterFacts], Optional[str]]:
+def installed_adapter_facts() -> tuple[str | None, AdapterFacts | None, str | None]:
     """(the installed vLLM's version, the facts its profile holds, one line when those facts were not
     checked on that release); (None, None, None) without vLLM. The installed version picks the
     profile as the CLI does (choice.py): the same major.minor, else the nearest older one."""
-    from attnsel.attention.versions.choice import installed_vllm_version, profile_for_version
+    from attnsel.attention.versions.choice import (
+        installed_vllm_version,
+        profile_for_version,
+    )
 
     installed = installed_vllm_version()
     if installed is None:

@@ -7,7 +7,7 @@ removed it (from the version data). vLLM itself lists every enum member of every
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from attnsel.attention.versions.registry import resolved_data
 
@@ -45,7 +45,7 @@ def _spelling_key(name: str) -> str:
     return "".join(ch for ch in name.upper().replace("ATTENTION", "ATTN") if ch.isalnum())
 
 
-def removed_in(profile: RuleProfile, typed: str) -> Optional[str]:
+def removed_in(profile: RuleProfile, typed: str) -> str | None:
     """"vLLM 0.20.0 removed X (0.19.0 had it)" or "vLLM 0.25.0 added X" from the releases' registries;
     None when no modelled release had it and it is not a known older backend."""
     from attnsel.attention.versions.choice import release_profiles

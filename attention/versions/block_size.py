@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.attention.rules import MultipleOf, kernel_sizes_repr
-from attnsel.attention.versions.profile import RuleProfile
+from attnsel.attention.rules import (
+    MultipleOf,
+    SelectionContext,
+    SelectorInputs,
+    VllmRaises,
+    kernel_sizes_repr,
+)
 from attnsel.attention.selector import (
     Run,
     get_attn_backend_cls,
@@ -29,9 +34,9 @@ from attnsel.attention.selector import (
     reasons_str,
     select_attention_backend,
 )
-from attnsel.attention.rules import SelectionContext, SelectorInputs, VllmRaises
+from attnsel.attention.versions.profile import RuleProfile
 
-FlowResult = tuple[Optional[int], Optional[str], Optional[SelectorInputs]]  # block size, backend, layer config
+FlowResult = tuple[int | None, str | None, SelectorInputs | None]  # block size, backend, layer config
 
 
 class BlockSizeFlow:
@@ -43,7 +48,7 @@ class BlockSizeFlow:
     def __init__(self, **params: Any):
         self.params = params
 
-    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]) -> FlowResult:
         raise NotImplementedError
 
     def layer_inputs(self, inputs: SelectorInputs) -> SelectorInputs:
@@ -54,8 +59,8 @@ class BlockSizeFlow:
         """Log lines `get_attn_backend_cls` adds once a layer picked `chosen` (none by default)."""
 
     def hybrid_block_size(
-        self, run: Run, inputs: SelectorInputs, backends: list[str], block_size: Optional[int], notes: list[str]
-    ) -> Optional[int]:
+        self, run: Run, inputs: SelectorInputs, backends: list[str], block_size: int | None, notes: list[str]
+    ) -> int | None:
         """The block size of an attention + Mamba model: the attention page made at least one Mamba
         state page (attention/hybrid/pages.py, the version data's `hybrid` rules). Without a state
         layout (flags only, or a model type attnsel has no shape formula for) the size stays, with a note."""
@@ -79,7 +84,7 @@ class BlockSizeFlow:
         return answer.block_size
 
     @staticmethod
-    def attention_free(run: Run, inputs: SelectorInputs, block_size: Optional[int], notes: list[str]) -> FlowResult:
+    def attention_free(run: Run, inputs: SelectorInputs, block_size: int | None, notes: list[str]) -> FlowResult:
         notes.append("attention-free model: no attention layer asks for a backend")
         return block_size, None, None
 
@@ -94,7 +99,7 @@ class ConfigTimeFlow(BlockSizeFlow):
         "(HybridAttentionMambaModelConfig); attnsel does not compute that size without the model's config"
     )
 
-    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]) -> FlowResult:
         if run.ctx.is_hybrid:
             block_size = self.hybrid_block_size(run, inputs, [], inputs.block_size, notes)
         else:
@@ -118,7 +123,7 @@ class LayerBackendsFlow(BlockSizeFlow):
         "(update_block_size_for_backend); without the model's config attnsel shows the attention backend's size only"
     )
 
-    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]) -> FlowResult:
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, inputs.block_size, notes)
         selected = get_attn_backend_cls(run, inputs, user_backend)
@@ -152,7 +157,7 @@ class Release017Flow(ConfigTimeFlow):
     def layer_inputs(self, inputs: SelectorInputs) -> SelectorInputs:
         return inputs.replace(block_size=None)  # cuda.py:351 get_attn_backend_cls
 
-    def run(self, run: Run, inputs: SelectorInputs, user_backend: Optional[str], notes: list[str]) -> FlowResult:
+    def run(self, run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]) -> FlowResult:
         block_size = inputs.block_size
         if run.ctx.is_hybrid:
             block_size = self.hybrid_block_size(run, inputs, [], block_size, notes)
@@ -172,8 +177,8 @@ CUDA_PY_0_17 = "cuda.py check_and_update_config"
 
 
 def mla_block_size_and_backend(
-    run: Run, inputs: SelectorInputs, user_backend: Optional[str], block_size: int
-) -> tuple[int, Optional[str]]:
+    run: Run, inputs: SelectorInputs, user_backend: str | None, block_size: int
+) -> tuple[int, str | None]:
     """cuda.py:186-279, step by step: the MLA kernel the start-up expects and the block size it forces
     for it; on 10.x with qk_nope_head_dim 128 (and no index_topk) FLASHINFER_MLA becomes the backend."""
     ctx = run.ctx
@@ -226,7 +231,7 @@ def flow_from_data(data: dict) -> BlockSizeFlow:
 
 
 def update_block_size_for_backend_at_config_time(
-    run: Run, inputs: SelectorInputs, user_backend: Optional[str]
+    run: Run, inputs: SelectorInputs, user_backend: str | None
 ) -> int:
     """cuda.py `_update_block_size_for_backend` (docs/vllm-rules.md §5f). Returns the block size it leaves."""
     profile, ctx = run.profile, run.ctx
@@ -297,8 +302,8 @@ def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, vali
 
 
 def common_block_size(
-    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: Optional[int] = None,
-    inputs: Optional[SelectorInputs] = None,
+    profile: RuleProfile, backends: list[str], ctx: SelectionContext, default: int | None = None,
+    inputs: SelectorInputs | None = None,
 ) -> int:
     """`Platform.update_block_size_for_backend` (docs/vllm-rules.md §9): one block size every layer's backend accepts.
 
@@ -331,7 +336,7 @@ def common_block_size(
 
 def aligned_block_size_error(
     profile: RuleProfile, backends: list[str], block_size: int, ctx: SelectionContext
-) -> Optional[str]:
+) -> str | None:
     """After aligning hybrid / heterogeneous-KV sizes, every backend must accept the size."""
     rejecting = [name for name in dict.fromkeys(backends) if not profile.supports_block_size(name, block_size, ctx)]
     if not rejecting:

@@ -8,8 +8,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Optional
+from functools import cache
 
 from attnsel.attention.versions.profile import RuleProfile
 from attnsel.attention.versions.registry import available_profiles, resolved_data
@@ -19,7 +18,7 @@ from attnsel.files import shown_path
 DEFAULT_PROFILE = "seed_0_17"  # the library default (the era attnsel was specified from)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_profile(name: str) -> RuleProfile:
     """The version object of one data file (built once per process)."""
     return RuleProfile(resolved_data(name))
@@ -28,10 +27,10 @@ def load_profile(name: str) -> RuleProfile:
 @dataclass(frozen=True)
 class ProfileChoice:
     profile: RuleProfile
-    requested: Optional[str]
-    note: Optional[str] = None  # set when the profile only approximates the requested version
+    requested: str | None
+    note: str | None = None  # set when the profile only approximates the requested version
     source: str = "default"  # "--vllm-version" | "installed" | "newest" | "default"
-    installed_version: Optional[str] = None  # vLLM found in this environment (package metadata)
+    installed_version: str | None = None  # vLLM found in this environment (package metadata)
 
     @property
     def reason(self) -> str:
@@ -52,7 +51,7 @@ _VERSION_PREFIX = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 _TOO_MANY_DIGITS = re.compile(r"\d{7,}")  # no version part has more (int() of thousands of digits raises)
 
 
-def parse_vllm_version(text: str) -> Optional[tuple[int, int, int]]:
+def parse_vllm_version(text: str) -> tuple[int, int, int] | None:
     """"0.33.0", "v0.20", "0.19.1rc1.dev5+g1234" -> (0, 33, 0), (0, 20, 0), (0, 19, 1); else None."""
     match = _VERSION_PREFIX.match(str(text).strip().lower())
     if not match or _TOO_MANY_DIGITS.search(match.group(0)):
@@ -127,10 +126,10 @@ NEWEST_ALIAS = "head"  # the newest release in this folder
 def aliases(name: str) -> list[str]:
     """What a profile answers for: its data's `answers_for`, plus `head` for the newest release."""
     listed = list(resolved_data(name).get("answers_for", []))
-    return listed + [NEWEST_ALIAS] if name == release_profiles()[-1] else listed
+    return [*listed, NEWEST_ALIAS] if name == release_profiles()[-1] else listed
 
 
-def profile_name_for(name_or_alias: str) -> Optional[str]:
+def profile_name_for(name_or_alias: str) -> str | None:
     """The profile a name or one of its aliases names exactly; None if none does."""
     wanted = str(name_or_alias).strip().lower()
     for name in available_profiles():
@@ -140,7 +139,7 @@ def profile_name_for(name_or_alias: str) -> Optional[str]:
     return None
 
 
-def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
+def choose_profile(name_or_version: str | None = None) -> ProfileChoice:
     """Pick the profile answering for a profile name or vLLM version; None gives the default.
 
     The default (library API) stays the oldest-era profile; the CLI uses `select_profile()`, which
@@ -164,7 +163,7 @@ def choose_profile(name_or_version: Optional[str] = None) -> ProfileChoice:
     return dataclasses.replace(choice, source="--vllm-version")
 
 
-def installed_vllm_version() -> Optional[str]:
+def installed_vllm_version() -> str | None:
     """The vLLM version installed in this environment, from package metadata (never imports vLLM).
 
     The first `vllm-*.dist-info` on sys.path, as importlib.metadata finds it, read directly:
@@ -185,7 +184,7 @@ def installed_vllm_version() -> Optional[str]:
     return None
 
 
-def _metadata_version(path: str) -> Optional[str]:
+def _metadata_version(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as metadata:
             for line in metadata:
@@ -198,7 +197,7 @@ def _metadata_version(path: str) -> Optional[str]:
     return None
 
 
-def _version_from_importlib() -> Optional[str]:
+def _version_from_importlib() -> str | None:
     import importlib.metadata
 
     try:
@@ -207,7 +206,7 @@ def _version_from_importlib() -> Optional[str]:
         return None
 
 
-def select_profile(version_flag: Optional[str] = None) -> ProfileChoice:
+def select_profile(version_flag: str | None = None) -> ProfileChoice:
     """The CLI's choice: --vllm-version if given; else the installed vLLM's version; else the newest."""
     if version_flag is not None and str(version_flag).strip():
         return choose_profile(version_flag)
@@ -218,6 +217,6 @@ def select_profile(version_flag: Optional[str] = None) -> ProfileChoice:
     return dataclasses.replace(choice, source="installed", installed_version=installed)
 
 
-def get_profile(name_or_version: Optional[str] = None) -> RuleProfile:
+def get_profile(name_or_version: str | None = None) -> RuleProfile:
     """The rule profile for a profile name ("seed_0_17") or a vLLM version ("0.17.0"); loads lazily."""
     return choose_profile(name_or_version).profile

@@ -14,34 +14,39 @@ priority list. Facts: docs/vllm-rules.md §2, §3, §3c, §5a.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from attnsel.attention.rules import IMPORT_ERROR_REASON, BackendSpec, FlashAttnResolution, KernelBlockSize
+from attnsel.attention.rules import (
+    IMPORT_ERROR_REASON,
+    BackendSpec,
+    FlashAttnResolution,
+    KernelBlockSize,
+)
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
-    from attnsel.attention.versions.profile import RuleProfile
     from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions.profile import RuleProfile
 
 
 class RuleCode:
     """Dispatch from rule names in a version's data to the methods that implement them."""
 
-    def __init__(self, profile: "RuleProfile"):
+    def __init__(self, profile: RuleProfile):
         self.profile = profile
 
     # --- what each version implements -------------------------------------------------------
-    def fa_version_supported(self, version: int, ctx: "SelectionContext") -> bool:
+    def fa_version_supported(self, version: int, ctx: SelectionContext) -> bool:
         raise NotImplementedError
 
     def flash_attn_version(
-        self, ctx: "SelectionContext", head_size: Optional[int] = None, inputs: Optional["SelectorInputs"] = None
+        self, ctx: SelectionContext, head_size: int | None = None, inputs: SelectorInputs | None = None
     ) -> FlashAttnResolution:
         raise NotImplementedError
 
     def flash_attn_version_choices(self) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+    def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         raise NotImplementedError
 
     def block_size_flow(self) -> Any:
@@ -58,34 +63,34 @@ class RuleCode:
         return self.profile.params.get("import_failure_format", IMPORT_ERROR_REASON).format(module=module)
 
     # --- rules named in the data ------------------------------------------------------------
-    def _dispatch(self, kind: str, rule: Optional[str]) -> Any:
+    def _dispatch(self, kind: str, rule: str | None) -> Any:
         method = getattr(self, f"_{kind}_{rule}", None)
         if method is None:
             raise ValueError(f"profile {self.profile.name}: no {kind} rule {rule!r} in {type(self).__module__}")
         return method
 
-    def supports_mm_prefix(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+    def supports_mm_prefix(self, spec: BackendSpec, ctx: SelectionContext) -> bool:
         return self.supports_flag(spec, "mm_prefix", ctx)
 
-    def supports_flag(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+    def supports_flag(self, spec: BackendSpec, attr: str, ctx: SelectionContext) -> bool:
         rule = getattr(spec, attr)
         if isinstance(rule, bool):
             return rule
         return self._dispatch("flag", rule["rule"])(ctx)
 
-    def supports_sink(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+    def supports_sink(self, spec: BackendSpec, ctx: SelectionContext) -> bool:
         rule = spec.sink
         if isinstance(rule, bool):
             return rule
         return self._dispatch("sink", rule["rule"])(rule, ctx)
 
-    def supports_per_head_quant_scales(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+    def supports_per_head_quant_scales(self, spec: BackendSpec, ctx: SelectionContext) -> bool:
         rule = spec.per_head_quant_scales
         if isinstance(rule, bool):
             return rule
         return self._dispatch("per_head", rule["rule"])(rule, ctx)
 
-    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: str | None, ctx) -> bool:
         rule = spec.kv_cache_dtypes
         if isinstance(rule, dict):
             return self._dispatch("kv", rule["rule"])(rule, kv_cache_dtype, ctx)
@@ -93,22 +98,22 @@ class RuleCode:
             return True
         return (not rule) or kv_cache_dtype in rule
 
-    def combination_reason(self, spec: BackendSpec, inputs: "SelectorInputs", ctx) -> Optional[str]:
+    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> str | None:
         if spec.combination is None:
             return None
         return self._dispatch("combination", spec.combination)(inputs, ctx)
 
-    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: SelectionContext, inputs) -> list[KernelBlockSize]:
         return self._dispatch("kernel_sizes", spec.kernel_block_sizes_rule)(ctx, inputs)
 
-    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: "SelectionContext", inputs) -> list[KernelBlockSize]:
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: SelectionContext, inputs) -> list[KernelBlockSize]:
         raise ValueError(f"profile {self.profile.name} has no composite backends")
 
     def preferred_block_size_override(
-        self, spec: BackendSpec, ctx: "SelectionContext", inputs, default: int
-    ) -> Optional[int]:
+        self, spec: BackendSpec, ctx: SelectionContext, inputs, default: int
+    ) -> int | None:
         return None
 
     # --- FlashInfer's TRT-LLM path and artifactory (docs/vllm-rules.md §3a, §7) ------------------------
-    def has_nvidia_artifactory(self, ctx: "SelectionContext") -> bool:
+    def has_nvidia_artifactory(self, ctx: SelectionContext) -> bool:
         return bool(ctx.has_flashinfer_cubin)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 
 class QScale(str, Enum):
@@ -35,21 +35,21 @@ class FaultConfig:
     """The configuration a fault is checked against (explain's answer, or one row of tune's plan).
     `flashinfer_cubin` None: not known (a plan made away from the machine)."""
 
-    backend: Optional[str]
-    kv_cache_dtype: Optional[str]
+    backend: str | None
+    kv_cache_dtype: str | None
     capability: tuple[int, int]
     q_scale: QScale = QScale.UNIT
-    flashinfer_cubin: Optional[bool] = True
+    flashinfer_cubin: bool | None = True
     batch_invariant: bool = False
     decode_context_parallel_size: int = 1
-    use_trtllm_attention: Optional[bool] = None
+    use_trtllm_attention: bool | None = None
 
 
 @dataclass(frozen=True)
 class FaultMatch:
     """A fault the configuration meets: `certainty` "met" or "possible", `why` the conditions in words."""
 
-    fault: "KnownFault"
+    fault: KnownFault
     certainty: str
     why: tuple[str, ...]
 
@@ -78,17 +78,17 @@ class KnownFault:
     title: str
     backends: tuple[str, ...]
     kv_cache_dtypes: tuple[str, ...]
-    q_scale: Optional[str] = None
-    decode_query: Optional[str] = None
+    q_scale: str | None = None
+    decode_query: str | None = None
     capabilities: dict = field(default_factory=dict)
     vllm_change: str = ""
-    fixed_in: Optional[str] = None
+    fixed_in: str | None = None
     workaround: str = ""
     evidence: tuple[str, ...] = ()
     checked: dict = field(default_factory=dict)  # release -> what was read to say it is (still) there
 
     @classmethod
-    def from_data(cls, fault_id: str, raw: dict) -> "KnownFault":
+    def from_data(cls, fault_id: str, raw: dict) -> KnownFault:
         return cls(id=fault_id, title=raw["title"], backends=tuple(raw.get("backends", ())),
                    kv_cache_dtypes=tuple(raw.get("kv_cache_dtypes", ())), q_scale=raw.get("q_scale"),
                    decode_query=raw.get("decode_query"), capabilities=dict(raw.get("capabilities") or {}),
@@ -96,7 +96,7 @@ class KnownFault:
                    workaround=raw.get("workaround", ""), evidence=tuple(raw.get("evidence", ())),
                    checked=dict(raw.get("checked") or {}))
 
-    def meets(self, config: FaultConfig) -> Optional[FaultMatch]:
+    def meets(self, config: FaultConfig) -> FaultMatch | None:
         if config.backend not in self.backends or config.kv_cache_dtype not in self.kv_cache_dtypes:
             return None
         why = [f"{config.backend} with --kv-cache-dtype {config.kv_cache_dtype}"]
@@ -111,7 +111,7 @@ class KnownFault:
             why.append(text)
         return FaultMatch(self, "possible" if unknown else "met", tuple(why))
 
-    def _q_scale(self, config: FaultConfig) -> Optional[tuple[Optional[bool], str]]:
+    def _q_scale(self, config: FaultConfig) -> tuple[bool | None, str] | None:
         if self.q_scale != "not_unit":
             return None
         if config.q_scale is QScale.CALIBRATED:
@@ -120,7 +120,7 @@ class KnownFault:
             return None, "q_scale not 1.0 if the checkpoint carries q scales (it carries KV-cache scales)"
         return False, ""
 
-    def _decode(self, config: FaultConfig) -> Optional[tuple[Optional[bool], str]]:
+    def _decode(self, config: FaultConfig) -> tuple[bool | None, str] | None:
         """FlashInfer's native decode with a 16-bit query: where vLLM keeps the query 16-bit for XQA
         (`xqa`), only when XQA is unavailable; where it quantizes the query to fp8 (`fp8_query`), never;
         elsewhere always (the fa2-only GPUs)."""
@@ -140,7 +140,7 @@ class KnownFault:
         return True, f"native decode with a 16-bit query on CC {cc[0]}.{cc[1]} (no fp8 query path there)"
 
 
-def known_faults_from_data(data: Optional[dict[str, Any]]) -> tuple[KnownFault, ...]:
+def known_faults_from_data(data: dict[str, Any] | None) -> tuple[KnownFault, ...]:
     """The release's faults, in id order (entries starting with '_' are comments)."""
     return tuple(KnownFault.from_data(k, v) for k, v in sorted((data or {}).items()) if not k.startswith("_") and v)
 

@@ -8,18 +8,18 @@ Everything that differs between vLLM versions is asked of this object -- never a
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from attnsel.attention.versions.code import RuleCode
 from attnsel.attention.rules import (
     BackendSpec,
     KernelBlockSize,
     MultipleOf,
     parse_kernel_sizes,
 )
-from attnsel.errors import UserInputError
+from attnsel.attention.versions.code import RuleCode
 from attnsel.attention.versions.registry import code_class
 from attnsel.attention.versions.validation import ConfigurationChecks
+from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
     from attnsel.attention.rules import SelectionContext, SelectorInputs
@@ -44,7 +44,7 @@ _OPTIONAL_SPEC_FIELDS = (
 class RuleProfile(ConfigurationChecks):
     """vLLM's selection rules for one version. All methods are pure: (inputs, ctx) -> answer."""
 
-    def __init__(self, data: dict, params: Optional[dict] = None):
+    def __init__(self, data: dict, params: dict | None = None):
         self.data = data
         self.name: str = data["name"]
         self.vllm_version: str = data["vllm_version"]
@@ -52,7 +52,7 @@ class RuleProfile(ConfigurationChecks):
         self.block_sizes: tuple[int, ...] = tuple(data["block_sizes"])
         self.cache_dtypes: tuple[str, ...] = tuple(data["cache_dtypes"])
         self.attention_types: tuple[str, ...] = tuple(data["attention_types"])
-        self.registry: dict[str, Optional[str]] = {name: path for name, path in data["registry"]}
+        self.registry: dict[str, str | None] = {name: path for name, path in data["registry"]}
         self.device_name: str = data["device_name"]
         self._backends = {n: self._parse_backend(n, raw) for n, raw in data["backends"].items()}
 
@@ -61,7 +61,7 @@ class RuleProfile(ConfigurationChecks):
     def __repr__(self) -> str:
         return f"RuleProfile({self.name!r})"
 
-    def with_params(self, **params: Any) -> "RuleProfile":
+    def with_params(self, **params: Any) -> RuleProfile:
         """A variant of this profile, e.g. `with_params(flash_attn_version_rules="0.16.0")`."""
         unknown = set(params) - set(self.params)
         if unknown:
@@ -92,7 +92,7 @@ class RuleProfile(ConfigurationChecks):
         return model_rules_from_data(self.name, self.data["models"])
 
     @property
-    def cudagraph(self) -> Optional[dict]:
+    def cudagraph(self) -> dict | None:
         """How this release launches a step's attention (CUDA-graph mode, capture sizes, each
         builder's AttentionCGSupport): attention/selector/cudagraph.py reads it for tune's launch modes."""
         return self.data.get("cudagraph")
@@ -136,7 +136,7 @@ class RuleProfile(ConfigurationChecks):
         return QuantizationRules.from_data(self.data.get("quantization"))
 
     @property
-    def memory(self) -> Optional[dict]:
+    def memory(self) -> dict | None:
         """How this release sizes its KV cache at start-up and the errors it raises when it cannot
         (attention/memory/plan.py reads it); None for a release whose memory flow is not modelled."""
         return self.data.get("memory")
@@ -203,12 +203,12 @@ class RuleProfile(ConfigurationChecks):
         raise UserInputError(unknown_backend_message(self, upper))
 
     # --- §5a / §9 priorities ------------------------------------------------------------------
-    def priority_list(self, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+    def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         return self.code.priority_list(inputs, ctx)
 
     # --- per-backend facts --------------------------------------------------------------------
     def kernel_block_sizes(
-        self, backend: str, ctx: "SelectionContext", inputs: Optional["SelectorInputs"] = None
+        self, backend: str, ctx: SelectionContext, inputs: SelectorInputs | None = None
     ) -> list[KernelBlockSize]:
         """`get_supported_kernel_block_sizes()`; `inputs` (the model's head size, kv dtype, ...) is
         what later releases' FLASH_ATTN / FLASHINFER read from the current VllmConfig."""
@@ -224,8 +224,8 @@ class RuleProfile(ConfigurationChecks):
         return list(spec.kernel_block_sizes)
 
     def supports_block_size(
-        self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
-        inputs: Optional["SelectorInputs"] = None,
+        self, backend: str, block_size: int | None, ctx: SelectionContext,
+        inputs: SelectorInputs | None = None,
     ) -> bool:
         # AttentionBackend.supports_block_size (docs/vllm-rules.md §2)
         if block_size is None:
@@ -240,8 +240,8 @@ class RuleProfile(ConfigurationChecks):
         return any(block_size % (s.base if isinstance(s, MultipleOf) else s) == 0 for s in sizes)
 
     def preferred_block_size(
-        self, backend: str, ctx: "SelectionContext", default: Optional[int] = None,
-        inputs: Optional["SelectorInputs"] = None,
+        self, backend: str, ctx: SelectionContext, default: int | None = None,
+        inputs: SelectorInputs | None = None,
     ) -> int:
         # get_preferred_block_size(default) as quoted in docs/vllm-rules.md §2
         default = self.params["default_block_size"] if default is None else default
@@ -253,7 +253,7 @@ class RuleProfile(ConfigurationChecks):
             return default
         return min(s.base if isinstance(s, MultipleOf) else s for s in sizes)
 
-    def supports_head_size(self, spec: BackendSpec, head_size: int, ctx: Optional["SelectionContext"] = None) -> bool:
+    def supports_head_size(self, spec: BackendSpec, head_size: int, ctx: SelectionContext | None = None) -> bool:
         rule = spec.head_sizes
         if rule == "any":
             return True
@@ -277,14 +277,12 @@ class RuleProfile(ConfigurationChecks):
             return cc[0] in rule["majors"]
         if "min" in rule and cc < tuple(rule["min"]):
             return False
-        if "max" in rule and cc > tuple(rule["max"]):
-            return False
-        return True
+        return not ("max" in rule and cc > tuple(rule["max"]))
 
     def supports_attn_type(self, spec: BackendSpec, attn_type: str) -> bool:
         return attn_type in spec.attn_types
 
-    def required_kv_cache_layout(self, backend: str, ctx: "SelectionContext") -> Optional[str]:
+    def required_kv_cache_layout(self, backend: str, ctx: SelectionContext) -> str | None:
         rule = self.backend(backend).required_layout
         if isinstance(rule, dict):
             return "HND" if ctx.capability[0] == rule["HND_on_major"] else None
@@ -295,7 +293,7 @@ class RuleProfile(ConfigurationChecks):
         spec = self.backend(backend)
         return [spec.module, *spec.imports]
 
-    def is_importable(self, backend: str, ctx: "SelectionContext") -> bool:
+    def is_importable(self, backend: str, ctx: SelectionContext) -> bool:
         return all(ctx.module_present(m) for m in self.import_modules(backend))
 
     def all_import_modules(self) -> list[str]:
@@ -309,14 +307,14 @@ class RuleProfile(ConfigurationChecks):
         return list(dict.fromkeys(names))
 
     # --- §2 / §9 validate_configuration -------------------------------------------------------
-    def missing_module(self, backend: str, ctx: "SelectionContext") -> Optional[str]:
+    def missing_module(self, backend: str, ctx: SelectionContext) -> str | None:
         for module in self.import_modules(backend):
             if not ctx.module_present(module):
                 return module
         return None
 
 
-def block_size_cli_error(profile: RuleProfile, block_size: Optional[int]) -> Optional[str]:
+def block_size_cli_error(profile: RuleProfile, block_size: int | None) -> str | None:
     """vLLM's argument-parser error for --block-size where the version has the BlockSize Literal
     (docs/vllm-rules.md §4); without it (0.18 on, §9) any int > 0 is accepted."""
     if block_size is None or not profile.block_sizes or block_size in profile.block_sizes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in VERSIONS_DIR.glob("*.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def raw_data(name: str) -> dict:
     """A data file as written (a patch when it names a base)."""
     path = VERSIONS_DIR / f"{name}.json"
@@ -46,7 +46,7 @@ def raw_data(name: str) -> dict:
     return json.loads(text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def resolved_data(name: str) -> dict:
     """A version's full data: its base's, resolved, with this file's changes merged in."""
     raw = raw_data(name)
@@ -115,7 +115,7 @@ def _plain(values: list) -> bool:
     return all(isinstance(v, (str, int, float, bool)) for v in values) and len(set(map(repr, values))) == len(values)
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_class(module: str) -> type:
     """The `Rules` class of `attention/versions/<module>.py`."""
     return importlib.import_module(f"{__package__}.{module}").Rules

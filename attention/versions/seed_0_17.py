@@ -10,10 +10,8 @@ version), §5a (priorities); the seed's vllm/platforms/cuda.py and vllm/v1/atten
 
 from __future__ import annotations
 
-from typing import Optional
-
-from attnsel.attention.versions.code import RuleCode
 from attnsel.attention.rules import FlashAttnResolution
+from attnsel.attention.versions.code import RuleCode
 
 FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # docs/vllm-rules.md §3c, v0.16.0 column
 
@@ -41,7 +39,7 @@ class Rules(RuleCode):
             return ctx.module_present(mods["fa4"]) and major in (9, 10, 11)
         return False
 
-    def flash_attn_version(self, ctx, head_size: Optional[int] = None, inputs=None) -> FlashAttnResolution:
+    def flash_attn_version(self, ctx, head_size: int | None = None, inputs=None) -> FlashAttnResolution:
         without_fa4 = self._fa_rules_without_fa4()
         major = ctx.capability[0]
         warnings: list[str] = []
@@ -112,7 +110,7 @@ class Rules(RuleCode):
         version = self.flash_attn_version(ctx).version
         return version is not None and version >= rule["version"]
 
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # FlashAttentionBackend.supports_kv_cache_dtype: None is fine; any "fp8*" iff FA3 on 9.x
         if kv_cache_dtype is None:
             return True
@@ -120,12 +118,12 @@ class Rules(RuleCode):
             return self.flash_attn_supports_fp8(ctx)
         return kv_cache_dtype in rule["list"]
 
-    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn(self, inputs, ctx) -> str | None:
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
         return None
 
-    def _combination_flash_attn_mla(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn_mla(self, inputs, ctx) -> str | None:
         if not self.flash_attn_supports_mla(ctx):
             return "FlashAttention MLA not supported on this device"
         return None
@@ -133,7 +131,7 @@ class Rules(RuleCode):
     # FlashMLABackend.supports_combination returns is_flashmla_{sparse,dense}_supported()[1]
     FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell devices"
 
-    def _flashmla_available_reason(self, ctx) -> Optional[str]:
+    def _flashmla_available_reason(self, ctx) -> str | None:
         flashmla_c, extension_c = self.profile.data["flashmla_modules"]
         if not ctx.module_present(flashmla_c):
             return (
@@ -144,7 +142,7 @@ class Rules(RuleCode):
             return "vllm._flashmla_extension_C is not available, likely was not compiled due to a build error."
         return None
 
-    def _combination_flashmla(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashmla(self, inputs, ctx) -> str | None:
         """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (docs/vllm-rules.md §3b)."""
         unavailable = self._flashmla_available_reason(ctx)
         if unavailable is not None:
@@ -158,7 +156,7 @@ class Rules(RuleCode):
             return "FlashMLA Dense is only supported on Hopper devices."
         return None
 
-    def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla(self, inputs, ctx) -> str | None:
         if not ctx.model_dims_known:  # vLLM reads hf_text_config only when model_config is not None
             return None
         qk_nope = ctx.effective_qk_nope_head_dim
@@ -166,7 +164,7 @@ class Rules(RuleCode):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim == 128, but got {qk_nope}"
         return None
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> str | None:
         if not ctx.model_dims_known:
             return None
         qk_nope = ctx.effective_qk_nope_head_dim

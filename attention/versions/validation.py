@@ -5,7 +5,7 @@ provides the backend table and the version's code these checks ask."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from attnsel.attention.rules import BackendSpec, attn_type_str
 
@@ -20,20 +20,20 @@ class ConfigurationChecks:
 
     name: str
     params: dict
-    code: "RuleCode"
+    code: RuleCode
 
     if TYPE_CHECKING:  # RuleProfile's own methods (profile.py)
         def backend(self, name: str) -> BackendSpec: ...
         def has_selector_field(self, field_name: str) -> bool: ...
-        def missing_module(self, backend: str, ctx: "SelectionContext") -> Optional[str]: ...
-        def supports_block_size(self, backend: str, block_size: Optional[int], ctx: "SelectionContext",
-                                inputs: Optional["SelectorInputs"] = None) -> bool: ...
+        def missing_module(self, backend: str, ctx: SelectionContext) -> str | None: ...
+        def supports_block_size(self, backend: str, block_size: int | None, ctx: SelectionContext,
+                                inputs: SelectorInputs | None = None) -> bool: ...
         def supports_head_size(self, spec: BackendSpec, head_size: int,
-                               ctx: Optional["SelectionContext"] = None) -> bool: ...
+                               ctx: SelectionContext | None = None) -> bool: ...
         def supports_capability(self, spec: BackendSpec, capability: tuple[int, int]) -> bool: ...
         def supports_attn_type(self, spec: BackendSpec, attn_type: str) -> bool: ...
 
-    def validate(self, backend: str, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+    def validate(self, backend: str, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         """`validate_configuration` reasons in vLLM's order and words; an import failure gives the
         version's import reason (`ImportError`, or `ModuleNotFoundError: ...` in later releases)."""
         spec = self.backend(backend)
@@ -81,7 +81,7 @@ class ConfigurationChecks:
             raise ValueError(f"profile {self.name}: {spec.name} is not a composite backend")
         return [self.backend(spec.composite["general"]), self.backend(spec.composite["causal"])]
 
-    def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: "SelectionContext") -> bool:
+    def head_size_ok(self, spec: BackendSpec, head_size: int, ctx: SelectionContext) -> bool:
         if spec.composite is not None:
             listed = spec.composite.get("head_sizes") or []
             return (not listed or head_size in listed) and all(
@@ -94,12 +94,12 @@ class ConfigurationChecks:
             return all(self.dtype_ok(child, dtype) for child in self._children(spec))
         return dtype in spec.dtypes
 
-    def kv_cache_dtype_ok(self, spec: BackendSpec, kv_cache_dtype: Optional[str], ctx: "SelectionContext") -> bool:
+    def kv_cache_dtype_ok(self, spec: BackendSpec, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         if spec.composite is not None:
             return all(self.kv_cache_dtype_ok(child, kv_cache_dtype, ctx) for child in self._children(spec))
         return self.code.supports_kv_cache_dtype(spec, kv_cache_dtype, ctx)
 
-    def mm_prefix_ok(self, spec: BackendSpec, ctx: "SelectionContext") -> bool:
+    def mm_prefix_ok(self, spec: BackendSpec, ctx: SelectionContext) -> bool:
         if spec.composite is not None:
             # MMPrefixAttentionRouting: only the general child (variant 0) sees image masks
             return self.mm_prefix_ok(self._children(spec)[0], ctx)
@@ -118,12 +118,12 @@ class ConfigurationChecks:
             )
         return self.supports_capability(spec, capability)
 
-    def flag_ok(self, spec: BackendSpec, attr: str, ctx: "SelectionContext") -> bool:
+    def flag_ok(self, spec: BackendSpec, attr: str, ctx: SelectionContext) -> bool:
         if spec.composite is not None and attr in ("sliding_window", "rswa"):
             return all(self.flag_ok(child, attr, ctx) for child in self._children(spec))
         return self.code.supports_flag(spec, attr, ctx)
 
-    def _new_input_reasons(self, spec: BackendSpec, inputs: "SelectorInputs", ctx: "SelectionContext") -> list[str]:
+    def _new_input_reasons(self, spec: BackendSpec, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         """The checks later releases append after the attention type, in the order of vLLM 0.33.0's
         vllm/v1/attention/backend.py `validate_configuration` (R-SWA right after sliding window)."""
         reasons: list[str] = []

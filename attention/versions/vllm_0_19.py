@@ -5,8 +5,6 @@ bench/tools/parity_live.py; each method names the file of vllm/ it follows (rest
 
 from __future__ import annotations
 
-from typing import Optional
-
 from attnsel.attention.rules import UNQUANTIZED_KV_CACHE_DTYPES
 from attnsel.attention.versions import vllm_0_20
 
@@ -14,7 +12,7 @@ from attnsel.attention.versions import vllm_0_20
 class Rules(vllm_0_20.Rules):
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
     @staticmethod
-    def _fa3_upgrades_to_fa4(head_size: Optional[int], head_size_v: Optional[int], has_sinks: bool) -> bool:
+    def _fa3_upgrades_to_fa4(head_size: int | None, head_size_v: int | None, has_sinks: bool) -> bool:
         return False  # no FA3 -> FA4 upgrade on SM90 yet (0.20 adds Diff-KV with sinks)
 
     # --- vllm/platforms/cuda.py _get_backend_priorities ------------------------------------------
@@ -23,7 +21,7 @@ class Rules(vllm_0_20.Rules):
         return kv_cache_dtype.startswith("fp8")  # kv_cache_dtype.startswith("fp8") here
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: fp8* iff flash_attn_supports_fp8()
         if kv_cache_dtype is None:
             return True

@@ -8,7 +8,7 @@ here they come from the SelectionContext (`MODEL_HEADS_WHEN_UNKNOWN` where it gi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from attnsel.attention.rules import (
     DEFAULT_INDEX_TOPK,
@@ -30,11 +30,11 @@ class Rules(seed_0_17.Rules):
     def fa_version(
         self,
         ctx: SelectionContext,
-        inputs: Optional[SelectorInputs] = None,
-        head_size: Optional[int] = None,
-        head_size_v: Optional[int] = None,
+        inputs: SelectorInputs | None = None,
+        head_size: int | None = None,
+        head_size_v: int | None = None,
         has_sinks: bool = False,
-        block_size: Optional[int] = None,
+        block_size: int | None = None,
         supports_fa4_hd256: bool = False,
     ) -> FlashAttnResolution:
         """The FA version vLLM resolves; `inputs` stands for the model config it reads (cache dtype,
@@ -75,7 +75,7 @@ class Rules(seed_0_17.Rules):
         return FlashAttnResolution(version, tuple(warnings))
 
     @staticmethod
-    def _fa3_upgrades_to_fa4(head_size: Optional[int], head_size_v: Optional[int], has_sinks: bool) -> bool:
+    def _fa3_upgrades_to_fa4(head_size: int | None, head_size_v: int | None, has_sinks: bool) -> bool:
         """SM90 cases FA3 cannot run that FA4 can ("...: upgrading FlashAttention 3 -> 4")."""
         if head_size is not None and head_size > 256:
             return True  # "FA3 does not support head_size=N on SM90"
@@ -87,12 +87,12 @@ class Rules(seed_0_17.Rules):
         return version
 
     @staticmethod
-    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+    def _fa4_tmem_exempt(head_size: int, head_size_v: int | None) -> bool:
         # hdim 192 runs for MLA's diff-headdim case (qk=192, v=128)
         return head_size == 192
 
     def flash_attn_version(
-        self, ctx: SelectionContext, head_size: Optional[int] = None, inputs: Optional[SelectorInputs] = None
+        self, ctx: SelectionContext, head_size: int | None = None, inputs: SelectorInputs | None = None
     ) -> FlashAttnResolution:
         # FlashAttentionImpl's call at layer build: head size (and v size) known, hd256 kernel allowed
         if head_size is None:
@@ -157,11 +157,11 @@ class Rules(seed_0_17.Rules):
         return self.fa_version_supported(4, ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_turboquant(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_turboquant(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # TurboQuantAttentionBackend.supports_kv_cache_dtype: None is NOT accepted
         return kv_cache_dtype is not None and kv_cache_dtype.startswith("turboquant_")
 
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: fp8/fp8_e4m3 iff FA3 on 9.x
         if kv_cache_dtype is None:
             return True
@@ -185,7 +185,7 @@ class Rules(seed_0_17.Rules):
         return [16, 32, 64, 128, 256, 512, 1024] if large else [16, 32, 64]
 
     # --- supports_combination texts ------------------------------------------------------------
-    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn(self, inputs, ctx) -> str | None:
         # flash_attn.py FlashAttentionBackend.supports_combination
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
@@ -198,7 +198,7 @@ class Rules(seed_0_17.Rules):
             )
         return None
 
-    def _combination_flashinfer_mla(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla(self, inputs, ctx) -> str | None:
         # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1), read only when
         # vLLM has a model config
         if not ctx.model_dims_known:
@@ -208,7 +208,7 @@ class Rules(seed_0_17.Rules):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
         return None
 
-    def _combination_tokenspeed_mla(self, inputs, ctx) -> Optional[str]:
+    def _combination_tokenspeed_mla(self, inputs, ctx) -> str | None:
         # mla/tokenspeed_mla.py: the package is imported here, not at module import
         if not ctx.module_present("tokenspeed_mla"):
             return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
@@ -223,18 +223,18 @@ class Rules(seed_0_17.Rules):
             )
         return None
 
-    def _index_topk(self, ctx) -> Optional[int]:
+    def _index_topk(self, ctx) -> int | None:
         if not ctx.has_index_topk:
             return None
         return ctx.index_topk if ctx.index_topk is not None else DEFAULT_INDEX_TOPK
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
         return self._flashinfer_mla_sparse_model_reason(ctx)
 
-    def _flashinfer_mla_sparse_model_reason(self, ctx) -> Optional[str]:
+    def _flashinfer_mla_sparse_model_reason(self, ctx) -> str | None:
         # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
         # read only when vLLM has one
         if not ctx.model_dims_known:
@@ -246,7 +246,7 @@ class Rules(seed_0_17.Rules):
             return "FlashInfer MLA Sparse requires model with index_topk config"
         return None
 
-    def _combination_flashinfer_mla_sparse_sm120(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla_sparse_sm120(self, inputs, ctx) -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseSM120Backend (sparse decode API assumed present)
         if inputs.dtype != "bfloat16":
             return "dtype not supported"

@@ -5,7 +5,7 @@ the file of vllm/ it follows (restated, not copied).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
@@ -29,7 +29,7 @@ class Rules(vllm_0_24.Rules):
         return ctx.capability[0] == 10
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # flashinfer.py FlashInferBackend.supports_kv_cache_dtype: nvfp4 only on the SM100 family
         # with TRT-LLM prefill and decode
         if kv_cache_dtype == "nvfp4":

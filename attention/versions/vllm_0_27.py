@@ -5,8 +5,6 @@ Read in the release's wheel, checked with bench/tools/parity_live.py.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from attnsel.attention.rules import FlashAttnResolution
 from attnsel.attention.versions import vllm_0_28
 
@@ -23,17 +21,17 @@ class Rules(vllm_0_28.Rules):
         return version
 
     @staticmethod
-    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+    def _fa4_tmem_exempt(head_size: int, head_size_v: int | None) -> bool:
         return head_size == 256 or (head_size == 192 and head_size_v == 128)
 
-    def flash_attn_version(self, ctx, head_size: Optional[int] = None, inputs=None) -> FlashAttnResolution:
+    def flash_attn_version(self, ctx, head_size: int | None = None, inputs=None) -> FlashAttnResolution:
         # flash_attn.py FlashAttentionImpl passes requires_local_attention (a sliding window): FA4's
         # head-256 path on Blackwell has none, so such a layer falls back to FA2
         resolution = super().flash_attn_version(ctx, head_size, inputs)
         local = inputs is not None and inputs.has_sliding_window
         if resolution.version == 4 and local and ctx.capability[0] >= 10 and head_size == 256:
             warning = "FA4 on Blackwell does not support local attention with head_size=256, defaulting to FA version 2."
-            return FlashAttnResolution(2, resolution.warnings + (warning,))
+            return FlashAttnResolution(2, (*resolution.warnings, warning))
         return resolution
 
     # --- flashinfer.py FlashInferBackend -----------------------------------------------------------

@@ -5,8 +5,6 @@ with bench/tools/parity_live.py.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from attnsel.attention.versions import vllm_0_29
 
 
@@ -21,8 +19,8 @@ class Rules(vllm_0_29.Rules):
         return version
 
     @staticmethod
-    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+    def _fa4_tmem_exempt(head_size: int, head_size_v: int | None) -> bool:
         return head_size == 192 and head_size_v == 128
 
-    def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
+    def _fa_fixed_block_size(self, ctx, inputs) -> int | None:
         return None  # FlashAttentionBackend.get_supported_kernel_block_sizes: [MultipleOf(16)] only

@@ -5,8 +5,6 @@ release's `Rules`). Read in the release's wheel, checked with bench/tools/parity
 
 from __future__ import annotations
 
-from typing import Optional
-
 from attnsel.attention.versions import vllm_0_31
 from attnsel.attention.versions.vllm_0_33 import FA4_HD256_PAGE_SIZE
 
@@ -23,7 +21,7 @@ class Rules(vllm_0_31.Rules):
         version = self.fa_version(ctx, inputs, **version_args).version
         return (version == 3 and ctx.capability[0] == 9) or (version == 4 and ctx.capability[0] == 10)
 
-    def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
+    def _fa_fixed_block_size(self, ctx, inputs) -> int | None:
         # flash_attn.py _get_fa4_hd256_block_size: the FA4 head-256 kernel's page only
         if inputs is None or not ctx.model_dims_known:
             return None  # no model config: flash_attn.py:297 @ v0.30.0 returns None
@@ -32,7 +30,7 @@ class Rules(vllm_0_31.Rules):
         version = self.fa_version(ctx, inputs, head_size=inputs.head_size, supports_fa4_hd256=True).version
         return FA4_HD256_PAGE_SIZE if version == 4 else None
 
-    def _combination_fa_causal_route(self, inputs, ctx) -> Optional[str]:
+    def _combination_fa_causal_route(self, inputs, ctx) -> str | None:
         # triton_flash_attn.py _FA4Backend.supports_combination: FA4 only
         version = self.fa_version(
             ctx, inputs, head_size=inputs.head_size, has_sinks=inputs.has_sink,
@@ -41,5 +39,5 @@ class Rules(vllm_0_31.Rules):
         return None if version == 4 else "causal route requires FlashAttention v4"
 
     # --- mla/flashmla_sparse.py: no head-512 (NoPE) rule yet ----------------------------------------
-    def _combination_flashmla_sparse(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashmla_sparse(self, inputs, ctx) -> str | None:
         return self._flashmla_sparse_nvfp4_reason(inputs.kv_cache_dtype, ctx.capability[0])

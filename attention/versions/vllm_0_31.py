@@ -5,14 +5,12 @@ Read in the release's wheel, checked with bench/tools/parity_live.py.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from attnsel.attention.versions import vllm_0_32
 
 
 class Rules(vllm_0_32.Rules):
     # --- flashinfer.py FlashInferBackend.supports_kv_cache_dtype ------------------------------------
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # NVFP4 only on 10.x with TRT-LLM prefill and decode (the FA2-path NVFP4 cache is 0.32's)
         if kv_cache_dtype is not None and kv_cache_dtype.startswith("nvfp4") and ctx.capability[0] != 10:
             return False

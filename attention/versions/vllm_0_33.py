@@ -9,9 +9,14 @@ here they come from the SelectionContext (`MODEL_HEADS_WHEN_UNKNOWN` where it gi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-from attnsel.attention.rules import BackendSpec, KernelBlockSize, MultipleOf, intersect_sizes
+from attnsel.attention.rules import (
+    BackendSpec,
+    KernelBlockSize,
+    MultipleOf,
+    intersect_sizes,
+)
 from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
@@ -44,16 +49,16 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return version
 
     @staticmethod
-    def _fa4_tmem_exempt(head_size: int, head_size_v: Optional[int]) -> bool:
+    def _fa4_tmem_exempt(head_size: int, head_size_v: int | None) -> bool:
         return (head_size == 256 and head_size_v in (None, 256)) or (head_size == 192 and head_size_v == 128)
 
     @staticmethod
-    def _uses_fa4_hd256_kernel(ctx: SelectionContext, head_size: Optional[int], head_size_v: Optional[int]) -> bool:
+    def _uses_fa4_hd256_kernel(ctx: SelectionContext, head_size: int | None, head_size_v: int | None) -> bool:
         if head_size != 256 or (head_size_v is not None and head_size_v != 256):
             return False
         return ctx.capability[0] in (10, 11)
 
-    def _fa4_hd256_fallback_reason(self, ctx, inputs, has_sinks: bool, block_size: Optional[int]) -> Optional[str]:
+    def _fa4_hd256_fallback_reason(self, ctx, inputs, has_sinks: bool, block_size: int | None) -> str | None:
         # fa_utils._fa4_hd256_fallback_reason (soft-capping is not a selector input: never set)
         if has_sinks:
             return "attention sinks"
@@ -90,7 +95,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         prio = self.profile.data["priorities"]
         sm90_sparse = prio["mla_other_sparse_head_512_first"]
         if inputs.head_size == 512:
-            return list(prio["mla_other"]) + [sm90_sparse] + list(prio["mla_other_sparse"])
+            return [*list(prio["mla_other"]), sm90_sparse, *list(prio["mla_other_sparse"])]
         return list(prio["mla_other"]) + list(prio["mla_other_sparse"]) + [sm90_sparse]
 
     def _dense_priorities(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
@@ -135,7 +140,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # FlashAttentionBackend.supports_kv_cache_dtype
         if kv_cache_dtype is None:
             return True
@@ -145,7 +150,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return self.flash_attn_supports_kv_cache_dtype(ctx, kv_cache_dtype)
         return True
 
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: Optional[str], ctx) -> bool:
+    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
         # FlashInferBackend.supports_kv_cache_dtype: nvfp4 on FA2-path GPUs (8.x/9.x/12.x) is
         # plain "nvfp4" only; on 10.x it needs TRT-LLM for prefill and decode
         if kv_cache_dtype is None:
@@ -165,7 +170,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         fixed = self._fa_fixed_block_size(ctx, inputs)
         return [fixed] if fixed is not None else [MultipleOf(16)]
 
-    def _fa_fixed_block_size(self, ctx, inputs) -> Optional[int]:
+    def _fa_fixed_block_size(self, ctx, inputs) -> int | None:
         """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4
         head-256 kernel on 10.x/11.x -> 128 (FA4_HD256_PAGE_SIZE)."""
         if inputs is None or not ctx.model_dims_known:
@@ -185,7 +190,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return FA4_HD256_PAGE_SIZE
         return None
 
-    def preferred_block_size_override(self, spec: BackendSpec, ctx, inputs, default: int) -> Optional[int]:
+    def preferred_block_size_override(self, spec: BackendSpec, ctx, inputs, default: int) -> int | None:
         if spec.kernel_block_sizes_rule == "flash_attn":
             fixed = self._fa_fixed_block_size(ctx, inputs)
             return max(default, fixed) if fixed is not None else None
@@ -211,12 +216,12 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return result
 
     # --- supports_combination texts ------------------------------------------------------------
-    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> Optional[str]:
+    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> str | None:
         if spec.composite is not None:
             return self._composite_combination(spec, inputs, ctx)
         return super().combination_reason(spec, inputs, ctx)
 
-    def _composite_combination(self, spec: BackendSpec, inputs, ctx) -> Optional[str]:
+    def _composite_combination(self, spec: BackendSpec, inputs, ctx) -> str | None:
         # composite.py supports_combination: each child, mm_prefix only for the general child
         for variant, name in enumerate((spec.composite["general"], spec.composite["causal"])):
             child = self.profile.backend(name)
@@ -228,7 +233,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
                 return f"{child.vllm_name or child.name}: {reason}"
         return None
 
-    def _combination_fa_causal_route(self, inputs, ctx) -> Optional[str]:
+    def _combination_fa_causal_route(self, inputs, ctx) -> str | None:
         # triton_flash_attn.py _FABackend.supports_combination
         version = self.fa_version(
             ctx, inputs, head_size=inputs.head_size, has_sinks=inputs.has_sink,
@@ -238,7 +243,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return "causal route requires FlashAttention v3 or v4"
         return None
 
-    def _combination_flash_attn(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn(self, inputs, ctx) -> str | None:
         # flash_attn.py FlashAttentionBackend.supports_combination
         kv = inputs.kv_cache_dtype
         quantized = kv is not None and self.quantized_kv(kv)
@@ -262,7 +267,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             )
         return None
 
-    def _combination_flashinfer(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer(self, inputs, ctx) -> str | None:
         # flashinfer.py FlashInferBackend.supports_combination (NVFP4 on the FA2 prefill path)
         kv = inputs.kv_cache_dtype
         if kv is not None and kv.startswith("nvfp4") and ctx.capability[0] in (8, 9, 12):

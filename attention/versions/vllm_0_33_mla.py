@@ -4,15 +4,13 @@ backends)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 
 class MlaRules:
     # mla/flashmla_sparse.py: the caches FLASHMLA_SPARSE serves head size 512 (NoPE) from on SM90
     FLASHMLA_SPARSE_NOPE_KV = (None, "auto", "bfloat16", "float16", "fp8_ds_mla")
     FLASHMLA_SPARSE_NOPE_KV_TEXT = "bf16 or fp8_ds_mla"
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> Optional[str]:
+    def _combination_flashinfer_mla_sparse(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if ctx.prefill_context_parallel_size > 1 and ctx.decode_context_parallel_size > 1:
             return (
@@ -37,7 +35,7 @@ class MlaRules:
             return "FlashInfer MLA Sparse requires model with index_topk config"
         return None
 
-    def _combination_flash_attn_mla_sparse_fa4(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn_mla_sparse_fa4(self, inputs, ctx) -> str | None:
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseFA4Backend.supports_combination
         if not self.fa_version_supported(4, ctx):
             return f"FA4 unavailable: {self._fa4_unsupported_reason(ctx)}"
@@ -62,7 +60,7 @@ class MlaRules:
             return "FA4 is unavailable due to: vllm.vllm_flash_attn.cute.interface not found"
         return "FA4 is only supported on devices with compute capability 9.x, 10.x, or 11.x"
 
-    def _combination_flash_attn_mla_sparse(self, inputs, ctx) -> Optional[str]:
+    def _combination_flash_attn_mla_sparse(self, inputs, ctx) -> str | None:
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseBackend.supports_combination
         if inputs.kv_cache_dtype not in (None, "auto", "float16", "bfloat16"):
             return "FlashAttention MLA Sparse currently supports only FP16/BF16 KV cache"
@@ -76,7 +74,7 @@ class MlaRules:
             return "FlashAttention MLA Sparse requires model with index_topk"
         return None
 
-    def _combination_flashinfer_mla_sparse_sm90(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashinfer_mla_sparse_sm90(self, inputs, ctx) -> str | None:
         # mla/flashinfer_mla_sparse_sm90.py (FlashInfer's SM90 NoPE MLA API assumed present)
         if not inputs.use_sparse:
             return "FLASHINFER_MLA_SPARSE_SM90 requires sparse MLA"
@@ -88,7 +86,7 @@ class MlaRules:
             return "FLASHINFER_MLA_SPARSE_SM90 requires qk_rope_head_dim in (0, 64)"
         return None
 
-    def _combination_flashmla_sparse(self, inputs, ctx) -> Optional[str]:
+    def _combination_flashmla_sparse(self, inputs, ctx) -> str | None:
         # mla/flashmla_sparse.py FlashMLASparseBackend.supports_combination
         kv = inputs.kv_cache_dtype
         major, minor = ctx.capability
@@ -107,7 +105,7 @@ class MlaRules:
         return self._flashmla_sparse_nvfp4_reason(kv, major)
 
     @staticmethod
-    def _flashmla_sparse_nvfp4_reason(kv: Optional[str], major: int) -> Optional[str]:
+    def _flashmla_sparse_nvfp4_reason(kv: str | None, major: int) -> str | None:
         if kv == "nvfp4_ds_mla" and major != 10:
             return f"FLASHMLA_SPARSE only supports the {kv} kv-cache dtype on SM100 (Blackwell)"
         return None

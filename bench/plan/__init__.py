@@ -20,12 +20,16 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         make_shape,
         shape_from_model,
     )
-    from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, parse_workloads
+    from attnsel.bench.plan.workloads import (
+        WORKLOAD_KINDS,
+        WorkloadSpec,
+        parse_workloads,
+    )
 
 __all__ = [
+    "WORKLOAD_KINDS",
     "Plan",
     "TuneShape",
-    "WORKLOAD_KINDS",
     "WorkloadSpec",
     "check_kv_cache_dtype",
     "default_head_layout",

@@ -12,9 +12,13 @@ bench/plan/workloads.py, the shape in bench/plan/shape.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
+from attnsel.attention.kernels import (
+    BACKENDS,  # the dense backends tune times (one list)
+)
 from attnsel.bench.plan.rules import (
     DefaultChoice,
     HybridSize,
@@ -25,7 +29,6 @@ from attnsel.bench.plan.rules import (
 )
 from attnsel.bench.plan.shape import TuneShape
 from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
-from attnsel.attention.kernels import BACKENDS  # the dense backends tune times (one list)
 from attnsel.errors import UserInputError
 
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -38,7 +41,7 @@ MAX_BLOCK_SIZE_VALUES = 32  # the grid grows with every value: bound it before a
 MAX_TUNE_BLOCK_SIZE = 65536  # tokens per KV block; beyond this a page is larger than most KV caches
 
 
-def parse_block_sizes(value: Optional[str]) -> list[int]:
+def parse_block_sizes(value: str | None) -> list[int]:
     if value is None:
         return list(DEFAULT_BLOCK_SIZES)
     if value.count(",") >= MAX_BLOCK_SIZE_VALUES * 4 or len(value) > 4096:
@@ -55,7 +58,7 @@ def parse_block_sizes(value: Optional[str]) -> list[int]:
     return sorted(set(sizes))
 
 
-def parse_backends(value: Optional[str]) -> list[str]:
+def parse_backends(value: str | None) -> list[str]:
     """--backends as a list; empty: the model's grid (dense backends, or vLLM's MLA backends for an
     MLA model: bench/plan/mla.py)."""
     from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
@@ -80,7 +83,7 @@ def parse_backends(value: Optional[str]) -> list[str]:
 class PlannedConfig:
     backend: str
     block_size: int
-    kernel_block_size: Optional[int]
+    kernel_block_size: int | None
     reasons: tuple[str, ...] = ()  # vLLM's reasons; non-empty => skipped, never timed
 
     @property
@@ -101,16 +104,16 @@ class PlannedConfig:
 class Plan:
     shape: TuneShape
     capability: tuple[int, int]
-    gpu_name: Optional[str]
+    gpu_name: str | None
     configs: tuple[PlannedConfig, ...]
     workloads: tuple[WorkloadSpec, ...]
     grid: str
-    vllm_default_backend: Optional[str]
-    vllm_default_block_size: Optional[int]
-    vllm_default_error: Optional[str] = None
+    vllm_default_backend: str | None
+    vllm_default_block_size: int | None
+    vllm_default_error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    rule_profile: Optional[str] = None  # the vLLM rule profile that filtered the grid
-    rule_profile_reason: Optional[str] = None
+    rule_profile: str | None = None  # the vLLM rule profile that filtered the grid
+    rule_profile_reason: str | None = None
     # the release's known vLLM faults the timed rows meet (attention/versions/faults.py FaultMatch; bench/tune/request.py)
     known_faults: tuple[Any, ...] = ()
 
@@ -122,7 +125,7 @@ class Plan:
     def skipped_configs(self) -> list[PlannedConfig]:
         return [c for c in self.configs if not c.runnable]
 
-    def launch(self, backend: str, w: "WorkloadSpec") -> tuple[str, str]:
+    def launch(self, backend: str, w: WorkloadSpec) -> tuple[str, str]:
         """How vLLM would launch this row's attention (graph replay or eager), from the recorded
         CUDA-graph facts of the plan's release (attention/selector/cudagraph.py); the worker replaces it
         with the installed vLLM's own dispatcher answer when it drives vLLM's classes."""
@@ -184,7 +187,7 @@ def build_plan(
     block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     kinds: Sequence[str] = WORKLOAD_KINDS,
     grid: str = "default",
-    gpu_name: Optional[str] = None,
+    gpu_name: str | None = None,
     verdict: Verdict = vllm_verdict,
     default_choice: DefaultChoice = vllm_default_choice,
     block_sizes_given: bool = False,

@@ -15,9 +15,12 @@ cache (attention/kernels/kv_quant.py); the others stay skipped with vLLM's reaso
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
-from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS  # vLLM's MLA backends (one list each)
+from attnsel.attention.kernels import (  # vLLM's MLA backends (one list each)
+    MLA_BACKENDS,
+    SPARSE_MLA_BACKENDS,
+)
 from attnsel.errors import UserInputError
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
@@ -48,7 +51,7 @@ def default_backends(use_mla: bool, dense: Sequence[str], use_sparse: bool = Fal
     return list(MLA_BACKENDS if use_mla else dense)
 
 
-def mla_fields(kv_lora_rank: int, qk_rope_head_dim: int, qk_nope_head_dim: Optional[int]) -> dict:
+def mla_fields(kv_lora_rank: int, qk_rope_head_dim: int, qk_nope_head_dim: int | None) -> dict:
     """TuneShape fields of an MLA layer: head_size = kv_lora_rank + qk_rope_head_dim, one KV head."""
     if kv_lora_rank <= 0 or qk_rope_head_dim < 0:
         raise UserInputError("--kv-lora-rank must be positive and --qk-rope-head-dim not negative")
@@ -64,14 +67,13 @@ def make_mla_shape(
     dtype: str,
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
-    qk_nope_head_dim: Optional[int] = None,
+    qk_nope_head_dim: int | None = None,
 ):
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.attention.rules import parse_dtype
-    from attnsel.bench.plan.shape import TuneShape
-
     from attnsel.attention.selector import heads_per_gpu
+    from attnsel.bench.plan.shape import TuneShape
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
@@ -92,7 +94,7 @@ def mla_fields_from_facts(facts) -> dict:
                 qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim, index_topk=facts.index_topk)
 
 
-def mla_assumption(qk_nope_head_dim: Optional[int]) -> Optional[str]:
+def mla_assumption(qk_nope_head_dim: int | None) -> str | None:
     if qk_nope_head_dim is not None:
         return None
     return (f"no --qk-nope-head-dim given: assumed {DEFAULT_QK_NOPE_HEAD_DIM} (DeepSeek-V3/R1, Kimi-K2); it sets "
@@ -115,7 +117,9 @@ def shape_notes(shape) -> list[str]:
         notes.append(SPARSE_NOTE if shape.index_topk else SPARSE_WITHOUT_TOPK_NOTE)
     if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
         from attnsel.attention.kernels import FP8_TOLERANCE
-        from attnsel.attention.rules import is_fp8  # the fp8 cache names live with the rules' vocabulary
+        from attnsel.attention.rules import (
+            is_fp8,  # the fp8 cache names live with the rules' vocabulary
+        )
 
         if is_fp8(shape.kv_cache_dtype):
             notes.append(f"--kv-cache-dtype {shape.kv_cache_dtype}: each backend vLLM accepts it for is timed with an "

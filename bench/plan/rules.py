@@ -9,20 +9,21 @@ so the three commands cannot disagree about the same deployment. Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from attnsel.bench.plan.shape import TuneShape
 
 # (reasons vLLM would give, kernel block size) for one (backend, --block-size) on this GPU.
-Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], Optional[int]]]
+Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], int | None]]
 # (backend vLLM picks with no flags, the block size it then uses) or an error string.
-DefaultChoice = Callable[[TuneShape, tuple[int, int]], tuple[Optional[str], Optional[int], Optional[str]]]
+DefaultChoice = Callable[[TuneShape, tuple[int, int]], tuple[str | None, int | None, str | None]]
 # the block size vLLM picks for a hybrid model with --attention-backend BACKEND alone (None: not hybrid / raises)
-HybridSize = Callable[[str, TuneShape, tuple[int, int]], Optional[int]]
+HybridSize = Callable[[str, TuneShape, tuple[int, int]], int | None]
 
 
-def rule_profile_choice(vllm_version: Optional[str] = None):
+def rule_profile_choice(vllm_version: str | None = None):
     """The rule profile `explain` would use: --vllm-version, else the installed vLLM, else the newest."""
     from attnsel.attention import versions
 
@@ -47,21 +48,21 @@ class ShapeFacts:
     use_mm_prefix: bool
     attn_type: str
     is_hybrid: bool
-    sliding_window: Optional[int]
+    sliding_window: int | None
     mamba_ssm_cache_dtype: str
     mamba_cache_dtype: str
     hybrid_layout: Any = None
-    qk_nope_head_dim: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    kv_lora_rank: Optional[int] = None
-    index_topk: Optional[int] = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    index_topk: int | None = None
     is_attention_free: bool = False  # tune refuses attention-free models before any plan
     # the shape states the cache dtype vLLM uses (a forced one included): the request carries it
-    kv_cache_dtype_forced: Optional[str] = None
+    kv_cache_dtype_forced: str | None = None
 
     @classmethod
-    def of(cls, shape: TuneShape) -> "ShapeFacts":
+    def of(cls, shape: TuneShape) -> ShapeFacts:
         from attnsel.bench.plan import mla as plan_mla
 
         hybrid = shape.hybrid or {}
@@ -80,7 +81,7 @@ class ShapeFacts:
                    **plan_mla.model_dims(shape))
 
 
-def selection_request(shape: TuneShape, backend: Optional[str], block_size: Optional[int]):
+def selection_request(shape: TuneShape, backend: str | None, block_size: int | None):
     """The deployment's flags for one tune row: the pair, the cache dtype, the hybrid flags."""
     from attnsel.attention.selector import SelectionRequest
 
@@ -94,8 +95,8 @@ def selection_request(shape: TuneShape, backend: Optional[str], block_size: Opti
     )
 
 
-def _selection(shape: TuneShape, capability: tuple[int, int], backend: Optional[str], block_size: Optional[int],
-               vllm_version: Optional[str]):
+def _selection(shape: TuneShape, capability: tuple[int, int], backend: str | None, block_size: int | None,
+               vllm_version: str | None):
     """(profile, SelectorInputs, SelectionContext) as `explain` builds them for this shape and pair.
     importable=None: judge the target machine as vLLM ships (every package present), the way
     `explain` does by default; tune times its own adapters, not vLLM's imports."""
@@ -108,7 +109,7 @@ def _selection(shape: TuneShape, capability: tuple[int, int], backend: Optional[
 
 
 def selector_inputs(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
-                    vllm_version: Optional[str] = None):
+                    vllm_version: str | None = None):
     """(SelectorInputs, SelectionContext) of one tune row, the inputs `vllm_verdict` judges with the
     profile: bench/tools/vllm_cpu_check.py hands the same ones to the installed release's selector."""
     _profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
@@ -116,7 +117,7 @@ def selector_inputs(backend: str, block_size: int, shape: TuneShape, capability:
 
 
 def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int], *,
-                      vllm_version: Optional[str] = None) -> Optional[int]:
+                      vllm_version: str | None = None) -> int | None:
     """The block size vLLM uses for a hybrid model with `--attention-backend BACKEND` and no
     --block-size (interface.py `_align_hybrid_block_size`); None for other models or when vLLM raises."""
     if not shape.hybrid:
@@ -142,11 +143,15 @@ def _hybrid_runs_as_given(profile, inputs, ctx, block_size: int) -> list[str]:
 
 
 def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
-                 vllm_version: Optional[str] = None) -> tuple[list[str], Optional[int]]:
+                 vllm_version: str | None = None) -> tuple[list[str], int | None]:
     """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
     from attnsel.attention import versions
-    from attnsel.attention.selector import backend_kernel_block_size, check_supports_dtype, validate_backend
+    from attnsel.attention.selector import (
+        backend_kernel_block_size,
+        check_supports_dtype,
+        validate_backend,
+    )
 
     profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
     if profile.registry_names and backend not in profile.registry_names:  # e.g. FLASH_ATTN_MLA_SPARSE before 0.25
@@ -171,7 +176,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
 
 
 def vllm_default_choice(shape: TuneShape, capability: tuple[int, int], *,
-                        vllm_version: Optional[str] = None) -> tuple[Optional[str], Optional[int], Optional[str]]:
+                        vllm_version: str | None = None) -> tuple[str | None, int | None, str | None]:
     """What `explain` says vLLM picks with neither flag: (backend, block size, error)."""
     from attnsel.attention.selector import explain
 

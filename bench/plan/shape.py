@@ -6,13 +6,12 @@ Torch-free (`--dry-run` works without a GPU).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Optional
 
 from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed, UserInputError
 
 
-def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: Optional[tuple[int, int]] = None) -> None:
+def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: tuple[int, int] | None = None) -> None:
     """tune's --kv-cache-dtype against the release whose rules filter the grid (`profile`, the version
     object `explain` asks too). A value that release does not know is bad input (exit 2) listing that
     release's own values; one it knows that tune cannot time is CheckFailed (exit 1, as a grid with
@@ -26,7 +25,7 @@ def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: Optional[tupl
         raise CheckFailed(f"not timed: {why}")
 
 
-def untimed_kv_cache_dtype(kv_cache_dtype: str, profile, capability: Optional[tuple[int, int]]) -> Optional[str]:
+def untimed_kv_cache_dtype(kv_cache_dtype: str, profile, capability: tuple[int, int] | None) -> str | None:
     """Why tune cannot time a cache dtype the release accepts; None when it can."""
     from attnsel.attention.kernels import TIMED_KV_CACHE_DTYPES
 
@@ -51,8 +50,8 @@ class TuneShape:
     dtype: str  # "bfloat16" | "float16" | "float32"
     kv_cache_dtype: str = "auto"
     use_mla: bool = False
-    model: Optional[str] = None
-    assumed: Optional[str] = None  # what tune assumed that the user did not say (default head layout)
+    model: str | None = None
+    assumed: str | None = None  # what tune assumed that the user did not say (default head layout)
     tensor_parallel_size: int = 1
     # Model-derived selector facts that change vLLM's verdict (docs/vllm-rules.md §2, §6); the kernels
     # timed here do not model them (no sinks, no sliding window): rows say so in their notes.
@@ -62,17 +61,17 @@ class TuneShape:
     attn_type: str = "decoder"
     is_hybrid: bool = False
     mamba_cache_float32: bool = False
-    sliding_window: Optional[int] = None
+    sliding_window: int | None = None
     # MLA layers (bench/plan/mla.py): head_size = kv_lora_rank + qk_rope_head_dim, one KV head
-    kv_lora_rank: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    qk_nope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    index_topk: Optional[int] = None  # sparse MLA: the indexer's top-k, which later releases' rules check
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    index_topk: int | None = None  # sparse MLA: the indexer's top-k, which later releases' rules check
     # hybrid models: {"layout": HybridLayout.to_json(), "mamba_ssm_cache_dtype", "mamba_cache_dtype",
     # "prefix_caching", "mamba_cache_mode"}: what vLLM's block-size alignment reads (attention/hybrid;
     # bench/plan/rules.py)
-    hybrid: Optional[dict] = None
+    hybrid: dict | None = None
 
     def describe(self) -> str:
         src = f"{self.model}, TP={self.tensor_parallel_size}: " if self.model else ""
@@ -116,7 +115,7 @@ def default_head_layout(head_size: int) -> tuple[int, int, str]:
 def make_shape(
     head_size: int,
     num_heads: int,
-    num_kv_heads: Optional[int],
+    num_kv_heads: int | None,
     dtype: str,
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
@@ -130,7 +129,9 @@ def make_shape(
         raise UserInputError("--tensor-parallel-size must be positive")
     if num_heads % kv:
         raise UserInputError(f"--num-heads {num_heads} is not a multiple of --num-kv-heads {kv} (GQA groups must be equal)")
-    from attnsel.attention.selector import heads_per_gpu  # vLLM's split, the one explain uses
+    from attnsel.attention.selector import (
+        heads_per_gpu,  # vLLM's split, the one explain uses
+    )
 
     q_per_gpu, kv_per_gpu = heads_per_gpu(num_heads, kv, tensor_parallel_size)
     return TuneShape(
@@ -146,7 +147,7 @@ def make_shape(
 def shape_from_model(
     model: str,
     *,
-    capability: Optional[tuple[int, int]],
+    capability: tuple[int, int] | None,
     dtype: str = "auto",
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
@@ -192,7 +193,7 @@ def shape_from_model(
     )
 
 
-def _hybrid_fields(facts) -> Optional[dict]:
+def _hybrid_fields(facts) -> dict | None:
     layout = getattr(facts, "hybrid_layout", None)
     if layout is None:
         return None

@@ -15,8 +15,8 @@ Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 from attnsel.errors import UserInputError
 
@@ -60,7 +60,7 @@ class WorkloadSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "WorkloadSpec":
+    def from_dict(cls, d: dict) -> WorkloadSpec:
         return cls(d["kind"], int(d["batch"]), int(d["context_len"]), int(d.get("query_len", 1)))
 
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING
 
-from attnsel.bench.sweep import results as R
-from attnsel.bench.timing import mode_label
-from attnsel.bench.sweep.worker_process import WorkerProcess
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.sweep import results as R
+from attnsel.bench.sweep.worker_process import WorkerProcess
+from attnsel.bench.timing import mode_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.bench.sweep.run import SweepOptions
@@ -50,7 +51,7 @@ def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, st
 # One worker process
 
 
-def _describe_exit(returncode: Optional[int]) -> str:
+def _describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "still running"
     if returncode < 0:
@@ -64,17 +65,17 @@ def _describe_exit(returncode: Optional[int]) -> str:
 @dataclass
 class GroupOutcome:
     rows: list[dict] = field(default_factory=list)
-    info: Optional[dict] = None
+    info: dict | None = None
     restarts: int = 0
-    started_at: Optional[float] = None  # wall clock (time.time) when the group began / ended
-    ended_at: Optional[float] = None
+    started_at: float | None = None  # wall clock (time.time) when the group began / ended
+    ended_at: float | None = None
     workers: list[dict] = field(default_factory=list)  # one startup record per worker process
     prespawn_failures: int = 0  # pre-spawned workers that died before "ready" (replaced by a fresh one)
     # --gpus: a backend whose block sizes ran in several lanes: (gpu, block sizes, that lane's outcome)
-    parts: list[tuple[str, list[int], "GroupOutcome"]] = field(default_factory=list)
+    parts: list[tuple[str, list[int], GroupOutcome]] = field(default_factory=list)
 
     @property
-    def wall_s(self) -> Optional[float]:
+    def wall_s(self) -> float | None:
         """The group's wall time; a backend split over lanes: the sum of its parts' (they overlap,
         so this is GPU-seconds, like its rows' phases; started_at..ended_at is its elapsed span)."""
         if self.parts:
@@ -84,7 +85,7 @@ class GroupOutcome:
         return self.ended_at - self.started_at
 
     @classmethod
-    def merged(cls, parts: list[tuple[str, list[int], "GroupOutcome"]]) -> "GroupOutcome":
+    def merged(cls, parts: list[tuple[str, list[int], GroupOutcome]]) -> GroupOutcome:
         """One backend's outcome from its parts in several lanes (GPU order): rows and workers in
         that order, restarts and failed pre-spawns summed, the first part's worker info."""
         outcomes = [outcome for _, _, outcome in parts]
@@ -96,7 +97,7 @@ class GroupOutcome:
                    prespawn_failures=sum(o.prespawn_failures for o in outcomes), parts=list(parts))
 
 
-def worker_record(worker: "WorkerProcess", ready_startup: Optional[dict], ready_at: Optional[float],
+def worker_record(worker: WorkerProcess, ready_startup: dict | None, ready_at: float | None,
                   group_started_at: float) -> dict:
     """Startup of one worker, as the parent saw it (wall clock) and as the worker measured it.
     `exposed_s` is what the sweep waited for: from max(go, group start) to "ready"; a pre-spawned
@@ -135,8 +136,8 @@ def prebuild_wait_s(options: SweepOptions) -> float:
 
 
 def prespawn_worker(backend: str, items: list[dict], shape: dict, options: SweepOptions,
-                    log_path: Path, *, previous_backend: Optional[str] = None,
-                    capability: Optional[tuple[int, int]] = None, env: Optional[dict] = None) -> "WorkerProcess":
+                    log_path: Path, *, previous_backend: str | None = None,
+                    capability: tuple[int, int] | None = None, env: dict | None = None) -> WorkerProcess:
     """A worker that imports torch + `backend`'s library now and waits for go() before CUDA;
     meanwhile it compiles the JIT modules its items need, if its adapter can (options.prebuild)."""
     job = group_job(backend, items, shape, options)
@@ -154,10 +155,10 @@ def run_backend_group(
     options: SweepOptions,
     log_path: Path,
     on_row: Callable[[dict], None],
-    on_start: Optional[Callable[[dict], None]] = None,
-    on_info: Optional[Callable[[dict], None]] = None,
-    worker: Optional["WorkerProcess"] = None,
-    env: Optional[dict] = None,
+    on_start: Callable[[dict], None] | None = None,
+    on_info: Callable[[dict], None] | None = None,
+    worker: WorkerProcess | None = None,
+    env: dict | None = None,
 ) -> GroupOutcome:
     """All items of one backend, restarting the worker after a timeout or a crash. `worker`: one
     pre-spawned for exactly these items (prespawn_worker); it is used first, then replaced as usual.
@@ -281,7 +282,7 @@ class _GroupRun:
                 return
             self.fail_all(R.STATUS_ERROR, detail)
 
-    def _handle(self, watch: _Watch, message: dict) -> Optional[bool]:
+    def _handle(self, watch: _Watch, message: dict) -> bool | None:
         """One protocol message (bench/worker/main.py); True/False when the worker is through, else None."""
         worker, kind = watch.worker, message["type"]
         if kind == "imported":
@@ -323,4 +324,4 @@ class _Watch:
     worker: WorkerProcess
     record_index: int  # its entry in GroupOutcome.workers
     ready: bool = False
-    current: Optional[dict] = None  # the item of its last "start" message, until its row arrives
+    current: dict | None = None  # the item of its last "start" message, until its row arrives

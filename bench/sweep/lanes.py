@@ -12,8 +12,6 @@ the first one's ninja, then finds it up to date (flashinfer 0.7.2.post1 flashinf
 
 from __future__ import annotations
 
-from typing import Optional
-
 # The cost model, in "rows" of a vLLM-driven backend (~0.16 s each, warm, 2 x H200; the recorded
 # phases in tests/fixtures/tune/h200x2_gpus and docs/tune-performance.md "Finer lanes"):
 # a FLEX_ATTENTION row costs 4 (16 rows took 10.4 s: inductor compiles each shape).
@@ -96,7 +94,7 @@ class _Plan:
         b[backend] = b.get(backend, []) + sizes[-k:]
         return a, b
 
-    def best_move(self) -> Optional[tuple[int, int, str, int]]:
+    def best_move(self) -> tuple[int, int, str, int] | None:
         """The move off the most loaded lane that leaves both lanes it touches lightest, if that is
         below the most loaded lane's load today (ties: fewer parts, then the first found)."""
         loads = self.loads()

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.lanes import assign_lanes, lane_facts, merge_lane_results
@@ -27,7 +27,7 @@ from attnsel.errors import UserInputError
 from attnsel.files import shown_path
 
 
-def gpu_ordinals(value: Optional[str]):
+def gpu_ordinals(value: str | None):
     """`--gpus` as written, checked before any GPU is asked: None, "all" or ordinals ["0", "1"].
 
     >>> gpu_ordinals(" ALL "), gpu_ordinals("0, 1")
@@ -47,7 +47,7 @@ def gpu_ordinals(value: Optional[str]):
     return parts
 
 
-def parse_gpus(value: Optional[str], visible_count: int) -> Optional[list[str]]:
+def parse_gpus(value: str | None, visible_count: int) -> list[str] | None:
     """`--gpus all` or `0,1`: CUDA ordinals of this process (as torch numbers them here).
 
     >>> parse_gpus("all", 2), parse_gpus("1", 2), parse_gpus(None, 2)
@@ -67,7 +67,7 @@ def parse_gpus(value: Optional[str], visible_count: int) -> Optional[list[str]]:
     return [str(int(p)) for p in parts]
 
 
-def visible_entry(ordinal: str, env: Optional[dict] = None) -> str:
+def visible_entry(ordinal: str, env: dict | None = None) -> str:
     """What a worker's CUDA_VISIBLE_DEVICES must hold to see exactly this process's GPU `ordinal`:
     the same entry of our own CUDA_VISIBLE_DEVICES when it is set (an index, UUID or MIG id,
     probe/visible_devices.py reads them all), else the ordinal itself.
@@ -83,7 +83,7 @@ def visible_entry(ordinal: str, env: Optional[dict] = None) -> str:
     return entries[int(ordinal)] if int(ordinal) < len(entries) else str(ordinal)
 
 
-def same_model_reason(devices: list[dict]) -> Optional[str]:
+def same_model_reason(devices: list[dict]) -> str | None:
     """Why these GPUs cannot share one sweep (None: one model): rows from different GPU models
     would rank their kernels, not the backends."""
     kinds = {(d.get("name"), tuple(d.get("capability") or ())) for d in devices}
@@ -121,12 +121,12 @@ def calibration_verdict(per_gpu: dict[str, dict]) -> tuple[bool, list[str]]:
 
 def calibrate(order, plan, options, gpus: list[str], output_dir: Path) -> dict:
     """Times the first planned row of the first backend on every GPU at once."""
-    from attnsel.bench.sweep.run import Lane, gpu_lane
     from attnsel.bench.sweep.groups import run_backend_group
+    from attnsel.bench.sweep.run import Lane, gpu_lane
 
     backend, items = order[0]
     item = dict(items[0], key=items[0]["key"] + "|calibration", check=False)
-    timings: dict[str, Optional[dict]] = {}
+    timings: dict[str, dict | None] = {}
 
     def one(gpu: str) -> None:
         lane = Lane(*gpu_lane(gpu))

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
 
 from attnsel import files
 
@@ -58,7 +58,7 @@ VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
 VLLM_ADAPTER = "vllm"
 
 
-def stand_in_provider(row: dict) -> Optional[str]:
+def stand_in_provider(row: dict) -> str | None:
     """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
     if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
         return None
@@ -69,7 +69,7 @@ def is_timed(row: dict) -> bool:
     return row.get("status") == STATUS_OK and bool(row.get("timing"))
 
 
-def median_ms(row: dict) -> Optional[float]:
+def median_ms(row: dict) -> float | None:
     timing = row.get("timing") or {}
     return timing.get("median_ms")
 
@@ -99,7 +99,7 @@ class ResultsWriter:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "ResultsWriter":
+    def __enter__(self) -> ResultsWriter:
         return self
 
     def __exit__(self, *exc) -> None:

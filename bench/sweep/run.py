@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import os
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
-from attnsel.bench.sweep import results as R
-from attnsel.bench.timing import stats as T
 from attnsel.bench.plan import Plan
+from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
+from attnsel.bench.sweep.worker_process import (
+    WorkerProcess,
+    allow_workers,
+    workers_importing,
+)
 from attnsel.bench.timing import mode_label
-from attnsel.bench.sweep.worker_process import WorkerProcess, allow_workers, workers_importing
+from attnsel.bench.timing import stats as T
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 from attnsel.probe import usable_cpu_count
@@ -59,7 +63,7 @@ PRESPAWN_AHEAD = 2
 CORES_PER_IMPORTING_WORKER = 4
 
 
-def import_slots(cpu_count: Optional[int] = None) -> int:
+def import_slots(cpu_count: int | None = None) -> int:
     """How many workers may import at the same time on this machine.
 
     >>> import_slots(16), import_slots(2), import_slots(None) >= 1
@@ -80,7 +84,7 @@ class SweepOptions:
     repeat_ms: float = T.REPEAT_BUDGET_MS
     max_samples: int = T.MAX_SAMPLES
     check: str = "first"  # which rows are checked against the fp32 reference
-    tolerance: Optional[float] = None
+    tolerance: float | None = None
     seed: int = 0
     keep_samples: bool = False
     item_timeout_s: float = DEFAULT_ITEM_TIMEOUT_S
@@ -96,7 +100,7 @@ class SweepOptions:
     # The worker's boundary to torch + kernels; ATTNSEL_TUNE_TOOLKIT swaps in a fake (CI only).
     toolkit: str = field(default_factory=lambda: os.environ.get("ATTNSEL_TUNE_TOOLKIT") or DEFAULT_TOOLKIT)
     # --gpus: CUDA ordinals of this process to spread the sweep over (None: the default GPU)
-    gpus: Optional[list[str]] = None
+    gpus: list[str] | None = None
     # How many workers may import at once (all lanes): by the machine's cores (import_slots)
     import_slots: int = field(default_factory=lambda: import_slots())
 
@@ -167,7 +171,7 @@ def skipped_rows(plan: Plan, options: SweepOptions) -> list[dict]:
 
 
 def probe_device(toolkit: str = DEFAULT_TOOLKIT, timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-                 log_path: Optional[Path] = None) -> dict:
+                 log_path: Path | None = None) -> dict:
     """Device facts as the worker's torch sees them (name, capability, L2, versions)."""
     import tempfile
 
@@ -225,8 +229,8 @@ class Lane:
     """Where a run of backend groups executes: its workers' extra environment (--gpus: the GPU
     they see) and what every row it produces records about it."""
 
-    label: Optional[str] = None  # the GPU as given to --gpus (a CUDA ordinal of this process)
-    env: Optional[dict] = None
+    label: str | None = None  # the GPU as given to --gpus (a CUDA ordinal of this process)
+    env: dict | None = None
 
     def log_name(self, backend: str) -> str:
         return f"worker-{backend}" + (f"-gpu{self.label}" if self.label is not None else "") + ".log"
@@ -239,10 +243,10 @@ def run_sweep(
     *,
     resume: bool = False,
     retry_failed: bool = False,
-    progress: Optional[SweepProgress] = None,
+    progress: SweepProgress | None = None,
     enrich: Callable[[dict], dict] = lambda row: row,
-    outcomes: Optional[dict[str, GroupOutcome]] = None,
-    facts: Optional[dict] = None,
+    outcomes: dict[str, GroupOutcome] | None = None,
+    facts: dict | None = None,
 ) -> tuple[list[dict], dict[str, dict]]:
     """Run every planned row not already in results.jsonl; return (all rows, worker info by backend).
     `facts` (if given) receives what a --gpus sweep decided (calibration, lanes).
@@ -311,9 +315,9 @@ def _prespawn_at(order, j: int, plan: Plan, options: SweepOptions, output_dir: P
 
 
 def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOptions, output_dir: Path,
-               writer: "R.ResultsWriter", progress: SweepProgress, enrich: Callable[[dict], dict],
+               writer: R.ResultsWriter, progress: SweepProgress, enrich: Callable[[dict], dict],
                outcomes: dict, infos: dict, lane: Lane,
-               prespawned: Optional[dict[int, WorkerProcess]] = None) -> None:
+               prespawned: dict[int, WorkerProcess] | None = None) -> None:
     """The backend groups of one lane, in order, each with its own worker; the next groups' workers
     are pre-spawned (and FLASHINFER's from the start, for its JIT pre-build). `prespawned`: workers
     already started for positions of `order` (prespawn_lane); this lane owns them from now on.

@@ -5,6 +5,7 @@ live worker is known, so a stopped sweep (Ctrl-C, a --gpus lane failing) can kil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -14,7 +15,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 
 def _tail(path: Path, start: int, limit: int = 600) -> str:
@@ -28,7 +28,7 @@ def _tail(path: Path, start: int, limit: int = 600) -> str:
     return text[-limit:]
 
 
-_LIVE_WORKERS: "set[WorkerProcess]" = set()
+_LIVE_WORKERS: set[WorkerProcess] = set()
 _STOPPING = threading.Event()
 
 
@@ -53,7 +53,7 @@ def stop_all_workers() -> None:
 class WorkerProcess:
     """One `python -m attnsel.bench.worker.main` child: send a job, read protocol lines with timeouts."""
 
-    def __init__(self, job: dict, log_path: Path, *, prespawned: bool = False, env: Optional[dict] = None):
+    def __init__(self, job: dict, log_path: Path, *, prespawned: bool = False, env: dict | None = None):
         if _STOPPING.is_set():
             raise KeyboardInterrupt("the sweep is stopping")
         self.log_path = log_path
@@ -62,10 +62,10 @@ class WorkerProcess:
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
         self.spawned_at = time.time()
-        self.go_at: Optional[float] = None
-        self.imported: Optional[dict] = None  # the worker's "imported" startup figures
-        self.imported_seen_at: Optional[float] = None
-        self.import_done_at: Optional[float] = None  # when its "imported" line arrived (reader thread)
+        self.go_at: float | None = None
+        self.imported: dict | None = None  # the worker's "imported" startup figures
+        self.imported_seen_at: float | None = None
+        self.import_done_at: float | None = None  # when its "imported" line arrived (reader thread)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attnsel.bench.worker.main"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -73,7 +73,7 @@ class WorkerProcess:
             env={**os.environ, **env} if env else None,  # --gpus: the worker's CUDA_VISIBLE_DEVICES
         )
         _LIVE_WORKERS.add(self)
-        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self._write(json.dumps({**job, "spawned_at": self.spawned_at}) + "\n")
 
@@ -92,10 +92,8 @@ class WorkerProcess:
             self._close_stdin()
 
     def _close_stdin(self) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
 
     def _read(self) -> None:
         for raw in self.proc.stdout:
@@ -111,7 +109,7 @@ class WorkerProcess:
         """Still importing torch and its libraries (spawned, no "imported" line yet, alive)."""
         return self.import_done_at is None
 
-    def next_message(self, timeout_s: float) -> Optional[dict]:
+    def next_message(self, timeout_s: float) -> dict | None:
         """The next protocol message; None at EOF; raises queue.Empty on timeout."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -137,7 +135,7 @@ class WorkerProcess:
                 self.proc.kill()
         self.wait()
 
-    def wait(self) -> Optional[int]:
+    def wait(self) -> int | None:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

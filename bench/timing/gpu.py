@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from attnsel.bench.timing import stats as T
 
@@ -41,7 +42,7 @@ def kernel_spans_ns(
     windows: Sequence[tuple[int, int]],
     launches: Sequence[tuple[int, int]],
     kernels: Sequence[tuple[int, int, int]],
-) -> list[Optional[int]]:
+) -> list[int | None]:
     """For each host window (start, end) of one timed call: last kernel end - first kernel start of
     the kernels whose launch (runtime/driver API record (start timestamp, correlation id)) began
     inside the window. `kernels` are (start, end, correlation id). None for a window without any
@@ -56,7 +57,7 @@ def kernel_spans_ns(
     by_correlation: dict[int, list[tuple[int, int]]] = {}
     for start, end, correlation in kernels:
         by_correlation.setdefault(correlation, []).append((start, end))
-    spans: list[Optional[int]] = []
+    spans: list[int | None] = []
     for begin, end in windows:
         lo, hi = bisect.bisect_left(starts, begin), bisect.bisect_right(starts, end)
         found = [k for _, corr in ordered[lo:hi] for k in by_correlation.get(corr, ())]
@@ -68,7 +69,7 @@ def kernel_spans_ns(
 # CUPTI
 
 
-def cupti_unavailable_reason() -> Optional[str]:
+def cupti_unavailable_reason() -> str | None:
     """None if cupti-python >= 13 imports here, else why not (then events are used)."""
     from importlib import metadata
 
@@ -104,17 +105,17 @@ class _CuptiActivity:
 
     KERNEL_KINDS = ("CONCURRENT_KERNEL",)
     LAUNCH_KINDS = ("RUNTIME", "DRIVER")
-    _process: Optional["_CuptiActivity"] = None
+    _process: _CuptiActivity | None = None
 
     def __init__(self, cupti: Any):
         self.cupti = cupti
         self.kernel_kinds = [getattr(cupti.ActivityKind, name) for name in self.KERNEL_KINDS]
         self.launch_kinds = [getattr(cupti.ActivityKind, name) for name in self.LAUNCH_KINDS]
         self.registered = False
-        self.recorder: Optional["CuptiRecorder"] = None
+        self.recorder: CuptiRecorder | None = None
 
     @classmethod
-    def of_process(cls, cupti: Any) -> "_CuptiActivity":
+    def of_process(cls, cupti: Any) -> _CuptiActivity:
         if cls._process is None or cls._process.cupti is not cupti:
             cls._process = cls(cupti)
         return cls._process
@@ -132,7 +133,7 @@ class _CuptiActivity:
             elif activity.kind in self.launch_kinds:
                 recorder.launches.append((int(activity.start), int(activity.correlation_id)))
 
-    def begin(self, recorder: "CuptiRecorder") -> None:
+    def begin(self, recorder: CuptiRecorder) -> None:
         self.recorder = recorder
         try:
             for kind in self.kernel_kinds + self.launch_kinds:
@@ -237,7 +238,7 @@ def graph_runner(fn: Callable[[], object]) -> Callable[[], object]:
     return runner
 
 
-def resolve_timer(timer: str) -> tuple[str, Optional[str]]:
+def resolve_timer(timer: str) -> tuple[str, str | None]:
     """("cupti" | "events", why events when CUPTI was asked for or auto found none)."""
     if timer not in TIMERS:
         raise ValueError(f"timer must be one of {TIMERS}, got {timer!r}")
@@ -280,7 +281,7 @@ def time_call(
     mark("estimate")
     events.run_untimed(warmup)
     mark("warmup")
-    samples: Optional[list[float]] = None
+    samples: list[float] | None = None
     if used_timer == "cupti":
         try:
             samples = _cupti_samples(torch, runner, flush if cold_l2 else None, repeat, host)
@@ -352,7 +353,7 @@ class _EventSampler:
 
 
 def _cupti_samples(torch: Any, runner: Callable[[], object], flush: Any, count: int,
-                   host: Optional[dict] = None) -> list[float]:
+                   host: dict | None = None) -> list[float]:
     mark = _Stopwatch(host if host is not None else {})
     windows: list[tuple[int, int]] = []
     try:

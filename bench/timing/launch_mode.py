@@ -5,8 +5,6 @@ Torch-free: the tune parent (bench/sweep/run.py, bench/sweep/groups.py) labels r
 
 from __future__ import annotations
 
-from typing import Optional
-
 LAUNCH_POLICIES = ("vllm", "graph", "eager")
 
 
@@ -18,7 +16,7 @@ def mode_label(options: dict) -> str:
     return f"{launch}-{'cold' if options.get('cold_l2', True) else 'hot'}"
 
 
-def choose_launch(options: dict, item: dict, details: Optional[dict]) -> tuple[str, str, str]:
+def choose_launch(options: dict, item: dict, details: dict | None) -> tuple[str, str, str]:
     """(launch, why, source) for one row. Forced by --cuda-graph / --eager; otherwise what the
     installed vLLM's own CudagraphDispatcher answered for this batch (the vLLM-driven adapter puts
     it in its details), else the plan's answer from the rule profile's recorded CUDA-graph facts.

@@ -16,8 +16,8 @@ bench/timing/gpu.py launches and times calls on the GPU (eager or CUDA graph, CU
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
 
 # Budgets from FlashInfer's bench_gpu_time defaults (dry_run_time_ms=25, repeat_time_ms=100).
 WARMUP_BUDGET_MS = 25.0
@@ -65,7 +65,7 @@ class TimingStats:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TimingStats":
+    def from_dict(cls, d: dict) -> TimingStats:
         return cls(**{k: d[k] for k in ("n", "median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms", "mean_ms")})
 
 
@@ -175,8 +175,8 @@ def counts_from_budget(
     (1, 10)
     """
     estimate_ms = max(estimate_ms, 1e-6)
-    warmup = max(1, int(math.ceil(warmup_budget_ms / estimate_ms)))
-    repeat = int(math.ceil(repeat_budget_ms / estimate_ms))
+    warmup = max(1, math.ceil(warmup_budget_ms / estimate_ms))
+    repeat = math.ceil(repeat_budget_ms / estimate_ms)
     repeat = min(max(repeat, min_samples), max(max_samples, min_samples))
     warmup = min(warmup, max(max_samples, min_samples))
     return warmup, repeat
@@ -191,10 +191,10 @@ class TimingResult:
     samples_ms: tuple[float, ...]
     calls_per_sample: int = 1
     timer: str = "events"  # "cupti" (kernel spans) | "events" (CUDA events behind a GPU spin)
-    note: Optional[str] = None
+    note: str | None = None
     # host wall seconds of each part of timing this call (graph capture, estimate, warm-up, timed
     # calls, CUPTI start/stop): where a row's `timing_s` goes beyond the GPU time it measured
-    host_s: Optional[dict] = None
+    host_s: dict | None = None
 
     def to_dict(self, *, with_samples: bool = False) -> dict:
         d = {
@@ -229,7 +229,7 @@ def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
     if torch_module is not None and not hasattr(torch_module.cuda, "_sleep"):
         return 0
     seconds = min(MAX_SPIN_S, 1.5 * max(0.0, host_launch_s) + 20e-6)
-    return int(round(seconds * SPIN_CLOCK_HZ))
+    return round(seconds * SPIN_CLOCK_HZ)
 
 
 def gpu_spin(torch_module, cycles: int) -> None:
@@ -241,21 +241,21 @@ def gpu_spin(torch_module, cycles: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def bandwidth_bytes_per_s(bytes_moved: float, median_ms: float) -> Optional[float]:
+def bandwidth_bytes_per_s(bytes_moved: float, median_ms: float) -> float | None:
     """Bytes of Q, K, V read and O written (actual lengths) over the median time."""
     if not bytes_moved or not median_ms or median_ms <= 0:
         return None
     return bytes_moved / (median_ms / 1e3)
 
 
-def percent_of_peak(achieved_bytes_per_s: Optional[float], peak_bytes_per_s: Optional[float]) -> Optional[float]:
+def percent_of_peak(achieved_bytes_per_s: float | None, peak_bytes_per_s: float | None) -> float | None:
     """>100% means a hot L2 or a bytes-counting bug (docs/measuring.md §6)."""
     if not achieved_bytes_per_s or not peak_bytes_per_s:
         return None
     return 100.0 * achieved_bytes_per_s / peak_bytes_per_s
 
 
-def tflops(flops: float, median_ms: float) -> Optional[float]:
+def tflops(flops: float, median_ms: float) -> float | None:
     if not flops or not median_ms or median_ms <= 0:
         return None
     return flops / (median_ms / 1e3) / 1e12

@@ -24,7 +24,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -63,21 +62,21 @@ def _release_commands(releases: list[str]) -> list[list[str]]:
     return out
 
 
-def commands() -> list[tuple[list[str], Optional[str]]]:
+def commands() -> list[tuple[list[str], str | None]]:
     """(arguments, NVML scenario or None) for every command of the grid."""
     from attnsel.attention.versions import release_profiles, resolved_data
 
     models = sorted(p.stem for p in (ROOT / "attention" / "models").glob("*.json"))
     releases = [resolved_data(name)["vllm_version"] for name in release_profiles()]
-    grid: list[tuple[list[str], Optional[str]]] = [(c, None) for c in _model_commands(models) + _release_commands(releases)]
-    grid += [(c + ["--help"], None) for c in ([], ["probe"], ["explain"], ["tune"], ["verify"], ["report"], ["preflight"])]
+    grid: list[tuple[list[str], str | None]] = [(c, None) for c in _model_commands(models) + _release_commands(releases)]
+    grid += [([*c, "--help"], None) for c in ([], ["probe"], ["explain"], ["tune"], ["verify"], ["report"], ["preflight"])]
     for scenario in sorted((FIXTURES / "probe").glob("*.json")):
         for c in (["probe"], ["probe", "--json"], ["preflight", "--model", "llama-3.1-8b"], ["explain", "--model", "qwen3-8b"]):
             grid.append((c, str(scenario)))
     return grid
 
 
-def _run(runner, app, args: list[str], env: Optional[dict] = None) -> dict:
+def _run(runner, app, args: list[str], env: dict | None = None) -> dict:
     from attnsel.cli.entry import quick_probe_options
 
     if quick_probe_options(args, os.environ) is not None:
@@ -156,7 +155,7 @@ def compare(before: Path, after: Path, *, limit: int = 40) -> int:
     return 1 if differ else 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("record").add_argument("out", type=Path)

@@ -17,7 +17,6 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Optional
 
 
 def _key(row: dict) -> tuple:
@@ -66,7 +65,7 @@ def _load(run_dir: Path) -> list[dict]:
     return list(R.latest_by_key(R.read_rows(Path(run_dir) / R.RESULTS_FILE)).values())
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reference", type=Path)
     parser.add_argument("other", type=Path)

@@ -64,9 +64,9 @@ def record_stacks(backends: list[str]) -> dict:
     facts tests/fixtures/fake_vllm/kernels replays (CUDA-graph support and resolved mode, kernel
     block size, KV-cache shape and stride order, dispatcher answers, the fp8 KV-cache storage dtype
     and whether the impl takes an fp8 query)."""
-    from attnsel.attention.kernels.vllm import StackBuilder
-
     import vllm  # type: ignore
+
+    from attnsel.attention.kernels.vllm import StackBuilder
 
     builder = StackBuilder(device="cpu")
     doc: dict = {"vllm": getattr(vllm, "__version__", "?"), "gpu": "H100 stand-in (CC 9.0)", "backends": {}}

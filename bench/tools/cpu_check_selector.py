@@ -15,7 +15,7 @@ and whose impl would raise if built anyway.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 # the MLA layer the check builds (cpu_check_recording._spec: DeepSeek-V3's qk_nope_head_dim and v_head_dim)
 QK_NOPE_HEAD_DIM = 128
@@ -37,7 +37,7 @@ def tune_shape(w: Any) -> Any:
 
 
 def selector_reasons(backend: str, w: Any, block_size: int, capability: tuple[int, int], gpu_name: str,
-                     vllm_version: Optional[str] = None, has_flashinfer_cubin: bool = True) -> list[str]:
+                     vllm_version: str | None = None, has_flashinfer_cubin: bool = True) -> list[str]:
     """The installed vLLM's reasons for refusing `--attention-backend BACKEND --block-size N` for the
     row's layer on the stand-in GPU; empty when it accepts."""
     from attnsel.attention.explain import ask_vllm

@@ -81,7 +81,7 @@ class _OneStream:
     def record(self, stream: Any = None) -> None:
         pass
 
-    def __enter__(self) -> "_OneStream":
+    def __enter__(self) -> _OneStream:
         return self
 
     def __exit__(self, *exc: Any) -> bool:

@@ -18,7 +18,7 @@ import inspect
 import json
 import re
 import sys
-from typing import Any, Optional
+from typing import Any
 
 SUPPORT_LINE = re.compile(r"_cudagraph_support|def get_cudagraph_support|AttentionCGSupport\.\w+")
 CONFIG_LINE = re.compile(r"FULL_AND_PIECEWISE|max_cudagraph_capture_size\s*=|max_num_seqs \* 2|2 \* .*max_num_seqs|, 512")
@@ -59,7 +59,7 @@ def config_lines() -> dict[str, list[str]]:
     return found
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=None, help="the profile whose recorded facts to compare (default: the installed vLLM's)")
     ns = parser.parse_args(argv)

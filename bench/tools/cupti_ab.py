@@ -14,7 +14,8 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attnsel.bench.timing import gpu as G
 from attnsel.bench.tools.jsonout import emit

@@ -21,8 +21,9 @@ import argparse
 import copy
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from attnsel.bench.tools.parity_grid import CAPABILITIES
 
@@ -80,8 +81,7 @@ def _capability_rule(accepted: list[tuple[int, int]]) -> Any:
 class Deriver:
     def __init__(self, base_name: str):
         from attnsel.attention.explain import vllm_runtime
-        from attnsel.attention.versions import load_profile
-        from attnsel.attention.versions import OWN_KEYS, resolved_data
+        from attnsel.attention.versions import OWN_KEYS, load_profile, resolved_data
 
         self.runtime = vllm_runtime(offline=True)
         self.base = load_profile(base_name)
@@ -282,7 +282,7 @@ def release_header(name: str, base: str) -> dict:
     }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the predecessor's profile name, e.g. vllm_0_33")
     parser.add_argument("--name", required=True, help="the new profile's name, e.g. vllm_0_34")

@@ -30,7 +30,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
@@ -55,7 +55,7 @@ ATTENTION_LAYERS = {"Attention": "model_executor/layers/attention/attention.py",
                     "MLAAttention": "model_executor/layers/attention/mla_attention.py"}
 
 
-def _job(model_dir: str, backend: Optional[str], block: Optional[int], extra: dict) -> dict:
+def _job(model_dir: str, backend: str | None, block: int | None, extra: dict) -> dict:
     job = {"model_dir": model_dir, "gpu_memory_utilization": 0.9, "max_model_len": 4352, "dtype": "bfloat16",
            "backend": backend, "block_size": block, "engine_overrides": CAPTURE}
     return {**job, **extra}
@@ -224,7 +224,7 @@ def problems(record: dict) -> list[str]:
     return out
 
 
-def run_check(source: Optional[Path], version: Optional[str]) -> dict:
+def run_check(source: Path | None, version: str | None) -> dict:
     if source is None:
         from attnsel.bench.tools.vllm_cpu_check import stand_in_gpu
 
@@ -257,7 +257,7 @@ def _model_dirs() -> dict:
     return {kind: str(write_model_dir(MC.load_model_config(name), root / kind)) for kind, name in MODELS.items()}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, help="a release's unpacked vllm package (source-only checks)")
     parser.add_argument("--version", help="the release of --source, e.g. 0.24.0")

@@ -33,9 +33,9 @@ def time_cli(args: list[str], runs: int) -> list[float]:
 
 
 def time_engine(runs: int, profile_name: str | None = None) -> float:
-    from attnsel.attention.versions import get_profile
     from attnsel.attention.rules import SelectionContext, SelectorInputs
     from attnsel.attention.selector import explain
+    from attnsel.attention.versions import get_profile
 
     profile = get_profile(profile_name)
     inputs = SelectorInputs(128, "bfloat16")
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _profiles_to_time() -> list[str]:
     """The oldest and the newest version profile (their rules differ most)."""
-    from attnsel.attention.versions import available_profiles
-    from attnsel.attention.versions import release_profiles
+    from attnsel.attention.versions import available_profiles, release_profiles
 
     releases = release_profiles()
     return list(dict.fromkeys([*[n for n in available_profiles() if n not in releases][:1], releases[0], releases[-1]]))

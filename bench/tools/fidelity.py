@@ -17,13 +17,12 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Optional
 
 BAR_TOLERANCE = 0.05
 BAR_SHARE = 0.95
 
 
-def within(ratio: Optional[float], tolerance: float = BAR_TOLERANCE) -> bool:
+def within(ratio: float | None, tolerance: float = BAR_TOLERANCE) -> bool:
     """True when `ratio` (ours / FlashInfer's) is within +-tolerance.
 
     >>> within(1.04), within(0.94), within(None)
@@ -32,7 +31,7 @@ def within(ratio: Optional[float], tolerance: float = BAR_TOLERANCE) -> bool:
     return ratio is not None and abs(ratio - 1.0) <= tolerance
 
 
-def summarize(ratios: list[Optional[float]], tolerance: float = BAR_TOLERANCE, share: float = BAR_SHARE) -> dict:
+def summarize(ratios: list[float | None], tolerance: float = BAR_TOLERANCE, share: float = BAR_SHARE) -> dict:
     """The bar over all rows: share within tolerance, median and spread of the ratios.
 
     >>> summarize([1.0, 1.02, 0.97, 1.2])["met"]
@@ -62,8 +61,8 @@ def _rows(run_dir: Path, backends: set[str]) -> tuple[list[dict], dict, dict]:
 
 def retime_row(toolkit, row: dict, shape: dict, options: dict, bench_gpu_time) -> dict:
     """Our timer and FlashInfer's on one rebuilt row."""
-    from attnsel.bench.timing import gpu as G
     from attnsel.bench.plan import WorkloadSpec
+    from attnsel.bench.timing import gpu as G
 
     spec = WorkloadSpec.from_dict(row["workload"])
     workload = toolkit.workload(shape, spec)
@@ -84,7 +83,7 @@ def retime_row(toolkit, row: dict, shape: dict, options: dict, bench_gpu_time) -
     return out
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--backends", default="FLASHINFER", help="comma list (default FLASHINFER)")

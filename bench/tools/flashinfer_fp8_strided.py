@@ -19,7 +19,6 @@ import argparse
 import json
 import sys
 
-
 TUNE_Q_SCALE = 0.01937  # layer._q_scale of tune's llama-3.1-8b decode b=1 ctx=1024 row (H200, 2026-11-27)
 
 
@@ -51,8 +50,8 @@ def packed_halves(b) -> tuple:
 def run_cases() -> list[dict]:
     import dataclasses
 
-    import torch
     import flashinfer
+    import torch
 
     from attnsel.attention.kernels import paged
 

@@ -78,8 +78,7 @@ def arrivals(address: str, timeout_s: float) -> dict:
 def run(nodes: int, scenario: str, rounds: int, timeout_s: float) -> dict:
     from ray.cluster_utils import Cluster
 
-    from attnsel.probe.fleet import probe_fleet
-    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.probe.fleet import fleet_verdict, probe_fleet
     from attnsel.reports import fleet_probe_json
 
     env = {"ATTNSEL_NVML_SCENARIO": str(FIXTURES / scenario)}
@@ -132,14 +131,11 @@ def driver_side(nodes: int, scenario: str) -> dict:
     import io
     import pickle
 
-    from attnsel.attention.preflight import Deployment
-    from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.attention.model import load_model_config
+    from attnsel.attention.preflight import Deployment, run_fleet_preflight
     from attnsel.attention.versions import select_profile
-    from attnsel.probe import collect_probe
-    from attnsel.probe import report_fields, report_from_fields
-    from attnsel.probe.fleet import FleetProbe, NodeProbe, RayNode
-    from attnsel.probe.fleet import fleet_verdict
+    from attnsel.probe import collect_probe, report_fields, report_from_fields
+    from attnsel.probe.fleet import FleetProbe, NodeProbe, RayNode, fleet_verdict
     from attnsel.reports import fleet_probe_json, render_preflight_text
 
     report = collect_probe({"ATTNSEL_NVML_SCENARIO": str(FIXTURES / scenario)}, no_torch_reason="bench")

@@ -28,7 +28,7 @@ import sys
 import types
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 MODELS = ("jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-350m", "falcon-h1-7b", "qwen3-next-80b-a3b", "qwen3.5-9b",
           "glm-5-next")
@@ -39,9 +39,13 @@ FLAG_SETS = ({}, {"block_size": 64}, {"block_size": 128}, {"kv_cache_dtype": "fp
 CAPABILITIES = ((9, 0), (8, 0), (10, 0))
 
 
-def _attnsel(model: str, version: Optional[str], cc: tuple[int, int], flags: dict) -> Any:
+def _attnsel(model: str, version: str | None, cc: tuple[int, int], flags: dict) -> Any:
     from attnsel.attention.model import config as model_config
-    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector import (
+        SelectionRequest,
+        build_selection,
+        explain_selection,
+    )
     from attnsel.attention.versions import get_profile
 
     profile = get_profile(version)
@@ -99,7 +103,7 @@ def _decide_cache_mode(vllm_config: Any, model_cls: Any, flags: dict) -> None:
         own.verify_and_update_config(vllm_config)
 
 
-def _checkpoint_alignment(vllm_config: Any, layout_kind: str) -> Optional[int]:
+def _checkpoint_alignment(vllm_config: Any, layout_kind: str) -> int | None:
     """abstract.py `get_mamba_prefill_checkpoint_alignment` asks the built GDN layers, which take 64
     in align mode when `_resolve_gdn_prefill_backend` picks FlashInfer (qwen_gdn_linear_attn.py)."""
     resolve = _optional("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn", "_resolve_gdn_prefill_backend")
@@ -124,7 +128,7 @@ def _patched(target: Any, name: str, value: Any):
             delattr(target, name)
 
 
-def _mamba_spec(vllm_config: Any, model_cls: Any, checkpoint: Optional[int]) -> Any:
+def _mamba_spec(vllm_config: Any, model_cls: Any, checkpoint: int | None) -> Any:
     iface = importlib.import_module("vllm.v1.kv_cache_interface")
     cache = vllm_config.cache_config
     extra = {"num_prefill_checkpoint_blocks": 1, "prefill_checkpoint_alignment": checkpoint} if checkpoint else {}
@@ -244,7 +248,7 @@ def _without_cutlass_probe() -> None:
     ops.cutlass_scaled_mm_supports_block_fp8 = lambda *args, **kwargs: False
 
 
-def _case(runtime: Any, model: str, version: Optional[str], cc: tuple[int, int], flags: dict) -> Optional[dict]:
+def _case(runtime: Any, model: str, version: str | None, cc: tuple[int, int], flags: dict) -> dict | None:
     inputs, ctx, expl, config = _attnsel(model, version, cc, flags)
     if expl.hybrid is None or expl.selected is None:
         return None
@@ -257,7 +261,7 @@ def _case(runtime: Any, model: str, version: Optional[str], cc: tuple[int, int],
     return case
 
 
-def _known_models(version: Optional[str], models: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+def _known_models(version: str | None, models: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The models the profile knows (GLM-5-Next's model type came with 0.33), and the others."""
     from attnsel.attention.model import config as model_config
     from attnsel.attention.versions import get_profile
@@ -274,7 +278,7 @@ def _known_models(version: Optional[str], models: tuple[str, ...]) -> tuple[tupl
     return tuple(known), unknown
 
 
-def _unparsed_mode(version: Optional[str], flags: dict) -> Optional[dict]:
+def _unparsed_mode(version: str | None, flags: dict) -> dict | None:
     """A --mamba-cache-mode the profile does not parse: skipped when vLLM's `MambaCacheMode` (config/cache.py)
     lacks it too, a mismatch when vLLM takes it."""
     from typing import get_args
@@ -289,7 +293,7 @@ def _unparsed_mode(version: Optional[str], flags: dict) -> Optional[dict]:
     return {"flags": flags, "attnsel_modes": list(ours), "vllm_modes": list(theirs), "vllm_takes_it": mode in theirs}
 
 
-def run(version: Optional[str], models: tuple[str, ...] = MODELS) -> dict:
+def run(version: str | None, models: tuple[str, ...] = MODELS) -> dict:
     from attnsel.attention.explain import vllm_runtime
 
     runtime = vllm_runtime(offline=True)
@@ -316,7 +320,7 @@ def run(version: Optional[str], models: tuple[str, ...] = MODELS) -> dict:
             "unparsed_modes": [m for m in mismatches if "vllm_takes_it" in m]}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-version", default=None, help="the rule profile (default: the installed vLLM's)")
     parser.add_argument("--models", default=None, help="comma list (default: every bundled hybrid config)")

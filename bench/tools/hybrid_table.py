@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional
 
 MODELS = ("jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-350m", "falcon-h1-7b", "qwen3-next-80b-a3b", "qwen3.5-9b",
           "glm-5-next")
@@ -20,7 +19,11 @@ HEADER = ("| model | vLLM | state | state page | attn B/token | backend | block 
 def row(model: str, version: str, gpu: str) -> str:
     from attnsel.attention.explain import model_facts, resolve_gpu
     from attnsel.attention.model import load_model_config
-    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector import (
+        SelectionRequest,
+        build_selection,
+        explain_selection,
+    )
     from attnsel.attention.versions import get_profile
     from attnsel.errors import UserInputError
 
@@ -42,7 +45,7 @@ def row(model: str, version: str, gpu: str) -> str:
             f"{h.mamba_cache_mode} | {groups.attention_groups}+{groups.mamba_groups} | {groups.blocks_pinned_per_request} |")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", default="0.33,0.24")
     parser.add_argument("--gpu", default="H100")

@@ -22,8 +22,9 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -74,16 +75,16 @@ def infer(values: list, name: str = "", path: tuple = ()) -> dict:
     if objects:
         keys = sorted({k for o in objects for k in o})
         if not path or all(FIELD.match(k) for k in keys):  # a document itself is never a map
-            out["properties"] = {k: infer([o[k] for o in objects if k in o], name, path + (k,)) for k in keys}
+            out["properties"] = {k: infer([o[k] for o in objects if k in o], name, (*path, k)) for k in keys}
             required = [k for k in keys if all(k in o for o in objects)]
             if required:
                 out["required"] = required
         else:
-            out["additionalProperties"] = infer([v for o in objects for v in o.values()], name, path + ("*",))
+            out["additionalProperties"] = infer([v for o in objects for v in o.values()], name, (*path, "*"))
     arrays = [v for v in values if isinstance(v, list)]
     items = [item for a in arrays for item in a]
     if items:
-        out["items"] = infer(items, name, path + ("[]",))
+        out["items"] = infer(items, name, (*path, "[]"))
     return out
 
 
@@ -102,7 +103,7 @@ def schema_for(name: str, documents: list[dict]) -> dict:
                            "bench/tools/json_schemas.py)", **body}
 
 
-def document_name(doc: Any) -> Optional[str]:
+def document_name(doc: Any) -> str | None:
     """A document's schema name; the older explain/preflight/report files by their fields."""
     if not isinstance(doc, dict):
         return None
@@ -134,9 +135,9 @@ def recorded_documents() -> Iterable[tuple[Path, dict]]:
             yield path, doc
 
 
-def _commands() -> list[tuple[list[str], Optional[str]]]:
+def _commands() -> list[tuple[list[str], str | None]]:
     models = sorted(p.stem for p in (ROOT / "attention" / "models").glob("*.json"))
-    grid: list[tuple[list[str], Optional[str]]] = []
+    grid: list[tuple[list[str], str | None]] = []
     for m in models:
         grid += [(["explain", "--model", m, "--gpu", "H100", "--json"], None),
                  (["preflight", "--model", m, "--gpu", "H100", "--json"], None)]
@@ -197,7 +198,7 @@ def validate(doc: Any, schema: dict, where: str = "$") -> list[str]:
         kind = _json_type(doc)
         if not (kind in allowed or (kind == "integer" and "number" in allowed)
                 or (kind == "number" and "integer" in allowed and float(doc).is_integer())):
-            return faults + [f"{where}: {kind} where {sorted(allowed)} is expected"]
+            return [*faults, f"{where}: {kind} where {sorted(allowed)} is expected"]
     for option_set in ([schema["anyOf"]] if "anyOf" in schema else []):
         if all(validate(doc, option, where) for option in option_set):
             faults.append(f"{where}: matches none of anyOf {option_set}")
@@ -219,7 +220,7 @@ def _text(schema: dict) -> str:
     return json.dumps(schema, indent=1, sort_keys=False) + "\n"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/schemas/ differs from what is derived now")
     args = parser.parse_args(argv)

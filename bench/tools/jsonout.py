@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Optional
+from typing import Any
 
 
-def emit(doc: Any, output: Optional[str]) -> None:
+def emit(doc: Any, output: str | None) -> None:
     text = json.dumps(doc, indent=1) + "\n"
     if output:
         with open(output, "w", encoding="utf-8") as handle:

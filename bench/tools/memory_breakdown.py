@@ -22,7 +22,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 NUMBER = r"([\d,]+(?:\.\d+)?)"
 LINES = {
@@ -104,7 +104,7 @@ def markdown_row(row: dict) -> str:
     return f"| {model} | {row['vllm']} | {flags} | {said} | {ours} | {miss} |"
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path)
     parser.add_argument("--json", action="store_true")

@@ -34,7 +34,7 @@ import sys
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 ERROR_MODULES = ("vllm/v1/core/kv_cache_planning.py", "vllm/v1/core/kv_cache_utils.py")
 SOURCES = ("vllm/config/cache.py", "vllm/engine/arg_utils.py", "vllm/envs.py", *ERROR_MODULES)
@@ -70,11 +70,11 @@ def local_sources(site_packages: Path) -> dict[str, str]:
             for path in SOURCES if (site_packages / path).is_file()}
 
 
-def _function(tree: ast.AST, name: str) -> Optional[ast.FunctionDef]:
+def _function(tree: ast.AST, name: str) -> ast.FunctionDef | None:
     return next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
-def _template(node: ast.expr, fields: Optional[dict[str, str]] = None) -> str:
+def _template(node: ast.expr, fields: dict[str, str] | None = None) -> str:
     """A string expression as the data's str.format template (`fields`: vLLM's expressions -> the names)."""
     fields = FIELDS if fields is None else fields
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -117,7 +117,7 @@ def error_facts(sources: dict[str, str]) -> dict[str, Any]:
     return {"error_module": None}
 
 
-def hint_facts(tree: ast.AST) -> Optional[dict[str, Any]]:
+def hint_facts(tree: ast.AST) -> dict[str, Any] | None:
     """kv_cache_planning.py `_more_kv_cache_memory_hint` (0.34.0 on): the texts it returns, in source
     order, and the texts it assigns to the names they fill in ({used_by}, {graphs_hint})."""
     function = _function(tree, "_more_kv_cache_memory_hint")
@@ -138,7 +138,7 @@ def _is_empty(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value == ""
 
 
-def utilization_default(source: str) -> Optional[float]:
+def utilization_default(source: str) -> float | None:
     """CacheConfig.gpu_memory_utilization's default: `= Field(default=X, ...)` or `= X`; where that is
     None (0.34.0 on), DEFAULT_GPU_MEMORY_UTILIZATION, the default with the cache sized by profiling."""
     tree = ast.parse(source)
@@ -152,7 +152,7 @@ def utilization_default(source: str) -> Optional[float]:
     return None
 
 
-def extensible_utilization_default(source: str) -> Optional[float]:
+def extensible_utilization_default(source: str) -> float | None:
     """CacheConfig.resolved_gpu_memory_utilization (0.34.0 on): the constant it answers with the extensible
     KV cache on and no --gpu-memory-utilization; None where the release has no such property."""
     function = _function(ast.parse(source), "resolved_gpu_memory_utilization")
@@ -166,7 +166,7 @@ def extensible_utilization_default(source: str) -> Optional[float]:
     return None
 
 
-def _class_constant(tree: ast.AST, name: str) -> Optional[float]:
+def _class_constant(tree: ast.AST, name: str) -> float | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == name and node.value is not None:
             return float(ast.literal_eval(node.value))
@@ -229,7 +229,7 @@ def scheduler_facts(source: str) -> dict[str, Any]:
     return facts
 
 
-def cudagraph_estimate_default(source: str) -> Optional[bool]:
+def cudagraph_estimate_default(source: str) -> bool | None:
     """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS's default; None: the release has no such estimate."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "os.getenv" and len(node.args) == 2 \
@@ -249,7 +249,7 @@ def memory_facts(sources: dict[str, str]) -> dict[str, Any]:
     return facts
 
 
-def differences(facts: dict[str, Any], rules: Optional[dict]) -> list[str]:
+def differences(facts: dict[str, Any], rules: dict | None) -> list[str]:
     """Where the release's data says otherwise than its source."""
     if not rules:
         return ["the profile has no `memory` section"]
@@ -270,7 +270,7 @@ def _data_form(key: str, value: Any) -> Any:
     return "vllm/" + value.removeprefix("vllm/") if key == "error_module" and value else value
 
 
-def _profile_rules(version: str) -> Optional[dict]:
+def _profile_rules(version: str) -> dict | None:
     from attnsel.attention.versions import get_profile
 
     return get_profile(version).memory
@@ -289,7 +289,7 @@ def check(version: str, facts: dict[str, Any], as_json: bool) -> bool:
     return not found
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", help="first release, e.g. 0.17.0")
     parser.add_argument("last", nargs="?", help="last release (every minor X.Y.0 between); default: first only")

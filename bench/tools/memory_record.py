@@ -21,7 +21,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.memory.verdict import Verdict
 
@@ -87,7 +87,7 @@ KEPT_FACTS = ("vllm_version", "block_size", "num_gpu_blocks", "kv_cache_tokens",
               "model_memory_gib", "graph_memory_gib", "max_model_len", "max_num_batched_tokens", "max_num_seqs")
 
 
-def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]:
+def vllm_verdict(status: str, error: str | None) -> tuple[str, int | None]:
     """attention/memory's verdict names for what the engine did, and the number vLLM's refusal names (its
     estimate of the longest length that fits, or the Mamba block bound on max_num_seqs)."""
     if status == "ok":
@@ -110,10 +110,15 @@ def vllm_verdict(status: str, error: Optional[str]) -> tuple[str, Optional[int]]
 
 
 def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu: dict,
-                engine: Optional[str] = None, start_timeout_s: float = 600.0) -> dict:
+                engine: str | None = None, start_timeout_s: float = 600.0) -> dict:
     """One engine start; `engine`: bench/verify's engine spec (default vLLM's LLM; CI passes a fake)."""
     from attnsel.attention.model import load_model_config
-    from attnsel.bench.verify import parse_engine_log, read_log, run_engine, write_model_dir
+    from attnsel.bench.verify import (
+        parse_engine_log,
+        read_log,
+        run_engine,
+        write_model_dir,
+    )
 
     config = {**load_model_config(model), **patch}
     with tempfile.TemporaryDirectory(prefix=f"memrec-{name}-") as tmp:
@@ -133,13 +138,13 @@ def record_case(name: str, model: str, flags: dict, patch: dict, out: Path, gpu:
             "verdict": verdict}
 
 
-def _named_bound(verdict: str, bound: Optional[int]) -> dict:
+def _named_bound(verdict: str, bound: int | None) -> dict:
     if verdict == Verdict.MAMBA_BLOCKS:
         return {"estimated_max_model_len": None, "mamba_block_bound": bound}
     return {"estimated_max_model_len": bound}
 
 
-def _installed_vllm() -> Optional[str]:
+def _installed_vllm() -> str | None:
     from attnsel.attention.versions import installed_vllm_version
 
     return installed_vllm_version()
@@ -178,7 +183,7 @@ def from_verify(path: Path) -> list[dict]:
     return records
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--cases", choices=("quick", "full", "release"), default="full")
@@ -220,7 +225,11 @@ def predict_record(record: dict) -> Any:
     """attention/memory's plan for a record's model, GPU, release and flags (what the replay compares)."""
     from attnsel.attention.memory import MemoryFlags, memory_for
     from attnsel.attention.model import derive_model_facts, load_model_config
-    from attnsel.attention.selector import SelectionRequest, build_selection, explain_selection
+    from attnsel.attention.selector import (
+        SelectionRequest,
+        build_selection,
+        explain_selection,
+    )
     from attnsel.attention.versions import select_profile
     from attnsel.probe import find_gpu
 

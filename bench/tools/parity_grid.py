@@ -5,7 +5,8 @@ Deterministic for a seed."""
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 CAPABILITIES = [(7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)]
 DENSE_HEADS = [16, 24, 32, 36, 40, 48, 64, 72, 80, 96, 100, 104, 112, 128, 130, 160, 192, 200, 256, 257, 320, 384, 512,

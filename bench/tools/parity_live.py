@@ -49,7 +49,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.bench.tools.parity_grid import CAPABILITIES, DTYPES, FOCUS, cases
 
@@ -195,12 +195,12 @@ def given_cases(specs: list[str]) -> list[tuple[dict, dict]]:
     return found
 
 
-def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
-        focus: str = "all", chosen: Optional[list[tuple[dict, dict]]] = None) -> tuple[dict, list[dict]]:
+def run(version_flag: str | None, count: int, seed: int, record_size: int,
+        focus: str = "all", chosen: list[tuple[dict, dict]] | None = None) -> tuple[dict, list[dict]]:
     from attnsel.attention.explain import require_vllm, vllm_runtime
-    from attnsel.attention.versions import select_profile
     from attnsel.attention.rules import SelectionContext, SelectorInputs
     from attnsel.attention.selector import strip_unknown_inputs
+    from attnsel.attention.versions import select_profile
     from attnsel.errors import AttnselError
 
     installed = require_vllm()
@@ -224,7 +224,7 @@ def run(version_flag: Optional[str], count: int, seed: int, record_size: int,
         ctx = SelectionContext(**ctx_kw)
         shown_inputs = {k: v for k, v in inputs.to_dict().items() if v not in (False, None)}
         try:
-            ours, live, found = _compare_case(profile, inputs, ctx)
+            _ours, live, found = _compare_case(profile, inputs, ctx)
         except AttnselError as exc:  # e.g. a flag value this profile rejects as bad input
             skipped[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
             continue
@@ -299,7 +299,7 @@ def evidence(doc: dict, records: list[dict]) -> dict:
     }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-version", default=None, help="profile to check (default: the installed vLLM's)")
     parser.add_argument("--cases", type=int, default=20000)

@@ -36,9 +36,10 @@ def write_ninja(mode: str, capability: str) -> None:
         torch.cuda.get_device_capability = lambda device=None: (major, minor)
     real_init = torch.cuda._lazy_init
     torch.cuda._lazy_init = lambda: asked.append("lazy_init") or real_init()
+    import flashinfer.jit.attention.modules as modules
+
     from attnsel.attention.kernels import named_jit_requests
     from attnsel.attention.kernels.flashinfer_jit import _jit_spec
-    import flashinfer.jit.attention.modules as modules
 
     spec = _jit_spec(modules, named_jit_requests([MODULE])[0], torch)
     spec.write_ninja()

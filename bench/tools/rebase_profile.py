@@ -13,12 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional
 
-from attnsel.attention.versions import OWN_KEYS, VERSIONS_DIR, diff_patch, raw_data, resolved_data
+from attnsel.attention.versions import (
+    OWN_KEYS,
+    VERSIONS_DIR,
+    diff_patch,
+    raw_data,
+    resolved_data,
+)
 
 
-def rebased(name: str, base: Optional[str]) -> dict:
+def rebased(name: str, base: str | None) -> dict:
     target = resolved_data(name)
     own = {k: v for k, v in raw_data(name).items() if k in OWN_KEYS and k != "base"}
     body = {k: v for k, v in target.items() if k not in OWN_KEYS}
@@ -29,7 +34,7 @@ def rebased(name: str, base: Optional[str]) -> dict:
     return {**name_first, **own, **diff_patch(base_body, body)}
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name")
     group = parser.add_mutually_exclusive_group(required=True)

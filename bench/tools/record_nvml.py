@@ -18,10 +18,14 @@ import time
 from typing import Any
 
 from attnsel.probe import collect_probe
-from attnsel.probe.nvml import SCENARIO_SCHEMA
-from attnsel.probe.nvml import NvmlCallError, NvmlInitError, call_key
-from attnsel.probe.nvml import PynvmlFacade
-from attnsel.probe.nvml import RealTorch
+from attnsel.probe.nvml import (
+    SCENARIO_SCHEMA,
+    NvmlCallError,
+    NvmlInitError,
+    PynvmlFacade,
+    RealTorch,
+    call_key,
+)
 
 
 class RecordingFacade:

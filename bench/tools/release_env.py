@@ -41,7 +41,6 @@ import sys
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(os.environ.get("ATTNSEL_RELEASE_ROOT", "/work/rel"))
 SIMPLE = "https://pypi.org/simple"
@@ -151,8 +150,8 @@ def _pip_env() -> dict:
     return {**os.environ, "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "", "PIP_CONFIG_FILE": os.devnull}
 
 
-def build(version: str, base: Path, overrides: Optional[dict[str, str]] = None,
-          wheel: Optional[Path] = None) -> Path:
+def build(version: str, base: Path, overrides: dict[str, str] | None = None,
+          wheel: Path | None = None) -> Path:
     """A layer virtualenv over `base` with vllm==version installed (what the base lacks only), its
     requirements on the names in `overrides` replaced by those requirements."""
     layer = layer_dir(version)
@@ -191,7 +190,7 @@ def run(version: str, command: list[str]) -> int:
     return subprocess.run([str(layer / "bin" / "python"), *command], env=env).returncode
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
     pins = sub.add_parser("pins")

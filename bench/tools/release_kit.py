@@ -33,9 +33,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 STEP_NAMES = ("env", "derive", "parity", "cudagraph", "hybrid", "memory", "adapters", "engine")
 TOOLS = "attnsel.bench.tools"
@@ -51,13 +51,13 @@ class KitRequest:
 
     version: str  # X.Y.Z
     out: Path
-    base_env: Optional[Path] = None
+    base_env: Path | None = None
     cases: int = 2000
     seed: int = 33
     overrides: tuple[str, ...] = ()
     reuse: bool = False
     skip: tuple[str, ...] = ()
-    step_timeout_s: Optional[float] = None
+    step_timeout_s: float | None = None
     report_only: bool = False
 
     @property
@@ -88,7 +88,7 @@ class StepResult:
 
     name: str
     argv: list[str]
-    exit: Optional[int]
+    exit: int | None
     seconds: float
     log: str
     outputs: dict[str, str]
@@ -101,7 +101,11 @@ class StepResult:
 
 def previous_profile(version: str) -> str:
     """The newest release in attention/versions older than `version` (its data is the patch's base)."""
-    from attnsel.attention.versions import get_profile, parse_vllm_version, release_profiles
+    from attnsel.attention.versions import (
+        get_profile,
+        parse_vllm_version,
+        release_profiles,
+    )
 
     parsed = parse_vllm_version(version)
     if parsed is None:
@@ -160,7 +164,7 @@ def plan_steps(req: KitRequest, previous: str, site_packages: Callable[[str], Pa
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def run_step(step: Step, out: Path, timeout_s: Optional[float], runner: Runner = subprocess.run) -> StepResult:
+def run_step(step: Step, out: Path, timeout_s: float | None, runner: Runner = subprocess.run) -> StepResult:
     """Run one step with its stdout and stderr in `<name>.log` (stdout also in its output file where
     it is one); a step that cannot start or runs out of time is a failed step, never the kit's end."""
     log = out / f"{step.name}.log"
@@ -230,7 +234,7 @@ def report_again(out: Path) -> dict:
     return summary
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> KitRequest:
+def parse_args(argv: Sequence[str] | None) -> KitRequest:
     parser = argparse.ArgumentParser(prog="release_kit", description=__doc__.splitlines()[0])
     parser.add_argument("version", help="the vLLM release on PyPI, X.Y.Z")
     parser.add_argument("--base-env", type=Path, help="the virtualenv the release's layer sits on (release_env build --base)")
@@ -261,7 +265,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> KitRequest:
                       skip=tuple(ns.skip), step_timeout_s=ns.step_timeout, report_only=ns.report_only)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     req = parse_args(argv)
     try:
         summary = report_again(req.out) if req.report_only else run_kit(req)

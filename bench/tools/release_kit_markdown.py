@@ -4,7 +4,8 @@ rendered from summary.json (release_kit_report.summarize) and nothing else."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _code(value: Any) -> str:

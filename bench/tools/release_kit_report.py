@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 HEADER_KEYS = ("name", "base", "vllm_version", "vllm_release", "answers_for", "description")
 SAMPLES = 8  # mismatches / rows shown per step in the report
 
 
-def _load_json(path: Path) -> Optional[Any]:
+def _load_json(path: Path) -> Any | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -170,7 +171,7 @@ _PRINTED_ROW = re.compile(r"^(ok |BAD|vLLM|--) +(\S+) +bs=(\d+) +(.+?) +"
 _PRINTED_STATUS = {"ok": "ok", "BAD": "BAD", "vLLM": "vLLM fault", "--": "refused or skipped"}
 
 
-def printed_rows_digest(stdout: str) -> Optional[dict]:
+def printed_rows_digest(stdout: str) -> dict | None:
     """The adapter check's rows as it printed them, where it wrote no recording (it stopped first).
 
     >>> printed_rows_digest("ok  FLASH_ATTN     bs=16  decode b3 ctx200 h8/2 d64 float16   err 2.08e-04 launch=eager (0.13 s)")["counts"]
@@ -222,7 +223,7 @@ def engine_digest(doc: dict) -> dict:
 
 
 # role of a step's output -> how it is read
-READERS: dict[str, Callable[[Path, str], Optional[dict]]] = {
+READERS: dict[str, Callable[[Path, str], dict | None]] = {
     "derive": lambda p, _prev: derive_digest(d) if isinstance(d := _load_json(p), dict) else None,
     "parity": lambda p, _prev: parity_digest(d) if isinstance(d := _load_json(p), dict) else None,
     "cudagraph": lambda p, _prev: cudagraph_digest(p.read_text(encoding="utf-8")) if p.is_file() else None,
@@ -234,7 +235,7 @@ READERS: dict[str, Callable[[Path, str], Optional[dict]]] = {
 
 
 def summarize(version: str, profile_name: str, previous: str, steps: list[dict], out: Path, *,
-              options: Optional[dict] = None) -> dict:
+              options: dict | None = None) -> dict:
     """summary.json: the steps as run and, per output a step left, its digest."""
     from attnsel.attention.versions import select_profile
 

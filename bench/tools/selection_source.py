@@ -17,8 +17,9 @@ import argparse
 import importlib
 import inspect
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 PLATFORM_METHODS = ("get_valid_backends", "get_attn_backend_cls", "check_and_update_config",
                     "get_supported_vit_attn_backends", "get_vit_attn_backend", "update_block_size_for_backend",
@@ -48,7 +49,7 @@ def _source(obj: Any) -> str:
         return repr(obj)
 
 
-def _functions(module_name: str, names: Optional[tuple]) -> Iterator[str]:
+def _functions(module_name: str, names: tuple | None) -> Iterator[str]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001
@@ -133,7 +134,7 @@ def compare(old_path: str, new_path: str, show: bool) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write this release's dump here")
     parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="list what changed between two dumps")

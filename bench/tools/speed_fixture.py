@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 from attnsel.bench.tools.gpus_fixture import run_summary, write_fixture
 from attnsel.bench.tools.speed_summary import read_json, read_steps
@@ -23,12 +22,12 @@ from attnsel.bench.tools.speed_summary import read_json, read_steps
 SIDES = ("before", "after")
 
 
-def _json(path: Path) -> Optional[dict]:
+def _json(path: Path) -> dict | None:
     value = read_json(path)
     return value if isinstance(value, dict) else None
 
 
-def _tune(folder: Path, with_rows: bool) -> Optional[dict]:
+def _tune(folder: Path, with_rows: bool) -> dict | None:
     return run_summary(folder, with_rows) if (folder / "tune.json").is_file() else None
 
 

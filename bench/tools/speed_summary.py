@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 TARGETS = {"tune_cold": 120.0, "tune_warm": 40.0, "probe": 0.2, "verify": 300.0}
 LABELS = {
@@ -24,7 +24,7 @@ LABELS = {
 }
 
 
-def read_json(path: Path) -> Optional[Any]:
+def read_json(path: Path) -> Any | None:
     """The JSON document at `path`, or None when it is missing or not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -57,7 +57,7 @@ def time_line(run_dir: Path) -> str:
     return "no time: line (the run did not finish)"
 
 
-def probe_detail(out: Path) -> tuple[Optional[float], str]:
+def probe_detail(out: Path) -> tuple[float | None, str]:
     result = read_json(out / "probe.txt")
     if not isinstance(result, dict):
         return None, "no probe_speed result"

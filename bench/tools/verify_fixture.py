@@ -68,9 +68,9 @@ def copy_run(run: Path, dest: Path) -> list[Path]:
 
 def rederive(folder: Path) -> dict:
     """verify.json's tune summary, comparisons and verdict again from its recorded figures."""
-    from attnsel.bench.verify import plan as VP
     from attnsel.bench.tune import advised_flags
     from attnsel.bench.verify import build_comparisons, summarize
+    from attnsel.bench.verify import plan as VP
 
     doc = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
     tune = json.loads((folder / "tune.json").read_text(encoding="utf-8")) if (folder / "tune.json").is_file() else None

@@ -37,10 +37,13 @@ import sys
 import time
 from typing import Any
 
-from attnsel.attention.kernels import MLA_BACKENDS, SPARSE_MLA_BACKENDS
-from attnsel.attention.kernels import FP8_TOLERANCE
+from attnsel.attention.kernels import FP8_TOLERANCE, MLA_BACKENDS, SPARSE_MLA_BACKENDS
 from attnsel.bench.tools import cpu_recorders, cpu_recorders_sparse
-from attnsel.bench.tools.cpu_check_recording import INDEX_TOPK, record_stacks, signatures_and_layout
+from attnsel.bench.tools.cpu_check_recording import (
+    INDEX_TOPK,
+    record_stacks,
+    signatures_and_layout,
+)
 from attnsel.bench.tools.cpu_check_selector import selector_reasons
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -182,8 +185,7 @@ def checked_workloads(backend: str, kv_cache_dtype: str) -> list[tuple[Any, int]
 
 
 def check_backend(backend: str, kv_cache_dtype: str = "auto", flashinfer_cubin: bool = True) -> list[dict]:
-    from attnsel.attention.kernels import mla, paged
-    from attnsel.attention.kernels import adapters_for
+    from attnsel.attention.kernels import adapters_for, mla, paged
 
     calls = _recorded_calls(backend)
     adapter = adapters_for(backend, device="cpu")[0]

@@ -6,17 +6,36 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.bench.tune.document import DOCUMENT_FILE
-    from attnsel.bench.tune.flags import TuneFlags, check_flags, check_real_sweep_flags, request_from_flags
-    from attnsel.bench.tune.records import (Choice, DecisionRecord, DeviceEnvironment, Environment, GpuEnvironment,
-                                            PlanRecord, Record, RecommendationRecord, ResultRow, Scalar, Timing,
-                                            TuneDocument, Workload, required_field)
+    from attnsel.bench.tune.flags import (
+        TuneFlags,
+        check_flags,
+        check_real_sweep_flags,
+        request_from_flags,
+    )
+    from attnsel.bench.tune.records import (
+        Choice,
+        DecisionRecord,
+        DeviceEnvironment,
+        Environment,
+        GpuEnvironment,
+        PlanRecord,
+        RecommendationRecord,
+        Record,
+        ResultRow,
+        Scalar,
+        Timing,
+        TuneDocument,
+        Workload,
+        required_field,
+    )
     from attnsel.bench.tune.run import SUMMARY_FILE
     from attnsel.bench.tune.saved import advised_flags, with_recommendation
     from attnsel.bench.tune.verdict import Verdict
 
 __all__ = [
-    "Choice",
     "DOCUMENT_FILE",
+    "SUMMARY_FILE",
+    "Choice",
     "DecisionRecord",
     "DeviceEnvironment",
     "Environment",
@@ -25,7 +44,6 @@ __all__ = [
     "RecommendationRecord",
     "Record",
     "ResultRow",
-    "SUMMARY_FILE",
     "Scalar",
     "Timing",
     "TuneDocument",

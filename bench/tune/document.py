@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
 
 from attnsel import __version__, files
-from attnsel.bench.tune import env_info
+from attnsel.bench.plan import WORKLOAD_KINDS
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
-from attnsel.bench.tune import recommend as REC
 from attnsel.bench.sweep import SweepOptions
-from attnsel.bench.plan import WORKLOAD_KINDS
+from attnsel.bench.tune import env_info
+from attnsel.bench.tune import recommend as REC
 
 DOCUMENT_SCHEMA = "attnsel-tune/1"
 DOCUMENT_FILE = "tune.json"
@@ -50,7 +49,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
     out = []
     # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, docs/vllm-rules.md §3c)
-    if tuple(capability)[0] == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
+    if next(iter(capability)) == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
         out.append("FLASH_ATTN was timed with FlashAttention 4 (CuTe) as a stand-in for vLLM's own FA3 "
                    "build on Hopper (docs/gpu-facts.md): vLLM's kernel may be faster or slower")
     if ("TRITON_ATTN", "attnsel-triton") in adapters:
@@ -65,7 +64,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
 
 def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
                    min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
-                   gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: Optional[float] = None) -> dict:
+                   gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: float | None = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""
     default = None
     if plan.vllm_default_backend and plan.vllm_default_block_size:

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-from attnsel.probe.nvml import CLOCK_MEM, CLOCK_SM, NvmlSession, facades_from_env
-from attnsel.probe.nvml import NvmlCallError
 from attnsel.errors import UserInputError
+from attnsel.probe.nvml import (
+    CLOCK_MEM,
+    CLOCK_SM,
+    NvmlCallError,
+    NvmlSession,
+    facades_from_env,
+)
 
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 # nvmlClocksEventReasons bits (nvml.h); the first two are benign.
@@ -34,7 +40,7 @@ SM_CLOCK_DRIFT = 0.05  # warn when the SM clock moved by more than 5% across the
 TEMPERATURE_RISE_C = 15
 
 
-def throttle_names(mask: Optional[int]) -> Optional[list[str]]:
+def throttle_names(mask: int | None) -> list[str] | None:
     """
     >>> throttle_names(0x4 | 0x40)
     ['sw_power_cap', 'hw_thermal_slowdown']
@@ -44,7 +50,7 @@ def throttle_names(mask: Optional[int]) -> Optional[list[str]]:
     return [name for bit, name in THROTTLE_REASONS.items() if int(mask) & bit]
 
 
-def _uuid_matches(nvml_uuid: Optional[str], wanted: str) -> bool:
+def _uuid_matches(nvml_uuid: str | None, wanted: str) -> bool:
     if not nvml_uuid:
         return False
     a = nvml_uuid.lower().removeprefix("gpu-")
@@ -52,7 +58,7 @@ def _uuid_matches(nvml_uuid: Optional[str], wanted: str) -> bool:
     return a == b or a.startswith(b)
 
 
-def nvml_index_for(session: NvmlSession, uuid: Optional[str], env: Mapping[str, str] = os.environ) -> Optional[int]:
+def nvml_index_for(session: NvmlSession, uuid: str | None, env: Mapping[str, str] = os.environ) -> int | None:
     """The NVML index of the GPU the worker used: by UUID when torch reported one, else the
     first CUDA_VISIBLE_DEVICES integer, else 0 when there is only one GPU."""
     count = session.get("nvmlDeviceGetCount")
@@ -108,8 +114,8 @@ def gpu_environment(session: NvmlSession, index: int) -> dict:
     }
 
 
-def peak_bandwidth(name: Optional[str], memory_total: Optional[int], bus_width_bits: Optional[int],
-                   max_memory_clock_mhz: Optional[int]) -> tuple[Optional[float], Optional[str]]:
+def peak_bandwidth(name: str | None, memory_total: int | None, bus_width_bits: int | None,
+                   max_memory_clock_mhz: int | None) -> tuple[float | None, str | None]:
     """Bus width x max memory clock x 2 from the device (docs/measuring.md §5: "take the peak
     from the device, not the name"), else the GPU table by NVML name and memory size."""
     if bus_width_bits and max_memory_clock_mhz:
@@ -123,7 +129,7 @@ def peak_bandwidth(name: Optional[str], memory_total: Optional[int], bus_width_b
     return None, None
 
 
-def drift_warnings(before: Optional[dict], after: Optional[dict]) -> list[str]:
+def drift_warnings(before: dict | None, after: dict | None) -> list[str]:
     """Warnings when the GPU's state changed during the sweep enough to bias a comparison."""
     if not before or not after:
         return []
@@ -154,8 +160,8 @@ class NvmlReader:
 
     def __init__(self, env: Mapping[str, str] = os.environ):
         self.env = env
-        self.session: Optional[NvmlSession] = None
-        self.error: Optional[str] = None
+        self.session: NvmlSession | None = None
+        self.error: str | None = None
         try:
             facade, _torch, _scenario = facades_from_env(env)
             facade.init()
@@ -167,13 +173,13 @@ class NvmlReader:
         except Exception as exc:  # noqa: BLE001 -- no NVML: the sweep still runs, without clocks
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def index_for(self, uuid: Optional[str]) -> Optional[int]:
+    def index_for(self, uuid: str | None) -> int | None:
         return nvml_index_for(self.session, uuid, self.env) if self.session else None
 
-    def snapshot(self, index: Optional[int]) -> Optional[dict]:
+    def snapshot(self, index: int | None) -> dict | None:
         return clock_snapshot(self.session, index) if self.session and index is not None else None
 
-    def environment(self, index: Optional[int]) -> dict:
+    def environment(self, index: int | None) -> dict:
         if not self.session or index is None:
             return {"nvml_error": self.error or "GPU not found in NVML"}
         return gpu_environment(self.session, index)
@@ -184,12 +190,12 @@ class NvmlReader:
             self.session = None
 
 
-def peak_from_worker_info(info: Mapping[str, Any]) -> tuple[Optional[float], Optional[str]]:
+def peak_from_worker_info(info: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """Fallback when NVML is unusable: the GPU table by the name torch reported."""
     return peak_bandwidth(info.get("name"), info.get("total_memory_bytes"), None, None)
 
 
-def visible_gpus_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[list[dict]]:
+def visible_gpus_from_nvml(reader: NvmlReader, env: Mapping[str, str] = os.environ) -> list[dict] | None:
     """The GPUs this process's CUDA numbers 0, 1, ..., from NVML: CUDA ordinal, name, compute
     capability, UUID, memory, NVML index. None when NVML cannot tell for sure (no NVML, a
     CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG))."""
@@ -216,7 +222,7 @@ def visible_gpus_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.env
     return gpus
 
 
-def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) -> Optional[dict]:
+def device_from_nvml(reader: NvmlReader, env: Mapping[str, str] = os.environ) -> dict | None:
     """Name + compute capability of the GPU the workers will use (CUDA device 0), from NVML,
     so the plan needs no torch probe process. None when NVML cannot tell for sure: no NVML, a
     CUDA_VISIBLE_DEVICES entry that is not an index or a UUID (MIG), or several visible GPUs of
@@ -230,7 +236,7 @@ def device_from_nvml(reader: "NvmlReader", env: Mapping[str, str] = os.environ) 
             "total_memory_bytes": first["total_memory_bytes"], "nvml_index": first["nvml_index"], "source": "nvml"}
 
 
-def _visible_nvml_indices(session: NvmlSession, count: int, visible: Optional[str]) -> Optional[list[int]]:
+def _visible_nvml_indices(session: NvmlSession, count: int, visible: str | None) -> list[int] | None:
     if visible is None:
         return list(range(count))
     entries = [e.strip() for e in visible.split(",") if e.strip()]
@@ -250,7 +256,7 @@ def _visible_nvml_indices(session: NvmlSession, count: int, visible: Optional[st
     return out or None
 
 
-def merge_worker_info(device: dict, info: Optional[Mapping[str, Any]]) -> list[str]:
+def merge_worker_info(device: dict, info: Mapping[str, Any] | None) -> list[str]:
     """Adds what only torch knows (L2, SMs, versions) to an NVML-made device dict, in place;
     returns warnings when the worker saw a different GPU than the plan was made for."""
     if not info:

@@ -5,15 +5,18 @@ TuneRequest before any plan, worker or output folder exists. Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
-from attnsel.attention.model import check_hybrid_flags, check_names, check_size, check_tune_flags
+from attnsel.attention.model import (
+    check_hybrid_flags,
+    check_names,
+    check_size,
+    check_tune_flags,
+)
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import recommend as REC
-from attnsel.bench.sweep import gpu_ordinals
-from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions
-from attnsel.bench.tune.request import TuneRequest, check_shape_flags
 from attnsel.bench.plan import parse_workloads, rule_profile_choice
+from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions, gpu_ordinals
+from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune.request import TuneRequest, check_shape_flags
 from attnsel.errors import UserInputError
 from attnsel.probe import parse_capability
 
@@ -24,21 +27,21 @@ TIMERS = ("auto", "cupti", "events")
 class TuneFlags:
     """The flags that describe the sweep, as given (their defaults and help: cli/tune_cmd.py)."""
 
-    model: Optional[str]
-    head_size: Optional[int]
-    num_heads: Optional[int]
-    num_kv_heads: Optional[int]
+    model: str | None
+    head_size: int | None
+    num_heads: int | None
+    num_kv_heads: int | None
     dtype: str
     kv_cache_dtype: str
     use_mla: bool
-    kv_lora_rank: Optional[int]
-    qk_rope_head_dim: Optional[int]
-    qk_nope_head_dim: Optional[int]
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    qk_nope_head_dim: int | None
     tensor_parallel_size: int
-    backends: Optional[str]
-    block_sizes: Optional[str]
+    backends: str | None
+    block_sizes: str | None
     workload: str
-    weights: Optional[str]
+    weights: str | None
     min_gain: float  # percent
     quick: bool
     full: bool
@@ -47,18 +50,18 @@ class TuneFlags:
     timer: str
     hot_l2: bool
     check: str
-    tolerance: Optional[float]
+    tolerance: float | None
     timeout: float
-    gpus: Optional[str]
-    output: Optional[str]
+    gpus: str | None
+    output: str | None
     resume: bool
     retry_failed: bool
-    gpu: Optional[str]
-    capability: Optional[str]
-    vllm_version: Optional[str]
-    prefix_caching: Optional[bool] = None  # hybrid models: --enable-prefix-caching / --no-enable-prefix-caching
-    mamba_ssm_cache_dtype: Optional[str] = None
-    mamba_cache_mode: Optional[str] = None  # hybrid models: vLLM --mamba-cache-mode
+    gpu: str | None
+    capability: str | None
+    vllm_version: str | None
+    prefix_caching: bool | None = None  # hybrid models: --enable-prefix-caching / --no-enable-prefix-caching
+    mamba_ssm_cache_dtype: str | None = None
+    mamba_cache_mode: str | None = None  # hybrid models: vLLM --mamba-cache-mode
 
 
 def check_flags(flags: TuneFlags) -> None:

@@ -9,13 +9,13 @@ its own phases, from which each lane's elapsed time is read. A backend run whole
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 ROW_PHASES = (("batch_s", ("batch_s",)), ("setup_s", ("prepare_s", "first_call_s")), ("check_s", ("check_s",)),
               ("timing_s", ("timing_s",)))
 
 
-def _round(value: Optional[float]) -> Optional[float]:
+def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 3)
 
 

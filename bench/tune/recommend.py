@@ -21,8 +21,8 @@ Rules (docs/tune.md, "How tune recommends"):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
@@ -57,7 +57,7 @@ LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
                 "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
 
 
-def launch_of(rows: Iterable[dict]) -> Optional[str]:
+def launch_of(rows: Iterable[dict]) -> str | None:
     """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
     modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
     modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
@@ -70,13 +70,13 @@ def launch_of(rows: Iterable[dict]) -> Optional[str]:
 class ConfigScore:
     backend: str
     block_size: int
-    kernel_block_size: Optional[int]
+    kernel_block_size: int | None
     geomean_ms: float
     shapes: int
     # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
-    vs_best: Optional[str] = None
+    vs_best: str | None = None
     # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
-    launch: Optional[str] = None
+    launch: str | None = None
 
     @property
     def config(self) -> Config:
@@ -92,15 +92,15 @@ class Decision:
     """The fastest config of one workload kind (or overall) against vLLM's default."""
 
     scope: str  # "decode" | "prefill" | "mixed" | "overall"
-    best: Optional[ConfigScore]
-    default: Optional[ConfigScore]
-    speedup_vs_default: Optional[float]  # > 1: best is faster than the default
-    noise_threshold: Optional[float]  # relative margin the speedup had to exceed
+    best: ConfigScore | None
+    default: ConfigScore | None
+    speedup_vs_default: float | None  # > 1: best is faster than the default
+    noise_threshold: float | None  # relative margin the speedup had to exceed
     verdict: Verdict  # what the margin advises (bench/tune/verdict.py)
     ranking: list[ConfigScore] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
-    weights: Optional[dict] = None
-    stand_in: Optional[str] = None  # the stand-in provider behind verdict "stand-in"
+    weights: dict | None = None
+    stand_in: str | None = None  # the stand-in provider behind verdict "stand-in"
     min_gain: float = DEFAULT_MIN_GAIN
 
     @property
@@ -108,7 +108,7 @@ class Decision:
         return self.verdict.advises_flags
 
     @property
-    def flags(self) -> Optional[str]:
+    def flags(self) -> str | None:
         return flags_for(self.best.backend, self.best.block_size) if self.best else None
 
     def advice(self) -> str:
@@ -174,9 +174,9 @@ class Decision:
 
 @dataclass
 class Recommendation:
-    vllm_default: Optional[Config]
+    vllm_default: Config | None
     per_workload: dict[str, Decision]
-    overall: Optional[Decision]
+    overall: Decision | None
     disqualified: list[dict]
 
     def to_dict(self) -> dict:
@@ -231,7 +231,7 @@ def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) ->
 
 
 def decide_workload(
-    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Optional[Config],
+    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Config | None,
     disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
@@ -278,13 +278,13 @@ def _guard_small_gains(decision: Decision, min_gain: float) -> Decision:
     return decision
 
 
-def stand_in_advice(best: str, margin: float, stand_in: Optional[str]) -> str:
+def stand_in_advice(best: str, margin: float, stand_in: str | None) -> str:
     """A margin that a stand-in kernel measured: shown, never advised."""
     return (f"{best} measured {margin:.1f}% faster than vLLM's default, but {stand_in} stood in for "
             f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
 
 
-def stand_ins_among(rows: Sequence[dict]) -> Optional[str]:
+def stand_ins_among(rows: Sequence[dict]) -> str | None:
     """The providers that stood in for vLLM's own kernel on these rows ("FLASH_ATTN by fa4"), or None."""
     stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in rows) if p})
     return "; ".join(stand_ins) if stand_ins else None
@@ -318,8 +318,8 @@ def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str
 
 
 def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
-                   vllm_default: Optional[Config], rows: Sequence[dict],
-                   workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Optional[Decision]:
+                   vllm_default: Config | None, rows: Sequence[dict],
+                   workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Decision | None:
     """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
     kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
     if not kinds:
@@ -333,7 +333,7 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     def score(config: Config) -> float:
         return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
 
-    def launch(config: Config) -> Optional[str]:
+    def launch(config: Config) -> str | None:
         modes = {_score_of(decisions[k], config).launch for k in kinds}
         return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
 
@@ -383,8 +383,8 @@ def recommend(
     rows: Sequence[dict],
     *,
     workload_labels: Mapping[str, Sequence[str]],
-    vllm_default: Optional[Config],
-    weights: Optional[Mapping[str, float]] = None,
+    vllm_default: Config | None,
+    weights: Mapping[str, float] | None = None,
     min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Recommendation:
     """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, ClassVar, Mapping, Optional, Union
+from types import UnionType
+from typing import Any, ClassVar, Union
 
 from attnsel.bench.sweep import STATUS_OK, STATUSES
 from attnsel.bench.tune.verdict import Verdict
 
-Scalar = Union[str, int, float]  # a version or a capability: "9.0", 12.4, 550
+Scalar = str | int | float  # a version or a capability: "9.0", 12.4, 550
 
 
 def required_field(**metadata: Any) -> Any:
@@ -42,7 +44,7 @@ def renamed_field(name: str) -> Any:
 class Record:
     """The base of every record: the JSON keys in their order, and the keys this version does not know."""
 
-    _keys: Optional[tuple[str, ...]] = field(default=None, init=False, repr=False, compare=False)
+    _keys: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
     _unknown: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _types: ClassVar[dict[type, dict]] = {}
     _readers: ClassVar[dict[type, dict]] = {}
@@ -57,7 +59,7 @@ class Record:
         return Record._types[cls]
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Record":
+    def from_dict(cls, data: Mapping) -> Record:
         readers = Record._readers.get(cls)
         if readers is None:  # worked out once per record type: a sweep's tune.json holds thousands of rows
             fields = cls.json_fields().items()
@@ -84,12 +86,12 @@ class Record:
         return {k: _write(getattr(self, known[k][0])) if k in known else self._unknown[k] for k in keys}
 
 
-def _reader(kind: Any) -> Optional[Callable[[Any], Any]]:
+def _reader(kind: Any) -> Callable[[Any], Any] | None:
     """How a JSON value becomes a field of type `kind` (None: as it is): a record from its object, a
     verdict from its word, lists and maps item by item. A value of another shape stays as it is:
     the input checks decide what a report refuses, and a record never loses what the file held."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin is Union:
+    if origin in (Union, UnionType):  # Optional[X] and X | None
         inner = [a for a in args if a is not type(None)]
         return _reader(inner[0]) if len(inner) == 1 else None
     if isinstance(kind, type) and issubclass(kind, Record):
@@ -125,22 +127,22 @@ def time_field(**metadata: Any) -> Any:
 @dataclass
 class Timing(Record):
     # the recommendation's geometric mean and every ratio divide by these: a time is above zero
-    median_ms: Optional[float] = time_field(required=True)
-    p20_ms: Optional[float] = time_field()
-    p80_ms: Optional[float] = time_field()
-    n: Optional[int] = None
-    l2: Optional[str] = None
-    mode: Optional[str] = None
-    timer: Optional[str] = None  # "cupti" or "events"
+    median_ms: float | None = time_field(required=True)
+    p20_ms: float | None = time_field()
+    p80_ms: float | None = time_field()
+    n: int | None = None
+    l2: str | None = None
+    mode: str | None = None
+    timer: str | None = None  # "cupti" or "events"
 
 
 @dataclass
 class Workload(Record):
-    batch: Optional[int] = None
-    context_len: Optional[int] = None
-    query_len: Optional[int] = None
-    kind: Optional[str] = None
-    label: Optional[str] = None
+    batch: int | None = None
+    context_len: int | None = None
+    query_len: int | None = None
+    kind: str | None = None
+    label: str | None = None
 
 
 @dataclass
@@ -149,29 +151,29 @@ class ResultRow(Record):
     block_size: int = positive_field(required=True)
     status: str = required_field(one_of=STATUSES)
     key: str = None
-    kind: Optional[str] = None
-    workload_label: Optional[str] = None
-    error: Optional[str] = None
-    adapter: Optional[str] = None
-    provider: Optional[str] = None
-    mode: Optional[str] = None
-    dtype: Optional[str] = None
-    kv_cache_dtype: Optional[str] = None
-    checked: Optional[bool] = None
-    kernel_block_size: Optional[int] = None
-    workload: Optional[Workload] = None
-    timing: Optional[Timing] = field(default=None, metadata={"required_if": ("status", STATUS_OK)})  # a measured row
-    bandwidth_bytes_per_s: Optional[float] = None
-    pct_of_peak_bandwidth: Optional[float] = None
-    tflops: Optional[float] = None
-    rel_error: Optional[float] = None
-    first_call_s: Optional[float] = None
-    peak_memory_bandwidth_bytes_per_s: Optional[float] = None
-    vllm_reasons: Optional[list[str]] = None
-    launch: Optional[str] = None  # "graph" or "eager": how the timed calls were launched
-    kernel_block_size_used: Optional[int] = None
-    setup_s: Optional[float] = None
-    library_import_s: Optional[float] = None
+    kind: str | None = None
+    workload_label: str | None = None
+    error: str | None = None
+    adapter: str | None = None
+    provider: str | None = None
+    mode: str | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    checked: bool | None = None
+    kernel_block_size: int | None = None
+    workload: Workload | None = None
+    timing: Timing | None = field(default=None, metadata={"required_if": ("status", STATUS_OK)})  # a measured row
+    bandwidth_bytes_per_s: float | None = None
+    pct_of_peak_bandwidth: float | None = None
+    tflops: float | None = None
+    rel_error: float | None = None
+    first_call_s: float | None = None
+    peak_memory_bandwidth_bytes_per_s: float | None = None
+    vllm_reasons: list[str] | None = None
+    launch: str | None = None  # "graph" or "eager": how the timed calls were launched
+    kernel_block_size_used: int | None = None
+    setup_s: float | None = None
+    library_import_s: float | None = None
 
 
 # --- the recommendation (bench/tune/recommend.py) ----------------------------------------------
@@ -183,47 +185,47 @@ class Choice(Record):
 
     backend: str = None
     block_size: int = positive_field()
-    geomean_ms: Optional[float] = None
-    kernel_block_size: Optional[int] = None
-    shapes: Optional[int] = None
-    vs_best: Optional[str] = None  # "best", "tie" (within noise of it) or "slower"
-    launch: Optional[str] = None  # "graph", "eager" or "graph+eager"
+    geomean_ms: float | None = None
+    kernel_block_size: int | None = None
+    shapes: int | None = None
+    vs_best: str | None = None  # "best", "tie" (within noise of it) or "slower"
+    launch: str | None = None  # "graph", "eager" or "graph+eager"
 
 
 @dataclass
 class Disqualified(Record):
     """A config whose rows failed the correctness check: reported, never recommended."""
 
-    backend: Optional[str] = None
-    block_size: Optional[int] = None
-    reason: Optional[str] = None
+    backend: str | None = None
+    block_size: int | None = None
+    reason: str | None = None
 
 
 @dataclass
 class DecisionRecord(Record):
     """One workload kind's (or the overall) decision as tune.json holds it."""
 
-    scope: Optional[str] = None
-    best: Optional[Choice] = None
-    vllm_default: Optional[Choice] = None
-    margin_pct: Optional[float] = None
-    noise_threshold_pct: Optional[float] = None
-    verdict: Optional[Verdict] = None
-    flags: Optional[str] = None
-    advice: Optional[str] = None
-    above_noise: Optional[bool] = None
-    advised_flags: Optional[str] = None
-    min_gain_pct: Optional[float] = None
-    ranking: Optional[list[Choice]] = None
-    weights: Optional[dict[str, float]] = None
+    scope: str | None = None
+    best: Choice | None = None
+    vllm_default: Choice | None = None
+    margin_pct: float | None = None
+    noise_threshold_pct: float | None = None
+    verdict: Verdict | None = None
+    flags: str | None = None
+    advice: str | None = None
+    above_noise: bool | None = None
+    advised_flags: str | None = None
+    min_gain_pct: float | None = None
+    ranking: list[Choice] | None = None
+    weights: dict[str, float] | None = None
 
 
 @dataclass
 class RecommendationRecord(Record):
-    overall: Optional[DecisionRecord] = None
-    workloads: Optional[dict[str, Optional[DecisionRecord]]] = None
-    vllm_default: Optional[Choice] = None
-    disqualified: Optional[list[Disqualified]] = None
+    overall: DecisionRecord | None = None
+    workloads: dict[str, DecisionRecord | None] | None = None
+    vllm_default: Choice | None = None
+    disqualified: list[Disqualified] | None = None
 
 
 # --- the plan and the environment --------------------------------------------------------------
@@ -231,63 +233,63 @@ class RecommendationRecord(Record):
 
 @dataclass
 class PlanShape(Record):
-    model: Optional[str] = None
-    tensor_parallel_size: Optional[int] = None
-    head_size: Optional[int] = None
-    num_q_heads: Optional[int] = None
-    num_kv_heads: Optional[int] = None
-    dtype: Optional[str] = None
-    kv_cache_dtype: Optional[str] = None
+    model: str | None = None
+    tensor_parallel_size: int | None = None
+    head_size: int | None = None
+    num_q_heads: int | None = None
+    num_kv_heads: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
 
 
 @dataclass
 class PlanConfig(Record):
     backend: str = None
     block_size: int = positive_field()
-    status: Optional[str] = None
-    reasons: Optional[list[str]] = None
+    status: str | None = None
+    reasons: list[str] | None = None
 
 
 @dataclass
 class PlanDefault(Record):
-    backend: Optional[str] = None
-    block_size: Optional[int] = None
+    backend: str | None = None
+    block_size: int | None = None
 
 
 @dataclass
 class PlanRecord(Record):
-    capability: Optional[Scalar] = None
-    gpu: Optional[str] = None
-    grid: Optional[str] = None
-    shape: Optional[PlanShape] = None
-    configs: Optional[list[PlanConfig]] = None
-    vllm_default: Optional[PlanDefault] = None
+    capability: Scalar | None = None
+    gpu: str | None = None
+    grid: str | None = None
+    shape: PlanShape | None = None
+    configs: list[PlanConfig] | None = None
+    vllm_default: PlanDefault | None = None
 
 
 @dataclass
 class GpuEnvironment(Record):
-    name: Optional[str] = None
-    memory_total_bytes: Optional[float] = None
-    peak_memory_bandwidth_bytes_per_s: Optional[float] = None
-    peak_bandwidth_source: Optional[str] = None
-    driver_version: Optional[Scalar] = None
-    cuda_driver_version: Optional[Scalar] = None
+    name: str | None = None
+    memory_total_bytes: float | None = None
+    peak_memory_bandwidth_bytes_per_s: float | None = None
+    peak_bandwidth_source: str | None = None
+    driver_version: Scalar | None = None
+    cuda_driver_version: Scalar | None = None
 
 
 @dataclass
 class DeviceEnvironment(Record):
-    name: Optional[str] = None
-    capability: Optional[list[int]] = None
-    total_memory_bytes: Optional[float] = None
-    torch_cuda: Optional[Scalar] = None
-    versions: Optional[dict[str, Optional[Scalar]]] = None
+    name: str | None = None
+    capability: list[int] | None = None
+    total_memory_bytes: float | None = None
+    torch_cuda: Scalar | None = None
+    versions: dict[str, Scalar | None] | None = None
 
 
 @dataclass
 class Environment(Record):
-    gpu: Optional[GpuEnvironment] = None
-    device: Optional[DeviceEnvironment] = None
-    versions: Optional[dict[str, Optional[Scalar]]] = None
+    gpu: GpuEnvironment | None = None
+    device: DeviceEnvironment | None = None
+    versions: dict[str, Scalar | None] | None = None
 
 
 @dataclass
@@ -295,12 +297,12 @@ class TuneDocument(Record):
     """tune.json (bench/tune/document.py), or a bare results.jsonl read as {"rows": [...]}."""
 
     rows: list[ResultRow] = None
-    recommendation: Optional[RecommendationRecord] = None
-    plan: Optional[PlanRecord] = None
-    environment: Optional[Environment] = None
-    warnings: Optional[list[str]] = None
-    note: Optional[str] = renamed_field("_note")
-    created: Optional[str] = None
-    elapsed_s: Optional[float] = None
+    recommendation: RecommendationRecord | None = None
+    plan: PlanRecord | None = None
+    environment: Environment | None = None
+    warnings: list[str] | None = None
+    note: str | None = renamed_field("_note")
+    created: str | None = None
+    elapsed_s: float | None = None
     options: Any = None  # the sweep's options (bench/sweep SweepOptions.to_dict), read as written
     phases: Any = None  # where the wall time went (bench/tune/phases.py), read as written

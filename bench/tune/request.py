@@ -8,19 +8,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Optional
 
 from attnsel import __version__
+from attnsel.attention.model import check_hybrid_flags
 from attnsel.attention.rules import shape_dtype
-from attnsel.bench.tune import env_info
+from attnsel.bench.plan import (
+    WORKLOAD_KINDS,
+    TuneShape,
+    check_kv_cache_dtype,
+    default_head_layout,
+    hybrid_block_size,
+    make_shape,
+    rule_profile_choice,
+    shape_from_model,
+    vllm_default_choice,
+    vllm_verdict,
+)
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
-from attnsel.bench.tune import recommend as REC
-from attnsel.bench.plan import hybrid_block_size, rule_profile_choice, vllm_default_choice, vllm_verdict
 from attnsel.bench.sweep import SweepOptions
-from attnsel.bench.plan import TuneShape, check_kv_cache_dtype, default_head_layout, make_shape, shape_from_model
-from attnsel.bench.plan import WORKLOAD_KINDS
-from attnsel.attention.model import check_hybrid_flags
+from attnsel.bench.tune import env_info
+from attnsel.bench.tune import recommend as REC
 from attnsel.errors import UserInputError
 
 PLAN_SCHEMA = "attnsel-tune-plan/1"
@@ -28,10 +36,10 @@ PLAN_SCHEMA = "attnsel-tune-plan/1"
 
 @dataclass
 class TuneRequest:
-    model: Optional[str] = None
-    head_size: Optional[int] = None
-    num_heads: Optional[int] = None
-    num_kv_heads: Optional[int] = None
+    model: str | None = None
+    head_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
     dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
@@ -42,26 +50,26 @@ class TuneRequest:
     grid: str = "default"
     weights: dict = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
     min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
-    gpu_name: Optional[str] = None  # --gpu (dry run without a GPU)
-    capability: Optional[tuple[int, int]] = None  # --capability
-    vllm_version: Optional[str] = None  # --vllm-version: which rule profile filters the grid
-    gpus: Optional[str] = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/sweep/multi_gpu.py)
+    gpu_name: str | None = None  # --gpu (dry run without a GPU)
+    capability: tuple[int, int] | None = None  # --capability
+    vllm_version: str | None = None  # --vllm-version: which rule profile filters the grid
+    gpus: str | None = None  # --gpus all|0,1: spread the sweep over these GPUs (bench/sweep/multi_gpu.py)
     options: SweepOptions = field(default_factory=SweepOptions)
     # an MLA layer without a model (--use-mla): bench/plan/mla.py
     use_mla: bool = False
-    kv_lora_rank: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    qk_nope_head_dim: Optional[int] = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
     # hybrid models (--model): vLLM's --enable-prefix-caching / --mamba-ssm-cache-dtype; None: vLLM's default
-    prefix_caching: Optional[bool] = None
-    mamba_ssm_cache_dtype: Optional[str] = None
-    mamba_cache_mode: Optional[str] = None  # --mamba-cache-mode
+    prefix_caching: bool | None = None
+    mamba_ssm_cache_dtype: str | None = None
+    mamba_cache_mode: str | None = None  # --mamba-cache-mode
 
 
 MLA_FLAGS = "--use-mla/--kv-lora-rank/--qk-rope-head-dim/--qk-nope-head-dim"
 
 
-def check_shape_flags(req: TuneRequest, capability: Optional[tuple[int, int]] = None) -> None:
+def check_shape_flags(req: TuneRequest, capability: tuple[int, int] | None = None) -> None:
     """Bad shape flags fail before anything starts (no GPU probe, no output folder); then a
     --kv-cache-dtype the target release accepts but tune cannot time (on `capability`, when known)."""
     _check_layer_flags(req)
@@ -83,7 +91,7 @@ def _check_layer_flags(req: TuneRequest) -> None:
     make_shape(req.head_size, heads, kv_heads, "bfloat16", req.kv_cache_dtype, req.tensor_parallel_size)
 
 
-def explicit_heads(req: TuneRequest) -> tuple[int, Optional[int], Optional[str]]:
+def explicit_heads(req: TuneRequest) -> tuple[int, int | None, str | None]:
     """(heads, KV heads, what was assumed): --num-heads/--num-kv-heads, or with only --head-size the
     representative layout for that head size (`attnsel tune --head-size 128 --dtype bf16`). Heads
     are model totals (divided by TP in make_shape), so the default layout is scaled by TP."""
@@ -115,7 +123,7 @@ def mla_shape(req: TuneRequest, dtype: str) -> TuneShape:
     return shape
 
 
-def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> TuneShape:
+def resolve_shape(req: TuneRequest, capability: tuple[int, int] | None) -> TuneShape:
     check_shape_flags(req, capability)
     if req.model:
         profile = rule_profile_choice(req.vllm_version).profile
@@ -137,7 +145,7 @@ def resolve_shape(req: TuneRequest, capability: Optional[tuple[int, int]]) -> Tu
     return dataclasses.replace(shape, assumed=assumed)
 
 
-def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: Optional[str]) -> P.Plan:
+def make_plan(req: TuneRequest, capability: tuple[int, int], gpu_name: str | None) -> P.Plan:
     shape = resolve_shape(req, capability)
     version = req.vllm_version
     plan = P.build_plan(shape, capability, backends=req.backends, block_sizes=req.block_sizes, kinds=req.kinds,
@@ -173,7 +181,7 @@ def plan_document(plan: P.Plan, options: SweepOptions) -> dict:
     return {"schema": PLAN_SCHEMA, "attnsel_version": __version__, "options": options.to_dict(), **plan.to_dict()}
 
 
-def capability_without_gpu(req: TuneRequest) -> tuple[tuple[int, int], Optional[str]]:
+def capability_without_gpu(req: TuneRequest) -> tuple[tuple[int, int], str | None]:
     """For --dry-run: --capability / --gpu, else what NVML says about GPU 0, else an error."""
     if req.capability:
         return req.capability, req.gpu_name

@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
-from attnsel.bench.tune import env_info
 from attnsel.bench.plan import build as P
+from attnsel.bench.sweep import SweepOptions, SweepProgress, probe_device, run_sweep
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
-from attnsel.bench.sweep import SweepOptions, SweepProgress, probe_device, run_sweep
-from attnsel.bench.tune.document import build_document, prespawn_warnings, write_document
+from attnsel.bench.tune import env_info
+from attnsel.bench.tune.document import (
+    build_document,
+    prespawn_warnings,
+    write_document,
+)
 from attnsel.bench.tune.phases import phase_breakdown
-from attnsel.bench.tune.request import TuneRequest, check_shape_flags, make_plan, refused_grid_message
+from attnsel.bench.tune.request import (
+    TuneRequest,
+    check_shape_flags,
+    make_plan,
+    refused_grid_message,
+)
 from attnsel.errors import CheckFailed, EnvironmentProblem, UserInputError
 
 SUMMARY_FILE = "summary.txt"
@@ -52,7 +61,7 @@ class MeasuredSweep:
     elapsed_s: float
 
 
-def _enricher(peak: Optional[float]) -> Callable[[dict], dict]:
+def _enricher(peak: float | None) -> Callable[[dict], dict]:
     def enrich(row: dict) -> dict:
         row["peak_memory_bandwidth_bytes_per_s"] = peak
         row["pct_of_peak_bandwidth"] = T.percent_of_peak(row.get("bandwidth_bytes_per_s"), peak)
@@ -67,8 +76,8 @@ def run_tune(
     *,
     resume: bool = False,
     retry_failed: bool = False,
-    progress: Optional[SweepProgress] = None,
-    on_plan: Optional[Callable[[P.Plan], None]] = None,
+    progress: SweepProgress | None = None,
+    on_plan: Callable[[P.Plan], None] | None = None,
 ) -> TuneOutcome:
     options = req.options
     output_dir = Path(output_dir)
@@ -99,7 +108,7 @@ def run_tune(
 
 
 def measure_sweep(plan: P.Plan, options: SweepOptions, output_dir: Path, device: dict, *, resume: bool,
-                  retry_failed: bool, progress: Optional[SweepProgress]) -> MeasuredSweep:
+                  retry_failed: bool, progress: SweepProgress | None) -> MeasuredSweep:
     """The sweep between two NVML clock snapshots of the timed GPU; rows carry its peak bandwidth."""
     nvml = env_info.NvmlReader()
     try:
@@ -143,7 +152,7 @@ def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, devic
     return document
 
 
-def vllm_adapter_note() -> Optional[str]:
+def vllm_adapter_note() -> str | None:
     """One line when the installed vLLM's release has no adapter facts that the CPU check drove its
     classes through (attention/versions/adapter_facts.py); None without vLLM or when it has."""
     from attnsel.attention.versions import installed_adapter_facts

@@ -4,7 +4,7 @@ recommendation is made here, by bench, from the rows -- reports/ only render (do
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Union
+from collections.abc import Mapping
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune.recommend import recommend, stand_in_advice, stand_ins_among
@@ -12,7 +12,7 @@ from attnsel.bench.tune.records import Record
 from attnsel.bench.tune.verdict import Verdict
 
 
-def advised_flags(decision: Union[Mapping, Record]) -> Optional[str]:
+def advised_flags(decision: Mapping | Record) -> str | None:
     """The flags a saved recommendation told the user to pass (a tune.json decision, or verify's
     summary of one, as JSON or as its record); None: keep vLLM's default. Documents from before
     `advised_flags` was written advised their flags only for a verdict that advises them (Verdict.FASTER)."""

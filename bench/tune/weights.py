@@ -4,14 +4,13 @@ recommends"). Serving is decode-dominated, hence the default."""
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from attnsel.errors import UserInputError
 
 DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
 
 
-def parse_weights(text: Optional[str]) -> dict[str, float]:
+def parse_weights(text: str | None) -> dict[str, float]:
     """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
 
     >>> parse_weights("decode=3,prefill=1")

@@ -8,12 +8,37 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.verify.compare import EngineVerdict, Judgement
     from attnsel.bench.verify.engine_log import parse_engine_log, read_log
     from attnsel.bench.verify.engine_process import run_engine
-    from attnsel.bench.verify.records import (Candidate, Comparison, EngineFacts, EngineStart, Figure, GpuFacts,
-                                              Judged, ModelFacts, ShapeFigures, ShapeResult, StartFigure, StartSpread, VerdictRecord,
-                                              VerifyDocument, VerifyOptions, VllmFacts)
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
-    from attnsel.bench.verify.run import VerifyProgress, VerifyRequest, run_verify, write_model_dir
-    from attnsel.bench.verify.verdict import build_comparisons, engine_start_spreads, is_aa_check, summarize
+    from attnsel.bench.verify.records import (
+        Candidate,
+        Comparison,
+        EngineFacts,
+        EngineStart,
+        Figure,
+        GpuFacts,
+        Judged,
+        ModelFacts,
+        ShapeFigures,
+        ShapeResult,
+        StartFigure,
+        StartSpread,
+        VerdictRecord,
+        VerifyDocument,
+        VerifyOptions,
+        VllmFacts,
+    )
+    from attnsel.bench.verify.run import (
+        VerifyProgress,
+        VerifyRequest,
+        run_verify,
+        write_model_dir,
+    )
+    from attnsel.bench.verify.verdict import (
+        build_comparisons,
+        engine_start_spreads,
+        is_aa_check,
+        summarize,
+    )
 
 __all__ = [
     "Candidate",

@@ -17,11 +17,12 @@ when verify ends, by an error or Ctrl-C as well.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
 from attnsel.bench.verify.prebuild import FlashInferPrebuild, note, prebuild_request
@@ -35,7 +36,7 @@ RunKey = tuple  # (candidate slug, engine start)
 
 
 def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path,
-                 attention: Optional[dict] = None) -> Beside:
+                 attention: dict | None = None) -> Beside:
     """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
     to start: then document["prebuild"] says why, or is absent) and returns the run's Beside."""
     from attnsel.attention import versions
@@ -56,7 +57,7 @@ def runs_flashinfer(candidate) -> bool:
     return (candidate.backend or (candidate.predicted or [None])[0]) == "FLASHINFER"
 
 
-def flashinfer_attention(candidates, runs: list, attention: Optional[dict]) -> Optional[dict]:
+def flashinfer_attention(candidates, runs: list, attention: dict | None) -> dict | None:
     """The model's attention shape when an engine to start runs FLASHINFER: it JIT-builds its
     attention modules in its own start unless tune built them before (same cache), so they are
     pre-built beside the first engine too; else None."""
@@ -81,21 +82,21 @@ class _Waiting:
     key: RunKey
     process: EngineProcess
     spawned_at: float
-    import_s: Optional[float] = None  # its import, once it said "imported"
-    lost: Optional[str] = None  # "late" | "died": killed, run k+1 starts afresh
+    import_s: float | None = None  # its import, once it said "imported"
+    lost: str | None = None  # "late" | "died": killed, run k+1 starts afresh
 
 
 class Beside:
     """The sampler pre-build and the pre-spawned worker of the next run, for one verify run."""
 
     def __init__(self, runs: list, env: dict, engine: str, prespawn: bool,
-                 prebuild: Optional[FlashInferPrebuild] = None):
+                 prebuild: FlashInferPrebuild | None = None):
         """runs: [(key, log path)] in the order verify will start them."""
-        self.next_of = {key: nxt for (key, _), nxt in zip(runs, runs[1:])}
+        self.next_of = {key: nxt for (key, _), nxt in itertools.pairwise(runs)}
         self.env, self.engine, self.prespawn, self.prebuild = env, engine, prespawn, prebuild
-        self.waiting: Optional[_Waiting] = None
+        self.waiting: _Waiting | None = None
 
-    def take(self, key: RunKey) -> tuple[Optional[EngineProcess], Optional[dict]]:
+    def take(self, key: RunKey) -> tuple[EngineProcess | None, dict | None]:
         """The worker pre-spawned for this run, if one is alive (None: start one as usual), and the
         row's record of what happened to it."""
         self.measured()  # a new engine starts: whatever was paused for the last one goes on
@@ -120,7 +121,7 @@ class Beside:
         self.waiting = _Waiting(nxt[0], process, time.monotonic())
 
     def hold_for(self, key: RunKey, on_tick: Callable[[], None], *,
-                 loads_built: bool = False) -> Optional[Callable[[], dict]]:
+                 loads_built: bool = False) -> Callable[[], dict] | None:
         """The hold for engine `key` (None: nothing to wait for, the engine runs as before).
         `loads_built`: the engine loads modules the pre-build makes (a FLASHINFER engine: its attention
         modules), so a build still running is waited for; any other engine measures while it is paused."""
@@ -168,7 +169,7 @@ class Beside:
         if waiting.lost:
             waiting.process.stop(grace_s=0.0)
 
-    def close(self) -> Optional[dict]:
+    def close(self) -> dict | None:
         """Kills what still waits; the pre-build's record for verify.json (None: switched off)."""
         if self.waiting is not None:
             self.waiting.process.stop(grace_s=0.0)

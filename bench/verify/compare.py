@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 from attnsel.bench.timing import stats as T
 from attnsel.words import Word
@@ -69,7 +69,7 @@ class EngineVerdict(Word):
 
 
 
-def relative_spread(values: Sequence[float]) -> Optional[float]:
+def relative_spread(values: Sequence[float]) -> float | None:
     """(max - min) / median; None with fewer than two values.
 
     >>> relative_spread([10.0, 10.4, 9.8])
@@ -93,7 +93,7 @@ def _pairs(calls: Sequence[dict], n1: int, n2: int) -> list[tuple[float, float]]
     return pairs
 
 
-def _figure(values: Sequence[float], scale: float = 1.0) -> Optional[dict]:
+def _figure(values: Sequence[float], scale: float = 1.0) -> dict | None:
     if not values:
         return None
     vals = [v * scale for v in values]
@@ -101,7 +101,7 @@ def _figure(values: Sequence[float], scale: float = 1.0) -> Optional[dict]:
             "spread": relative_spread(vals)}
 
 
-def shape_figures(result: dict) -> Optional[dict]:
+def shape_figures(result: dict) -> dict | None:
     """Decode step (ms), prefill (s, tokens/s) and tokens/s of one shape's timed calls; None
     when there is no complete N1/N2 pair."""
     n1, n2 = int(result["n1"]), int(result["n2"])
@@ -127,7 +127,7 @@ def shape_figures(result: dict) -> Optional[dict]:
 FIGURE_KEYS = ("decode_step_ms", "output_tokens_per_s", "prefill_tokens_per_s")
 
 
-def across_starts(per_start: Sequence[Optional[dict]]) -> Optional[dict]:
+def across_starts(per_start: Sequence[dict | None]) -> dict | None:
     """One pair's figures at one shape over its engine starts (None: a start that measured nothing);
     module docstring. None when no start measured the shape.
 
@@ -150,14 +150,14 @@ def across_starts(per_start: Sequence[Optional[dict]]) -> Optional[dict]:
     return out
 
 
-def noise_bar(a: Optional[dict], b: Optional[dict]) -> float:
+def noise_bar(a: dict | None, b: dict | None) -> float:
     """The relative margin two figures must exceed: max(2%, the mean of their spreads)."""
     spreads = [f.get("spread") for f in (a, b) if f and f.get("spread") is not None]
     typical = sum(spreads) / len(spreads) if spreads else 0.0
     return max(T.RELATIVE_NOISE_THRESHOLD, typical)
 
 
-def margin(candidate: Optional[dict], default: Optional[dict], *, lower_is_better: bool) -> Optional[float]:
+def margin(candidate: dict | None, default: dict | None, *, lower_is_better: bool) -> float | None:
     """The candidate's gain over the default as a fraction (> 0: the candidate is better)."""
     if not candidate or not default or not candidate.get("median") or not default.get("median"):
         return None
@@ -165,7 +165,7 @@ def margin(candidate: Optional[dict], default: Optional[dict], *, lower_is_bette
     return d / c - 1.0 if lower_is_better else c / d - 1.0
 
 
-def judge(gain: Optional[float], bar: float) -> Optional[Judgement]:
+def judge(gain: float | None, bar: float) -> Judgement | None:
     """faster / slower / within noise, for a gain against its noise bar."""
     if gain is None:
         return None
@@ -195,7 +195,7 @@ def compare_shape(candidate: dict, default: dict) -> dict:
     return out
 
 
-def recommendation_verdict(result: Optional[str], pick_is_default: bool) -> Optional[EngineVerdict]:
+def recommendation_verdict(result: str | None, pick_is_default: bool) -> EngineVerdict | None:
     """What one shape's comparison says about tune's recommendation (module docstring)."""
     if result is None:
         return None
@@ -205,7 +205,7 @@ def recommendation_verdict(result: Optional[str], pick_is_default: bool) -> Opti
         result, EngineVerdict.WITHIN_NOISE)
 
 
-def overall_verdict(verdicts: Iterable[Optional[str]]) -> Optional[EngineVerdict]:
+def overall_verdict(verdicts: Iterable[str | None]) -> EngineVerdict | None:
     """reversed if any shape is reversed, holds if one holds, within noise otherwise (None: nothing measured)."""
     seen = [v for v in verdicts if v]
     if not seen:
@@ -215,15 +215,15 @@ def overall_verdict(verdicts: Iterable[Optional[str]]) -> Optional[EngineVerdict
     return EngineVerdict.HOLDS if EngineVerdict.HOLDS in seen else EngineVerdict.WITHIN_NOISE
 
 
-def attention_share(kernel_ms: Optional[float], attention_layers: Optional[int], step_ms: Optional[float]) -> Optional[float]:
+def attention_share(kernel_ms: float | None, attention_layers: int | None, step_ms: float | None) -> float | None:
     """Share of one decode step spent in attention: kernel time x layers / step time."""
     if not kernel_ms or not attention_layers or not step_ms:
         return None
     return kernel_ms * attention_layers / step_ms
 
 
-def expected_step_gain(default_kernel_ms: Optional[float], pick_kernel_ms: Optional[float],
-                       attention_layers: Optional[int], default_step_ms: Optional[float]) -> Optional[float]:
+def expected_step_gain(default_kernel_ms: float | None, pick_kernel_ms: float | None,
+                       attention_layers: int | None, default_step_ms: float | None) -> float | None:
     """The step gain the kernel margin alone predicts (Amdahl): the default's step minus the
     kernel time saved in every attention layer.
 
@@ -237,7 +237,7 @@ def expected_step_gain(default_kernel_ms: Optional[float], pick_kernel_ms: Optio
     return default_step_ms / remaining - 1.0 if remaining > 0 else None
 
 
-def geomean_ratio(ratios: Iterable[Optional[float]]) -> Optional[float]:
+def geomean_ratio(ratios: Iterable[float | None]) -> float | None:
     vals = [r for r in ratios if r and r > 0]
     if not vals:
         return None

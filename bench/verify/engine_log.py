@@ -16,7 +16,8 @@ pattern searches anywhere in the line.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 _NUMBER = r"([\d,]+(?:\.\d+)?)"
 
@@ -32,14 +33,14 @@ class LogPattern(NamedTuple):
     vLLM prints it, which `regex` must read (tests/test_verify_engine_releases.py)."""
 
     field: str
-    regex: "re.Pattern[str]"
-    read: Callable[["re.Match[str]"], Any]
+    regex: re.Pattern[str]
+    read: Callable[[re.Match[str]], Any]
     source: str
     anchor: str
     example: str
 
 
-def _p(field: str, regex: str, read: Callable[["re.Match[str]"], Any], source: str, anchor: str,
+def _p(field: str, regex: str, read: Callable[[re.Match[str]], Any], source: str, anchor: str,
        example: str) -> LogPattern:
     return LogPattern(field, re.compile(regex), read, source, anchor, example)
 
@@ -117,7 +118,7 @@ PATTERNS: tuple[LogPattern, ...] = (
 )
 
 
-def release_source(pattern: LogPattern, log_sources: Optional[dict]) -> tuple[str, str, str]:
+def release_source(pattern: LogPattern, log_sources: dict | None) -> tuple[str, str, str]:
     """(file, anchor, example) of a pattern's log call in one release: PATTERNS' own (vLLM 0.24.0),
     or where the release moved or reworded it (attention/versions `engine.log_sources`, by field)."""
     moved = (log_sources or {}).get(pattern.field) or {}
@@ -129,7 +130,7 @@ def release_source(pattern: LogPattern, log_sources: Optional[dict]) -> tuple[st
 READERS: dict[str, Callable[[str], Any]] = {"number": _number, "int": lambda text: int(_number(text)), "text": str.strip}
 
 
-def release_patterns(engine: Optional[dict]) -> tuple[LogPattern, ...]:
+def release_patterns(engine: dict | None) -> tuple[LogPattern, ...]:
     """The log lines a release brought or reworded beyond what PATTERNS reads, from its
     `engine.log_patterns` data: each field's `regex` (searched anywhere in a line), `read` (a READERS
     name) of match `group` (default 1), and the call's `source`, `anchor` and `example` as in PATTERNS.
@@ -180,7 +181,7 @@ def parse_engine_log(text: str, extra: tuple[LogPattern, ...] = ()) -> dict:
     return facts
 
 
-def flashinfer_autotune_s(text: str) -> Optional[float]:
+def flashinfer_autotune_s(text: str) -> float | None:
     """Seconds FlashInfer's autotuner ran during the engine's start (first start to last end), from
     its own time stamps; None when it did not log both.
 
@@ -250,7 +251,7 @@ def tail(text: str, limit: int = 600) -> str:
 _EXCEPTION_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")
 
 
-def last_error(text: str, besides: str = "") -> Optional[str]:
+def last_error(text: str, besides: str = "") -> str | None:
     """The last line of the log that names an exception (`SomethingError: ...`) other than
     `besides`: vLLM's front end raises "Engine core initialization failed. See root cause above",
     and the root cause is the engine core's own exception, logged before it."""

@@ -12,6 +12,7 @@ What can go wrong, and what its candidate's row then says:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -20,9 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from attnsel.bench.verify import engine_log
 
@@ -31,7 +32,7 @@ DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape
 POLL_S = 1.0  # how often the parent looks up from waiting (progress display)
 
 
-def describe_exit(code: Optional[int]) -> str:
+def describe_exit(code: int | None) -> str:
     """How a process ended, in the words tune uses for its workers."""
     if code is None:
         return "still running"
@@ -47,8 +48,8 @@ def describe_exit(code: Optional[int]) -> str:
 class EngineProcess:
     """`python -m attnsel.bench.verify.engine_worker` with its job; stderr (vLLM's log) goes to `log_path`."""
 
-    def __init__(self, job: Optional[dict], log_path: Path, env: Optional[dict] = None,
-                 prespawn: Optional[dict] = None):
+    def __init__(self, job: dict | None, log_path: Path, env: dict | None = None,
+                 prespawn: dict | None = None):
         """`job` now, or `prespawn` ({"type": "prespawn", "engine"}: the worker imports its engine's
         libraries and waits for `send_job`); a job with "hold" keeps stdin open for `release`."""
         self.log_path = Path(log_path)
@@ -84,7 +85,7 @@ class EngineProcess:
         except (BrokenPipeError, OSError, ValueError):
             pass  # it died; reading sees EOF
 
-    def next_message(self, timeout_s: float) -> Optional[dict]:
+    def next_message(self, timeout_s: float) -> dict | None:
         """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
         pipe with select() in this thread: lines that are not protocol JSON are skipped."""
         deadline = time.monotonic() + timeout_s
@@ -96,7 +97,7 @@ class EngineProcess:
             message = _as_message(line)
         return message
 
-    def _next_line(self, deadline: float) -> Optional[str]:
+    def _next_line(self, deadline: float) -> str | None:
         while b"\n" not in self._buffer:
             if self._eof:
                 return None
@@ -126,13 +127,11 @@ class EngineProcess:
         except BlockingIOError:
             return b""
 
-    def stop(self, grace_s: float = 30.0) -> Optional[int]:
+    def stop(self, grace_s: float = 30.0) -> int | None:
         """Lets a finished worker exit (up to grace_s), then ends its whole process group."""
         if grace_s > 0:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
         end_process_group(self.proc)  # the group of the worker we started, and only it
         if not self._log.closed:
             self._log.close()
@@ -157,7 +156,7 @@ def end_process_group(proc: subprocess.Popen, term_wait_s: float = 10.0, kill_wa
             continue
 
 
-def _as_message(line: str) -> Optional[dict]:
+def _as_message(line: str) -> dict | None:
     try:
         message = json.loads(line)
     except ValueError:
@@ -170,25 +169,25 @@ class CandidateRun:
     """What one engine did: its start, its read-back facts, one result per shape."""
 
     status: str = "ok"  # ok | error | oom | timeout | crashed
-    error: Optional[str] = None
-    start_s: Optional[float] = None
+    error: str | None = None
+    start_s: float | None = None
     facts: dict = field(default_factory=dict)
     shapes: list = field(default_factory=list)
-    wall_s: Optional[float] = None
-    exit: Optional[str] = None
-    stopped: Optional[str] = None  # why the shapes after a failed one were not run
-    hold: Optional[dict] = None  # what the engine waited for between its start and its first shape
+    wall_s: float | None = None
+    exit: str | None = None
+    stopped: str | None = None  # why the shapes after a failed one were not run
+    hold: dict | None = None  # what the engine waited for between its start and its first shape
 
 
 Listener = Callable[[dict], None]
 
 
 def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
-               call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, env: Optional[dict] = None,
+               call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, env: dict | None = None,
                on_message: Listener = lambda message: None,
-               on_tick: Callable[[], None] = lambda: None, process: Optional[EngineProcess] = None,
+               on_tick: Callable[[], None] = lambda: None, process: EngineProcess | None = None,
                on_spawned: Callable[[], None] = lambda: None,
-               hold: Optional[Callable[[], dict]] = None) -> CandidateRun:
+               hold: Callable[[], dict] | None = None) -> CandidateRun:
     """Start one engine (or give its job to `process`, a pre-spawned worker), collect its messages
     until "done", a failure or a timeout; the process group is always ended before this returns.
     `hold`: called once the engine has started, before its first shape (the engine waits; what
@@ -213,8 +212,8 @@ def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_ST
 
 
 def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, call_timeout_s: float,
-           on_message: Listener, on_tick: Callable[[], None], hold: Optional[Callable[[], dict]] = None) -> None:
-    current: Optional[int] = None  # the shape being measured
+           on_message: Listener, on_tick: Callable[[], None], hold: Callable[[], dict] | None = None) -> None:
+    current: int | None = None  # the shape being measured
     waited = 0.0
     while True:
         limit = call_timeout_s if run.start_s is not None else start_timeout_s
@@ -272,14 +271,14 @@ def _backend_from_log(message: dict, process: EngineProcess) -> None:
         facts["logged_backend"] = logged
 
 
-def _with_cause(error: str, cause: Optional[str]) -> str:
+def _with_cause(error: str, cause: str | None) -> str:
     """vLLM's front end often says only "Engine core initialization failed"; its log has the cause."""
     if cause and cause not in error:
         return f"{error} (in the log: {cause})"
     return error
 
 
-def _fail(run: CandidateRun, current: Optional[int], status: str, error: str) -> None:
+def _fail(run: CandidateRun, current: int | None, status: str, error: str) -> None:
     if current is not None and run.start_s is not None:
         run.shapes[current] = {"status": status, "error": error}
         run.stopped = f"the engine was stopped after shape {current + 1} ended with {status}"

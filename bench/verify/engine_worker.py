@@ -44,10 +44,15 @@ import random
 import sys
 import time
 import traceback
-from typing import Any, Callable, Optional, Protocol, TextIO
+from collections.abc import Callable
+from typing import Any, Protocol, TextIO
 
-from attnsel.bench.verify.inspection import (backends_in_inspection, config_facts, installed_engine_facts,
-                                             unnamed_attention_layers)
+from attnsel.bench.verify.inspection import (
+    backends_in_inspection,
+    config_facts,
+    installed_engine_facts,
+    unnamed_attention_layers,
+)
 
 DEFAULT_ENGINE = "attnsel.bench.verify.engine_worker:VllmEngine"
 # Steps after the last request of the batch got its first token before the N1 call ends: the
@@ -113,7 +118,7 @@ def call_order(n1: int, n2: int, repeats: int) -> list[int]:
     return order
 
 
-def prompt_length(context: int, n2: int, max_model_len: Optional[int]) -> int:
+def prompt_length(context: int, n2: int, max_model_len: int | None) -> int:
     """Prompt tokens per request: the shape's context, shortened only when the context plus the
     N2 generated tokens would pass the engine's max_model_len."""
     if max_model_len and context + n2 > max_model_len:
@@ -121,7 +126,7 @@ def prompt_length(context: int, n2: int, max_model_len: Optional[int]) -> int:
     return context
 
 
-def requests_fit(facts: dict, tokens_per_request: int) -> Optional[int]:
+def requests_fit(facts: dict, tokens_per_request: int) -> int | None:
     """How many requests of `tokens_per_request` tokens the engine's KV cache holds at once: whole
     blocks per request for one attention group; for a hybrid model (several KV-cache groups that
     share one block pool) vLLM's own group-aware capacity in tokens, divided by the request."""
@@ -204,7 +209,7 @@ class ShapeRunner:
         self.send({"type": "call", "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
 
 
-def serve(job: dict, stream: TextIO, engine: Optional[Engine] = None, import_hidden_s: Optional[float] = None) -> int:
+def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden_s: float | None = None) -> int:
     """Start the job's engine (or `engine`, loaded by a pre-spawned worker that imported its
     libraries for import_hidden_s while it waited) and run its shapes."""
     send = _sender(stream)
@@ -330,7 +335,9 @@ class VllmEngine:
 
     def start(self, job: dict) -> dict:
         started = time.perf_counter()
-        from vllm import LLM  # 18.5 s on the H100 (docs/gpu-facts.md §5): part of a deployment's start, shown apart
+        from vllm import (
+            LLM,  # 18.5 s on the H100 (docs/gpu-facts.md §5): part of a deployment's start, shown apart
+        )
 
         imported = time.perf_counter()
         self.llm = LLM(**engine_kwargs(job))

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from attnsel import files
 from attnsel.attention.model import check_names, check_positive_number, check_size
@@ -15,8 +14,8 @@ MAX_REPEATS = 100
 MAX_ENGINE_STARTS = 10  # --repeat-engine: starts of each pair's engine (each takes minutes on a GPU)
 
 
-def check_verify_flags(run_dir: Optional[Path], output: Optional[Path], *, model: Optional[str],
-                       candidates: Optional[str], shapes: Optional[str], repeats: int, decode_steps: int,
+def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str | None,
+                       candidates: str | None, shapes: str | None, repeats: int, decode_steps: int,
                        gpu_memory_utilization: float, start_timeout: float, timeout: float,
                        repeat_engine: int = 1) -> None:
     """Every verify flag, in the order a user reads them; the output folder must be writable."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 from attnsel.bench.verify import plan as VP
 from attnsel.errors import EnvironmentProblem
@@ -42,7 +41,7 @@ def gpu_memory(reader, index: int) -> dict:
     return out
 
 
-def wait_for_memory(baseline_free: Optional[int], env=os.environ, wait_s: Optional[float] = None) -> dict:
+def wait_for_memory(baseline_free: int | None, env=os.environ, wait_s: float | None = None) -> dict:
     """GPU memory before the next engine: wait (up to wait_s, MEMORY_RELEASE_WAIT_S by default)
     until the previous engine's is back."""
     deadline = time.monotonic() + (MEMORY_RELEASE_WAIT_S if wait_s is None else wait_s)

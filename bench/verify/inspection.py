@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 # vLLM's attention implementation classes (Attention.extra_repr prints `backend=<class>`,
 # model_executor/layers/attention/attention.py:561) -> the --attention-backend name.

@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
 
 from attnsel.attention.rules import shape_dtype
 from attnsel.attention.selector import capture_sizes_for_batches
+from attnsel.bench.plan import TuneShape, vllm_verdict
 from attnsel.bench.plan import build as P
-from attnsel.bench.tune import recommend as REC
-from attnsel.bench.plan import vllm_verdict
 from attnsel.bench.tune import DecisionRecord, RecommendationRecord, advised_flags
-from attnsel.bench.plan import TuneShape
+from attnsel.bench.tune import recommend as REC
 from attnsel.errors import UserInputError
 
 GIB = 1024 ** 3
@@ -53,13 +52,13 @@ class Candidate:
     """One engine to start. backend/block_size None: vLLM chooses (its default pair)."""
 
     roles: list[str]
-    backend: Optional[str] = None
-    block_size: Optional[int] = None
-    predicted: Optional[tuple[str, int]] = None  # explain's answer for vLLM's default
+    backend: str | None = None
+    block_size: int | None = None
+    predicted: tuple[str, int] | None = None  # explain's answer for vLLM's default
     reasons: list[str] = field(default_factory=list)  # vLLM would refuse: never launched
 
     @property
-    def config(self) -> Optional[tuple[str, int]]:
+    def config(self) -> tuple[str, int] | None:
         if self.backend and self.block_size:
             return (self.backend, int(self.block_size))
         return self.predicted
@@ -112,7 +111,7 @@ def _whole(text: str, maximum: int) -> bool:
     return text.isdigit() and len(text) <= 9 and 0 < int(text) <= maximum
 
 
-def parse_candidates(text: Optional[str]) -> Optional[list[tuple[str, int]]]:
+def parse_candidates(text: str | None) -> list[tuple[str, int]] | None:
     """`FLASH_ATTN:16,TRITON_ATTN:64` -> [("FLASH_ATTN", 16), ("TRITON_ATTN", 64)]; `default` names
     vLLM's default, which always runs, so `default` alone is [] (vLLM's default and nothing else).
 
@@ -139,7 +138,7 @@ def parse_candidates(text: Optional[str]) -> Optional[list[tuple[str, int]]]:
     return out
 
 
-def parse_shapes(text: Optional[str]) -> Optional[list[tuple[int, int]]]:
+def parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
     """`1x16384,64x4096` -> [(1, 16384), (64, 4096)] (batch x context).
 
     >>> parse_shapes("1x32768, 16X32768")
@@ -158,7 +157,7 @@ def parse_shapes(text: Optional[str]) -> Optional[list[tuple[int, int]]]:
     return list(dict.fromkeys(out))
 
 
-def tune_scope(recommendation: Union[Mapping, RecommendationRecord, None]) -> Optional[DecisionRecord]:
+def tune_scope(recommendation: Mapping | RecommendationRecord | None) -> DecisionRecord | None:
     """The decision whose flags tune prints: overall, else decode, else the first workload."""
     if isinstance(recommendation, Mapping):
         recommendation = RecommendationRecord.from_dict(recommendation)
@@ -173,8 +172,8 @@ def tune_scope(recommendation: Union[Mapping, RecommendationRecord, None]) -> Op
     return None
 
 
-def choose_candidates(recommendation: Union[Mapping, RecommendationRecord, None], vllm_default: Optional[tuple[str, int]],
-                      named: Optional[Sequence[tuple[str, int]]] = None) -> list[Candidate]:
+def choose_candidates(recommendation: Mapping | RecommendationRecord | None, vllm_default: tuple[str, int] | None,
+                      named: Sequence[tuple[str, int]] | None = None) -> list[Candidate]:
     """vLLM's default first, then tune's pick and runner-up (or the named pairs); see the module doc."""
     default = Candidate([ROLE_DEFAULT], predicted=vllm_default)
     out = [default]
@@ -205,7 +204,7 @@ def choose_candidates(recommendation: Union[Mapping, RecommendationRecord, None]
 
 
 def check_refusals(candidates: Sequence[Candidate], shape: TuneShape, capability: tuple[int, int],
-                   vllm_version: Optional[str] = None) -> None:
+                   vllm_version: str | None = None) -> None:
     """`explain`'s verdict for each pair with flags; a refused pair keeps vLLM's reasons and is never launched."""
     for cand in candidates:
         if cand.backend and cand.block_size:
@@ -223,7 +222,7 @@ def engine_shape(shape: TuneShape) -> TuneShape:
     return replace(shape, hybrid={**shape.hybrid, "prefix_caching": False, "mamba_cache_mode": None})
 
 
-def shape_from_document(plan: dict, capability: Optional[tuple[int, int]] = None) -> TuneShape:
+def shape_from_document(plan: dict, capability: tuple[int, int] | None = None) -> TuneShape:
     """The TuneShape a tune.json was planned for (fields this version knows; others ignored). Its
     dtype goes to every engine as `dtype=`: read by the one dtype parser (a spelling no command
     accepts is bad input here too, before any engine starts; "auto" is this GPU's preferred dtype)."""
@@ -236,7 +235,7 @@ def decode_shapes_of(plan: dict) -> list[tuple[int, int]]:
     return [(int(w["batch"]), int(w["context_len"])) for w in plan.get("workloads") or [] if w.get("kind") == "decode"]
 
 
-def default_shapes(timed: Sequence[tuple[int, int]], max_context: Optional[int]) -> list[tuple[int, int]]:
+def default_shapes(timed: Sequence[tuple[int, int]], max_context: int | None) -> list[tuple[int, int]]:
     """PREFERRED_SHAPES where tune timed them (so the kernel margin sits beside the engine's);
     otherwise tune's longest batch-1 decode and its largest batch x context up to 2**18 tokens."""
     fits = [s for s in (timed or PREFERRED_SHAPES) if not max_context or s[1] < max_context]
@@ -254,7 +253,7 @@ def default_shapes(timed: Sequence[tuple[int, int]], max_context: Optional[int])
     return chosen
 
 
-def max_model_len_for(shapes: Sequence[tuple[int, int]], decode_steps: int, model_max: Optional[int]) -> Optional[int]:
+def max_model_len_for(shapes: Sequence[tuple[int, int]], decode_steps: int, model_max: int | None) -> int | None:
     """Room for the longest prompt plus the N2 generated tokens (bench/engine_worker.step_counts,
     with a scheduler budget of at least 2048 tokens per step), rounded up to 256, within the model's limit."""
     if not shapes:
@@ -264,7 +263,7 @@ def max_model_len_for(shapes: Sequence[tuple[int, int]], decode_steps: int, mode
     return min(need, model_max) if model_max else need
 
 
-def graph_overrides(cudagraph: Optional[dict], shapes: Sequence[tuple[int, int]]) -> dict:
+def graph_overrides(cudagraph: dict | None, shapes: Sequence[tuple[int, int]]) -> dict:
     """The engine arguments that capture CUDA graphs only for the verified decode batches: each batch
     padded to the size vLLM's default list would pad it to, so every timed decode step replays the
     graph a default deployment replays (bench/verify/engine_worker.py: the N2 - N1 extra steps are all
@@ -284,7 +283,7 @@ def graph_overrides(cudagraph: Optional[dict], shapes: Sequence[tuple[int, int]]
     return {group: {option: sizes}} if option else {group: sizes}
 
 
-def memory_budget(total_bytes: Optional[int], free_bytes: Optional[int], requested: float) -> tuple[float, Optional[str]]:
+def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: float) -> tuple[float, str | None]:
     """The gpu_memory_utilization an engine can start with: vLLM refuses to start when free memory
     is below utilization x total (v1/worker/utils.py request_memory). Memory another process
     already holds lowers it, and says so."""
@@ -300,7 +299,7 @@ def memory_budget(total_bytes: Optional[int], free_bytes: Optional[int], request
                   f"so KV-cache capacity is lower than on an idle GPU")
 
 
-def model_max_len(hf_config: dict) -> Optional[int]:
+def model_max_len(hf_config: dict) -> int | None:
     text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
     value = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
     return int(value) if isinstance(value, int) and value > 0 else None

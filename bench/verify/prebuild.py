@@ -24,14 +24,15 @@ the builder's summary {"modules", "built", "cached", "seconds", "error"} or {"sk
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from attnsel.bench.verify.engine_process import end_process_group
 
@@ -42,7 +43,7 @@ HOLD_S = 300.0  # the longest the engines' measuring waits for a build still run
 NICE = 10  # below the engine's own start-up work on the same CPUs
 
 
-def prebuild_request(profile, capability, env, attention: Optional[dict] = None) -> Optional[dict]:
+def prebuild_request(profile, capability, env, attention: dict | None = None) -> dict | None:
     """What to pre-build for this release and GPU; None when pre-building is switched off (then
     verify.json has no `prebuild`); {"skipped": why} when there is nothing to build. `attention`
     ({dtype, head_size, kv_cache_dtype}): a FLASHINFER engine will start, its attention modules too."""
@@ -75,7 +76,7 @@ class FlashInferPrebuild:
         self._started = time.monotonic()
         self.held_s = 0.0  # what the engines waited for it so far (at most HOLD_S in all)
         self.paused_s = 0.0  # how long it was stopped while engines measured
-        self._paused_at: Optional[float] = None
+        self._paused_at: float | None = None
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "attnsel.bench.verify.prebuild"],
@@ -154,7 +155,7 @@ class FlashInferPrebuild:
         end_process_group(self.proc, term_wait_s=5.0, kill_wait_s=5.0)  # the builder's group: ninja, nvcc
 
 
-def note(record: Optional[dict]) -> Optional[str]:
+def note(record: dict | None) -> str | None:
     """One line for the progress display and the first engine's row."""
     if not record:
         return None
@@ -173,7 +174,7 @@ def note(record: Optional[dict]) -> Optional[str]:
 # The builder process
 
 
-def build_flashinfer_modules(modules: list, attention: Optional[list] = None) -> dict:
+def build_flashinfer_modules(modules: list, attention: list | None = None) -> dict:
     """The default builder: tune's FlashInfer pre-build, for modules named by their generator and
     for the attention modules a FLASHINFER engine plans (the requests tune's pre-build makes)."""
     import importlib.util
@@ -182,7 +183,11 @@ def build_flashinfer_modules(modules: list, attention: Optional[list] = None) ->
         return {"skipped": "flashinfer is not installed"}
     import torch
 
-    from attnsel.attention.kernels import build_jit_modules, jit_module_requests, named_jit_requests
+    from attnsel.attention.kernels import (
+        build_jit_modules,
+        jit_module_requests,
+        named_jit_requests,
+    )
 
     requests = named_jit_requests(modules)
     for spec in attention or []:
@@ -194,10 +199,8 @@ def build_flashinfer_modules(modules: list, attention: Optional[list] = None) ->
 
 def main() -> int:
     request = json.loads(sys.stdin.readline() or "{}")
-    try:
+    with contextlib.suppress(OSError):
         os.nice(NICE)
-    except OSError:
-        pass
     if request.get("cuda_arch"):  # flashinfer reads it instead of asking torch.cuda (no CUDA here)
         os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", str(request["cuda_arch"]))
         # and no GPU at all: flashinfer 0.6.14's import asks torch for device 0's properties

@@ -7,11 +7,9 @@ how); reports/tune/input_checks.py derives what `attnsel report` accepts from th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from attnsel.bench.tune import Record, Scalar, Verdict, required_field
 from attnsel.bench.verify.compare import EngineVerdict, Judgement
-
 
 # What an engine start and a shape may end with: engine_process.py CandidateRun.status (ok, error, oom,
 # timeout, crashed), run.py (refused: vLLM's rules refuse the pair), engine_worker.py (does not fit) and
@@ -24,177 +22,177 @@ SHAPE_STATUSES = ("ok", "error", "oom", "timeout", "crashed", "does not fit", "n
 class Figure(Record):
     """median (and relative spread) of one figure over the repeats (compare.py shape_figures)."""
 
-    median: Optional[float] = field(default=None, metadata={"above_zero": True})  # a time or a rate: above 0
-    spread: Optional[float] = None
+    median: float | None = field(default=None, metadata={"above_zero": True})  # a time or a rate: above 0
+    spread: float | None = None
 
 
 @dataclass
 class ShapeFigures(Record):
-    decode_step_ms: Optional[Figure] = None
-    output_tokens_per_s: Optional[Figure] = None
-    prefill_tokens_per_s: Optional[Figure] = None
+    decode_step_ms: Figure | None = None
+    output_tokens_per_s: Figure | None = None
+    prefill_tokens_per_s: Figure | None = None
 
 
 @dataclass
 class EngineFacts(Record):
     """What one engine logged about itself (bench/verify/engine_log.py)."""
 
-    vllm_version: Optional[str] = None
-    backend_used: Optional[str] = None
-    block_size_used: Optional[Scalar] = None
-    torch_compile_s: Optional[float] = None
-    compile_cache: Optional[str] = None
-    graph_capture_s: Optional[float] = None
-    flashinfer_autotune_s: Optional[float] = None
-    kv_cache_tokens: Optional[float] = None
-    num_gpu_blocks: Optional[float] = None
-    cudagraph_mode: Optional[str] = None
+    vllm_version: str | None = None
+    backend_used: str | None = None
+    block_size_used: Scalar | None = None
+    torch_compile_s: float | None = None
+    compile_cache: str | None = None
+    graph_capture_s: float | None = None
+    flashinfer_autotune_s: float | None = None
+    kv_cache_tokens: float | None = None
+    num_gpu_blocks: float | None = None
+    cudagraph_mode: str | None = None
 
 
 @dataclass
 class ShapeResult(Record):
-    batch: Optional[int] = None
-    context: Optional[int] = None
-    n1: Optional[int] = None
-    n2: Optional[int] = None
-    status: Optional[str] = field(default=None, metadata={"one_of": SHAPE_STATUSES})
-    error: Optional[str] = None
-    label: Optional[str] = None
-    requests_fit: Optional[float] = None
-    kernel_ms: Optional[float] = None
-    attention_share: Optional[float] = None
-    figures: Optional[ShapeFigures] = None
+    batch: int | None = None
+    context: int | None = None
+    n1: int | None = None
+    n2: int | None = None
+    status: str | None = field(default=None, metadata={"one_of": SHAPE_STATUSES})
+    error: str | None = None
+    label: str | None = None
+    requests_fit: float | None = None
+    kernel_ms: float | None = None
+    attention_share: float | None = None
+    figures: ShapeFigures | None = None
 
 
 @dataclass
 class EngineStart(Record):
     """One engine start of a pair: the candidate's own row, and each further start (--repeat-engine)."""
 
-    short: Optional[str] = None
-    name: Optional[str] = None
-    status: Optional[str] = field(default=None, metadata={"one_of": ENGINE_STATUSES})
-    error: Optional[str] = None
-    start_s: Optional[float] = None
-    roles: Optional[list[str]] = None
-    engine: Optional[EngineFacts] = None
-    shapes: Optional[list[ShapeResult]] = None
+    short: str | None = None
+    name: str | None = None
+    status: str | None = field(default=None, metadata={"one_of": ENGINE_STATUSES})
+    error: str | None = None
+    start_s: float | None = None
+    roles: list[str] | None = None
+    engine: EngineFacts | None = None
+    shapes: list[ShapeResult] | None = None
 
 
 @dataclass
 class Candidate(EngineStart):
-    restarts: Optional[list[EngineStart]] = None  # --repeat-engine: the pair's further engine starts
+    restarts: list[EngineStart] | None = None  # --repeat-engine: the pair's further engine starts
 
 
 @dataclass
 class Judged(Record):
     """One figure of a candidate against vLLM's default at one shape."""
 
-    margin_pct: Optional[float] = None
-    noise_pct: Optional[float] = None
-    result: Optional[Judgement] = None
-    within_noise_pct: Optional[float] = None  # --repeat-engine: the gate before the start-to-start spread
-    start_spread_pct: Optional[float] = None
+    margin_pct: float | None = None
+    noise_pct: float | None = None
+    result: Judgement | None = None
+    within_noise_pct: float | None = None  # --repeat-engine: the gate before the start-to-start spread
+    start_spread_pct: float | None = None
 
 
 @dataclass
 class Comparison(Record):
-    short: Optional[str] = None
-    candidate: Optional[str] = None
+    short: str | None = None
+    candidate: str | None = None
     batch: int = required_field()
     context: int = required_field()
-    missing: Optional[str] = None
-    predicted_kernel_margin_pct: Optional[float] = None
-    predicted_source: Optional[str] = None
-    expected_step_margin_pct: Optional[float] = None
-    decode: Optional[Judged] = None
-    end_to_end: Optional[Judged] = None
-    prefill: Optional[Judged] = None
+    missing: str | None = None
+    predicted_kernel_margin_pct: float | None = None
+    predicted_source: str | None = None
+    expected_step_margin_pct: float | None = None
+    decode: Judged | None = None
+    end_to_end: Judged | None = None
+    prefill: Judged | None = None
 
 
 @dataclass
 class StartFigure(Record):
     """One figure of a pair over its engine starts (bench/verify/verdict.py engine_start_spreads)."""
 
-    medians: Optional[list[float]] = None
-    median: Optional[float] = None
-    start_spread_pct: Optional[float] = None
-    within_noise_pct: Optional[float] = None
-    gate_pct: Optional[float] = None
+    medians: list[float] | None = None
+    median: float | None = None
+    start_spread_pct: float | None = None
+    within_noise_pct: float | None = None
+    gate_pct: float | None = None
 
 
 @dataclass
 class StartSpread(Record):
     """A pair started --repeat-engine times, at one shape: the spread between its starts."""
 
-    short: Optional[str] = None
-    candidate: Optional[str] = None
-    batch: Optional[int] = None
-    context: Optional[int] = None
-    starts: Optional[int] = None
-    measured: Optional[int] = None
-    decode: Optional[StartFigure] = None
-    end_to_end: Optional[StartFigure] = None
+    short: str | None = None
+    candidate: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    starts: int | None = None
+    measured: int | None = None
+    decode: StartFigure | None = None
+    end_to_end: StartFigure | None = None
 
 
 @dataclass
 class VerdictRecord(Record):
-    verdict: Optional[EngineVerdict] = None
-    text: Optional[str] = None
-    flags: Optional[str] = None
+    verdict: EngineVerdict | None = None
+    text: str | None = None
+    flags: str | None = None
 
 
 @dataclass
 class ModelFacts(Record):
-    name: Optional[str] = None
-    model_type: Optional[str] = None
-    attention_layers: Optional[Scalar] = None
-    is_hybrid: Optional[bool] = None
-    tensor_parallel_size: Optional[Scalar] = None
+    name: str | None = None
+    model_type: str | None = None
+    attention_layers: Scalar | None = None
+    is_hybrid: bool | None = None
+    tensor_parallel_size: Scalar | None = None
 
 
 @dataclass
 class GpuFacts(Record):
-    name: Optional[str] = None
-    memory_total_bytes: Optional[float] = None
-    memory_used_bytes: Optional[float] = None
+    name: str | None = None
+    memory_total_bytes: float | None = None
+    memory_used_bytes: float | None = None
 
 
 @dataclass
 class VllmFacts(Record):
-    installed_version: Optional[str] = None
-    rule_profile: Optional[str] = None
+    installed_version: str | None = None
+    rule_profile: str | None = None
 
 
 @dataclass
 class VerifyOptions(Record):
-    gpu_memory_utilization: Optional[float] = None
-    max_model_len: Optional[Scalar] = None
-    repeats: Optional[Scalar] = None
-    repeat_engine: Optional[Scalar] = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: Scalar | None = None
+    repeats: Scalar | None = None
+    repeat_engine: Scalar | None = None
 
 
 @dataclass
 class TuneAdvice(Record):
     """The tune decision verify checked (bench/verify/run.py _tune_summary)."""
 
-    margin_pct: Optional[float] = None
-    verdict: Optional[Verdict] = None
-    scope: Optional[str] = None
-    source: Optional[str] = None
-    flags: Optional[str] = None
-    advised_flags: Optional[str] = None
-    min_gain_pct: Optional[float] = None
+    margin_pct: float | None = None
+    verdict: Verdict | None = None
+    scope: str | None = None
+    source: str | None = None
+    flags: str | None = None
+    advised_flags: str | None = None
+    min_gain_pct: float | None = None
 
 
 @dataclass
 class VerifyDocument(Record):
-    candidates: list[Candidate] = required_field()
-    comparisons: Optional[list[Comparison]] = None
-    warnings: Optional[list[str]] = None
-    verdict: Optional[VerdictRecord] = None
-    model: Optional[ModelFacts] = None
-    gpu: Optional[GpuFacts] = None
-    vllm: Optional[VllmFacts] = None
-    options: VerifyOptions = required_field()
-    tune: Optional[TuneAdvice] = None
-    engine_starts: Optional[list[StartSpread]] = None
+    candidates: list[Candidate] = required_field()  # noqa: RUF009 -- a field() marked required, not a shared default
+    comparisons: list[Comparison] | None = None
+    warnings: list[str] | None = None
+    verdict: VerdictRecord | None = None
+    model: ModelFacts | None = None
+    gpu: GpuFacts | None = None
+    vllm: VllmFacts | None = None
+    options: VerifyOptions = required_field()  # noqa: RUF009 -- a field() marked required, not a shared default
+    tune: TuneAdvice | None = None
+    engine_starts: list[StartSpread] | None = None

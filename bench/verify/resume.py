@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 from attnsel.errors import UserInputError
 
@@ -16,7 +15,7 @@ DOCUMENT_FILE = "verify.json"  # written by bench/verify/run.py
 RESUME_OPTIONS = ("shapes", "repeats", "decode_steps", "max_model_len", "engine_overrides", "engine", "repeat_engine")
 
 
-def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
+def previous_rows(output_dir: Path, resume: bool) -> dict | None:
     """The verify.json already in the folder: refused without --resume (it would be lost)."""
     path = Path(output_dir) / DOCUMENT_FILE
     if not path.is_file():
@@ -30,7 +29,7 @@ def previous_rows(output_dir: Path, resume: bool) -> Optional[dict]:
         raise UserInputError(f"{path} cannot be resumed: {exc}; remove it to start over") from None
 
 
-def kept_rows(previous: Optional[dict], document: dict) -> dict:
+def kept_rows(previous: dict | None, document: dict) -> dict:
     """The measured rows of the run being resumed, by candidate; none if its options differ."""
     if not previous:
         return {}

@@ -14,29 +14,47 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from attnsel import __version__, files
-from attnsel.attention.model import config as MC
-from attnsel.attention.model import attention_layer_count
 from attnsel.attention import versions
+from attnsel.attention.model import attention_layer_count
+from attnsel.attention.model import config as MC
+from attnsel.bench.plan import shape_from_model, vllm_default_choice
+from attnsel.bench.tune import (
+    DecisionRecord,
+    GpuEnvironment,
+    TuneDocument,
+    advised_flags,
+)
 from attnsel.bench.verify import engine_log
 from attnsel.bench.verify import engine_worker as EW
-from attnsel.bench.plan import vllm_default_choice
-from attnsel.bench.tune import DecisionRecord, GpuEnvironment, TuneDocument, advised_flags
-from attnsel.bench.plan import shape_from_model
 from attnsel.bench.verify import plan as VP
 from attnsel.bench.verify import prebuild as PB
-from attnsel.bench.verify.beside import Beside, flashinfer_attention, planned_runs, runs_flashinfer, start_beside
-from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
+from attnsel.bench.verify.beside import (
+    Beside,
+    flashinfer_attention,
+    planned_runs,
+    runs_flashinfer,
+    start_beside,
+)
 from attnsel.bench.verify.compare import shape_figures
-from attnsel.bench.verify.engine_process import DEFAULT_CALL_TIMEOUT_S, DEFAULT_START_TIMEOUT_S, run_engine
+from attnsel.bench.verify.engine_process import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+    run_engine,
+)
 from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
+from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
-from attnsel.bench.verify.verdict import build_comparisons, engine_start_spreads, summarize
+from attnsel.bench.verify.verdict import (
+    build_comparisons,
+    engine_start_spreads,
+    summarize,
+)
 from attnsel.errors import EnvironmentProblem, UserInputError
 
 SCHEMA = "attnsel-verify/1"
@@ -49,10 +67,10 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 @dataclass
 class VerifyRequest:
-    tune_dir: Optional[Path] = None  # a `tune --output` folder: its tune.json gives candidates and kernel margins
-    model: Optional[str] = None  # config.json, folder or catalog name (default: the tuned model)
-    candidates: Optional[list[tuple[str, int]]] = None  # instead of tune's pick and runner-up
-    shapes: Optional[list[tuple[int, int]]] = None  # (batch, context) decode shapes
+    tune_dir: Path | None = None  # a `tune --output` folder: its tune.json gives candidates and kernel margins
+    model: str | None = None  # config.json, folder or catalog name (default: the tuned model)
+    candidates: list[tuple[str, int]] | None = None  # instead of tune's pick and runner-up
+    shapes: list[tuple[int, int]] | None = None  # (batch, context) decode shapes
     repeats: int = 2  # timed N1/N2 pairs per shape (>= 2: the spread is the noise)
     repeat_engine: int = 1  # engine starts per pair (>= 2: their spread is reported and gates the verdict)
     decode_steps: int = 128  # N2 - N1
@@ -92,7 +110,7 @@ def load_tune_document(tune_dir: Path) -> dict:
     return doc
 
 
-def vllm_version_or_fail(engine: str) -> Optional[str]:
+def vllm_version_or_fail(engine: str) -> str | None:
     """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
     version = versions.installed_vllm_version()
     if version is None and engine == EW.DEFAULT_ENGINE:
@@ -101,7 +119,7 @@ def vllm_version_or_fail(engine: str) -> Optional[str]:
     return version
 
 
-def resolve_model(req: VerifyRequest, tune_doc: Optional[dict]) -> tuple[str, dict]:
+def resolve_model(req: VerifyRequest, tune_doc: dict | None) -> tuple[str, dict]:
     name = req.model or ((tune_doc or {}).get("plan", {}).get("shape") or {}).get("model")
     if not name:
         raise UserInputError("pass --model CONFIG (a config.json, a folder or a catalog name): the tune result "
@@ -175,7 +193,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
     return document, candidates, context
 
 
-def _tune_summary(req: VerifyRequest, tune_doc: Optional[dict]) -> Optional[dict]:
+def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> dict | None:
     if not tune_doc:
         return None
     tune = TuneDocument.from_dict(tune_doc)
@@ -199,7 +217,7 @@ def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, cont
             "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start}
 
 
-def run_verify(req: VerifyRequest, output_dir: Path, progress: Optional[VerifyProgress] = None,
+def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | None = None,
                env=os.environ) -> dict:
     """Plan, run every candidate's engine, compare, write verify.json (after each candidate too)."""
     if req.repeats < 2:
@@ -342,7 +360,7 @@ def _run_candidate(req, document, candidate, context, row, output_dir, progress,
     row.update({k: v for k, v in (("prespawn", prespawned), ("hold", run.hold)) if v})
 
 
-def release_log_patterns(installed_version: Optional[str]) -> tuple:
+def release_log_patterns(installed_version: str | None) -> tuple:
     """The log lines the engine's own release brought (engine_log.release_patterns); none without an
     installed vLLM (a stand-in engine logs what PATTERNS read)."""
     if not installed_version:

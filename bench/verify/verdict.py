@@ -7,21 +7,33 @@ and never recomputes it.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Union
+from collections.abc import Mapping
 
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import DecisionRecord, RecommendationRecord, TuneDocument, Workload, advised_flags
+from attnsel.bench.tune import (
+    DecisionRecord,
+    RecommendationRecord,
+    TuneDocument,
+    Workload,
+    advised_flags,
+)
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.verify import compare as EC
 from attnsel.bench.verify.compare import EngineVerdict, Judgement
-from attnsel.bench.verify.plan import ROLE_DEFAULT, ROLE_FASTEST, ROLE_NAMED, ROLE_PICK, ROLE_RUNNER_UP
+from attnsel.bench.verify.plan import (
+    ROLE_DEFAULT,
+    ROLE_FASTEST,
+    ROLE_NAMED,
+    ROLE_PICK,
+    ROLE_RUNNER_UP,
+)
 
 
 def _label(batch: int, context: int) -> str:
     return f"decode b={batch} ctx={context}"
 
 
-TuneInput = Union[Mapping, TuneDocument, None]  # a tune.json as read, or its record
+TuneInput = Mapping | TuneDocument | None  # a tune.json as read, or its record
 
 
 def tune_record(tune_doc: TuneInput) -> TuneDocument:
@@ -45,11 +57,11 @@ def decode_geomeans(tune_doc: TuneInput) -> dict[tuple[str, int], float]:
     return {(c.backend, int(c.block_size)): float(c.geomean_ms) for c in decode.ranking or []}
 
 
-def default_row(document: dict) -> Optional[dict]:
+def default_row(document: dict) -> dict | None:
     return next((r for r in document["candidates"] if ROLE_DEFAULT in r["roles"]), None)
 
 
-def run_config(row: dict) -> Optional[tuple[str, int]]:
+def run_config(row: dict) -> tuple[str, int] | None:
     """The pair an engine really ran (read back), else the one it was started for."""
     engine = row.get("engine") or {}
     used, size = engine.get("backend_used"), engine.get("block_size_used")
@@ -60,14 +72,14 @@ def run_config(row: dict) -> Optional[tuple[str, int]]:
     return tuple(row["predicted"]) if row.get("predicted") else None
 
 
-def _figures(row: Optional[dict], index: int) -> Optional[dict]:
+def _figures(row: dict | None, index: int) -> dict | None:
     """One pair's figures at shape `index`: its engine's, or over its engine starts with --repeat-engine."""
     if row is not None and "restarts" in row:
         return EC.across_starts([_start_figures(start, index) for start in (row, *row["restarts"])])
     return _start_figures(row, index)
 
 
-def _start_figures(row: Optional[dict], index: int) -> Optional[dict]:
+def _start_figures(row: dict | None, index: int) -> dict | None:
     shapes = (row or {}).get("shapes") or []
     if row is None or row.get("status") != "ok" or index >= len(shapes):
         return None
@@ -88,8 +100,8 @@ def annotate_attention(document: dict, tune_doc: TuneInput) -> None:
             shape["attention_share"] = EC.attention_share(kernel, layers, step)
 
 
-def predicted_margin(tune_doc: TuneInput, default: Optional[tuple], config: Optional[tuple],
-                     batch: int, context: int) -> tuple[Optional[float], Optional[str]]:
+def predicted_margin(tune_doc: TuneInput, default: tuple | None, config: tuple | None,
+                     batch: int, context: int) -> tuple[float | None, str | None]:
     """tune's kernel-level gain of `config` over the default, in % : at this shape if tune timed
     it, else over tune's decode shapes (geometric means)."""
     if not default or not config:
@@ -157,7 +169,7 @@ def engine_start_spreads(document: dict) -> list[dict]:
     return out
 
 
-def _pct(fraction: Optional[float]) -> Optional[float]:
+def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100
 
 
@@ -170,7 +182,7 @@ def is_aa_check(document: dict) -> bool:
                     for e in document.get("engine_starts") or []))
 
 
-def _missing(row: dict, base: Optional[dict], index: int) -> str:
+def _missing(row: dict, base: dict | None, index: int) -> str:
     for who, r in (("this candidate", row), ("vLLM's default", base)):
         if r is None:
             return f"{who} was not run"
@@ -182,7 +194,7 @@ def _missing(row: dict, base: Optional[dict], index: int) -> str:
     return "no complete N1/N2 pair"
 
 
-def _subject(document: dict) -> tuple[Optional[dict], bool]:
+def _subject(document: dict) -> tuple[dict | None, bool]:
     """(the candidate whose comparisons decide the verdict, whether tune's pick is vLLM's default)."""
     rows = document["candidates"]
     base = default_row(document)
@@ -195,7 +207,7 @@ def _subject(document: dict) -> tuple[Optional[dict], bool]:
     return None, False
 
 
-def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float = 0.0) -> Optional[dict]:
+def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float = 0.0) -> dict | None:
     """The measured pair with the best tokens/s across shapes (geometric mean of its gains over
     vLLM's default; the default itself is 1.0), counted only when it beat the default beyond noise
     at one shape, lost at none, and gained at least `min_gain_pct` overall (tune's --min-gain:
@@ -213,7 +225,7 @@ def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float
     return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
 
 
-def tune_advice(document: dict) -> tuple[Optional[bool], float]:
+def tune_advice(document: dict) -> tuple[bool | None, float]:
     """(whether tune advised passing flags, the gain in % worth changing flags for); None: no tune
     result (pairs the user named)."""
     tune = document.get("tune") or {}
@@ -263,7 +275,7 @@ def summarize(document: dict) -> dict:
             "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
 
 
-def _shape_verdict(comparison: Optional[dict], keeps_default: bool, min_gain: float) -> Optional[EngineVerdict]:
+def _shape_verdict(comparison: dict | None, keeps_default: bool, min_gain: float) -> EngineVerdict | None:
     """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
     noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
     result = (comparison or {}).get("result")
@@ -293,7 +305,7 @@ def _aa_text(document: dict) -> str:
             + "; ".join(parts))
 
 
-def _pct_words(value: Optional[float]) -> str:
+def _pct_words(value: float | None) -> str:
     return "?" if value is None else f"{value:.1f}%"
 
 
@@ -333,7 +345,7 @@ def _verdict_text(word: EngineVerdict, pick: dict, comparisons: list[dict], flag
 
 
 def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dict], pick_is_default: bool,
-                       best: Optional[dict], min_gain: float, flags: str) -> str:
+                       best: dict | None, min_gain: float, flags: str) -> str:
     gains = _gain_words(comparisons)
     advice = ("vLLM's default, tune's pick" if pick_is_default else
               f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "

@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.kernels import kv_quant
-from attnsel.bench.sweep import results as R
-from attnsel.bench.timing import stats as T
-from attnsel.bench.timing import choose_launch, mode_label
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.sweep import results as R
+from attnsel.bench.timing import choose_launch, mode_label
+from attnsel.bench.timing import stats as T
 from attnsel.bench.worker.prebuild import error_text
 from attnsel.bench.worker.toolkit import Toolkit
 
@@ -41,10 +41,10 @@ class ItemRunner:
         self.backend = backend
         self.shape = shape
         self.options = options
-        self._adapters: Optional[list] = None
+        self._adapters: list | None = None
         self._unavailable: dict[str, str] = {}
         self._failed_check: dict[int, str] = {}  # block size -> where it failed the correctness check
-        self.import_seconds: Optional[float] = None
+        self.import_seconds: float | None = None
         self.preloaded_import_s = 0.0  # library imports done before "go" (see preload_libraries)
         self.extra_notes: list[str] = []  # added to every prepared row (e.g. the JIT pre-build)
         self._phases: dict[str, float] = {}
@@ -113,7 +113,7 @@ class ItemRunner:
         finally:
             self._phases[name] = self._phases.get(name, 0.0) + (time.perf_counter() - started)
 
-    def _pick_adapter(self, workload: Any, block_size: int) -> tuple[Optional[Any], list[str]]:
+    def _pick_adapter(self, workload: Any, block_size: int) -> tuple[Any | None, list[str]]:
         reasons = []
         for adapter in self.adapters():
             why = adapter.unsupported_reason(workload, block_size, getattr(self.toolkit, "device", "cuda"))
@@ -141,13 +141,13 @@ class ItemRunner:
             row["checked"] = False
         self._time(adapter, prepared, batch, workload, block_size, spec, item, row)
 
-    def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> Optional[tuple[Any, Any]]:
+    def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> tuple[Any, Any] | None:
         """(adapter, workload) a row of this spec and block size would run with, or None (asked ahead of
         the rows: the import seconds stay for the first real row to report)."""
         return self._usable_adapter(spec, block_size, {}, first_row=False)
 
     def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict,
-                        first_row: bool = True) -> Optional[tuple[Any, Any]]:
+                        first_row: bool = True) -> tuple[Any, Any] | None:
         """(adapter, workload) for this row, or None with the row's status and error saying why not.
         `first_row`: a row that is kept, so the first of them reports the library's import seconds."""
         kv = self.shape.get("kv_cache_dtype", "auto")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.bench.timing import stats as T
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.timing import stats as T
 from attnsel.bench.worker.prebuild import error_text, import_backend_libraries
 from attnsel.probe.libraries import library_versions  # also probe --json's `libraries`
 
@@ -140,7 +140,7 @@ class KernelToolkit:
 
         return CompileOnly(threads)
 
-    def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]:
+    def figures(self, batch: Any) -> tuple[float | None, float | None]:
         return float(batch.bytes_moved()), float(batch.flops())
 
     def is_out_of_memory(self, exc: BaseException) -> bool:

@@ -40,10 +40,9 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 from attnsel.bench.worker.items import ItemRunner
-from attnsel.bench.worker.precompile import precompile_rows
 from attnsel.bench.worker.prebuild import (
     DEFAULT_PREBUILD_WAIT_S,
     Prebuild,
@@ -52,6 +51,7 @@ from attnsel.bench.worker.prebuild import (
     preload_libraries,
     start_prebuild,
 )
+from attnsel.bench.worker.precompile import precompile_rows
 from attnsel.bench.worker.toolkit import DEFAULT_TOOLKIT, Toolkit, load_toolkit
 
 
@@ -79,7 +79,7 @@ def _wait_for_go(control: TextIO) -> bool:
 
 
 
-def serve(job: dict, stream: TextIO, control: Optional[TextIO] = None, started_at: Optional[float] = None) -> int:
+def serve(job: dict, stream: TextIO, control: TextIO | None = None, started_at: float | None = None) -> int:
     """Import stage (torch, adapters' libraries; no CUDA) -> "imported" -> wait for "go" on
     `control` -> CUDA init -> "ready" -> the items. `control` None means go at once."""
     toolkit, startup, prebuild = _import_stage(job, started_at)
@@ -100,7 +100,7 @@ def serve(job: dict, stream: TextIO, control: Optional[TextIO] = None, started_a
     return 0
 
 
-def _import_stage(job: dict, started_at: Optional[float]) -> tuple[Toolkit, dict[str, Any], Optional[Prebuild]]:
+def _import_stage(job: dict, started_at: float | None) -> tuple[Toolkit, dict[str, Any], Prebuild | None]:
     """Loads the toolkit (torch, the kernels package) and the backend's libraries, and starts the
     JIT pre-build in the background: everything a worker can do before "go" without CUDA."""
     startup: dict[str, Any] = {"pid": os.getpid()}

@@ -10,7 +10,7 @@ import importlib.util
 import os
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.bench.plan import WorkloadSpec
 
@@ -42,7 +42,7 @@ def error_text(exc: BaseException) -> str:
     return first[:500]
 
 
-def preload_libraries(toolkit: Any, backend: Optional[str]) -> float:
+def preload_libraries(toolkit: Any, backend: str | None) -> float:
     """Runs the toolkit's `preload(backend)` (import the kernel libraries, no CUDA) and returns the
     seconds spent. A pre-spawned worker pays this (FLASH_ATTN/FA4 6.1 s, FLASHINFER 5.5 s on an
     H200) while the previous backend is timing."""
@@ -117,9 +117,9 @@ class Prebuild:
         }
         self._thread = threading.Thread(target=self._run, name="attnsel-prebuild", daemon=True)
         self._started = 0.0
-        self._ended: Optional[float] = None
+        self._ended: float | None = None
 
-    def start(self) -> "Prebuild":
+    def start(self) -> Prebuild:
         self._started = time.perf_counter()
         self.record["started_at"] = time.time()
         self._thread.start()
@@ -159,7 +159,7 @@ class Prebuild:
         return dict(self.record)
 
 
-def prebuild_note(record: dict) -> Optional[str]:
+def prebuild_note(record: dict) -> str | None:
     """The line each row of the backend carries about its JIT pre-build (None: it had nothing to do)."""
     if record.get("finished") and not (record.get("modules") or record.get("built") or record.get("error")):
         return None
@@ -181,7 +181,7 @@ def prebuild_note(record: dict) -> Optional[str]:
     return text
 
 
-def start_prebuild(toolkit: Any, job: dict) -> Optional[Prebuild]:
+def start_prebuild(toolkit: Any, job: dict) -> Prebuild | None:
     """Starts the pre-build of `job`'s backend if the job asks for one (pre-spawned workers only)
     and the backend's preferred adapter has the optional hook (attention/kernels/base.py)."""
     request = job.get("prebuild")

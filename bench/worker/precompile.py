@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text
@@ -41,8 +41,8 @@ def precompile_enabled() -> bool:
     return os.environ.get(PRECOMPILE_ENV, "1") != "0"
 
 
-def precompile_rows(runner: Any, items: list[dict], *, threads: Optional[int] = None,
-                    budget_s: float = SUBMIT_BUDGET_S) -> Optional[dict]:
+def precompile_rows(runner: Any, items: list[dict], *, threads: int | None = None,
+                    budget_s: float = SUBMIT_BUDGET_S) -> dict | None:
     """The pass for `runner`'s backend (bench/worker/items.ItemRunner) over the job's items; its
     record, or None when nothing is to be done (turned off, no adapter that asks for it, a toolkit
     without the compile-only block)."""

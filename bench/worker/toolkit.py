@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
-from attnsel.bench.timing import stats as T
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.timing import stats as T
 
 DEFAULT_TOOLKIT = "attnsel.bench.worker.kernel_toolkit:KernelToolkit"
 
@@ -35,7 +35,7 @@ class Toolkit(Protocol):
     def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
              launch: str = "eager") -> T.TimingResult: ...
 
-    def figures(self, batch: Any) -> tuple[Optional[float], Optional[float]]: ...
+    def figures(self, batch: Any) -> tuple[float | None, float | None]: ...
 
     def is_out_of_memory(self, exc: BaseException) -> bool: ...
 

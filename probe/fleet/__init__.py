@@ -15,9 +15,9 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.probe.fleet.facts import FleetProbe, NodeProbe, RayNode
     from attnsel.probe.fleet.verdict import (
+        MAX_LISTED,
         Difference,
         FleetVerdict,
-        MAX_LISTED,
         NodeSummary,
         fleet_verdict,
         model_classes,
@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_LISTED",
     "Difference",
     "FleetProbe",
     "FleetVerdict",
-    "MAX_LISTED",
     "NodeProbe",
     "NodeSummary",
     "RayNode",

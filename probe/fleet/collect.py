@@ -21,10 +21,16 @@ import platform
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.errors import EnvironmentProblem, UserInputError
-from attnsel.probe.fleet.facts import NODE_ANSWER_SCHEMA, FleetProbe, NodeProbe, RayNode, unique_labels
+from attnsel.probe.fleet.facts import (
+    NODE_ANSWER_SCHEMA,
+    FleetProbe,
+    NodeProbe,
+    RayNode,
+    unique_labels,
+)
 
 DEFAULT_TIMEOUT_S = 60.0  # per fleet: all tasks run at once, so 100 nodes need no more than 1
 CONNECT_TIMEOUT_S = 20.0  # ray.init against an address where no GCS answers waits forever
@@ -83,14 +89,14 @@ def probe_this_node() -> dict:
 
 
 def _ray_version(text: str) -> tuple[int, int]:
-    parts = (text.split(".") + ["0"])[:2]
+    parts = ([*text.split("."), "0"])[:2]
     try:
         return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
     except ValueError:
         return (0, 0)
 
 
-def ray_blanked_visible_devices(ray_version: str, env: dict) -> Optional[str]:
+def ray_blanked_visible_devices(ray_version: str, env: dict) -> str | None:
     """Why Ray would have set CUDA_VISIBLE_DEVICES to "" in a task holding no GPU, or None.
 
     >>> ray_blanked_visible_devices("2.49.2", {})
@@ -190,7 +196,7 @@ def connect(ray: Any, address: str, timeout_s: float) -> bool:
     return True
 
 
-def unreachable(address: str, timeout_s: float) -> Optional[str]:
+def unreachable(address: str, timeout_s: float) -> str | None:
     """Why nothing listens at the address's host:port, or None (also when the address has no
     port to try, e.g. "auto" without RAY_ADDRESS: then Ray answers quickly itself).
 

@@ -4,8 +4,8 @@ report or the reason it gave none. Frozen dataclasses like probe/facts.py; nothi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
 
 from attnsel.probe.facts import ProbeReport
 
@@ -22,9 +22,9 @@ class RayNode:
     alive: bool
     is_head: bool = False
     ray_gpus: float = 0.0  # Ray's "GPU" resource: what vLLM's placement group can reserve here
-    accelerator_type: Optional[str] = None  # Ray's "accelerator_type:<X>" resource, e.g. "H100"
+    accelerator_type: str | None = None  # Ray's "accelerator_type:<X>" resource, e.g. "H100"
     labels: Mapping[str, str] = field(default_factory=dict)
-    death_reason: Optional[str] = None  # for a dead node: Ray's DeathReasonMessage
+    death_reason: str | None = None  # for a dead node: Ray's DeathReasonMessage
     label: str = ""  # short name, unique among the fleet's nodes: the IP, plus the node id's head when IPs repeat
 
     def to_dict(self) -> dict:
@@ -47,13 +47,13 @@ class NodeProbe:
     """A node's answer: its probe report, or why there is none (`problem`)."""
 
     node: RayNode
-    report: Optional[ProbeReport] = None
-    problem: Optional[str] = None  # no answer in time, the task failed, the answer was unreadable
-    seconds: Optional[float] = None  # how long the probe took on the node itself
-    hostname: Optional[str] = None  # as the node says (socket.gethostname())
-    attnsel_version: Optional[str] = None
-    ray_version: Optional[str] = None
-    python_version: Optional[str] = None
+    report: ProbeReport | None = None
+    problem: str | None = None  # no answer in time, the task failed, the answer was unreadable
+    seconds: float | None = None  # how long the probe took on the node itself
+    hostname: str | None = None  # as the node says (socket.gethostname())
+    attnsel_version: str | None = None
+    ray_version: str | None = None
+    python_version: str | None = None
     notes: tuple[str, ...] = ()
 
     @property

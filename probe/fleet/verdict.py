@@ -9,9 +9,9 @@ node is normal and is kept out of the comparison.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Optional, Sequence
 
 from attnsel.probe.facts import GpuInfo, ProbeReport
 from attnsel.probe.fleet.facts import FleetProbe, NodeProbe
@@ -80,7 +80,7 @@ class FleetVerdict:
         return [n for n in self.nodes if n.gpu_node]
 
     @property
-    def homogeneous(self) -> Optional[bool]:
+    def homogeneous(self) -> bool | None:
         """None when no GPU node answered (nothing to compare)."""
         if not any(n.answered for n in self.gpu_nodes):
             return None
@@ -181,7 +181,7 @@ def _problems(node: NodeProbe, report: ProbeReport, usable: list[GpuInfo], drive
     return problems
 
 
-def _visible_devices(node: NodeProbe) -> Optional[str]:
+def _visible_devices(node: NodeProbe) -> str | None:
     """The node's CUDA_VISIBLE_DEVICES as its probe saw it (only nodes with a report are compared)."""
     if node.report is None:
         return None
@@ -189,13 +189,13 @@ def _visible_devices(node: NodeProbe) -> Optional[str]:
     return "unset" if visible is None else repr(visible)
 
 
-def _read_by_nvml(read: Callable[[NodeSummary], str]) -> Callable[[NodeSummary, NodeProbe], Optional[str]]:
+def _read_by_nvml(read: Callable[[NodeSummary], str]) -> Callable[[NodeSummary, NodeProbe], str | None]:
     """Facts only NVML gives: a node whose NVML failed differs in "GPU source", not in every row."""
     return lambda s, n: read(s) if s.source == "nvml" else None
 
 
 # What the GPU nodes should share, and how each node's value is read (None: unknown, left out).
-_ATTRIBUTES: tuple[tuple[str, Callable[[NodeSummary, NodeProbe], Optional[str]]], ...] = (
+_ATTRIBUTES: tuple[tuple[str, Callable[[NodeSummary, NodeProbe], str | None]], ...] = (
     ("GPU model", lambda s, n: s.model or None),
     ("GPUs", lambda s, n: str(s.gpus)),
     ("compute capability", lambda s, n: s.capability or None),

@@ -8,13 +8,12 @@ two NVLinked H200 give 391 GB/s this way.
 from __future__ import annotations
 
 import statistics
-from typing import Union
 
 COPY_BYTES = 1 << 30
 REPETITIONS = 5
 
 
-def measure_pairs(pairs: list[tuple[int, int]], nbytes: int = COPY_BYTES, reps: int = REPETITIONS) -> dict[tuple[int, int], Union[float, str]]:
+def measure_pairs(pairs: list[tuple[int, int]], nbytes: int = COPY_BYTES, reps: int = REPETITIONS) -> dict[tuple[int, int], float | str]:
     """GB/s (10^9 bytes/s) per (a, b) of CUDA ordinals, or a one-line reason why not."""
     try:
         import torch
@@ -25,7 +24,7 @@ def measure_pairs(pairs: list[tuple[int, int]], nbytes: int = COPY_BYTES, reps: 
     count = torch.cuda.device_count()
     if count < 2:
         return {p: f"not measured: torch sees {count} GPU" for p in pairs}
-    results: dict[tuple[int, int], Union[float, str]] = {}
+    results: dict[tuple[int, int], float | str] = {}
     for a, b in pairs:
         if max(a, b) >= count:
             results[(a, b)] = f"not measured: torch sees only {count} GPUs"

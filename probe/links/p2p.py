@@ -10,12 +10,18 @@ equipped."). With one GPU there is no pair, so it returns True. It checks NVLink
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Optional, Sequence
 
 from attnsel.probe.facts import NvlinkVerdict, P2PPair
-from attnsel.probe.nvml import NVLINK_MAX_LINKS, P2P_CAPS_INDEX, P2P_STATUS_NAMES, P2P_STATUS_OK, NvmlSession
-from attnsel.probe.nvml import TorchFacade
+from attnsel.probe.nvml import (
+    NVLINK_MAX_LINKS,
+    P2P_CAPS_INDEX,
+    P2P_STATUS_NAMES,
+    P2P_STATUS_OK,
+    NvmlSession,
+    TorchFacade,
+)
 
 # nvmlGpuTopologyLevel_t -> the labels of `nvidia-smi topo -m`. INTERNAL (two GPUs on one board,
 # e.g. K80) sits behind the board's own PCIe switch, which nvidia-smi shows as PIX.
@@ -33,7 +39,7 @@ VLLM_CAR_NO_P2P = (
 )
 
 
-def topology_name(level: Optional[int]) -> Optional[str]:
+def topology_name(level: int | None) -> str | None:
     """nvmlDeviceGetTopologyCommonAncestor's level as nvidia-smi prints it.
 
     >>> topology_name(30), topology_name(50), topology_name(None)
@@ -44,15 +50,15 @@ def topology_name(level: Optional[int]) -> Optional[str]:
     return TOPOLOGY_NAMES.get(int(level), f"LEVEL{level}")
 
 
-def _status_name(value: Optional[int]) -> Optional[str]:
+def _status_name(value: int | None) -> str | None:
     return None if value is None else P2P_STATUS_NAMES.get(int(value), f"STATUS_{value}")
 
 
-def _is_ok(value: Optional[int]) -> Optional[bool]:
+def _is_ok(value: int | None) -> bool | None:
     return None if value is None else int(value) == P2P_STATUS_OK
 
 
-def active_nvlink_count(session: NvmlSession, physical_index: int) -> Optional[int]:
+def active_nvlink_count(session: NvmlSession, physical_index: int) -> int | None:
     """Links in state NVML_FEATURE_ENABLED, asking link 0, 1, ... until NVML rejects a link number."""
     count = 0
     for link in range(NVLINK_MAX_LINKS):
@@ -84,7 +90,7 @@ def pair_calls(visible: Sequence[tuple[int, int]]) -> list[tuple[str, tuple[int,
     return [(function, (a, b, *extra)) for (a, b), _ in _visited(visible) for function, extra in _PAIR_QUERIES]
 
 
-def query_pair(session: NvmlSession, a: int, b: int, logical: tuple[int, int], link_counts: "_LinkCounts") -> P2PPair:
+def query_pair(session: NvmlSession, a: int, b: int, logical: tuple[int, int], link_counts: _LinkCounts) -> P2PPair:
     """All P2P facts for one pair of physical GPUs (a < b in the order vLLM would visit them)."""
     before = len(session.failures)
     nvlink, read, write, atomics, level = (session.get(function, a, b, *extra) for function, extra in _PAIR_QUERIES)
@@ -92,7 +98,7 @@ def query_pair(session: NvmlSession, a: int, b: int, logical: tuple[int, int], l
 
     pcie = topology_name(level)
     count = None
-    topology: Optional[str]  # NV<links>, else the PCIe level (None: unknown)
+    topology: str | None  # NV<links>, else the PCIe level (None: unknown)
     if _is_ok(nvlink):
         counts = [link_counts.of(a), link_counts.of(b)]
         count = min(counts) if None not in counts else None  # type: ignore[type-var]
@@ -123,9 +129,9 @@ class _LinkCounts:
 
     def __init__(self, session: NvmlSession):
         self.session = session
-        self.counts: dict[int, Optional[int]] = {}
+        self.counts: dict[int, int | None] = {}
 
-    def of(self, physical_index: int) -> Optional[int]:
+    def of(self, physical_index: int) -> int | None:
         if physical_index not in self.counts:
             self.counts[physical_index] = active_nvlink_count(self.session, physical_index)
         return self.counts[physical_index]
@@ -137,7 +143,7 @@ def collect_pairs(session: NvmlSession, visible: Sequence[tuple[int, int]]) -> l
     return [query_pair(session, a, b, logical, link_counts) for (a, b), logical in _visited(visible)]
 
 
-def vllm_fully_connected(pairs: Sequence[P2PPair], world_size: int) -> tuple[Optional[bool], str]:
+def vllm_fully_connected(pairs: Sequence[P2PPair], world_size: int) -> tuple[bool | None, str]:
     """vLLM's is_fully_connected over the visible GPUs, with the reason in words.
 
     A query that raised counts as False, as in vLLM (which catches NVMLError and returns False).
@@ -169,7 +175,7 @@ def vllm_fully_connected(pairs: Sequence[P2PPair], world_size: int) -> tuple[Opt
     return True, f"every pair of the {world_size} visible GPUs has NVLink P2P (NVML_P2P_CAPS_INDEX_NVLINK = OK)"
 
 
-def custom_allreduce_verdict(world_size: int, fully_connected: Optional[bool], pairs: Sequence[P2PPair]) -> tuple[Optional[bool], str]:
+def custom_allreduce_verdict(world_size: int, fully_connected: bool | None, pairs: Sequence[P2PPair]) -> tuple[bool | None, str]:
     """What vLLM's custom all-reduce would do if all visible GPUs form one tensor-parallel group
     (docs/probe.md, "Custom all-reduce": 2 GPUs need working P2P; more need a full NVLink mesh, vllm#56128)."""
     if world_size == 0:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         query_problems,
         read_gpu,
     )
+    from attnsel.probe.nvml.prefetch import THREADS_ENV_VAR, probe_threads
     from attnsel.probe.nvml.protocol import (
         CLOCK_MEM,
         CLOCK_SM,
@@ -27,9 +28,8 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         TorchFacade,
         call_key,
     )
-    from attnsel.probe.nvml.prefetch import THREADS_ENV_VAR, probe_threads
     from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
-    from attnsel.probe.nvml.replay import ReplayFacade, ReplayTorch, SCENARIO_SCHEMA
+    from attnsel.probe.nvml.replay import SCENARIO_SCHEMA, ReplayFacade, ReplayTorch
     from attnsel.probe.nvml.session import NvmlSession, facades_from_env
     from attnsel.probe.nvml.torch_cuda import RealTorch, cuda_driver_missing
 
@@ -37,20 +37,20 @@ __all__ = [
     "CLOCK_MEM",
     "CLOCK_SM",
     "NVLINK_MAX_LINKS",
+    "P2P_CAPS_INDEX",
+    "P2P_STATUS_NAMES",
+    "P2P_STATUS_OK",
+    "SCENARIO_SCHEMA",
+    "THREADS_ENV_VAR",
     "NvmlCallError",
     "NvmlFacade",
     "NvmlInitError",
     "NvmlSession",
-    "P2P_CAPS_INDEX",
-    "P2P_STATUS_NAMES",
-    "P2P_STATUS_OK",
     "PynvmlFacade",
     "RawGpu",
     "RealTorch",
     "ReplayFacade",
     "ReplayTorch",
-    "SCENARIO_SCHEMA",
-    "THREADS_ENV_VAR",
     "TorchFacade",
     "call_key",
     "cuda_driver_missing",

@@ -6,8 +6,9 @@ expected "no such thing" answers and which are worth a warning is decided here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from attnsel.probe.facts import GpuInfo
 from attnsel.probe.gpu_table import table_peak_bandwidth
@@ -39,20 +40,20 @@ class RawGpu:
     """What NVML answered for one physical GPU (None where a query failed)."""
 
     index: int
-    name: Optional[str] = None
-    uuid: Optional[str] = None
-    pci_bus_id: Optional[str] = None
-    pci_device_id: Optional[int] = None
-    cc: Optional[tuple[int, int]] = None
-    memory_total: Optional[int] = None
-    memory_free: Optional[int] = None
-    bus_width: Optional[int] = None
-    mem_clock: Optional[int] = None
-    sm_clock: Optional[int] = None
-    cores: Optional[int] = None
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    pci_device_id: int | None = None
+    cc: tuple[int, int] | None = None
+    memory_total: int | None = None
+    memory_free: int | None = None
+    bus_width: int | None = None
+    mem_clock: int | None = None
+    sm_clock: int | None = None
+    cores: int | None = None
     mig_enabled: bool = False
     migs: list[dict] = field(default_factory=list)
-    error: Optional[str] = None
+    error: str | None = None
 
     def physical(self) -> PhysicalGpu:
         speed = float(self.cores * self.sm_clock) if self.cores and self.sm_clock else None
@@ -65,7 +66,7 @@ class RawGpu:
         )
 
 
-def cuda_version_str(value: Optional[int]) -> Optional[str]:
+def cuda_version_str(value: int | None) -> str | None:
     """12040 -> '12.4', 13000 -> '13.0' (nvmlSystemGetCudaDriverVersion's encoding)."""
     if not isinstance(value, int) or value <= 0:
         return None
@@ -124,7 +125,7 @@ def read_gpu(session: NvmlSession, i: int) -> RawGpu:
     return raw
 
 
-def _memory(info: Any) -> tuple[Optional[int], Optional[int]]:
+def _memory(info: Any) -> tuple[int | None, int | None]:
     if isinstance(info, dict):
         return info.get("total"), info.get("free")
     return None, None
@@ -152,7 +153,7 @@ def _read_migs(session: NvmlSession, i: int) -> list[dict]:
     return migs
 
 
-def _gpu_error(failures: Sequence[QueryFailure]) -> Optional[str]:
+def _gpu_error(failures: Sequence[QueryFailure]) -> str | None:
     fatal = [f for f in failures if f.error in _GPU_FATAL]
     if fatal:
         return f"{fatal[0].message} ({fatal[0].error})"
@@ -162,7 +163,7 @@ def _gpu_error(failures: Sequence[QueryFailure]) -> Optional[str]:
     return None
 
 
-def gpu_info(logical: int, raw: RawGpu, mig: Optional[dict]) -> GpuInfo:
+def gpu_info(logical: int, raw: RawGpu, mig: dict | None) -> GpuInfo:
     """The visible GPU `logical`: the physical GPU `raw`, or its MIG slice `mig`."""
     if mig is not None:
         # A MIG slice is reported as itself: its own UUID and memory, not its parent's (vllm PR#41776).
@@ -199,7 +200,7 @@ def gpu_info(logical: int, raw: RawGpu, mig: Optional[dict]) -> GpuInfo:
     )
 
 
-def _hex(value: Optional[int]) -> Optional[str]:
+def _hex(value: int | None) -> str | None:
     """NVML's pciDeviceId as hex; 0 means NVML did not say (some VMs and containers), so None."""
     return f"0x{int(value):08X}" if isinstance(value, int) and value else None
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from attnsel.probe.nvml.protocol import DeviceRef, NvmlFacade
 
-__all__ = ["CallsAhead", "NvmlCall", "THREADS_ENV_VAR", "THREAD_NAME", "probe_threads"]
+__all__ = ["THREADS_ENV_VAR", "THREAD_NAME", "CallsAhead", "NvmlCall", "probe_threads"]
 
 THREADS_ENV_VAR = "ATTNSEL_PROBE_THREADS"
 THREAD_NAME = "attnsel-nvml"
@@ -51,12 +52,12 @@ def probe_threads(env: Mapping[str, str]) -> int:
 class _Outcome:
     """One call asked ahead: what it answered or raised, once a worker has it."""
 
-    __slots__ = ("done", "answer", "error")
+    __slots__ = ("answer", "done", "error")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.answer: Any = None
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
 
     def result(self) -> Any:
         """The answer, or the call's exception raised again; waits for a call still running, as the
@@ -99,7 +100,7 @@ class CallsAhead:
                 outcome.error = exc
             outcome.done.set()
 
-    def take(self, function: str, args: tuple[DeviceRef | int, ...]) -> Optional[_Outcome]:
+    def take(self, function: str, args: tuple[DeviceRef | int, ...]) -> _Outcome | None:
         """The outcome of this call asked ahead (each one is taken once), or None: ask it now."""
         waiting = self._outcomes.get((function, args))
         if not waiting:

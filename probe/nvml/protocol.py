@@ -11,9 +11,9 @@ Facades speak in plain, JSON-able values so that a recording of the real one can
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Protocol
 
-DeviceRef = Union[int, str]
+DeviceRef = int | str
 
 # NVML return codes (nvml.h); written out so that the replay and the tests never need pynvml.
 NVML_ERROR_NAMES: dict[int, str] = {
@@ -92,7 +92,7 @@ NVLINK_MAX_LINKS = 18  # NVLink 4/5 GPUs expose 18 links; we stop at the first l
 class NvmlCallError(Exception):
     """An NVML return code other than SUCCESS, independent of pynvml's exception classes."""
 
-    def __init__(self, name: str, code: Optional[int] = None):
+    def __init__(self, name: str, code: int | None = None):
         self.name = name
         self.code = code if code is not None else NVML_ERROR_CODES.get(name)
         self.message = NVML_ERROR_MESSAGES.get(name, name)
@@ -106,7 +106,7 @@ class NvmlInitError(NvmlCallError):
     """nvmlInit failed: NVML cannot be used at all in this process."""
 
     @property
-    def hint(self) -> Optional[str]:
+    def hint(self) -> str | None:
         return INIT_HINTS.get(self.name)
 
 
@@ -125,9 +125,9 @@ class TorchFacade(Protocol):
     {"version", "cuda", "devices": [{"name", "major", "minor", "total_memory", "uuid", "pci_bus_id",
     "multi_processor_count"}]}."""
 
-    def inventory(self) -> Optional[dict]: ...
+    def inventory(self) -> dict | None: ...
 
-    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         """GB/s of a GPU a -> GPU b copy per pair (logical indices), or a reason it was not measured."""
         ...
 

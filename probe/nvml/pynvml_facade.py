@@ -6,7 +6,12 @@ import ctypes
 import threading
 from typing import Any
 
-from attnsel.probe.nvml.protocol import NVML_ERROR_NAMES, DeviceRef, NvmlCallError, NvmlInitError
+from attnsel.probe.nvml.protocol import (
+    NVML_ERROR_NAMES,
+    DeviceRef,
+    NvmlCallError,
+    NvmlInitError,
+)
 
 
 def _plain(value: Any) -> Any:

@@ -12,12 +12,18 @@ off the bus). ATTNSEL_NVML_SCENARIO=path.json makes the probe replay one (probe/
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
-from attnsel.errors import UserInputError
-from attnsel.probe.nvml.protocol import DeviceRef, NvmlCallError, NvmlInitError, call_key
 from attnsel import files
+from attnsel.errors import UserInputError
+from attnsel.probe.nvml.protocol import (
+    DeviceRef,
+    NvmlCallError,
+    NvmlInitError,
+    call_key,
+)
 
 SCENARIO_ENV_VAR = "ATTNSEL_NVML_SCENARIO"
 SCENARIO_SCHEMA = "attnsel-nvml-scenario/1"
@@ -90,19 +96,19 @@ class ReplayTorch:
     def __init__(self, scenario: Mapping[str, Any]):
         self.data = scenario.get("torch")
 
-    def inventory(self) -> Optional[dict]:
+    def inventory(self) -> dict | None:
         if self.data is None:
             return None
         if isinstance(self.data, dict) and "exception" in self.data:
             raise RuntimeError(self.data.get("message", self.data["exception"]))
         return dict(self.data)
 
-    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         recorded = (self.data or {}).get("p2p_copy_gbps") or {} if isinstance(self.data, dict) else {}
         return {(a, b): recorded.get(f"{a},{b}", "not measured: replayed scenario has no measurement") for a, b in pairs}
 
 
-def load_scenario(path: Union[str, Path]) -> dict:
+def load_scenario(path: str | Path) -> dict:
     if files.path_info(str(path), SCENARIO_ENV_VAR).kind == "missing":
         raise UserInputError(f"{SCENARIO_ENV_VAR}: scenario file not found: {path}")
     try:  # bounded like every input (a FIFO, a device, a huge or deeply nested file: one line)

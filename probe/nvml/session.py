@@ -15,10 +15,11 @@ facades, loading), probe/nvml/torch_cuda.py (the real torch.cuda fallback).
 from __future__ import annotations
 
 import re
-
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
+from attnsel.probe.nvml.prefetch import CallsAhead, NvmlCall
 from attnsel.probe.nvml.protocol import (
     DeviceRef,
     NvmlCallError,
@@ -26,13 +27,17 @@ from attnsel.probe.nvml.protocol import (
     TorchFacade,
     call_key,
 )
-from attnsel.probe.nvml.prefetch import CallsAhead, NvmlCall
-from attnsel.probe.nvml.replay import SCENARIO_ENV_VAR, ReplayFacade, ReplayTorch, load_scenario
 from attnsel.probe.nvml.pynvml_facade import PynvmlFacade
+from attnsel.probe.nvml.replay import (
+    SCENARIO_ENV_VAR,
+    ReplayFacade,
+    ReplayTorch,
+    load_scenario,
+)
 from attnsel.probe.nvml.torch_cuda import RealTorch
 
 # what this module defines; the room's door (probe/nvml/__init__.py) offers the rest
-__all__ = ["NvmlSession", "QueryFailure", "answer_problem", "facades_from_env", "INVALID_ANSWER"]
+__all__ = ["INVALID_ANSWER", "NvmlSession", "QueryFailure", "answer_problem", "facades_from_env"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +108,7 @@ def printable(answer: Any) -> Any:
     return answer
 
 
-def answer_problem(function: str, answer: Any) -> Optional[str]:
+def answer_problem(function: str, answer: Any) -> str | None:
     """Why an NVML answer cannot be what `function` returns, or None when it can."""
     shape = _SHAPES.get(function)
     if shape is None or shape[1](answer):
@@ -156,7 +161,7 @@ class NvmlSession:
             self.failures.append(failure)
         return None
 
-    def last_failure(self) -> Optional[QueryFailure]:
+    def last_failure(self) -> QueryFailure | None:
         return self.failures[-1] if self.failures else None
 
     def failures_for(self, ref: DeviceRef) -> list[QueryFailure]:
@@ -168,7 +173,7 @@ class NvmlSession:
 # Which facades: replayed or real
 
 
-def facades_from_env(env: Mapping[str, str]) -> tuple[NvmlFacade, TorchFacade, Optional[dict]]:
+def facades_from_env(env: Mapping[str, str]) -> tuple[NvmlFacade, TorchFacade, dict | None]:
     """The replay facades when ATTNSEL_NVML_SCENARIO names a scenario, else the real ones."""
     path = env.get(SCENARIO_ENV_VAR)
     if path:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, Optional, Union
+from typing import Any
 
 # The CUDA driver library every CUDA program, torch's included, loads first (cudart dlopens it).
 CUDA_DRIVER_LIBRARY = "libcuda.so.1"
 
 
-def cuda_driver_missing() -> Optional[str]:
+def cuda_driver_missing() -> str | None:
     """Why torch.cuda cannot see a GPU here without importing torch (~2 s), or None when it may.
 
     Linux only: a machine whose libcuda.so.1 cannot be loaded has no NVIDIA driver (or a container
@@ -31,7 +31,7 @@ class RealTorch:
     """torch.cuda, imported only when NVML failed. Reads properties only (no mem_get_info), so it
     initialises CUDA but allocates nothing."""
 
-    def inventory(self) -> Optional[dict]:
+    def inventory(self) -> dict | None:
         try:
             import torch
         except Exception:  # noqa: BLE001 -- any import failure means "no torch"
@@ -44,7 +44,7 @@ class RealTorch:
             info["devices"].append(_torch_props_to_dict(props))
         return info
 
-    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], Union[float, str]]:
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         from attnsel.probe.links import measure_pairs
 
         return measure_pairs(pairs)

@@ -9,7 +9,8 @@ max_model_len without prefix caching (one state per request), --block-size with 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 
@@ -22,7 +23,7 @@ MAMBA_BLOCK = ("the KV-cache block size follows the Mamba state, not an attentio
                "MambaModelConfig.verify_and_update_config")
 
 
-def attention_free_line(model: Optional[dict]) -> str:
+def attention_free_line(model: dict | None) -> str:
     """One line for the `--gpu all` matrix and the single-GPU answer."""
     name = (model or {}).get("name") or "this model"
     model_type = (model or {}).get("model_type")

@@ -3,15 +3,18 @@ rich table with one line per change, or a JSON dict."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from attnsel.attention.explain import ReleaseChange, ReleaseHistory, ReleaseVerdict
 from attnsel.reports.cells import dash
-from attnsel.reports.explain.table import EXPLAIN_HISTORY_SCHEMA, _capability_str, _inputs_line, _short
+from attnsel.reports.explain.table import (
+    EXPLAIN_HISTORY_SCHEMA,
+    _capability_str,
+    _inputs_line,
+    _short,
+)
 
 
 def change_lines(change: ReleaseChange) -> list[str]:
@@ -55,7 +58,7 @@ def _verdict_dict(verdict: ReleaseVerdict) -> dict:
 
 
 def _change_dict(change: ReleaseChange) -> dict:
-    def pair(value: Optional[tuple]) -> Optional[dict]:
+    def pair(value: tuple | None) -> dict | None:
         return None if value is None else {"before": value[0], "after": value[1]}
 
     return {
@@ -71,7 +74,7 @@ def _change_dict(change: ReleaseChange) -> dict:
     }
 
 
-def history_to_dict(history: ReleaseHistory, model: Optional[dict] = None) -> dict:
+def history_to_dict(history: ReleaseHistory, model: dict | None = None) -> dict:
     """The `explain --vllm-version all --json` document."""
     first = next((v.explanation for v in history.releases if v.explanation is not None), None)
     return {
@@ -84,7 +87,7 @@ def history_to_dict(history: ReleaseHistory, model: Optional[dict] = None) -> di
     }
 
 
-def render_history(history: ReleaseHistory, console: Console, model: Optional[dict] = None) -> None:
+def render_history(history: ReleaseHistory, console: Console, model: dict | None = None) -> None:
     gpu = f"{history.gpu_name} " if history.gpu_name else ""
     console.print(f"attnsel explain --vllm-version all · GPU {gpu}(compute capability "
                   f"{_capability_str(history.capability)}) · {len(history.releases)} releases", markup=False)

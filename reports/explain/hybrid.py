@@ -3,7 +3,7 @@ size the KV block (attention/hybrid). Render only."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console
 
@@ -11,7 +11,7 @@ STATE_NAMES = {"mamba1": "Mamba-1 state", "mamba2": "Mamba-2 state", "gdn": "Gat
                "kda": "Kimi Delta Attention state"}
 
 
-def hybrid_to_dict(answer: Any) -> Optional[dict]:
+def hybrid_to_dict(answer: Any) -> dict | None:
     return None if answer is None else answer.to_dict()
 
 
@@ -19,7 +19,7 @@ def _kib(size: int) -> str:
     return f"{size:,} B ({size / 1024:,.1f} KiB)"
 
 
-def hybrid_lines(answer: Any, user_block_size: Optional[int]) -> list[str]:
+def hybrid_lines(answer: Any, user_block_size: int | None) -> list[str]:
     groups = answer.groups
     shapes = " + ".join(f"{'x'.join(map(str, s))} {d}" for s, d in zip(answer.state_shapes, answer.state_dtypes))
     padding = "none (pages equal)" if answer.padding_pct is None else f"{answer.padding_pct:.2f}%"
@@ -41,7 +41,7 @@ def hybrid_lines(answer: Any, user_block_size: Optional[int]) -> list[str]:
     return lines
 
 
-def render_hybrid(answer: Any, user_block_size: Optional[int], console: Console) -> None:
+def render_hybrid(answer: Any, user_block_size: int | None, console: Console) -> None:
     if answer is None:
         return
     console.print("Hybrid model (what vLLM computes for the KV block):")

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from attnsel.attention.explain import DEFAULT_SOURCE, MEMORY_PHASE, MatrixRow
-from attnsel.attention.rules import MultipleOf, kernel_sizes_display
-from attnsel.attention.rules import OPTIONAL_SELECTOR_FIELDS, Explanation
+from attnsel.attention.rules import (
+    OPTIONAL_SELECTOR_FIELDS,
+    Explanation,
+    MultipleOf,
+    kernel_sizes_display,
+)
+from attnsel.reports.explain.hybrid import (
+    block_size_advice_lines,
+    explicit_to_dict,
+    hybrid_to_dict,
+    render_hybrid,
+)
 from attnsel.reports.explain.memory import render_memory
-from attnsel.reports.explain.hybrid import block_size_advice_lines, explicit_to_dict, hybrid_to_dict, render_hybrid
 
 # Every JSON document names itself `schema: "attnsel-<document>/<version>"` (docs/schemas/); before
 # these names explain, preflight and report wrote `schema_version: 1`, which readers still accept.
@@ -25,7 +35,7 @@ def _capability_str(capability: Sequence[int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
-def _kernel_sizes_json(sizes: Optional[Sequence[Any]]) -> Optional[list]:
+def _kernel_sizes_json(sizes: Sequence[Any] | None) -> list | None:
     if sizes is None:
         return None
     return [s.to_dict() if isinstance(s, MultipleOf) else s for s in sizes]
@@ -115,7 +125,7 @@ def backends_table(expl: Explanation) -> Table:
     return verdicts_table(rows, expl.selected, "Reasons (vLLM's words, in vLLM's order)")
 
 
-def verdicts_table(rows, selected: Optional[str], reasons_header: str) -> Table:
+def verdicts_table(rows, selected: str | None, reasons_header: str) -> Table:
     """One row per backend verdict (ours or live vLLM's): priority, name, valid, reasons."""
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("Prio", justify="right")
@@ -191,8 +201,8 @@ def model_line(section: dict) -> str:
     return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
 
 
-def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[dict], memory: Any = None,
-                                   memory_note: Optional[str] = None) -> dict:
+def explanation_with_model_to_dict(expl: Explanation, model_section: dict | None, memory: Any = None,
+                                   memory_note: str | None = None) -> dict:
     """`explain --json` for one GPU: the explanation, and the model section when a model was read;
     `memory`: vLLM's memory plan on the GPU (attention/memory), when a model and a GPU were named;
     `memory_not_planned`: why there is none where both were named."""
@@ -206,8 +216,8 @@ def explanation_with_model_to_dict(expl: Explanation, model_section: Optional[di
     return doc
 
 
-def render_explanation_with_model(expl: Explanation, model_section: Optional[dict], console: Console,
-                                  memory: Any = None, memory_note: Optional[str] = None) -> None:
+def render_explanation_with_model(expl: Explanation, model_section: dict | None, console: Console,
+                                  memory: Any = None, memory_note: str | None = None) -> None:
     """The model line and vLLM's lines about the model, the explanation, then the ViT backend."""
     if model_section is not None:
         console.print(model_line(model_section), markup=False)
@@ -226,7 +236,7 @@ def render_explanation_with_model(expl: Explanation, model_section: Optional[dic
         console.print(f"Memory: not planned: {memory_note}", markup=False)
 
 
-def matrix_to_dict(rows: Sequence[MatrixRow], model: Optional[dict] = None, profile: Any = None) -> dict:
+def matrix_to_dict(rows: Sequence[MatrixRow], model: dict | None = None, profile: Any = None) -> dict:
     first = next((row.explanation for row in rows if row.explanation is not None), None)
     return {
         "schema": EXPLAIN_MATRIX_SCHEMA,
@@ -242,7 +252,7 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def render_matrix(rows: Sequence[MatrixRow], console: Console, model: Optional[dict] = None, profile: Any = None,
+def render_matrix(rows: Sequence[MatrixRow], console: Console, model: dict | None = None, profile: Any = None,
                   notes: Sequence[str] = ()) -> None:
     if not rows:
         return
@@ -323,7 +333,7 @@ def render_comparison(expl: Explanation, mismatches: Sequence[Any], console: Con
     console.print(table)
 
 
-def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Optional[Sequence[Any]]) -> dict:
+def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Sequence[Any] | None) -> dict:
     """`explain --live --json`; with --compare-live (`mismatches` not None) the profile and where it differs."""
     doc = {"live": live_to_dict(answer, expl)}
     if mismatches is not None:
@@ -334,7 +344,7 @@ def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Optional[Seq
     return doc
 
 
-def render_live_report(answer: Any, expl: Explanation, mismatches: Optional[Sequence[Any]], console: Console) -> None:
+def render_live_report(answer: Any, expl: Explanation, mismatches: Sequence[Any] | None, console: Console) -> None:
     render_live(answer, expl, console)
     if mismatches is not None:
         render_comparison(expl, mismatches, console)

@@ -4,15 +4,24 @@ plain data out; no NVML, no CUDA."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
 from attnsel.attention.explain import saved_flags
 from attnsel.attention.kernels import BACKENDS
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import (Choice, DecisionRecord, DeviceEnvironment, GpuEnvironment, RecommendationRecord, Timing,
-                                Verdict, Workload, advised_flags)
+from attnsel.bench.tune import (
+    Choice,
+    DecisionRecord,
+    DeviceEnvironment,
+    GpuEnvironment,
+    RecommendationRecord,
+    Timing,
+    Verdict,
+    Workload,
+    advised_flags,
+)
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 REPORT_SCHEMA = "attnsel-report/1"  # `report --format json` (docs/schemas/; before it: `schema_version: 1`)
@@ -29,7 +38,7 @@ ROW_COLUMNS = [
 ]
 
 
-def _num(value: Any) -> Optional[float]:
+def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
         return None
     return float(value)
@@ -180,15 +189,15 @@ def explain_matrix(doc: dict) -> pd.DataFrame:
 # The summary every format opens with
 
 
-def _tb(value: Optional[float]) -> Optional[str]:
+def _tb(value: float | None) -> str | None:
     return f"{value / 1e12:.2f} TB/s" if value else None
 
 
-def _pair(choice: Optional[Choice]) -> Optional[str]:
+def _pair(choice: Choice | None) -> str | None:
     return f"{choice.backend} --block-size {choice.block_size}" if choice else None
 
 
-def _decision_summary(decision: Optional[DecisionRecord]) -> Optional[dict]:
+def _decision_summary(decision: DecisionRecord | None) -> dict | None:
     if not decision:
         return None
     known = Verdict.read(decision.verdict)

@@ -8,14 +8,15 @@ reason matrix, here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pandas as pd
 
 from attnsel.bench.tune import Verdict
-from attnsel.reports.tune import frames as F
 from attnsel.reports.cells import formatted
+from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.html_charts import bandwidth_svg, latency_svg
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
@@ -64,7 +65,7 @@ def _e(value: Any) -> str:
     return escape("" if value is None else str(value))
 
 
-def matrix_table(matrix: pd.DataFrame, selected: Optional[str] = None) -> str:
+def matrix_table(matrix: pd.DataFrame, selected: str | None = None) -> str:
     """backend (x block size) x reason; a red cell where vLLM gives that reason. A backend with
     no reason is valid (green); the one vLLM picks says so."""
     if len(matrix.index) == 0:
@@ -135,7 +136,7 @@ def render(data: ReportData) -> str:
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def _decision_html(d: Optional[dict]) -> str:
+def _decision_html(d: dict | None) -> str:
     if not d:
         return "<p>No recommendation: nothing could be compared.</p>"
     verdict = Verdict.read(d["verdict"])

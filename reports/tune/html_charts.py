@@ -5,9 +5,10 @@ backend for each shape, and decode bandwidth as % of the GPU's peak. No JavaScri
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -42,7 +43,7 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
     raw = top / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    return [round(i * step, 10) for i in range(int(math.ceil(top / step)) + 1)]
+    return [round(i * step, 10) for i in range(math.ceil(top / step) + 1)]
 
 
 # When the slowest point is more than this many times the fastest (FlexAttention runs 20-50x

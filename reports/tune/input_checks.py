@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import typing
-from types import MappingProxyType
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, Callable, Mapping, Optional, Union
+from types import MappingProxyType, UnionType
+from typing import Any, Union
 
 from attnsel.attention.model import kind_of
 from attnsel.bench.tune import Record, ResultRow, TuneDocument
@@ -107,11 +108,11 @@ def obj(fields: Mapping[str, Check], required: tuple[str, ...] = (),
 _SCALARS = {str, int, float}
 
 
-def check_of(kind: Any) -> Optional[Check]:
+def check_of(kind: Any) -> Check | None:
     """The check a field of this type gets (None: not checked). A record is an object whose
     fields are checked in the order the document writes them, its required ones first."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin is Union:
+    if origin in (Union, UnionType):  # Optional[X] and X | None
         inner = [a for a in args if a is not type(None)]
         check = check_of(inner[0]) if len(inner) == 1 else SCALAR if set(inner) == _SCALARS else None
         return opt(check) if check and type(None) in args else check

@@ -6,16 +6,27 @@ each input is found from its content, not its name. Bad input -> UserInputError,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from attnsel import files
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import Environment, PlanRecord, RecommendationRecord, ResultRow, TuneDocument
+from attnsel.bench.tune import (
+    Environment,
+    PlanRecord,
+    RecommendationRecord,
+    ResultRow,
+    TuneDocument,
+)
 from attnsel.errors import UserInputError
-from attnsel.reports.tune.input_checks import (check_explain_document, check_rows, check_tune_document,
-                                          check_verify_document)
+from attnsel.reports.tune.input_checks import (
+    check_explain_document,
+    check_rows,
+    check_tune_document,
+    check_verify_document,
+)
 
 TUNE_SCHEMA = "attnsel-tune/1"  # bench/tune/document.py DOCUMENT_SCHEMA
 PLAN_SCHEMA = "attnsel-tune-plan/1"
@@ -34,7 +45,7 @@ class TuneData:
     # (bench/tune/saved.py with_recommendation, called by `attnsel report`): reports only render.
     document: dict
     complete: bool  # False: tune.json missing (the sweep was cut short)
-    _read: Optional[tuple[dict, TuneDocument]] = field(default=None, init=False, repr=False, compare=False)
+    _read: tuple[dict, TuneDocument] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def record(self) -> TuneDocument:
@@ -48,7 +59,7 @@ class TuneData:
         return self.record.rows or []
 
     @property
-    def recommendation(self) -> Optional[RecommendationRecord]:
+    def recommendation(self) -> RecommendationRecord | None:
         return self.record.recommendation
 
     @property
@@ -60,16 +71,16 @@ class TuneData:
         return self.record.environment or Environment()
 
     @property
-    def note(self) -> Optional[str]:
+    def note(self) -> str | None:
         return self.record.note
 
 
 @dataclass
 class ReportData:
-    tune: Optional[TuneData] = None
+    tune: TuneData | None = None
     explains: list[dict] = field(default_factory=list)  # explain --json documents
     sources: list[str] = field(default_factory=list)
-    verify: Optional[dict] = None  # verify.json (attnsel verify / tune --verify)
+    verify: dict | None = None  # verify.json (attnsel verify / tune --verify)
 
 
 def load_inputs(paths: Sequence[str | Path]) -> ReportData:

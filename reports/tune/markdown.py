@@ -5,7 +5,8 @@ here (pandas' to_markdown needs `tabulate`, which is not a dependency)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +23,7 @@ def cell(value: Any) -> str:
     return text.replace("|", "\\|")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[str] = None) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
     """`align`: one of l/r/c per column (default: left)."""
     align = align or "l" * len(headers)
     marks = {"l": "---", "r": "--:", "c": ":-:"}
@@ -42,7 +43,7 @@ def _pct(value: Any, signed: bool = False) -> str:
     return f"{value:+.1f}%" if signed else f"{value:.1f}%"
 
 
-def _code(text: Optional[str]) -> str:
+def _code(text: str | None) -> str:
     return f"`{text}`" if text else "–"
 
 
@@ -151,7 +152,7 @@ def _bandwidth_section(frame: pd.DataFrame) -> list[str]:
             f"{_pct(sub.loc[b, 'pct_of_peak'])} (bs {int(sub.loc[b, 'block_size'])})" if b in sub.index else "–"
             for b in backends])
     return ["### Decode bandwidth, % of peak (best block size per backend)", "",
-            table(["shape"] + backends, rows, align="l" + "r" * len(backends)), ""]
+            table(["shape", *backends], rows, align="l" + "r" * len(backends)), ""]
 
 
 def _workload_sections(frame: pd.DataFrame) -> list[str]:

@@ -3,14 +3,23 @@ or CUDA; everything comes from the plan / document dicts, so recorded results re
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tune import (DecisionRecord, Environment, GpuEnvironment, RecommendationRecord, ResultRow, Timing,
-                                TuneDocument, Verdict, advised_flags)
+from attnsel.bench.tune import (
+    DecisionRecord,
+    Environment,
+    GpuEnvironment,
+    RecommendationRecord,
+    ResultRow,
+    Timing,
+    TuneDocument,
+    Verdict,
+    advised_flags,
+)
 
 STATUS_STYLE = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",
@@ -68,7 +77,7 @@ def workloads_table(plan: dict) -> Table:
     return table
 
 
-def _launch(row: ResultRow) -> Optional[str]:
+def _launch(row: ResultRow) -> str | None:
     return row.launch or (row.timing or Timing()).mode  # older rows: the timing's mode
 
 
@@ -131,7 +140,7 @@ def render_plan(plan: dict, console: Console, *, notes: bool = True) -> None:
 # Results
 
 
-def _us(ms: Optional[float]) -> str:
+def _us(ms: float | None) -> str:
     return "-" if ms is None else f"{ms * 1000:.1f}"
 
 
@@ -191,7 +200,7 @@ def group_problems(rows: Sequence[ResultRow]) -> list[dict]:
     return list(groups.values())
 
 
-def problems_table(rows: Sequence[ResultRow]) -> Optional[Table]:
+def problems_table(rows: Sequence[ResultRow]) -> Table | None:
     groups = group_problems(rows)
     if not groups:
         return None
@@ -223,7 +232,7 @@ def _s(value) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
 
 
-def phase_line(phases: Optional[dict]) -> Optional[str]:
+def phase_line(phases: dict | None) -> str | None:
     """One line: where the sweep's wall time went (tune.json "phases", docs/tune-performance.md)."""
     if not phases:
         return None
@@ -241,7 +250,7 @@ def phase_line(phases: Optional[dict]) -> Optional[str]:
     return f"time: {_s(phases.get('total_s'))} s = " + " + ".join(parts)
 
 
-def render_recommendation(rec: Union[Mapping, RecommendationRecord], console: Console) -> None:
+def render_recommendation(rec: Mapping | RecommendationRecord, console: Console) -> None:
     if isinstance(rec, Mapping):
         rec = RecommendationRecord.from_dict(rec)
     console.print("[bold]Recommendation[/bold]")
@@ -266,7 +275,7 @@ def render_recommendation(rec: Union[Mapping, RecommendationRecord], console: Co
         console.print(f"  [bold red]disqualified[/bold red] {dq.backend} --block-size {dq.block_size}: {dq.reason}")
 
 
-def render_results(document: Union[Mapping, TuneDocument], console: Console, *, show_rows: bool = False) -> None:
+def render_results(document: Mapping | TuneDocument, console: Console, *, show_rows: bool = False) -> None:
     doc = document if isinstance(document, TuneDocument) else TuneDocument.from_dict(document)
     plan = doc.plan.to_dict()  # the plan lines are shared with --dry-run, which prints a plan dict
     env = doc.environment or Environment()

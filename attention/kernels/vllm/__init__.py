@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
 
 __all__ = [
-    "MlaDims",
     "STANDINS_ENV",
+    "MlaDims",
     "StackBuilder",
     "StackSpec",
     "VllmBackendAdapter",

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
-from attnsel.attention.kernels.base import PreparedKernel, cuda_device_reason, installed_version, module_missing
+from attnsel.attention.kernels.base import (
+    PreparedKernel,
+    cuda_device_reason,
+    installed_version,
+    module_missing,
+)
 
 DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 # Backends whose impl.forward launches vLLM's Triton kernels with `kernel[grid](...)`, compiled at first
@@ -52,7 +57,7 @@ def _device_memory_and_name(device: Any) -> tuple[int, str]:
     return 80 * 2**30, "NVIDIA H100 80GB HBM3"
 
 
-def class_reason(cls: Any, w: Any) -> Optional[str]:
+def class_reason(cls: Any, w: Any) -> str | None:
     """vLLM's own class checks for a workload, in vLLM's words (validate_configuration's first
     reasons, docs/vllm-rules.md §2): head size, dtype, KV-cache dtype."""
     import torch
@@ -69,7 +74,7 @@ def class_reason(cls: Any, w: Any) -> Optional[str]:
     return None
 
 
-def query_as_vllm_hands_it(stack: Any, query: Any) -> tuple[Any, Optional[str]]:
+def query_as_vllm_hands_it(stack: Any, query: Any) -> tuple[Any, str | None]:
     """The query the impl receives: Attention.forward quantizes it to fp8 with layer._q_scale first
     when the cache is fp8 and the impl takes quantized queries (supports_quant_query_input: FA3,
     vLLM's Triton kernel on CUDA, FlashInfer's TRT-LLM path). Done here, once, outside the timed
@@ -99,7 +104,7 @@ class VllmBackendAdapter:
         self.device = device
         self._builder = None
         self._stacks: dict[tuple, Any] = {}
-        self._class_error: Optional[str] = None
+        self._class_error: str | None = None
 
     @property
     def precompiles_triton(self) -> bool:
@@ -108,7 +113,7 @@ class VllmBackendAdapter:
 
     # -- KernelAdapter ---------------------------------------------------------------------------
 
-    def availability(self) -> Optional[str]:
+    def availability(self) -> str | None:
         missing = self.availability_without_cuda()
         if missing:
             return missing
@@ -140,12 +145,12 @@ class VllmBackendAdapter:
         return ["vllm.config", backend_module, ATTENTION_LAYER_MODULES[0], "vllm.v1.worker.utils",
                 "vllm.v1.cudagraph_dispatcher"]
 
-    def availability_without_cuda(self) -> Optional[str]:
+    def availability_without_cuda(self) -> str | None:
         if os.environ.get(STANDINS_ENV) == "1":
             return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins (bench/tools/compare_runs.py)"
         return module_missing("vllm")
 
-    def unsupported_reason(self, w: Any, block_size: int, device: str) -> Optional[str]:
+    def unsupported_reason(self, w: Any, block_size: int, device: str) -> str | None:
         """vLLM's own class checks, in vLLM's words (docs/vllm-rules.md §2)."""
         try:
             from attnsel.attention.kernels.vllm.stack import backend_class
@@ -159,8 +164,15 @@ class VllmBackendAdapter:
         import torch
 
         from attnsel.attention.kernels import paged
-        from attnsel.attention.kernels.vllm.fp8_faults import native_decode_q_scale_fault
-        from attnsel.attention.kernels.vllm.inputs import common_metadata, fp8_format_the_impl_reads, kv_cache_tensor, set_layer_scales
+        from attnsel.attention.kernels.vllm.fp8_faults import (
+            native_decode_q_scale_fault,
+        )
+        from attnsel.attention.kernels.vllm.inputs import (
+            common_metadata,
+            fp8_format_the_impl_reads,
+            kv_cache_tensor,
+            set_layer_scales,
+        )
         from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()

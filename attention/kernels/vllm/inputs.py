@@ -8,7 +8,8 @@ concat_and_cache_mla) in a separate op that tune does not time, so the cache is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from attnsel.attention.kernels.vllm.stack import VllmStack, call_accepting
 
@@ -20,7 +21,7 @@ def common_metadata(batch: Any, device: Any) -> Any:
     from vllm.v1.attention.backend import CommonAttentionMetadata  # type: ignore
 
     seq_lens, q_lens = batch.host_lists()
-    query_start_loc_cpu = torch.tensor([0] + list(_cumulative(q_lens)), dtype=torch.int32)
+    query_start_loc_cpu = torch.tensor([0, *list(_cumulative(q_lens))], dtype=torch.int32)
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     computed_cpu = seq_lens_cpu - torch.tensor(q_lens, dtype=torch.int32)
     num_tokens = int(sum(q_lens))

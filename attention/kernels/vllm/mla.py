@@ -25,10 +25,21 @@ from __future__ import annotations
 import contextlib
 import importlib
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
-from attnsel.attention.kernels.base import MLA_BACKENDS, PreparedKernel, cuda_device_reason, installed_version, shape_kind_reason
-from attnsel.attention.kernels.vllm.backend import VllmBackendAdapter, _synchronize, class_reason
+from attnsel.attention.kernels.base import (
+    MLA_BACKENDS,
+    PreparedKernel,
+    cuda_device_reason,
+    installed_version,
+    shape_kind_reason,
+)
+from attnsel.attention.kernels.vllm.backend import (
+    VllmBackendAdapter,
+    _synchronize,
+    class_reason,
+)
 
 MLA_LAYER_MODULES = ("vllm.model_executor.layers.attention.mla_attention", "vllm.model_executor.layers.attention",
                      "vllm.attention.layer")
@@ -88,9 +99,9 @@ def mla_scale(mla: Any) -> float:
 def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any) -> Any:
     """vLLM's MLAAttention with the spec's sizes and no kv_b_proj (only forward_mha and
     process_weights_after_loading read it; neither runs here)."""
-    from attnsel.attention.kernels.vllm.stack import call_accepting
-
     from types import SimpleNamespace
+
+    from attnsel.attention.kernels.vllm.stack import call_accepting
 
     mla = spec.mla
     # no weights either way; a release whose __init__ marks kv_b_proj gets an object to mark (adapter facts)
@@ -115,7 +126,9 @@ def tp_world_of_one() -> Iterator[None]:
     module or call are left as they are."""
     try:
         from vllm.distributed import parallel_state  # type: ignore
-        from vllm.model_executor.layers.attention import sparse_mla_attention as sparse_module  # type: ignore
+        from vllm.model_executor.layers.attention import (
+            sparse_mla_attention as sparse_module,  # type: ignore
+        )
     except ImportError:
         yield
         return
@@ -153,7 +166,11 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     order and storage dtype (uint8 for fp8), holding the batch's cache; viewed as fp8 for an fp8
     cache, as forward_impl hands it to forward_mqa."""
     from attnsel.attention.kernels.kv_quant import fp8_torch_dtype, is_fp8
-    from attnsel.attention.kernels.vllm.inputs import allocate_like_vllm, as_storage, backend_cache_layout
+    from attnsel.attention.kernels.vllm.inputs import (
+        allocate_like_vllm,
+        as_storage,
+        backend_cache_layout,
+    )
 
     nb, bs, d = batch.latent_cache.shape
     shape, order = backend_cache_layout(stack, nb, bs, 1, d, latent=True)
@@ -166,7 +183,7 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     return cache
 
 
-def mqa_query(stack: Any, b: Any) -> tuple[Any, Optional[str]]:
+def mqa_query(stack: Any, b: Any) -> tuple[Any, str | None]:
     """What forward_impl passes forward_mqa for the batch's absorbed query [ql_nope | q_pe]:
     the tuple (ql_nope, q_pe) with vLLM's memory layout, or, for an fp8 cache with an impl that
     takes quantized queries, the two concatenated and quantized with layer._q_scale."""
@@ -197,7 +214,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
 
     driven_backends = MLA_BACKENDS
 
-    def unsupported_reason(self, w: Any, block_size: int, device: str) -> Optional[str]:
+    def unsupported_reason(self, w: Any, block_size: int, device: str) -> str | None:
         kind = shape_kind_reason(w, mla=True, fp8=True) or self.sparsity_reason(w)
         if kind:
             return kind
@@ -211,7 +228,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
             return f"{type(exc).__name__}: {exc}"
         return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))
 
-    def sparsity_reason(self, w: Any) -> Optional[str]:
+    def sparsity_reason(self, w: Any) -> str | None:
         if getattr(w, "index_topk", None):
             return "a sparse MLA (index_topk) workload: vLLM runs it with its sparse MLA backends"
         return None
@@ -223,7 +240,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
 
     def preload_modules(self) -> list[str]:
         modules = super().preload_modules()
-        return modules + [MLA_LAYER_MODULES[0]] if modules else modules
+        return [*modules, MLA_LAYER_MODULES[0]] if modules else modules
 
     def stack_spec(self, b: Any) -> Any:
         import dataclasses
@@ -237,7 +254,10 @@ class VllmMlaAdapter(VllmBackendAdapter):
 
     def prepare(self, b: Any) -> PreparedKernel:
         from attnsel.attention.kernels import mla
-        from attnsel.attention.kernels.vllm.inputs import common_metadata, set_layer_scales
+        from attnsel.attention.kernels.vllm.inputs import (
+            common_metadata,
+            set_layer_scales,
+        )
         from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()

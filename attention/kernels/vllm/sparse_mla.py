@@ -30,7 +30,7 @@ mis-scales part of it says so in its adapter facts (fp8_not_timed) and those row
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from attnsel.attention.kernels.base import SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
@@ -60,7 +60,7 @@ def stored_as_fp8_ds_mla(backend: str, kv_cache_dtype: str) -> bool:
     return canonical(cls, kv_cache_dtype) == "fp8_ds_mla"
 
 
-def fp8_refusal(backend: str) -> Optional[str]:
+def fp8_refusal(backend: str) -> str | None:
     """The installed release's reason not to time `backend` with a plain fp8 cache (its adapter facts)."""
     from attnsel.attention.kernels.vllm.stack import installed_facts
 
@@ -75,7 +75,7 @@ class VllmSparseMlaAdapter(VllmMlaAdapter):
 
     driven_backends = SPARSE_MLA_BACKENDS
 
-    def sparsity_reason(self, w: Any) -> Optional[str]:
+    def sparsity_reason(self, w: Any) -> str | None:
         from attnsel.attention.kernels.kv_quant import is_fp8
 
         if not getattr(w, "index_topk", None):

@@ -31,9 +31,10 @@ import inspect
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any
 
 GIB = 1 << 30
 
@@ -148,7 +149,10 @@ def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = No
     try:
         from vllm.v1.worker.utils import select_common_block_size  # type: ignore
     except ImportError:
-        from attnsel.attention.rules import MultipleOf, kernel_block_size_for  # the same rule, without vLLM's helper
+        from attnsel.attention.rules import (  # the same rule, without vLLM's helper
+            MultipleOf,
+            kernel_block_size_for,
+        )
 
         sizes = [s if isinstance(s, int) else MultipleOf(s.base) for s in backend_cls.get_supported_kernel_block_sizes()]
         found = kernel_block_size_for(block_size, sizes)
@@ -208,7 +212,7 @@ class StackSpec:
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
-    mla: Optional["MlaDims"] = None  # an MLA layer (vllm_mla.py): num_kv_heads 1, head_size = latent width
+    mla: MlaDims | None = None  # an MLA layer (vllm_mla.py): num_kv_heads 1, head_size = latent width
 
     def model_config_json(self) -> dict:
         if self.mla is not None:
@@ -227,7 +231,7 @@ class MlaDims:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
-    index_topk: Optional[int] = None  # sparse MLA (DeepSeek-V3.2: 2048): the layer is built use_sparse
+    index_topk: int | None = None  # sparse MLA (DeepSeek-V3.2: 2048): the layer is built use_sparse
 
 
 @dataclass

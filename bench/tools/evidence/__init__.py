@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Optional
 
 from attnsel.bench.tools.evidence import parity, probe, speed, tune, verify, vllm033  # noqa: F401  (each registers its claims)
-from attnsel.bench.tools.evidence.claims import CLAIMS, FIXTURES, Broken, Claim, Recordings
+from attnsel.bench.tools.evidence.claims import (
+    CLAIMS,
+    FIXTURES,
+    Broken,
+    Claim,
+    Recordings,
+)
 
 
-def check(claim_: Claim, rec: Recordings) -> Optional[str]:
+def check(claim_: Claim, rec: Recordings) -> str | None:
     """None when the claim holds; else why not, on one line."""
     missing = [name for name in claim_.recordings if not (rec.root / name).is_file()]
     if missing:
@@ -34,7 +39,7 @@ def check(claim_: Claim, rec: Recordings) -> Optional[str]:
     return None
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnsel.bench.tools.evidence", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES, help="the recordings folder (default: tests/fixtures)")
     args = parser.parse_args(argv)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from attnsel.bench.tools.evidence.claims import Recordings, claim, expect
 
-
 # --- parity with vLLM's selector (README "parity": many thousands of cases, 0 mismatches) ---------
 
 PARITY = tuple(f"parity/parity_0{minor}.json" for minor in range(17, 34))

@@ -8,8 +8,14 @@ from collections import defaultdict
 from attnsel.attention.kernels import kv_quant
 from attnsel.bench.plan.mla import MLA_BACKENDS
 from attnsel.bench.sweep import results as R
-from attnsel.bench.tools.evidence.claims import TUNE_PERF, Broken, Recordings, claim, expect, ok_rows
-
+from attnsel.bench.tools.evidence.claims import (
+    TUNE_PERF,
+    Broken,
+    Recordings,
+    claim,
+    expect,
+    ok_rows,
+)
 
 # --- H200 kernel check (docs/evidence.md "Measured (H200, 2026-11-21)") ----------------------------------
 

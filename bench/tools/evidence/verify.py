@@ -5,7 +5,6 @@ from __future__ import annotations
 from attnsel.bench.tools.evidence.claims import Recordings, claim, expect
 from attnsel.bench.tune import Verdict
 
-
 # --- attnsel verify on an H100 (docs/verify.md "attnsel verify": Measured, More H100 runs) ------------------
 
 VERIFY_RUNS = ("verify/h100_llama8b", "verify/h100_qwen06", "verify/h100_nemotron_h", "verify/h100_llama8b_fp8")

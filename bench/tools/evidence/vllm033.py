@@ -4,7 +4,10 @@ torch 2.14 carried to the GPU machine, tune through 0.33's classes, verify in 0.
 from __future__ import annotations
 
 from attnsel.bench.tools.evidence.claims import Recordings, claim, expect, ok_rows
-from attnsel.bench.tools.evidence.verify import _engines_ran_what_they_were_asked, _verdict_holds_without_flags
+from attnsel.bench.tools.evidence.verify import (
+    _engines_ran_what_they_were_asked,
+    _verdict_holds_without_flags,
+)
 from attnsel.bench.tune import Verdict
 from attnsel.bench.verify.verdict import decode_geomeans
 
