@@ -87,3 +87,27 @@ def test_the_recorder_writes_what_the_engine_reported(tmp_path, monkeypatch, on_
     if verdict == "fits":
         assert record["vllm"]["kv_cache_tokens"] == 640000 and record["vllm"]["kv_cache_memory_gib"] == 55.53
     assert (tmp_path / "case.log").is_file()
+
+
+def test_a_config_refusal_keeps_vllms_reason_not_only_pydantics_header():
+    """vLLM's config checks raise pydantic's ValidationError, whose first line names only the config class;
+    the record (and verify's row) must keep the reason, or the refusal cannot be named."""
+    pydantic = pytest.importorskip("pydantic")
+    from attnsel.bench.worker.prebuild import error_text
+
+    @pydantic.dataclasses.dataclass
+    class SchedulerConfig:
+        max_num_batched_tokens: int
+        max_num_seqs: int
+
+        def __post_init__(self):  # vLLM's text, config/scheduler.py:375-380 @ 0.34.0
+            if self.max_num_batched_tokens < self.max_num_seqs:
+                raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than "
+                                 f"or equal to max_num_seqs ({self.max_num_seqs}).")
+
+    with pytest.raises(pydantic.ValidationError) as caught:
+        SchedulerConfig(max_num_batched_tokens=128, max_num_seqs=256)
+    text = error_text(caught.value)
+    assert text.startswith("ValidationError: 1 validation error for SchedulerConfig: Value error, max_num_batched_tokens")
+    assert "[type=" not in text and "\n" not in text
+    assert vllm_verdict("error", text) == ("max_num_batched_tokens_below_max_num_seqs", None)

@@ -23,7 +23,11 @@ from attnsel.bench.tune import recommend as REC
 SPARSE = tuple(f"sparse_tp{tp}" for tp in (1, 2, 4, 8))  # DeepSeek-V3.2 at the per-GPU heads of TP 1, 2, 4, 8
 RUNS = {**{f"h100_vllm026_{n}": recorded("tune", f"h100_vllm026_{n}", "tune.json") for n in ("dense", "mla", *SPARSE)},
         **{f"h200_vllm033_{n}": recorded("tune", f"h200_vllm033_{n}", "tune.json")
-           for n in ("dense", "mla", "fp8", *SPARSE, "glm5_tp8")}}
+           for n in ("dense", "mla", "fp8", *SPARSE, "glm5_tp8")},
+        # an H100 with vLLM 0.34.0 (0.33's torch 2.14 set with 0.34's vLLM and FlashInfer on top:
+        # bench/tools/memory_release_run.sh): as typed, and the Llama-3.1-8B sweep its verify checked
+        "h100_vllm034_dense": recorded("tune", "h100_vllm034_dense", "tune.json"),
+        "h100_vllm034_llama8b": recorded("verify", "h100_vllm034_llama8b", "tune.json")}
 
 
 def _doc(name):

@@ -20,10 +20,12 @@ from attnsel.bench.verify import verdict as VV
 from attnsel.cli.app import app
 
 # the H100 runs docs/verify.md quotes (vLLM 0.24.0), the vLLM 0.26.0 runs of issue 21: dense,
-# MLA (DeepSeek-V2-Lite) and the A/A check (vLLM's default started twice), and 0.33.0's dense and MLA on an H200
+# MLA (DeepSeek-V2-Lite) and the A/A check (vLLM's default started twice), 0.33.0's dense and MLA on an H200,
+# and 0.34.0's Llama-3.1-8B on an H100: tune's pairs, and its prefill pick at 8 x 8192 and 2 x 32768
 RECORDED = [recorded("verify", run, "verify.json")
             for run in ("h100_llama8b", "h100_qwen06", "h100_nemotron_h", "h100_llama8b_fp8", "h100_vllm026_dense",
-                        "h100_vllm026_mla", "h100_vllm026_aa", "h200_vllm033_dense", "h200_vllm033_mla")]
+                        "h100_vllm026_mla", "h100_vllm026_aa", "h200_vllm033_dense", "h200_vllm033_mla",
+                        "h100_vllm034_llama8b", "h100_vllm034_llama8b_prefill")]
 # the sparse-MLA TP-8 shard in vLLM 0.26.0's engine: the tune run it checked was not kept, so its
 # comparisons (which quote tune's predicted margins) cannot be re-derived; the report and the read-back can
 SPARSE_SHARD = recorded("verify", "h100_vllm026_sparse_tp8", "verify.json")

@@ -192,16 +192,23 @@ def size_kv(rules: Mapping, flags: Any, *, total: int, weights: float, res: Rese
         note = ext.get("off_warning", "").format(reason=why_off) if why_off and ext else None
         return Sizing("profiled", util, capacity, capacity, note=note)  # type: ignore[arg-type]
     final, unbounded = [], []
-    for act, non_torch, graphs, ctx in zip(reversed(res.activation), reversed(res.non_torch), reversed(res.graphs),
-                                          reversed(_span(ext["context_gib"]))):
+    startup_context = float(rules["checks"]["startup_free"]["context_gib"])
+    for act, non_torch, graphs, ctx, growth in zip(reversed(res.activation), reversed(res.non_torch),
+                                                   reversed(res.graphs), reversed(_span(ext["context_gib"])),
+                                                   _span(ext["reservation_growth_gib"])):
         # gpu_worker.py:771-773, 946-948: the profiled transient (+ the graph estimate, 0 with this cache),
         # or warm-up's if larger (record_transient_peak, extensible_kv_cache.py:268-277)
         peak = max(act, warmup)
         used = weights + non_torch + graphs  # the graphs captured before the commit
         margin = max(float(ext["margin_floor_gib"]) * GIB, float(ext["margin_fraction"]) * peak)
         device = total - ctx * GIB - used - margin  # free + committed after warm-up, less the margin
-        final.append(min(util * total - used, device) - peak)
-        unbounded.append(min(total - ctx * GIB - used, device) - peak)
+        # measure_kv_cache_bytes (extensible_kv_cache.py:591-618): the budget's non-KV use is counted from
+        # the first snapshot, so it holds what warm-up left beyond the CUDA context; then the larger of the
+        # allocated peak and torch's reservation growth stays free (the growth: measured, `reservation_growth_gib`)
+        budget = util * total - used - max(ctx - startup_context, 0.0) * GIB
+        kept = peak + growth * GIB
+        final.append(min(budget, device) - kept)
+        unbounded.append(min(total - ctx * GIB - used, device) - kept)
     note = None
     withheld = unbounded[1] - final[1]
     if "capped_warning" in ext and 0.7 < util < 1.0 and withheld >= GIB:  # extensible_kv_cache.py:650-676

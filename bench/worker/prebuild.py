@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -35,10 +36,19 @@ PRELOAD_MODULES = {
 PREBUILD_LIBRARIES = {"FLASHINFER": ("flashinfer",)}
 
 
+# pydantic's ValidationError opens with "1 validation error for ModelConfig"; the reason is the next line
+# (vLLM's config checks raise it: "Value error, User-specified max_model_len (200000) is greater than ...")
+_VALIDATION_HEADER = re.compile(r"^\w*ValidationError: \d+ validation errors? for \w+$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*(\]|$).*$")
+
+
 def error_text(exc: BaseException) -> str:
     """One line, at most 500 characters: what a row or record says about an exception."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    lines = text.splitlines() or [type(exc).__name__]
+    first = lines[0]
+    if _VALIDATION_HEADER.match(first) and len(lines) > 1:
+        first = f"{first}: {_PYDANTIC_TAIL.sub('', lines[1].strip())}"
     return first[:500]
 
 

@@ -15,7 +15,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnsel.bench.tools.evidence import parity, probe, speed, tune, verify, vllm033  # noqa: F401  (each registers its claims)
+from attnsel.bench.tools.evidence import (  # noqa: F401  (each registers its claims)
+    parity,
+    probe,
+    speed,
+    tune,
+    verify,
+    vllm033,
+    vllm034,
+)
 from attnsel.bench.tools.evidence.claims import (
     CLAIMS,
     FIXTURES,
