@@ -69,6 +69,26 @@ def test_without_huggingface_hub_an_id_says_which_extra_to_install(monkeypatch):
     assert_promise(result, elapsed, 2, "pip install 'attnsel[hf]'")
 
 
+def test_an_unreachable_hub_is_answered_without_huggingface_hubs_retries(tmp_path, monkeypatch):
+    """huggingface_hub retries a refused connection for 23 s; one attempt answers instead: a Hub endpoint
+    on a local port nobody listens on refuses at once, and the download is never tried."""
+    import socket
+
+    hub = pytest.importorskip("huggingface_hub")
+    constants = pytest.importorskip("huggingface_hub.constants")
+    with socket.socket() as probe:  # a free local port, closed again: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    tried = []
+    monkeypatch.setattr(hub, "hf_hub_download", lambda *a, **k: tried.append(a))
+    result, elapsed = invoke(["explain", "--gpu", "H100", "--model", "Qwen/Qwen3-8B"], {"HF_HOME": str(tmp_path)})
+    assert_promise(result, elapsed, 2, "Qwen/Qwen3-8B: the Hugging Face Hub cannot be reached")
+    assert tried == []
+
+
 @pytest.mark.parametrize("failure, fragment", [
     ("GatedRepoError", "is a gated model"),
     ("RepositoryNotFoundError", "no Hugging Face model"),

@@ -175,6 +175,8 @@ def _hub_config_path(repo_id: str) -> tuple[str, str]:
     if _offline():
         raise UserInputError(f"{repo_id}: config.json is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
                              "download it once online (or pass a config.json)")
+    if not _hub_reachable():
+        raise UserInputError(_unreachable(repo_id))
     hub_logger = logging.getLogger("huggingface_hub")
     level = hub_logger.level
     hub_logger.setLevel(logging.ERROR)  # its retry lines would break the one-line promise
@@ -184,6 +186,37 @@ def _hub_config_path(repo_id: str) -> tuple[str, str]:
         raise UserInputError(_hub_error(repo_id, exc)) from None
     finally:
         hub_logger.setLevel(level)
+
+
+# huggingface_hub retries a failed connection five times, 1 + 2 + 4 + 8 + 8 s apart (utils/_http.py
+# http_backoff): an offline machine waited 24 s for its answer. One connection attempt first, with a short
+# timeout, answers in well under that; behind a proxy the Hub's own host need not be reachable, so not then.
+HUB_CONNECT_TIMEOUT_S = 5.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
+
+
+def _hub_reachable() -> bool:
+    """False only when the Hub's host cannot be resolved or connected to (no proxy configured)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    if not url.hostname:
+        return True  # an endpoint we cannot read: let huggingface_hub answer
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
+    except OSError:
+        return False
+    return True
+
+
+def _unreachable(repo_id: str) -> str:
+    return (f"{repo_id}: the Hugging Face Hub cannot be reached and config.json is not in the local cache "
+            "(pass a downloaded config.json, or run once with network access)")
 
 
 def _hub_error(repo_id: str, exc: Exception) -> str:
@@ -196,8 +229,7 @@ def _hub_error(repo_id: str, exc: Exception) -> str:
     if "RevisionNotFoundError" in names:
         return f"{repo_id}: the revision asked for does not exist"
     if "LocalEntryNotFoundError" in names:
-        return (f"{repo_id}: the Hugging Face Hub cannot be reached and config.json is not in the local cache "
-                "(pass a downloaded config.json, or run once with network access)")
+        return _unreachable(repo_id)
     if "EntryNotFoundError" in names:
         return f"{repo_id} has no config.json (is it a model repository vLLM can serve?)"
     first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
