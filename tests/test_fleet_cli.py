@@ -34,6 +34,24 @@ def test_without_ray_installed_one_line_and_exit_3(monkeypatch, command):
     assert result.stdout == ""
 
 
+def test_a_port_that_listens_but_is_no_ray_cluster_answers_within_timeout():
+    """Something listens (a web server, a port forward) but no Ray GCS answers: ray.init blocks for good, and
+    `--timeout` bounds the wait for it too (it waited a fixed 20 s, whatever --timeout said)."""
+    pytest.importorskip("ray")
+    import socket
+    import subprocess
+
+    with socket.socket() as listener:  # accepts connections into its backlog and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "attnsel", "probe", "--ray", f"127.0.0.1:{port}", "--timeout", "2"],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"error: no Ray cluster answered at '127.0.0.1:{port}' within 2 s" in done.stderr.splitlines()[0]
+    assert done.stdout == ""
+
+
 def test_no_cluster_at_the_address_one_line_and_exit_3():
     pytest.importorskip("ray")
     result = invoke("probe", "--ray", "127.0.0.1:1", "--json")

@@ -150,7 +150,8 @@ def probe_fleet(address: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
     ray = import_ray()
     from attnsel import __version__
 
-    connected_here = connect(ray, address, connect_timeout_s)
+    # --timeout bounds the whole probe as a user reads it: the connection too, when it is the shorter
+    connected_here = connect(ray, address, min(connect_timeout_s, timeout_s))
     try:
         nodes = list_nodes(ray)
         alive = [n for n in nodes if n.alive]
