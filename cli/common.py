@@ -167,13 +167,36 @@ def dotted_attention_config(text: str | None) -> dict | None:
 SERVE_NOTE_FLAG = "--serve-line-note"
 
 
+def _serve_release(own: list[str]):  # -> RuleProfile | None
+    """The release whose `vllm serve` reads the pasted line: the command's --vllm-version, else the installed
+    vLLM, else the newest; None for `all` or a version the command itself will refuse."""
+    from attnsel.attention.versions import select_profile
+
+    version = None
+    for i, arg in enumerate(own):
+        if arg == "--vllm-version" and i + 1 < len(own):
+            version = own[i + 1]
+        elif arg.startswith("--vllm-version="):
+            version = arg.split("=", 1)[1]
+    if version is not None and version.strip().lower() == "all":
+        return None
+    try:
+        return select_profile(version).profile
+    except AttnselError:
+        return None
+
+
 def with_serve_line(command, args: list[str]) -> list[str]:
     """`attnsel explain|preflight [options] -- [vllm serve] MODEL [serve flags...]`: the pasted line's flags
     become the command's own options (attention/rules/serve_line.py reads them as vLLM names them); the
     ones the command does not model go to a hidden note, listed as not checked."""
     if "--" not in args:
         return args
-    from attnsel.attention.rules import merge_serve_line, read_serve_line
+    from attnsel.attention.rules import (
+        check_serve_line_flags,
+        merge_serve_line,
+        read_serve_line,
+    )
 
     cut = args.index("--")
     if cut == len(args) - 1:  # a bare `--` at the end: nothing pasted
@@ -184,6 +207,10 @@ def with_serve_line(command, args: list[str]) -> list[str]:
         main = next((n for n in getattr(param, "opts", ()) if n.startswith("--")), None)
         canonical.update({name: main for name in names if main is not None})
         canonical.update({name: name for name in getattr(param, "secondary_opts", ())})
-    line = read_serve_line(args[cut + 1:], frozenset(canonical.values()))
+    release = _serve_release(args[:cut])
+    declared = release.serve_flags if release is not None else frozenset()
+    line = read_serve_line(args[cut + 1:], frozenset(canonical.values()), declared)
+    if release is not None:
+        check_serve_line_flags(line, declared, release.vllm_version)
     merged = merge_serve_line(args[:cut], line, canonical)
     return merged + ([SERVE_NOTE_FLAG, line.note] if line.note else [])

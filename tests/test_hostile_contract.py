@@ -124,7 +124,14 @@ REPORT_CASES = [
 # --- 6. a pasted `vllm serve` line after `--` ----------------------------------------------------------
 SERVE = ["--", "vllm", "serve"]
 SERVE_LINE_CASES = [
-    Case("preflight:serve-line", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "-tp", "2", "--num-gpus", "2"], 0),
+    Case("preflight:serve-line", ["preflight", "--gpu", "H100", "--num-gpus", "2", *SERVE, "llama-3.1-8b", "-tp", "2"], 0),
+    # attnsel's own --num-gpus inside the line: vLLM's `vllm serve` has no such flag (argparse refuses it)
+    Case("preflight:serve-line-attnsel-flag-inside", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "-tp", "2",
+                                                      "--num-gpus", "2"], 2, "unrecognized arguments: --num-gpus"),
+    Case("explain:serve-line-flag-of-a-later-release", ["explain", "--gpu", "H100", "--vllm-version", "0.33", *SERVE,
+                                                        "llama-3.1-8b", "--enable-extensible-kv-cache"], 2,
+         "vLLM 0.33.0's `vllm serve` would refuse the pasted line"),
+    Case("explain:serve-line-abbreviation", ["explain", "--gpu", "H100", *SERVE, "llama-3.1-8b", "--max-model", "8192"], 0),
     Case("preflight:serve-line-unknown-flags --strict", ["preflight", "--gpu", "H100", "--strict", "--json", *SERVE,
                                                          "llama-3.1-8b", "--port", "8000", "--enable-chunked-prefill"], 0),
     Case("preflight:serve-line-q-is-quantization", ["preflight", "--gpu", "H100", *SERVE, "llama-3.1-8b", "-q", "fp8"], 0),

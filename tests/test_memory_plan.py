@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from attnsel.attention.memory import weight_bytes
@@ -153,3 +154,15 @@ def test_pipeline_stages_split_the_layers_and_the_busiest_stage_decides():
     one, two = plans
     assert two.weights_gib < one.weights_gib * 0.55  # half the layers, one end of the vocabulary
     assert two.kv_cache_tokens > one.kv_cache_tokens * 2  # half the layers per block, and more room
+
+
+@pytest.mark.parametrize("model, gpu", [(SEVENTY_B, "L4"), ("gemma-3-12b", "T4"), ("deepseek-v3", "H100"),
+                                        ("qwen3-next-80b-a3b", "L4")])
+def test_the_more_gpus_fix_preflight_names_starts_when_it_is_applied(model, gpu):
+    """A suggestion that vLLM would refuse in turn is no fix: `-tp N [with --max-model-len L]` re-checked."""
+    code, check, _ = memory_check("--model", model, "--gpu", gpu)
+    assert code == 1
+    fix = next(part for part in check["hint"].split("; ") if part.startswith("-tp "))
+    words = fix.split(" (")[0].replace(" with ", " ").split()
+    _, again_check, memory = memory_check("--model", model, "--gpu", gpu, *words)
+    assert memory["verdict"] == "fits", (fix, memory["verdict"], again_check.get("vllm_message"))

@@ -40,6 +40,7 @@ def expected_commands(out: Path, previous: str, name: str, cases: int, seed: int
         "hybrid": _in_layer("hybrid_live", "--vllm-version", VERSION, "--record", str(out / "hybrid.json")),
         "memory": [sys.executable, "-m", "attnsel.bench.tools.memory_facts", VERSION, "--site-packages", str(SITE),
                    "--json", "--record", str(out / "memory.json")],
+        "serve": [sys.executable, "-m", "attnsel.bench.tools.serve_flags", VERSION, "--site-packages", str(SITE), "--json"],
         "adapters": _in_layer("vllm_cpu_check", "--save", str(out / "vllm_cpu.json")),
         "engine": _in_layer("engine_cpu_check", "--record", str(out / "engine.json")),
     }
@@ -69,7 +70,7 @@ class Replay:
 
 
 TOOLS = {"build": "env", "derive_profile": "derive", "parity_live": "parity", "cudagraph_facts": "cudagraph",
-         "hybrid_live": "hybrid", "memory_facts": "memory", "vllm_cpu_check": "adapters", "engine_cpu_check": "engine"}
+         "hybrid_live": "hybrid", "memory_facts": "memory", "serve_flags": "serve", "vllm_cpu_check": "adapters", "engine_cpu_check": "engine"}
 
 
 def _run(tmp_path, fail=(), *extra):

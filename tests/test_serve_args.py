@@ -149,9 +149,9 @@ def test_serve_flags_attnsel_does_not_model_are_listed_never_refused():
 
 def test_explain_reads_the_serve_line_and_notes_what_it_does_not_check():
     code, doc = explain_json("--gpu", "H100", "--", "vllm", "serve", "deepseek-v3", "-tp", "8", "-pp", "2",
-                             "--max-model-len", "auto", "--swap-space", "4")
+                             "--max-model-len", "auto", "--seed", "4")
     assert code == 0 and doc["memory"]["verdict"] == "fits"  # -pp reaches explain's memory plan
-    assert any("--swap-space 4" in note for note in doc["notes"])
+    assert any("--seed 4" in note for note in doc["notes"])
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -106,12 +106,19 @@ def _shorter(plan: MemoryPlan) -> int:
     return estimate // 1024 * 1024 or estimate
 
 
-def _starts(plan: MemoryPlan) -> str | None:
-    """How a re-plan starts: as is, or with a shorter --max-model-len (None: it does not start)."""
+def _starts(plan: MemoryPlan, again: Any, **changes: Any) -> tuple[str, MemoryPlan] | None:
+    """How a re-plan starts and the plan it starts with: as is, or with a shorter --max-model-len that the
+    re-plan at that length confirms (None: it does not start)."""
     if plan.fits:
-        return ""
+        return "", plan
     if plan.verdict == MAX_MODEL_LEN and (plan.estimated_max_model_len or 0) >= MIN_USEFUL_LEN:
-        return f" with --max-model-len {_shorter(plan)}"
+        shorter = _shorter(plan)
+        retry = again(max_model_len=shorter, **changes)
+        if retry.verdict == MAX_MODEL_LEN and (retry.estimated_max_model_len or 0) >= MIN_USEFUL_LEN:
+            shorter = _shorter(retry)  # 0.34: the check after warm-up's, as in suggest_fixes
+            retry = again(max_model_len=shorter, **changes)
+        if retry.fits:
+            return f" with --max-model-len {shorter}", retry
     return None
 
 
@@ -119,17 +126,18 @@ def _more_gpus(facts: Any, flags: MemoryFlags, again: Any) -> str:
     heads = int(facts.num_attention_heads or 1)
     for tp in TP_CHOICES:
         if tp > flags.tensor_parallel_size and heads % tp == 0:
-            plan = again(tensor_parallel_size=tp)
-            starts = _starts(plan)
-            if starts is not None:
+            started = _starts(again(tensor_parallel_size=tp), again, tensor_parallel_size=tp)
+            if started is not None:
+                starts, plan = started
                 return (f"-tp {tp}{starts} ({tp} GPUs: {plan.weights_gib:.1f} GiB of weights and "
                         f"{plan.kv_cache_tokens:,} KV tokens per GPU)")
     tp = max([t for t in TP_CHOICES if heads % t == 0] or [flags.tensor_parallel_size])
     for pp in PP_CHOICES:
         if pp > flags.pipeline_parallel_size:
-            plan = again(tensor_parallel_size=tp, pipeline_parallel_size=pp)
-            starts = _starts(plan)
-            if starts is not None:
+            started = _starts(again(tensor_parallel_size=tp, pipeline_parallel_size=pp), again,
+                              tensor_parallel_size=tp, pipeline_parallel_size=pp)
+            if started is not None:
+                starts, plan = started
                 return (f"-tp {tp} -pp {pp}{starts} ({tp * pp} GPUs: {plan.weights_gib:.1f} GiB of weights per GPU), "
                         "or GPUs with more memory")
     return f"GPUs with more memory: it does not fit on {tp * PP_CHOICES[-1]} of these"

@@ -98,6 +98,7 @@ __all__ = [
     "attention_flags",
     "attn_type_str",
     "backend_flag",
+    "check_serve_line_flags",
     "human_readable_int",
     "human_readable_int_or_auto",
     "importable_map",
@@ -163,6 +164,7 @@ __getattr__ = lazy_door(__name__, {
     "parse_dtype": "dtype",
     "parse_kernel_sizes": "spec",
     "read_serve_line": "serve_line",
+    "check_serve_line_flags": "serve_line",
     "preferred_dtype": "dtype",
     "shape_dtype": "dtype",
 })

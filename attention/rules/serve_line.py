@@ -48,6 +48,7 @@ class ServeLine:
 
     options: tuple[tuple[str, str | None], ...] = ()
     not_checked: tuple[str, ...] = field(default=())
+    flags: tuple[str, ...] = ()  # every flag of the line as vLLM's parser names it (`vllm_flag_name`)
 
     @property
     def note(self) -> str | None:
@@ -61,9 +62,77 @@ def _vllm_spelling(flag: str) -> str:
     return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
 
 
-def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
+def vllm_flag_name(arg: str) -> str:
+    """The option a flag of the line names, as vLLM's FlexibleArgumentParser.parse_args rewrites it before
+    argparse sees it (utils/argparse_utils.py:379-408 @ 0.34.0): the name before `=`, underscores as dashes up
+    to the first `.` of a JSON argument (`--compilation_config.mode`), `-O3` / `-O=3` as --optimization-level."""
+    if arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        head, dot, rest = name.partition(".")
+        return head.replace("_", "-") + dot + rest
+    if arg.startswith("-O") and arg != "-O":
+        return "--optimization-level"
+    return arg.split("=", 1)[0]
+
+
+def unrecognized_flags(flags: tuple[str, ...], declared: frozenset[str]) -> tuple[str, ...]:
+    """The flags a release's `vllm serve` would refuse ("unrecognized arguments"): not one of its declared
+    option strings nor a form its parser derives from one -- `--no-X` of a boolean `--X` (argparse's
+    BooleanOptionalAction), `--disable-X` for `--enable-X` and back (EnableDisableAction,
+    utils/argparse_utils.py:120-145), `--X.key` of a JSON argument, `-h`/`--help` -- nor a prefix of
+    exactly one of them (argparse's abbreviations). An empty `declared` (a release without the data) refuses
+    nothing."""
+    if not declared:
+        return ()
+    accepted = _accepted_forms(declared)
+    refused = []
+    for flag in flags:
+        name = flag.split(".", 1)[0].rstrip("+") if flag.startswith("--") else flag
+        if name in accepted or name == "-O":
+            continue
+        if name.startswith("--") and any(option.startswith(name) for option in accepted):
+            continue  # an abbreviation (an ambiguous one is argparse's own error, not modelled here)
+        refused.append(flag)
+    return tuple(dict.fromkeys(refused))
+
+
+def check_serve_line_flags(line: ServeLine, declared: frozenset[str], release: str) -> None:
+    """Bad input when the release's `vllm serve` would refuse the line's flags: argparse's own error there
+    (`vllm serve: error: unrecognized arguments: ...`, exit 2 from vllm serve itself)."""
+    refused = unrecognized_flags(line.flags, declared)
+    if refused:
+        raise UserInputError(f"vLLM {release}'s `vllm serve` would refuse the pasted line: unrecognized arguments: "
+                             f"{' '.join(refused)} (`vllm serve --help` there lists its flags)")
+
+
+def _accepted_forms(declared: frozenset[str]) -> frozenset[str]:
+    forms = set(declared) | {"-h", "--help"}
+    for option in declared:
+        if not option.startswith("--"):
+            continue
+        forms.add("--no-" + option[2:])
+        for prefix, inverse in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+            if option.startswith(prefix):
+                forms.add(inverse + option.removeprefix(prefix))
+    return frozenset(forms)
+
+
+def expand_abbreviation(name: str, declared: frozenset[str]) -> str:
+    """argparse's unique prefixes (`--tensor-parallel` for --tensor-parallel-size), as the release's parser
+    reads them; the name itself where it is an option, matches none or more than one."""
+    if not declared or not name.startswith("--"):
+        return name
+    accepted = _accepted_forms(declared)
+    if name in accepted:
+        return name
+    matches = [option for option in accepted if option.startswith(name)]
+    return matches[0] if len(matches) == 1 else name
+
+
+def read_serve_line(tokens: list[str], takes: frozenset[str], declared: frozenset[str] = frozenset()) -> ServeLine:
     """`tokens`: what follows `--` (`vllm serve` itself optional). `takes`: the options the command has;
-    a known vLLM flag the command has no option for is not checked, as is every unknown one."""
+    a known vLLM flag the command has no option for is not checked, as is every unknown one. `declared`:
+    the release's option strings, for argparse's abbreviations (none: names as written)."""
     args = list(tokens)
     if args[:2] == ["vllm", "serve"]:
         args = args[2:]
@@ -71,6 +140,7 @@ def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
         args = args[1:]
     options: list[tuple[str, str | None]] = []
     not_checked: list[str] = []
+    flags = [vllm_flag_name(arg) for arg in args if arg.startswith("-") and arg != "-"]
     model_tag = None
     i = 0
     while i < len(args):
@@ -82,7 +152,8 @@ def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
             model_tag = arg
             continue
         name, equals, value = arg.partition("=")
-        name = _vllm_spelling(name)
+        head, dot, key = _vllm_spelling(name).partition(".")
+        name = expand_abbreviation(head, declared) + dot + key
         ours = _VALUE_FLAGS.get(name) or _VALUE_FLAGS.get(name.split(".")[0])
         if ours is not None and (name in _VALUE_FLAGS or (ours == "--attention-config" and "." in name)):
             if not equals:
@@ -105,7 +176,7 @@ def read_serve_line(tokens: list[str], takes: frozenset[str]) -> ServeLine:
         not_checked.append(arg)
     if model_tag is not None:
         options = [(o, v) for o, v in options if o != "--model"] + [("--model", model_tag)]  # serve.py:56
-    return ServeLine(tuple(options), tuple(not_checked))
+    return ServeLine(tuple(options), tuple(not_checked), tuple(flags))
 
 
 def _keep(options: list, not_checked: list, takes: frozenset[str], ours: str, option: str, value, arg: str) -> None:

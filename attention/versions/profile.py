@@ -135,6 +135,13 @@ class RuleProfile(ConfigurationChecks):
 
         return QuantizationRules.from_data(self.data.get("quantization"))
 
+    @cached_property
+    def serve_flags(self) -> frozenset[str]:
+        """The option strings `vllm serve` declares in this release (`serve_flags`, read from its wheel by
+        bench/tools/serve_flags.py: EngineArgs.add_cli_args and the OpenAI server's arguments); empty where
+        the data has none (the seed), which attention/rules/serve_line.py reads as "not known"."""
+        return frozenset(self.data.get("serve_flags") or ())
+
     @property
     def memory(self) -> dict | None:
         """How this release sizes its KV cache at start-up and the errors it raises when it cannot

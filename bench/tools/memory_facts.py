@@ -51,6 +51,11 @@ CONDITION_NAMES = {"not is_gb10": "gb10"}
 
 def wheel_sources(version: str) -> dict[str, str]:
     """SOURCES as found in vllm==version's x86_64 wheel on PyPI (absent ones left out)."""
+    return wheel_sources_of(version, SOURCES)
+
+
+def wheel_sources_of(version: str, paths: tuple[str, ...]) -> dict[str, str]:
+    """These files of vllm==version's x86_64 wheel on PyPI (absent ones left out), read by range requests."""
     from attnsel.bench.tools.release_env import SIMPLE, _RemoteFile
 
     request = urllib.request.Request(f"{SIMPLE}/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
@@ -62,7 +67,7 @@ def wheel_sources(version: str) -> dict[str, str]:
         raise SystemExit(f"no x86_64 wheel of vllm=={version} on PyPI")
     with zipfile.ZipFile(io.BufferedReader(_RemoteFile(wheels[0]["url"]), buffer_size=1 << 16)) as archive:
         names = set(archive.namelist())
-        return {path: archive.read(path).decode("utf-8") for path in SOURCES if path in names}
+        return {path: archive.read(path).decode("utf-8") for path in paths if path in names}
 
 
 def local_sources(site_packages: Path) -> dict[str, str]:

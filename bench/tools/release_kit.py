@@ -12,10 +12,11 @@ reported and the next one runs):
   cudagraph cudagraph_facts --profile vllm_0_Y                                      (stdout: cudagraph.txt)
   hybrid    hybrid_live --vllm-version X --record hybrid.json
   memory    memory_facts X --site-packages <the layer's> --json --record memory.json
+  serve     serve_flags X --site-packages <the layer's> --json   (the `vllm serve` flags against the data)
   adapters  vllm_cpu_check --save vllm_cpu.json
   engine    engine_cpu_check --record engine.json
 
-Every step but `env` and `memory` runs with the release layer's Python through `release_env run X --`,
+Every step but `env`, `memory` and `serve` runs with the release layer's Python through `release_env run X --`,
 which puts this checkout on its path as `attnsel`. Into --out go each step's log (`<step>.log`), its
 outputs, `vllm_0_Y.json` (derive's patch on the previous release: a proposal to review, never written
 into attention/versions), `summary.json` (the steps and what each found, machine-readable) and
@@ -37,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-STEP_NAMES = ("env", "derive", "parity", "cudagraph", "hybrid", "memory", "adapters", "engine")
+STEP_NAMES = ("env", "derive", "parity", "cudagraph", "hybrid", "memory", "serve", "adapters", "engine")
 TOOLS = "attnsel.bench.tools"
 
 
@@ -152,6 +153,8 @@ def plan_steps(req: KitRequest, previous: str, site_packages: Callable[[str], Pa
              {"hybrid": "hybrid.json"}),
         Step("memory", (sys.executable, "-m", f"{TOOLS}.memory_facts", v, "--site-packages", str(site_packages(v)),
                         "--json", "--record", str(out / "memory.json")), {"memory": "memory.json"}),
+        Step("serve", (sys.executable, "-m", f"{TOOLS}.serve_flags", v, "--site-packages", str(site_packages(v)),
+                       "--json"), {"serve": "serve.txt"}, True),
         Step("adapters", _in_layer(v, "vllm_cpu_check", "--save", str(out / "vllm_cpu.json")),
              {"adapters": "vllm_cpu.json"}),
         Step("engine", _in_layer(v, "engine_cpu_check", "--record", str(out / "engine.json")),
