@@ -237,6 +237,21 @@ def test_markdown_and_html_agree_on_which_verdicts_keep_vllms_default():
     assert "keep vLLM" not in html.render(advised) and "--attention-backend FLASH_ATTN --block-size 128" in html.render(advised)
 
 
+def test_the_html_card_heads_with_the_advice_not_with_tunes_fastest_pair():
+    """Where tune keeps vLLM's default, the card's headline is that default; the fastest pair measured is a
+    figure under it, labelled kernel-level (it once stood above "no flags needed" as if it were the advice)."""
+    run = Path(__file__).parent / "fixtures" / "tune" / "h100_vllm034_dense"
+    doc = json.loads((run / "tune.json").read_text())["recommendation"]
+    default = f"{doc['vllm_default']['backend']} --block-size {doc['vllm_default']['block_size']}"
+    fastest = f"{doc['overall']['best']['backend']} --block-size {doc['overall']['best']['block_size']}"
+    assert fastest != default
+    page = html.render(load_report([str(run)]))
+    card = page.split("Recommendation (all workloads, weighted)</h3>", 1)[1].split("</div></div>", 1)[0]
+    headline = card.split('<div class="big">', 1)[1].split("</div>", 1)[0]
+    assert headline == f"keep vLLM&#x27;s default: {default}" or headline == f"keep vLLM's default: {default}"
+    assert f"fastest measured: {fastest}" in card and "(kernel-level)" in card
+
+
 def test_every_verdict_gets_the_same_flags_advice_in_markdown_and_html():
     from attnsel.bench.tune import Verdict
 

@@ -141,8 +141,16 @@ def _decision_html(d: dict | None) -> str:
         return "<p>No recommendation: nothing could be compared.</p>"
     verdict = Verdict.read(d["verdict"])
     cls = "good" if verdict is Verdict.FASTER else "meh"
-    margin = "" if d["margin_pct"] is None else f'<span class="big {cls}">{d["margin_pct"]:+.1f}%</span> vs vLLM\'s default'
     noise = "" if d["noise_threshold_pct"] is None else f" · noise bar {d['noise_threshold_pct']:.1f}%"
+    if not d["flags"] and verdict is not None and verdict.keeps_default and d["default"]:
+        # the advice is vLLM's default: it heads the card; tune's fastest pair is a measurement below it
+        margin = "" if d["margin_pct"] is None else f", {d['margin_pct']:+.1f}% vs vLLM's default (kernel-level)"
+        return (f'<div class="big">keep vLLM\'s default: {_e(d["default"])}</div>'
+                f'<p>fastest measured: {_e(d["best"] or "–")}{margin}{noise} · confidence: <b>{_e(d["confidence"])}</b></p>'
+                f"<p>{_e(d['advice'])}</p>"
+                '<code class="flags"># no flags needed: keep vLLM\'s default</code>')
+    margin = "" if d["margin_pct"] is None else (f'<span class="big {cls}">{d["margin_pct"]:+.1f}%</span> vs vLLM\'s '
+                                                 "default (kernel-level)")
     if d["flags"]:
         flags = f'<code class="flags">vllm serve … {_e(d["flags"])}</code>'
     elif verdict is Verdict.DEFAULT_NOT_MEASURED and d["best_flags"]:
