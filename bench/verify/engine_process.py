@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from attnsel.bench.verify import engine_log
 
@@ -63,11 +64,16 @@ class EngineProcess:
         )
         self._buffer = b""
         self._eof = False
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self._stdout.fileno(), False)
         if prespawn is not None:
             self._write(prespawn, close=False)
         if job is not None:
             self.send_job(job)
+
+    @property
+    def _stdout(self) -> IO[bytes]:
+        assert self.proc.stdout is not None  # Popen(stdout=PIPE)
+        return self.proc.stdout
 
     def send_job(self, job: dict) -> None:
         self._write(job, close=not job.get("hold"))
@@ -77,11 +83,13 @@ class EngineProcess:
         self._write({"type": "go"}, close=True)
 
     def _write(self, message: dict, close: bool) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None  # Popen(stdin=PIPE)
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
+            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.flush()
             if close:
-                self.proc.stdin.close()
+                stdin.close()
         except (BrokenPipeError, OSError, ValueError):
             pass  # it died; reading sees EOF
 
@@ -104,8 +112,8 @@ class EngineProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise queue.Empty
-            if select.select([self.proc.stdout], [], [], min(remaining, 0.5))[0]:
-                self._take(os.read(self.proc.stdout.fileno(), 65536))
+            if select.select([self._stdout], [], [], min(remaining, 0.5))[0]:
+                self._take(os.read(self._stdout.fileno(), 65536))
             elif self.proc.poll() is not None:
                 # The worker is gone, but a process it forked (vLLM's engine core) may still hold
                 # the pipe open, so EOF would never come: read what is left and stop here.
@@ -123,7 +131,7 @@ class EngineProcess:
 
     def _drain(self) -> bytes:
         try:
-            return os.read(self.proc.stdout.fileno(), 1 << 20) or b""
+            return os.read(self._stdout.fileno(), 1 << 20) or b""
         except BlockingIOError:
             return b""
 

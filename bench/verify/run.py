@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnsel import __version__, files
 from attnsel.attention import versions
@@ -57,6 +58,9 @@ from attnsel.bench.verify.verdict import (
 )
 from attnsel.errors import EnvironmentProblem, UserInputError
 
+if TYPE_CHECKING:
+    from attnsel.attention.versions import RuleProfile
+
 SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
@@ -65,8 +69,10 @@ ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 
-@dataclass
+@dataclass(frozen=True)
 class VerifyRequest:
+    """verify's options, parsed (cli/verify_cmd.py; `tune --verify`: the sweep's folder alone)."""
+
     tune_dir: Path | None = None  # a `tune --output` folder: its tune.json gives candidates and kernel margins
     model: str | None = None  # config.json, folder or catalog name (default: the tuned model)
     candidates: list[tuple[str, int]] | None = None  # instead of tune's pick and runner-up
@@ -138,14 +144,30 @@ def write_model_dir(hf_config: dict, folder: Path) -> Path:
 # The run
 
 
-def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple[dict, list, dict]:
-    """Everything decided before the first engine: (document, candidates, context)."""
+@dataclass
+class _Plan:
+    """Everything decided before the first engine: the document so far, the engines to start, and
+    what the runs read (the installed vLLM's release data is chosen once, here)."""
+
+    document: dict
+    candidates: list[VP.Candidate]
+    hf_config: dict
+    tune_doc: dict | None
+    gpu: dict
+    model_dir: Path
+    attention: dict
+    profile: RuleProfile
+    log_patterns: tuple[engine_log.LogPattern, ...]  # the lines the installed release brought
+
+
+def plan_document(req: VerifyRequest, output_dir: Path, vllm_version: str | None,
+                  env: Mapping[str, str] = os.environ) -> _Plan:
+    """Everything decided before the first engine (`vllm_version`: vllm_version_or_fail's)."""
     tune_doc = load_tune_document(req.tune_dir) if req.tune_dir else None
     if tune_doc is None and req.candidates is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR) or --candidates BACKEND:BLOCK_SIZE,...")
-    vllm_version = vllm_version_or_fail(req.engine)
     gpu = read_gpu(env)
-    capability = tuple(gpu["capability"])
+    capability = (int(gpu["capability"][0]), int(gpu["capability"][1]))
     model_name, hf_config = resolve_model(req, tune_doc)
     if tune_doc:
         shape = VP.shape_from_document(tune_doc["plan"], capability)
@@ -187,10 +209,10 @@ def plan_document(req: VerifyRequest, output_dir: Path, env=os.environ) -> tuple
         "candidates": [], "comparisons": [], "verdict": None,
         "warnings": [memory_note] if memory_note else [],
     }
-    context = {"hf_config": hf_config, "tune_doc": tune_doc, "gpu": gpu,
-               "model_dir": write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model"),
-               "attention": {"dtype": shape.dtype, "head_size": shape.head_size, "kv_cache_dtype": shape.kv_cache_dtype}}
-    return document, candidates, context
+    return _Plan(document, candidates, hf_config, tune_doc, gpu,
+                 model_dir=write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model"),
+                 attention={"dtype": shape.dtype, "head_size": shape.head_size, "kv_cache_dtype": shape.kv_cache_dtype},
+                 profile=profile, log_patterns=_own_patterns(profile, vllm_version))
 
 
 def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> dict | None:
@@ -205,20 +227,20 @@ def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> dict | None:
             "gpu": gpu.name or (tune.plan.gpu if tune.plan else None), "created": tune.created}
 
 
-def engine_job(req: VerifyRequest, document: dict, candidate: VP.Candidate, context: dict, util: float,
-               start: int = 1) -> dict:
+def engine_job(req: VerifyRequest, plan: _Plan, candidate: VP.Candidate, util: float, start: int = 1) -> dict:
+    document = plan.document
     opts = document["options"]
     return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
-            "model_dir": str(context["model_dir"]), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
+            "model_dir": str(plan.model_dir), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
             "dtype": document["model"]["dtype"], "kv_cache_dtype": document["model"]["kv_cache_dtype"],
             "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
             "engine_overrides": opts.get("engine_overrides") or {},
-            "vocab_size": VP.vocab_size(context["hf_config"]), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
+            "vocab_size": VP.vocab_size(plan.hf_config), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
             "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start}
 
 
 def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | None = None,
-               env=os.environ) -> dict:
+               env: Mapping[str, str] = os.environ) -> dict:
     """Plan, run every candidate's engine, compare, write verify.json (after each candidate too)."""
     if req.repeats < 2:
         raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
@@ -227,21 +249,23 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | 
     progress = progress or VerifyProgress()
     output_dir = Path(output_dir)
     previous = previous_rows(output_dir, req.resume)
-    vllm_version_or_fail(req.engine)  # no vLLM: exit 3 before the output folder exists
+    vllm_version = vllm_version_or_fail(req.engine)  # no vLLM: exit 3 before the output folder exists
     output_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    document, candidates, context = plan_document(req, output_dir, env)
+    plan = plan_document(req, output_dir, vllm_version, env)
+    document = plan.document
     kept = kept_rows(previous, document)
     write_document(document, output_dir)
     progress.on_plan(document)
-    context["beside"] = _beside(req, document, candidates, kept, output_dir, env, context)
+    run = _Run(req, plan, output_dir, progress, env, _beside(req, plan, kept, output_dir, env),
+               _Timing(len(plan.candidates) * req.repeat_engine))
     try:
-        _run_engines(req, document, candidates, context, kept, output_dir, progress, env)
+        _run_engines(run, kept)
     finally:
-        prebuild = context["beside"].close()
+        prebuild = run.beside.close()
         if prebuild is not None:
             document["prebuild"] = dict(prebuild, note=PB.note(prebuild))
-    document["comparisons"] = build_comparisons(document, context["tune_doc"])
+    document["comparisons"] = build_comparisons(document, plan.tune_doc)
     if req.repeat_engine > 1:
         document["engine_starts"] = engine_start_spreads(document)
     document["verdict"] = summarize(document)
@@ -249,33 +273,6 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | 
     document["warnings"] += engine_warnings(document)
     write_document(document, output_dir)
     return document
-
-
-def _run_engines(req, document, candidates, context, kept, output_dir, progress, env) -> None:
-    timing = _Timing(len(candidates) * req.repeat_engine)
-    for candidate in candidates:
-        row = candidate.to_dict()
-        if row_key(row) in kept:
-            row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
-        elif candidate.reasons:
-            row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
-        else:
-            _timed_start(req, document, candidate, context, row, output_dir, progress, env, timing)
-        document["candidates"].append(row)
-        progress.on_candidate_done(row)
-        write_document(document, output_dir)
-    _restart_engines(req, document, candidates, context, output_dir, progress, env, timing)
-
-
-def _beside(req, document, candidates, kept, output_dir, env, context) -> Beside:
-    """The pre-build (started now, beside the first engine) and the pre-spawned workers."""
-    runs = planned_runs(candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
-    return start_beside(document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR,
-                        attention=flashinfer_attention(candidates, runs, context.get("attention")))
-
-
-def _log_path(output_dir: Path, slug: str, start: int) -> Path:
-    return output_dir / LOG_DIR / (f"engine-{slug}.log" if start == 1 else f"engine-{slug}-start{start}.log")
 
 
 @dataclass
@@ -288,25 +285,66 @@ class _Timing:
     measured: list[float] = field(default_factory=list)
 
 
-def _timed_start(req, document, candidate, context, row, output_dir, progress, env, timing: _Timing,
-                 start: int = 1) -> None:
-    estimate = _estimate(req, document, candidate, timing.starts, timing.measured)
-    progress.on_candidate(timing.done, timing.total, row, estimate)
+@dataclass
+class _Run:
+    """One verify run once planned: what every engine start reads."""
+
+    req: VerifyRequest
+    plan: _Plan
+    output_dir: Path
+    progress: VerifyProgress
+    env: Mapping[str, str]
+    beside: Beside
+    timing: _Timing
+
+
+def _run_engines(run: _Run, kept: dict) -> None:
+    document = run.plan.document
+    for candidate in run.plan.candidates:
+        row = candidate.to_dict()
+        if row_key(row) in kept:
+            row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
+        elif candidate.reasons:
+            row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
+        else:
+            _timed_start(run, candidate, row)
+        document["candidates"].append(row)
+        run.progress.on_candidate_done(row)
+        write_document(document, run.output_dir)
+    _restart_engines(run)
+
+
+def _beside(req: VerifyRequest, plan: _Plan, kept: dict, output_dir: Path, env: Mapping[str, str]) -> Beside:
+    """The pre-build (started now, beside the first engine) and the pre-spawned workers."""
+    runs = planned_runs(plan.candidates, kept, req.repeat_engine, lambda slug, start: _log_path(output_dir, slug, start))
+    return start_beside(plan.profile, plan.document, runs, req.engine, env, engine_env(env), output_dir / LOG_DIR,
+                        attention=flashinfer_attention(plan.candidates, runs, plan.attention))
+
+
+def _log_path(output_dir: Path, slug: str, start: int) -> Path:
+    return output_dir / LOG_DIR / (f"engine-{slug}.log" if start == 1 else f"engine-{slug}-start{start}.log")
+
+
+def _timed_start(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
+    timing = run.timing
+    estimate = _estimate(run.req, run.plan.document, candidate, timing.starts, timing.measured)
+    run.progress.on_candidate(timing.done, timing.total, row, estimate)
     timing.done += 1
-    _run_candidate(req, document, candidate, context, row, output_dir, progress, env, start)
+    _run_candidate(run, candidate, row, start)
     if row.get("start_s"):
         timing.starts.append(row["start_s"] - (row.get("engine", {}).get("torch_compile_s") or 0.0))
         timing.measured.append(max(0.0, (row.get("wall_s") or 0.0) - row["start_s"]))
 
 
-def _restart_engines(req, document, candidates, context, output_dir, progress, env, timing: _Timing) -> None:
+def _restart_engines(run: _Run) -> None:
     """--repeat-engine N: starts 2..N of every pair that was not refused, round by round (A B A B,
     not A A B B, so a drift of the GPU over the run reaches every pair alike), each row's further
     starts kept under its "restarts"; a resumed row keeps the starts it already has."""
-    if req.repeat_engine < 2:
+    if run.req.repeat_engine < 2:
         return
-    for start in range(2, req.repeat_engine + 1):
-        for candidate, row in zip(candidates, document["candidates"]):
+    document = run.plan.document
+    for start in range(2, run.req.repeat_engine + 1):
+        for candidate, row in zip(run.plan.candidates, document["candidates"]):
             if candidate.reasons:
                 continue
             restarts = row.setdefault("restarts", [])
@@ -314,17 +352,18 @@ def _restart_engines(req, document, candidates, context, output_dir, progress, e
                 continue
             again = {"start": start, "name": f"{row['name']} start {start}", "short": f"{row['short']} #{start}",
                      "backend": row.get("backend"), "block_size": row.get("block_size")}
-            _timed_start(req, document, candidate, context, again, output_dir, progress, env, timing, start)
+            _timed_start(run, candidate, again, start)
             restarts.append(again)
-            progress.on_candidate_done(again)
-            write_document(document, output_dir)
+            run.progress.on_candidate_done(again)
+            write_document(document, run.output_dir)
 
 
-def _estimate(req, document, candidate, starts, measured) -> float:
+def _estimate(req: VerifyRequest, document: dict, candidate: VP.Candidate, starts: list[float],
+              measured: list[float]) -> float:
     cache = VP.compile_cache_root() / "torch_compile_cache"
     warm = cache.is_dir() and any(cache.iterdir())
     cubin = _installed("flashinfer-cubin")
-    shapes = [tuple(s) for s in document["options"]["shapes"]]
+    shapes = [(int(b), int(c)) for b, c in document["options"]["shapes"]]
     return (VP.start_estimate(candidate, starts, warm, cubin)
             + VP.measure_estimate(shapes, req.repeats, req.decode_steps, measured))
 
@@ -339,36 +378,44 @@ def _installed(distribution: str) -> bool:
         return False
 
 
-def _run_candidate(req, document, candidate, context, row, output_dir, progress, env, start: int = 1) -> None:
-    gpu = wait_for_memory(context["gpu"].get("memory_free_bytes"), env)
+def _run_candidate(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
+    req, plan = run.req, run.plan
+    gpu = wait_for_memory(plan.gpu.get("memory_free_bytes"), run.env)
     util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization)
     row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
-    log_path = _log_path(output_dir, candidate.slug, start)
-    row["log"] = str(log_path.relative_to(output_dir))
-    beside, key = context["beside"], (candidate.slug, start)
+    log_path = _log_path(run.output_dir, candidate.slug, start)
+    row["log"] = str(log_path.relative_to(run.output_dir))
+    beside, key = run.beside, (candidate.slug, start)
     process, prespawned = beside.take(key)
-    run = run_engine(engine_job(req, document, candidate, context, util, start), log_path,
-                     start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
-                     env=engine_env(env), on_message=progress.on_message, on_tick=progress.on_tick,
-                     process=process, on_spawned=lambda: beside.spawn_next(key),
-                     hold=beside.hold_for(key, progress.on_tick, loads_built=runs_flashinfer(candidate)))
+    progress = run.progress
+    result = run_engine(engine_job(req, plan, candidate, util, start), log_path,
+                        start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
+                        env=engine_env(run.env), on_message=progress.on_message, on_tick=progress.on_tick,
+                        process=process, on_spawned=lambda: beside.spawn_next(key),
+                        hold=beside.hold_for(key, progress.on_tick, loads_built=runs_flashinfer(candidate)))
     beside.measured()
-    own = release_log_patterns(document["vllm"].get("installed_version"))
+    own = plan.log_patterns
     log = engine_log.parse_engine_log(engine_log.read_log(log_path), own)
-    row.update(status=run.status, error=run.error, start_s=run.start_s, wall_s=run.wall_s, exit=run.exit,
-               engine=engine_facts(run.facts, log, tuple(p.field for p in own)), shapes=[shape_row(s) for s in run.shapes])
-    row.update({k: v for k, v in (("prespawn", prespawned), ("hold", run.hold)) if v})
+    row.update(status=result.status, error=result.error, start_s=result.start_s, wall_s=result.wall_s,
+               exit=result.exit, engine=engine_facts(result.facts, log, tuple(p.field for p in own)),
+               shapes=[shape_row(s) for s in result.shapes])
+    row.update({k: v for k, v in (("prespawn", prespawned), ("hold", result.hold)) if v})
 
 
-def release_log_patterns(installed_version: str | None) -> tuple:
+def release_log_patterns(installed_version: str | None) -> tuple[engine_log.LogPattern, ...]:
     """The log lines the engine's own release brought (engine_log.release_patterns); none without an
     installed vLLM (a stand-in engine logs what PATTERNS read)."""
     if not installed_version:
         return ()
-    return engine_log.release_patterns(versions.select_profile(installed_version).profile.engine)
+    return _own_patterns(versions.select_profile(installed_version).profile, installed_version)
 
 
-def engine_env(env) -> dict:
+def _own_patterns(profile: RuleProfile, installed_version: str | None) -> tuple[engine_log.LogPattern, ...]:
+    """release_log_patterns for the profile already chosen for the installed vLLM."""
+    return engine_log.release_patterns(profile.engine) if installed_version else ()
+
+
+def engine_env(env: Mapping[str, str]) -> dict:
     """The engine's environment: ours (VLLM_CACHE_ROOT included, so every engine shares one compile
     cache), unbuffered, and vLLM's INFO log lines on unless the user chose a level: the backend,
     KV-cache and compile lines are evidence (bench/verify/engine_log.py)."""
