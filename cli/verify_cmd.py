@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,24 +14,30 @@ from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout
 from attnsel.cli.completion import complete_model
 from attnsel.errors import EXIT_FAILED
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
+    from attnsel.bench.verify import VerifyProgress, VerifyRequest
+
 
 class _Display:
     """Progress on stderr: one line per candidate with elapsed time against its estimate."""
 
-    def __init__(self, console):
+    def __init__(self, console: Console) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[estimate]}"), console=console, transient=False)
-        self.task = None
+        self.task: TaskID | None = None
         self.started = False
         self.label = ""
         self.shape = ""
         self.calls = 0
         self.total_calls = 0
 
-    def progress(self):
+    def progress(self) -> VerifyProgress:
         from attnsel.bench.verify import VerifyProgress
 
         return VerifyProgress(on_plan=self.on_plan, on_candidate=self.on_candidate, on_message=self.on_message,
@@ -103,7 +111,7 @@ def _held_text(hold: dict) -> str:
     return text + ("; FlashInfer's pre-build paused while it measures" if hold.get("prebuild") == "paused" else "")
 
 
-def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: dict | None = None) -> int:
+def run_and_render(req: VerifyRequest, output_dir: Path, *, as_json: bool, tune_document: dict | None = None) -> int:
     """Runs the verification, prints it (terminal or JSON), returns the exit code. With
     `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
     from attnsel.bench.verify import EngineVerdict, is_aa_check, run_verify
@@ -127,7 +135,7 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: dict 
     return EXIT_FAILED if not_measured and not is_aa_check(document) else 0  # an A/A check answers with its spread
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM ends a run like Ctrl-C: the running engine's process group is killed on the way out
     (it lives in its own session, so the signal never reached it) and verify.json keeps what was measured."""
     raise KeyboardInterrupt
@@ -172,6 +180,8 @@ def register(app: typer.Typer) -> None:
                             decode_steps=decode_steps,
                             gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,
                             call_timeout_s=timeout, resume=resume)
-        code = run_and_render(req, output or run_dir, as_json=as_json)
+        folder = output or run_dir
+        assert folder is not None  # check_verify_flags: RUN_DIR or --output
+        code = run_and_render(req, folder, as_json=as_json)
         if code:
             raise typer.Exit(code)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html as _html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify import (
@@ -31,10 +31,13 @@ from attnsel.bench.verify import (
 )
 from attnsel.reports.cells import formatted
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
-VERDICT_STYLES = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
+VERDICT_STYLES: dict[str, str] = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
                   EngineVerdict.REVERSED: "bold red", EngineVerdict.NOT_MEASURED: "bold red"}
-VERDICT_CLASSES = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
+VERDICT_CLASSES: dict[str, str] = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
 
 
 def _figure(fig: Figure | None, fmt: str) -> str:
@@ -54,7 +57,9 @@ def _gib(value: Any) -> str:
 
 def typed(doc: Mapping | VerifyDocument) -> VerifyDocument:
     """A verify.json as its records (bench/verify/records.py); a record as it is."""
-    return doc if isinstance(doc, VerifyDocument) else VerifyDocument.from_dict(doc)
+    record = doc if isinstance(doc, VerifyDocument) else VerifyDocument.from_dict(doc)
+    assert isinstance(record, VerifyDocument)
+    return record
 
 
 def headline(doc: Mapping | VerifyDocument) -> tuple[str, str, str | None]:
@@ -68,7 +73,7 @@ def context_lines(doc: Mapping | VerifyDocument) -> list[str]:
     doc = typed(doc)
     model, gpu = doc.model or ModelFacts(), doc.gpu or GpuFacts()
     vllm, opts = doc.vllm or VllmFacts(), doc.options or VerifyOptions()
-    versions = sorted({(c.engine or EngineFacts()).vllm_version for c in doc.candidates or []} - {None})
+    versions = sorted({v for c in doc.candidates or [] if (v := (c.engine or EngineFacts()).vllm_version) is not None})
     lines = [f"model {model.name} ({model.model_type}, {model.attention_layers} attention layers"
              + (", hybrid" if model.is_hybrid else "") + f", TP={model.tensor_parallel_size})"
              f" · GPU {gpu.name} ({_gib(gpu.memory_total_bytes)} GiB, {_gib(gpu.memory_used_bytes)} GiB in use at start)",
@@ -182,7 +187,7 @@ def comparison_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
 # Terminal
 
 
-def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
+def render_terminal(doc: Mapping | VerifyDocument, console: Console) -> None:
     from rich.table import Table
 
     doc = typed(doc)
@@ -205,7 +210,7 @@ def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
             console.print(table)
     for warning in doc.warnings or []:
         console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
-    console.print(f"Verdict: [{VERDICT_STYLES.get(EngineVerdict.read(word), 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
+    console.print(f"Verdict: [{VERDICT_STYLES.get(word, 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
     if flags is not None:
         console.print(f"  vLLM flags: [bold]{flags or '(none: vLLM default)'}[/bold]")
 
@@ -244,7 +249,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def html_section(doc: Mapping | VerifyDocument) -> str:
     doc = typed(doc)
     word, text, flags = headline(doc)
-    cls = VERDICT_CLASSES.get(EngineVerdict.read(word), "meh")
+    cls = VERDICT_CLASSES.get(word, "meh")
     parts = [f'<section><h2>attnsel verify: <span class="{cls}">{_html.escape(word)}</span></h2>',
              f"<p>{_html.escape(text)}</p>"]
     if flags is not None:

@@ -323,7 +323,7 @@ class VllmEngine:
     """vLLM's `LLM` class, as `vllm bench latency` drives it (vllm/benchmarks/latency.py)."""
 
     def __init__(self) -> None:
-        self.llm = None
+        self.llm: Any = None  # vllm.LLM once started (vLLM has no type information here)
         self._params: dict[int, Any] = {}
 
     def preload(self) -> None:

@@ -63,7 +63,7 @@ def prebuild_request(profile: RuleProfile, capability: tuple[int, int] | None, e
     if skipped and not attention:
         return {"skipped": skipped}
     arch = env.get("FLASHINFER_CUDA_ARCH_LIST") or (f"{capability[0]}.{capability[1]}" if capability else None)
-    request = {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
+    request: dict[str, object] = {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
     if attention:
         request["attention"] = [dict(attention, capability=list(capability) if capability else None)]
     return request

@@ -219,6 +219,7 @@ def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> dict | None:
     if not tune_doc:
         return None
     tune = TuneDocument.from_dict(tune_doc)
+    assert isinstance(tune, TuneDocument)
     scope = VP.tune_scope(tune.recommendation) or DecisionRecord()
     gpu = (tune.environment.gpu if tune.environment else None) or GpuEnvironment()
     return {"source": str(req.tune_dir), "scope": scope.scope, "verdict": scope.verdict,
