@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import typer
 from typer.core import TyperCommand
@@ -37,8 +38,15 @@ from attnsel.cli.completion import (
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
+    from typer._click.core import Context
+    from typer._click.formatting import HelpFormatter
+
     from attnsel.attention.explain import ModelChoice
+    from attnsel.attention.explain.document import ModelSection
+    from attnsel.attention.memory import MemoryFlags, MemoryPlan
+    from attnsel.attention.rules import Explanation, SelectionContext, SelectorInputs
     from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.versions.choice import ProfileChoice
 
 ATTN_TYPES = ("decoder", "encoder", "encoder_only", "encoder_decoder")
 NO_GPU_NOTE = ("No GPU detected on this machine: answered for the GPU families people deploy on; "
@@ -55,10 +63,10 @@ WIDE_HELP_COLUMNS = 160  # rich's option table holds explain's longest flag name
 
 
 class _ExplainCommand(TyperCommand):
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
 
-    def format_help(self, ctx, formatter) -> None:
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         """explain has ~60 flags, many of them long vLLM names (--no-use-trtllm-attention): rich's table
         cuts them at 80 columns, so a narrow terminal gets click's list (each flag whole, its help below
         when the name is long); a wide one keeps the panels."""
@@ -239,13 +247,13 @@ class _Route:
     """How the answer is asked for and printed: the rule profile, --check-imports,
     --mm-encoder-attn-backend, --live / --compare-live, --json."""
 
-    choice: Any  # attention/rules.py select_profile's answer: the profile and why it was chosen
-    importable: dict | None
+    choice: ProfileChoice  # the version object that answers (select_profile, once) and why it was chosen
+    importable: Mapping[str, bool] | None
     vit_override: str | None
     live: bool = False
     compare_live: bool = False
     as_json: bool = False
-    memory_flags: Any = None  # attention.memory.MemoryFlags: --max-model-len, --gpu-memory-utilization
+    memory_flags: MemoryFlags | None = None  # --max-model-len, --gpu-memory-utilization, ...
 
     @property
     def asks_installed_vllm(self) -> bool:
@@ -305,7 +313,7 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, g
         _run_live(answer.selector_answer, answer.inputs, answer.ctx, route.compare_live, route.as_json)
         return
     section = model_section(model, facts, route.choice.profile, cc, route.vit_override, route.importable)
-    if facts is not None and facts.is_attention_free:
+    if facts is not None and facts.is_attention_free and section is not None:  # a section wherever facts are
         _output_attention_free(expl, section, req, route.as_json)
         return
     _output(expl, section, route.as_json, answer.memory, answer.memory_note)
@@ -330,7 +338,8 @@ def _run_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, route
         render_matrix(matrix.rows, stdout_console(), model=matrix.model, profile=profile, notes=header_notes)
 
 
-def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
+def _run_live(expl: Explanation, inputs: SelectorInputs, ctx: SelectionContext, compare_live: bool,
+              as_json: bool) -> None:
     """--live: vLLM's own answer in the explain format; --compare-live: where the profile differs."""
     from attnsel.attention.explain import ask_vllm, compare
     from attnsel.reports.explain import live_report_to_dict, render_live_report
@@ -347,7 +356,7 @@ def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
         raise fail(f"vLLM raises: {answer.error}", EXIT_FAILED)
 
 
-def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: bool) -> None:
+def _output_attention_free(expl: Explanation, section: ModelSection, req: SelectionRequest, as_json: bool) -> None:
     """Mamba and other attention-free models: no backend table (there are no attention layers)."""
     from attnsel.attention.explain import ignored_flags
     from attnsel.reports.explain import attention_free as view
@@ -358,7 +367,8 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: dict | None, as_json: bool, memory=None, memory_note: str | None = None) -> None:
+def _output(expl: Explanation, model_section: ModelSection | None, as_json: bool, memory: MemoryPlan | None = None,
+            memory_note: str | None = None) -> None:
     from attnsel.reports.explain import (
         explanation_with_model_to_dict,
         render_explanation_with_model,

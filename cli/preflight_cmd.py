@@ -8,9 +8,7 @@ probe` does). With --ray, every node of the cluster is probed (cli/fleet_cmd.py)
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,9 +18,7 @@ from attnsel.cli.common import (
     SERVE_NOTE_FLAG,
     dotted_attention_config,
     handle_errors,
-    print_json,
     rewrite_dotted_attention_config,
-    terminal_width,
     with_serve_line,
 )
 from attnsel.cli.completion import (
@@ -37,13 +33,17 @@ from attnsel.cli.fleet_cmd import (
     RayAddressCommand,
     check_ray_flags,
 )
+from attnsel.cli.preflight_output import emit
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from typer._click.core import Context
 
 
 class _PreflightCommand(RayAddressCommand):
     """--ray's optional value, and vLLM's dotted `--attention-config.KEY VALUE` (cli/common.py)."""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(with_serve_line(self, args)))
 
 
@@ -56,23 +56,6 @@ def _normalize_format(output_format: str, as_json: bool) -> str:
     if as_json and fmt not in ("json", "text"):
         raise UserInputError(f"--json and --format {fmt} ask for two different outputs: pass one of them")
     return "json" if as_json else fmt
-
-
-def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
-    """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed."""
-    from attnsel.attention.preflight import raise_if_failed
-    from attnsel.cli import settings
-
-    if fmt == "json":
-        print_json(to_dict(result))
-    elif fmt == "github":
-        render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
-    else:
-        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour,
-                    width=terminal_width())
-    sys.stdout.flush()
-    raise_if_failed(result)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import families
 
 if TYPE_CHECKING:
+    from attnsel.attention.explain.document import ModelRef, ModelSection, SavedAnswer
     from attnsel.attention.explain.explicit_block_sizes import ExplicitBlockSize
     from attnsel.attention.memory import MemoryPlan
     from attnsel.attention.model.facts import ModelFacts
@@ -116,7 +117,7 @@ def model_facts(hf_config: dict, dtype: str | None, tp: int, capability: tuple[i
     )
 
 
-def model_doc(model: ModelChoice | None, hf_config: dict | None) -> dict | None:
+def model_doc(model: ModelChoice | None, hf_config: dict | None) -> ModelRef | None:
     if model is None:
         return None
     model_type = hf_config.get("model_type") if hf_config else None
@@ -126,18 +127,18 @@ def model_doc(model: ModelChoice | None, hf_config: dict | None) -> dict | None:
 def model_section(
     choice: ModelChoice | None, facts: ModelFacts | None, profile: RuleProfile, capability: tuple[int, int],
     vit_override: str | None, importable: Mapping[str, bool] | None,
-) -> dict | None:
+) -> ModelSection | None:
     """The model's part of the answer: vLLM's lines about it, its dtype error, its ViT backend."""
     if facts is None:
         return None
-    section: dict[str, object] = {
+    section: ModelSection = {
         "name": choice.name if choice else None,
         "source": choice.source if choice else None,
-        "model_type": getattr(facts, "model_type", None),
-        "warnings": list(getattr(facts, "warnings", ()) or ()),
-        "infos": list(getattr(facts, "infos", ()) or ()),
-        "notes": list(getattr(facts, "notes", ()) or ()),
-        "dtype_error": getattr(facts, "dtype_error", None),
+        "model_type": facts.model_type,
+        "warnings": list(facts.warnings or ()),
+        "infos": list(facts.infos or ()),
+        "notes": list(facts.notes or ()),
+        "dtype_error": facts.dtype_error,
         "vit": None,
     }
     vision = getattr(facts, "vision", None)
@@ -147,7 +148,8 @@ def model_section(
 
         try:
             vit = vit_backend(profile, vision.head_size, vision.dtype, capability, vit_override, importable)
-            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, **vit.to_dict(), "error": None}
+            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, "backend": vit.backend,
+                              "log": vit.log, "error": None}
         except VllmRaises as exc:
             section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, "backend": None,
                               "log": None, "error": exc.message}
@@ -198,7 +200,7 @@ def flags_that_change_vllm(profile: RuleProfile, inputs: SelectorInputs, ctx: Se
     return ()
 
 
-def saved_flags(doc: dict) -> list[str]:
+def saved_flags(doc: SavedAnswer | dict) -> list[str]:
     """The flags a saved `explain --json` answer advises, read with today's rule (flags_that_change_vllm):
     none where the answer forced neither a backend nor a block size, whatever an older answer pinned."""
     forced = doc.get("explicit_backend") is not None or (doc.get("inputs") or {}).get("block_size") is not None
@@ -333,7 +335,7 @@ class Matrix:
     model has no attention layers (as derived for the last family of the table)."""
 
     rows: list[MatrixRow]
-    model: dict | None
+    model: ModelRef | None
     attention_free: bool
 
 
