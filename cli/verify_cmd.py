@@ -59,8 +59,10 @@ class _Display:
                                       estimate=f"est. ~{estimate_s:.0f} s")
 
     def on_message(self, message: dict) -> None:
+        from attnsel.bench.verify import Message
+
         kind = message.get("type")
-        if kind == "started":
+        if kind == Message.STARTED:
             facts = message.get("facts") or {}
             backends = ", ".join(facts.get("attention_backends") or []) or (
                 f"{facts['logged_backend']} (from vLLM's log)" if facts.get("logged_backend") else "?")
@@ -69,12 +71,12 @@ class _Display:
                                f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)"
                                + (f"; vLLM imported while the previous engine started ({facts['import_hidden_s']:.0f} s)"
                                   if facts.get("import_hidden_s") is not None else ""))
-        elif kind == "held":
+        elif kind == Message.HELD:
             self.console.print(f"  {self.label}: {_held_text(message.get('hold') or {})}")
-        elif kind == "shape_start":
+        elif kind == Message.SHAPE_START:
             self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]
             self._describe(f"{self.shape}: warm-up call")
-        elif kind == "call":
+        elif kind == Message.CALL:
             self.calls += 1
             self._describe(f"{self.shape}: call {self.calls}/{self.total_calls} done ({message['phase']}, "
                            f"{message['max_tokens']} tokens, {message['seconds']:.2f} s)")
@@ -88,9 +90,11 @@ class _Display:
             self.bar.advance(self.task, 1.0)
 
     def on_done(self, row: dict) -> None:
+        from attnsel.bench.verify import RunStatus
+
         if self.task is not None:
             self.bar.update(self.task, completed=self.bar.tasks[-1].total, description=f"{self.label}: {row.get('status')}")
-        if row.get("status") != "ok":
+        if row.get("status") != RunStatus.OK:
             self.console.print(f"  {row['name']}: {row.get('status')}: {row.get('error') or ''}")
         self.task = None
 

@@ -20,6 +20,7 @@ from attnsel.bench.verify import (
     GpuFacts,
     Judged,
     ModelFacts,
+    RunStatus,
     ShapeFigures,
     ShapeResult,
     StartFigure,
@@ -123,7 +124,7 @@ def shape_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
         for s in c.shapes or []:
             f = s.figures or ShapeFigures()
             status = s.status or "?"
-            if status != "ok" and s.error:
+            if status != RunStatus.OK and s.error:
                 status += f": {s.error}"
             label = f"b={s.batch} ctx={s.context}" if s.batch else "–"
             steps = f"{s.n1}/{s.n2}" if s.n1 else "–"

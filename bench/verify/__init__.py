@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         run_verify,
         write_model_dir,
     )
+    from attnsel.bench.verify.status import Message, RunStatus
     from attnsel.bench.verify.verdict import (
         build_comparisons,
         engine_start_spreads,
@@ -50,7 +51,9 @@ __all__ = [
     "GpuFacts",
     "Judged",
     "Judgement",
+    "Message",
     "ModelFacts",
+    "RunStatus",
     "ShapeFigures",
     "ShapeResult",
     "StartFigure",
@@ -83,7 +86,9 @@ __getattr__ = lazy_door(__name__, {
     "GpuFacts": "records",
     "Judged": "records",
     "Judgement": "compare",
+    "Message": "status",
     "ModelFacts": "records",
+    "RunStatus": "status",
     "ShapeFigures": "records",
     "ShapeResult": "records",
     "StartFigure": "records",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
 from attnsel.bench.verify.prebuild import FlashInferPrebuild, note, prebuild_request
 from attnsel.bench.verify.resume import row_key
+from attnsel.bench.verify.status import Message
 
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
@@ -122,7 +123,7 @@ class Beside:
         nxt = self.next_of.get(key)
         if not self.prespawn or self.waiting is not None or nxt is None:
             return
-        process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": "prespawn", "engine": self.engine})
+        process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": Message.PRESPAWN, "engine": self.engine})
         self.waiting = _Waiting(nxt[0], process, time.monotonic())
 
     def hold_for(self, key: RunKey, on_tick: Callable[[], None], *,
@@ -169,7 +170,7 @@ class Beside:
                 continue
             if message is None:
                 waiting.lost = "died"
-            elif message.get("type") == "imported":
+            elif message.get("type") == Message.IMPORTED:
                 waiting.import_s = float(message.get("import_s") or 0.0)
         if waiting.lost:
             waiting.process.stop(grace_s=0.0)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from attnsel.bench.verify import engine_log
+from attnsel.bench.verify.status import Message, RunStatus
 
 DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (docs/gpu-facts.md §6)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
@@ -80,7 +81,7 @@ class EngineProcess:
 
     def release(self) -> None:
         """A held engine (job "hold") goes on to its shapes."""
-        self._write({"type": "go"}, close=True)
+        self._write({"type": Message.GO}, close=True)
 
     def _write(self, message: dict, close: bool) -> None:
         stdin = self.proc.stdin
@@ -176,7 +177,7 @@ def _as_message(line: str) -> dict | None:
 class CandidateRun:
     """What one engine did: its start, its read-back facts, one result per shape."""
 
-    status: str = "ok"  # ok | error | oom | timeout | crashed
+    status: str = RunStatus.OK  # ok | error | oom | timeout | crashed (as the worker said it)
     error: str | None = None
     start_s: float | None = None
     facts: dict = field(default_factory=dict)
@@ -211,7 +212,7 @@ def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_ST
     try:
         _drive(process, run, start_timeout_s, call_timeout_s, on_message, on_tick, hold)
     finally:
-        finished = run.status == "ok" and all(s is not None for s in run.shapes)
+        finished = run.status == RunStatus.OK and all(s is not None for s in run.shapes)
         code = process.stop(grace_s=60.0 if finished else 0.0)
         run.exit = describe_exit(code)
         run.wall_s = time.monotonic() - started
@@ -232,38 +233,38 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             on_tick()
             if waited < limit:
                 continue
-            _fail(run, current, "timeout", f"no answer from the engine within {limit:g} s; its processes were killed")
+            _fail(run, current, RunStatus.TIMEOUT, f"no answer from the engine within {limit:g} s; its processes were killed")
             return
         waited = 0.0
         if message is None:
             code = process.stop(grace_s=5.0)
             cause = engine_log.last_error(process.log_text())
             detail = f"the engine worker {describe_exit(code)}" + (f" ({cause})" if cause else "")
-            _fail(run, current, "crashed", detail)
+            _fail(run, current, RunStatus.CRASHED, detail)
             return
         kind = message["type"]
-        if kind == "imported":
+        if kind == Message.IMPORTED:
             continue  # a pre-spawned worker's import, before its job (its facts carry import_hidden_s)
-        if kind == "started":
+        if kind == Message.STARTED:
             _backend_from_log(message, process)
         on_message(message)
-        if kind == "started":
+        if kind == Message.STARTED:
             run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
             if hold is not None:
                 run.hold = hold()
-                on_message({"type": "held", "hold": run.hold})
+                on_message({"type": Message.HELD, "hold": run.hold})
                 process.release()
-        elif kind == "shape_start":
+        elif kind == Message.SHAPE_START:
             current = int(message["index"])
-        elif kind == "shape":
+        elif kind == Message.SHAPE:
             run.shapes[int(message["index"])] = message.get("result")
             current = None
-        elif kind == "fatal":
+        elif kind == Message.FATAL:
             error = message.get("error") or "the engine could not start"
             cause = engine_log.last_error(process.log_text(), besides=error)
-            run.status, run.error = message.get("status") or "error", _with_cause(error, cause)
+            run.status, run.error = message.get("status") or RunStatus.ERROR, _with_cause(error, cause)
             return
-        elif kind == "done":
+        elif kind == Message.DONE:
             return
 
 
@@ -286,7 +287,7 @@ def _with_cause(error: str, cause: str | None) -> str:
     return error
 
 
-def _fail(run: CandidateRun, current: int | None, status: str, error: str) -> None:
+def _fail(run: CandidateRun, current: int | None, status: RunStatus, error: str) -> None:
     if current is not None and run.start_s is not None:
         run.shapes[current] = {"status": status, "error": error}
         run.stopped = f"the engine was stopped after shape {current + 1} ended with {status}"
@@ -298,4 +299,4 @@ def _fill_not_run(run: CandidateRun) -> None:
     for i, shape in enumerate(run.shapes):
         if shape is None:
             why = run.error or run.stopped or "the engine stopped before this shape"
-            run.shapes[i] = {"status": "not run", "error": f"not run: {why}"}
+            run.shapes[i] = {"status": RunStatus.NOT_RUN, "error": f"not run: {why}"}

@@ -53,6 +53,7 @@ from attnsel.bench.verify.inspection import (
     installed_engine_facts,
     unnamed_attention_layers,
 )
+from attnsel.bench.verify.status import Message, RunStatus
 
 DEFAULT_ENGINE = "attnsel.bench.verify.engine_worker:VllmEngine"
 # Steps after the last request of the batch got its first token before the N1 call ends: the
@@ -182,11 +183,11 @@ class ShapeRunner:
         fit = requests_fit(self.facts, plan["prompt_tokens"] + plan["n2"])
         result["requests_fit"] = fit
         if fit is not None and fit < plan["batch"]:
-            result.update(status="does not fit", error=f"the KV cache holds {fit} requests of "
+            result.update(status=RunStatus.DOES_NOT_FIT, error=f"the KV cache holds {fit} requests of "
                           f"{plan['prompt_tokens'] + plan['n2']} tokens, the shape needs {plan['batch']}")
             return result
         order = call_order(plan["n1"], plan["n2"], int(self.job.get("repeats", 2)))
-        self.send({"type": "shape_start", "index": index, "label": plan["label"], "n1": plan["n1"],
+        self.send({"type": Message.SHAPE_START, "index": index, "label": plan["label"], "n1": plan["n1"],
                    "n2": plan["n2"], "calls": len(order) + 1})
         try:
             prompts = make_prompts(plan["batch"], plan["prompt_tokens"], int(self.job.get("vocab_size") or 32000),
@@ -195,10 +196,10 @@ class ShapeRunner:
             for max_tokens in order:
                 self._call(index, prompts, max_tokens, "measure", result)
         except Exception as exc:  # noqa: BLE001 -- the shape records it; the next shape still runs
-            result.update(status="oom" if is_out_of_memory(exc) else "error", error=error_text(exc),
+            result.update(status=RunStatus.OOM if is_out_of_memory(exc) else RunStatus.ERROR, error=error_text(exc),
                           traceback=traceback.format_exc(limit=6)[-2000:])
             return result
-        result["status"] = "ok"
+        result["status"] = RunStatus.OK
         return result
 
     def _call(self, index: int, prompts: list[list[int]], max_tokens: int, phase: str, result: dict) -> None:
@@ -206,14 +207,14 @@ class ShapeRunner:
         self.engine.generate(prompts, max_tokens)
         seconds = self.clock() - started
         result["calls"].append({"phase": phase, "max_tokens": max_tokens, "seconds": seconds})
-        self.send({"type": "call", "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
+        self.send({"type": Message.CALL, "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
 
 
 def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden_s: float | None = None) -> int:
     """Start the job's engine (or `engine`, loaded by a pre-spawned worker that imported its
     libraries for import_hidden_s while it waited) and run its shapes."""
     send = _sender(stream)
-    send({"type": "starting", "pid": os.getpid()})
+    send({"type": Message.STARTING, "pid": os.getpid()})
     try:
         engine = engine or load_engine(job.get("engine") or DEFAULT_ENGINE)
         clock = getattr(engine, "clock", time.perf_counter)
@@ -222,22 +223,23 @@ def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden
         start_s = clock() - started
     except Exception as exc:  # noqa: BLE001 -- vLLM refused, ran out of memory, or is missing
         traceback.print_exc()
-        send({"type": "fatal", "status": "oom" if is_out_of_memory(exc) else "error", "error": error_text(exc)})
+        send({"type": Message.FATAL, "status": RunStatus.OOM if is_out_of_memory(exc) else RunStatus.ERROR,
+              "error": error_text(exc)})
         return 1
     if import_hidden_s is not None:
         facts["import_hidden_s"] = import_hidden_s
-    send({"type": "started", "start_s": start_s, "facts": facts})
+    send({"type": Message.STARTED, "start_s": start_s, "facts": facts})
     if job.get("hold") and not _wait_for_go():
         engine.close()
         return 1
     runner = ShapeRunner(engine, facts, job, send)
     for index, shape in enumerate(job.get("shapes") or []):
-        send({"type": "shape", "index": index, "result": runner.run(index, shape)})
+        send({"type": Message.SHAPE, "index": index, "result": runner.run(index, shape)})
     try:
         engine.close()
     except Exception:  # noqa: BLE001 -- the parent ends the process group anyway
         traceback.print_exc()
-    send({"type": "done"})
+    send({"type": Message.DONE})
     return 0
 
 
@@ -279,12 +281,12 @@ def main() -> int:
     engine, hidden = None, None
     try:
         job = json.loads(sys.stdin.readline())
-        if job.get("type") == "prespawn":
+        if job.get("type") == Message.PRESPAWN:
             engine, hidden = preload(job.get("engine") or DEFAULT_ENGINE)
-            _sender(stream)({"type": "imported", "import_s": hidden})
+            _sender(stream)({"type": Message.IMPORTED, "import_s": hidden})
             job = json.loads(sys.stdin.readline())
     except ValueError as exc:
-        _sender(stream)({"type": "fatal", "status": "error", "error": f"bad job: {exc}"})
+        _sender(stream)({"type": Message.FATAL, "status": RunStatus.ERROR, "error": f"bad job: {exc}"})
         return 2
     return serve(job, stream, engine, hidden)
 

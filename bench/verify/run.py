@@ -51,6 +51,7 @@ from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
 from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
+from attnsel.bench.verify.status import RunStatus
 from attnsel.bench.verify.verdict import (
     build_comparisons,
     engine_start_spreads,
@@ -306,7 +307,7 @@ def _run_engines(run: _Run, kept: dict) -> None:
         if row_key(row) in kept:
             row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
         elif candidate.reasons:
-            row.update(status="refused", error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
+            row.update(status=RunStatus.REFUSED, error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
         else:
             _timed_start(run, candidate, row)
         document["candidates"].append(row)
@@ -427,7 +428,7 @@ def engine_env(env: Mapping[str, str]) -> dict:
 
 def shape_row(result: dict) -> dict:
     row = dict(result)
-    if row.get("status") == "ok":
+    if row.get("status") == RunStatus.OK:
         row["figures"] = shape_figures(row)
     return row
 

@@ -27,6 +27,7 @@ from attnsel.bench.verify.plan import (
     ROLE_PICK,
     ROLE_RUNNER_UP,
 )
+from attnsel.bench.verify.status import RunStatus
 
 
 def _label(batch: int, context: int) -> str:
@@ -85,10 +86,10 @@ def _figures(row: dict | None, index: int) -> dict | None:
 
 def _start_figures(row: dict | None, index: int) -> dict | None:
     shapes = (row or {}).get("shapes") or []
-    if row is None or row.get("status") != "ok" or index >= len(shapes):
+    if row is None or row.get("status") != RunStatus.OK or index >= len(shapes):
         return None
     shape = shapes[index] or {}
-    return shape.get("figures") if shape.get("status") == "ok" else None
+    return shape.get("figures") if shape.get("status") == RunStatus.OK else None
 
 
 def annotate_attention(document: dict, tune_doc: TuneInput) -> None:
@@ -191,10 +192,10 @@ def _missing(row: dict, base: dict | None, index: int) -> str:
     for who, r in (("this candidate", row), ("vLLM's default", base)):
         if r is None:
             return f"{who} was not run"
-        if r.get("status") != "ok":
+        if r.get("status") != RunStatus.OK:
             return f"{who}: {r.get('status')}: {r.get('error') or ''}".strip()
         shape = (r.get("shapes") or [{}])[index] if index < len(r.get("shapes") or []) else {}
-        if shape.get("status") != "ok":
+        if shape.get("status") != RunStatus.OK:
             return f"{who}: {shape.get('status')}: {shape.get('error') or ''}".strip()
     return "no complete N1/N2 pair"
 
