@@ -176,9 +176,9 @@ def register(app: typer.Typer) -> None:
         from attnsel.bench.verify import VerifyRequest, check_verify_flags
         from attnsel.bench.verify import plan as VP
 
-        check_verify_flags(run_dir, output, model=model, candidates=candidates, shapes=shapes, repeats=repeats,
+        check_verify_flags(run_dir, output, model=model, candidates=candidates, shapes=shapes,
                            decode_steps=decode_steps, gpu_memory_utilization=gpu_memory_utilization,
-                           start_timeout=start_timeout, timeout=timeout, repeat_engine=repeat_engine)
+                           start_timeout=start_timeout, timeout=timeout)
         req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
                             shapes=VP.parse_shapes(shapes), repeats=repeats, repeat_engine=repeat_engine,
                             decode_steps=decode_steps,

@@ -15,18 +15,15 @@ MAX_ENGINE_STARTS = 10  # --repeat-engine: starts of each pair's engine (each ta
 
 
 def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str | None,
-                       candidates: str | None, shapes: str | None, repeats: int, decode_steps: int,
-                       gpu_memory_utilization: float, start_timeout: float, timeout: float,
-                       repeat_engine: int = 1) -> None:
-    """Every verify flag, in the order a user reads them; the output folder must be writable."""
+                       candidates: str | None, shapes: str | None, decode_steps: int,
+                       gpu_memory_utilization: float, start_timeout: float, timeout: float) -> None:
+    """Every verify flag the request does not check itself (bench/verify/run.py VerifyRequest: the
+    repeats), in the order a user reads them; the output folder must be writable."""
     if run_dir is None and output is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
     if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
         raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
     check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
-    if repeats > MAX_REPEATS:  # too few: bench/verify/run.py says why two are needed
-        raise UserInputError(f"--repeats {repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
-    check_size("--repeat-engine", repeat_engine, minimum=1, maximum=MAX_ENGINE_STARTS)
     check_positive_number("--start-timeout", start_timeout)
     check_positive_number("--timeout", timeout)
     check_names((("--model", model), ("--candidates", candidates), ("--shapes", shapes)))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from attnsel import __version__, files
 from attnsel.attention import versions
-from attnsel.attention.model import attention_layer_count
+from attnsel.attention.model import attention_layer_count, check_size
 from attnsel.attention.model import config as MC
 from attnsel.bench.plan import shape_from_model, vllm_default_choice
 from attnsel.bench.tune import (
@@ -47,7 +47,7 @@ from attnsel.bench.verify.engine_process import (
     DEFAULT_START_TIMEOUT_S,
     run_engine,
 )
-from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
+from attnsel.bench.verify.flags import MAX_ENGINE_STARTS, MAX_REPEATS
 from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
@@ -72,7 +72,8 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    """verify's options, parsed (cli/verify_cmd.py; `tune --verify`: the sweep's folder alone)."""
+    """verify's options, parsed and checked once (cli/verify_cmd.py and bench/verify/flags.py;
+    `tune --verify`: the sweep's folder alone). The counts it holds are checked here, where it is made."""
 
     tune_dir: Path | None = None  # a `tune --output` folder: its tune.json gives candidates and kernel margins
     model: str | None = None  # config.json, folder or catalog name (default: the tuned model)
@@ -86,6 +87,13 @@ class VerifyRequest:
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     engine: str = field(default_factory=lambda: os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)
     resume: bool = False  # keep the engines a previous run in the same folder measured (same options)
+
+    def __post_init__(self) -> None:
+        if self.repeats < 2:
+            raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
+        if self.repeats > MAX_REPEATS:
+            raise UserInputError(f"--repeats {self.repeats} is too many: at most {MAX_REPEATS} timed pairs per shape")
+        check_size("--repeat-engine", self.repeat_engine, minimum=1, maximum=MAX_ENGINE_STARTS)
 
 
 @dataclass
@@ -244,10 +252,6 @@ def engine_job(req: VerifyRequest, plan: _Plan, candidate: VP.Candidate, util: f
 def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | None = None,
                env: Mapping[str, str] = os.environ) -> dict:
     """Plan, run every candidate's engine, compare, write verify.json (after each candidate too)."""
-    if req.repeats < 2:
-        raise UserInputError("--repeats must be at least 2: the spread of the repeats is the noise the verdict uses")
-    if not 1 <= req.repeat_engine <= MAX_ENGINE_STARTS:
-        raise UserInputError(f"--repeat-engine must be between 1 and {MAX_ENGINE_STARTS} engine starts per pair")
     progress = progress or VerifyProgress()
     output_dir = Path(output_dir)
     previous = previous_rows(output_dir, req.resume)
