@@ -39,6 +39,8 @@ from attnsel.errors import UserInputError
 if TYPE_CHECKING:
     from typer._click.core import Context
 
+    from attnsel.attention.preflight import PreflightRequest
+
 
 class _PreflightCommand(RayAddressCommand):
     """--ray's optional value, and vLLM's dotted `--attention-config.KEY VALUE` (cli/common.py)."""
@@ -100,16 +102,10 @@ def register(app: typer.Typer) -> None:
             check_request,
             load_model_config,
         )
-        from attnsel.attention.preflight import (
-            Deployment,
-            machine_report,
-            run_preflight,
-        )
+        from attnsel.attention.preflight import Deployment, PreflightRequest
         from attnsel.attention.preflight.memory_check import memory_flags
         from attnsel.attention.rules import attention_flags
         from attnsel.attention.versions import select_profile
-        from attnsel.cli import settings
-        from attnsel.reports import preflight_report as view
 
         fmt = _normalize_format(output_format, as_json)
         attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted))
@@ -143,14 +139,25 @@ def register(app: typer.Typer) -> None:
             serve_line_note=serve_line_note,
         )
         check_memory_flags(memory_flags(deployment))
-        if ray is not None:
+        request = PreflightRequest(deployment, model, hf_config, choice, gpu=gpu, num_gpus=num_gpus, ray=ray,
+                                   timeout=timeout)
+        if request.ray is not None:
             from attnsel.cli.fleet_cmd import run_ray_preflight
 
-            run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+            run_ray_preflight(request, fmt, quiet)
             return
-        report = machine_report(gpu, num_gpus, tensor_parallel_size * pipeline_parallel_size)
-        names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
-        settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
-        result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
-                               profile_reason=choice.reason)
-        emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)
+        _run_here(request, fmt, quiet)
+
+
+def _run_here(request: PreflightRequest, fmt: str, quiet: bool) -> None:
+    """One machine: this one, or the target --gpu names."""
+    from attnsel.attention.preflight import machine_report, run_preflight
+    from attnsel.cli import settings
+    from attnsel.reports import preflight_report as view
+
+    report = machine_report(request.gpu, request.num_gpus, request.world_size)
+    names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
+    settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
+    result = run_preflight(report, request.hf_config, request.deployment, profile=request.profile, model=request.model,
+                           profile_reason=request.choice.reason)
+    emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.attention.preflight.gpu_checks import target_report
     from attnsel.attention.preflight.outcome import machine_report, raise_if_failed
+    from attnsel.attention.preflight.request import PreflightRequest
     from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check, CheckStatus
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "CheckStatus",
     "Deployment",
     "FleetPreflightResult",
+    "PreflightRequest",
     "PreflightResult",
     "ScopedCheck",
     "machine_report",
@@ -42,6 +44,7 @@ __getattr__ = lazy_door(__name__, {
     "FAIL": "status",
     "FleetPreflightResult": "fleet",
     "PASS": "status",
+    "PreflightRequest": "request",
     "PreflightResult": "deployment",
     "ScopedCheck": "fleet",
     "WARN": "status",
