@@ -222,11 +222,11 @@ def register(app: typer.Typer) -> None:
             calibrated_q_scale=calibrated_q_scale,
         )
         check_request(req, tensor_parallel_size)
-        if history:
-            return _answer_history(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route,
-                                   check_imports)
-        check_hybrid_flags(req, route.choice.profile)
-        _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
+        if not history:
+            check_hybrid_flags(req, route.choice.profile)
+        request = ExplainRequest(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route,
+                                 check_imports)
+        (_answer_history if history else _answer)(request)
 
 
 def _check_flags(attn_type: str | None, gpu: str | None, vllm_version: str | None,
@@ -260,6 +260,20 @@ class _Route:
         return self.live or self.compare_live
 
 
+@dataclasses.dataclass(frozen=True)
+class ExplainRequest:
+    """explain's options once parsed and checked: vLLM's selector request, the model config read
+    once, the GPU asked about, and the route (with the version object chosen once)."""
+
+    selection: SelectionRequest
+    tp: int  # --tensor-parallel-size
+    model: ModelChoice | None  # None: flags only (--head-size)
+    gpu: str | None  # --gpu NAME or "all"
+    capability: str | None  # --capability X.Y
+    route: _Route
+    check_imports: bool = False  # --check-imports (--vllm-version all asks each release for its own map)
+
+
 def _route(vllm_version: str | None, check_imports: bool, vit_override: str | None, *, live: bool,
            compare_live: bool, as_json: bool) -> _Route:
     from attnsel.attention.rules import importable_map
@@ -272,42 +286,43 @@ def _route(vllm_version: str | None, check_imports: bool, vit_override: str | No
     return _Route(choice, importable, vit_override, live=live, compare_live=compare_live, as_json=as_json)
 
 
-def _answer_history(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
-                    capability: str | None, route: _Route, check_imports: bool) -> None:
+def _answer_history(request: ExplainRequest) -> None:
     from attnsel.attention.explain import model_doc, resolve_gpu
     from attnsel.cli.explain_history import run_history
 
-    if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
+    route, model = request.route, request.model
+    if route.asks_installed_vllm or (request.gpu or "").strip().lower() == "all":
         raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
-    run_history(req, tp, model, resolve_gpu(gpu, capability), check_imports, route.as_json,
-                model_doc(model, model.config if model is not None else None), route.memory_flags)
+    run_history(request.selection, request.tp, model, resolve_gpu(request.gpu, request.capability),
+                request.check_imports, route.as_json, model_doc(model, model.config if model is not None else None),
+                route.memory_flags)
 
 
-def _answer(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
-            capability: str | None, route: _Route) -> None:
+def _answer(request: ExplainRequest) -> None:
     """--gpu all, or no GPU here and none named: every GPU family; else the one GPU."""
     from attnsel.attention.explain import resolve_gpu
 
-    if gpu is not None and gpu.strip().lower() == "all":
+    route = request.route
+    if request.gpu is not None and request.gpu.strip().lower() == "all":
         if route.asks_installed_vllm:
             raise UserInputError("--gpu all does not combine with --live or --compare-live (one GPU: this one)")
-        _run_matrix(req, tp, model, route)
+        _run_matrix(request)
         return
-    resolved = resolve_gpu(gpu, capability)
+    resolved = resolve_gpu(request.gpu, request.capability)
     if resolved is None:  # a laptop or CI runner: answer for the GPU families people deploy on
         if route.asks_installed_vllm:
             raise UserInputError("no GPU detected on this machine: --live and --compare-live ask this GPU")
-        _run_matrix(req, tp, model, route, header_notes=(NO_GPU_NOTE,))
+        _run_matrix(request, header_notes=(NO_GPU_NOTE,))
         return
     gpu_name, cc = resolved
-    _answer_one_gpu(req, tp, model, gpu_name, cc, route)
+    _answer_one_gpu(request, gpu_name, cc)
 
 
-def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_name: str | None,
-                    cc: tuple[int, int], route: _Route) -> None:
+def _answer_one_gpu(request: ExplainRequest, gpu_name: str | None, cc: tuple[int, int]) -> None:
     from attnsel.attention.explain import explain_gpu, model_section
 
-    answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
+    req, model, route = request.selection, request.model, request.route
+    answer = explain_gpu(req, request.tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
     expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
         _run_live(answer.selector_answer, answer.inputs, answer.ctx, route.compare_live, route.as_json)
@@ -321,12 +336,13 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, g
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
 
-def _run_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, route: _Route,
-                header_notes: tuple[str, ...] = ()) -> None:
+def _run_matrix(request: ExplainRequest, header_notes: tuple[str, ...] = ()) -> None:
     from attnsel.attention.explain import explain_matrix
     from attnsel.reports.explain import matrix_to_dict, render_matrix
 
-    matrix = explain_matrix(req, tp, model, route.choice, route.importable, route.memory_flags)
+    route = request.route
+    matrix = explain_matrix(request.selection, request.tp, request.model, route.choice, route.importable,
+                            route.memory_flags)
     profile = route.choice.profile
     if matrix.attention_free:
         from attnsel.reports.explain import attention_free_line
