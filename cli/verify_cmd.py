@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from attnsel.bench.verify import VerifyProgress, VerifyRequest
+    from attnsel.bench.verify.protocol import Progress
 
 
 class _Display:
@@ -58,25 +59,24 @@ class _Display:
         self.task = self.bar.add_task(f"{self.label}: starting vLLM", total=max(1.0, estimate_s),
                                       estimate=f"est. ~{estimate_s:.0f} s")
 
-    def on_message(self, message: dict) -> None:
+    def on_message(self, message: Progress) -> None:
         from attnsel.bench.verify import Message
 
-        kind = message.get("type")
-        if kind == Message.STARTED:
-            facts = message.get("facts") or {}
+        if message["type"] == Message.STARTED:
+            facts = message["facts"] or {}
             backends = ", ".join(facts.get("attention_backends") or []) or (
                 f"{facts['logged_backend']} (from vLLM's log)" if facts.get("logged_backend") else "?")
-            self.console.print(f"  {self.label}: engine started in {message.get('start_s', 0):.1f} s "
+            self.console.print(f"  {self.label}: engine started in {message['start_s']:.1f} s "
                                f"({backends}, block size "
                                f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)"
                                + (f"; vLLM imported while the previous engine started ({facts['import_hidden_s']:.0f} s)"
                                   if facts.get("import_hidden_s") is not None else ""))
-        elif kind == Message.HELD:
-            self.console.print(f"  {self.label}: {_held_text(message.get('hold') or {})}")
-        elif kind == Message.SHAPE_START:
+        elif message["type"] == Message.HELD:
+            self.console.print(f"  {self.label}: {_held_text(message['hold'] or {})}")
+        elif message["type"] == Message.SHAPE_START:
             self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]
             self._describe(f"{self.shape}: warm-up call")
-        elif kind == Message.CALL:
+        elif message["type"] == Message.CALL:
             self.calls += 1
             self._describe(f"{self.shape}: call {self.calls}/{self.total_calls} done ({message['phase']}, "
                            f"{message['max_tokens']} tokens, {message['seconds']:.2f} s)")

@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.verify.engine_log import parse_engine_log, read_log
     from attnsel.bench.verify.engine_process import run_engine
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
+    from attnsel.bench.verify.protocol import Message
     from attnsel.bench.verify.records import (
         Candidate,
         Comparison,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         run_verify,
         write_model_dir,
     )
-    from attnsel.bench.verify.status import Message, RunStatus
+    from attnsel.bench.verify.status import RunStatus
     from attnsel.bench.verify.verdict import (
         build_comparisons,
         engine_start_spreads,
@@ -86,7 +87,7 @@ __getattr__ = lazy_door(__name__, {
     "GpuFacts": "records",
     "Judged": "records",
     "Judgement": "compare",
-    "Message": "status",
+    "Message": "protocol",
     "ModelFacts": "records",
     "RunStatus": "status",
     "ShapeFigures": "records",

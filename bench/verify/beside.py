@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
 from attnsel.bench.verify.prebuild import FlashInferPrebuild, note, prebuild_request
+from attnsel.bench.verify.protocol import Message
 from attnsel.bench.verify.resume import row_key
-from attnsel.bench.verify.status import Message
 
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
@@ -170,8 +170,8 @@ class Beside:
                 continue
             if message is None:
                 waiting.lost = "died"
-            elif message.get("type") == Message.IMPORTED:
-                waiting.import_s = float(message.get("import_s") or 0.0)
+            elif message["type"] == Message.IMPORTED:
+                waiting.import_s = float(message["import_s"] or 0.0)
         if waiting.lost:
             waiting.process.stop(grace_s=0.0)
 

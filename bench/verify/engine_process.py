@@ -21,13 +21,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from attnsel.bench.verify import engine_log
-from attnsel.bench.verify.status import Message, RunStatus
+from attnsel.bench.verify.protocol import (
+    FromWorker,
+    Message,
+    Prespawn,
+    Progress,
+    Started,
+)
+from attnsel.bench.verify.status import RunStatus
 
 DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (docs/gpu-facts.md §6)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
@@ -51,7 +58,7 @@ class EngineProcess:
     """`python -m attnsel.bench.verify.engine_worker` with its job; stderr (vLLM's log) goes to `log_path`."""
 
     def __init__(self, job: dict | None, log_path: Path, env: dict | None = None,
-                 prespawn: dict | None = None):
+                 prespawn: Prespawn | None = None):
         """`job` now, or `prespawn` ({"type": "prespawn", "engine"}: the worker imports its engine's
         libraries and waits for `send_job`); a job with "hold" keeps stdin open for `release`."""
         self.log_path = Path(log_path)
@@ -83,7 +90,7 @@ class EngineProcess:
         """A held engine (job "hold") goes on to its shapes."""
         self._write({"type": Message.GO}, close=True)
 
-    def _write(self, message: dict, close: bool) -> None:
+    def _write(self, message: Mapping[str, object], close: bool) -> None:
         stdin = self.proc.stdin
         assert stdin is not None  # Popen(stdin=PIPE)
         try:
@@ -94,7 +101,7 @@ class EngineProcess:
         except (BrokenPipeError, OSError, ValueError):
             pass  # it died; reading sees EOF
 
-    def next_message(self, timeout_s: float) -> dict | None:
+    def next_message(self, timeout_s: float) -> FromWorker | None:
         """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
         pipe with select() in this thread: lines that are not protocol JSON are skipped."""
         deadline = time.monotonic() + timeout_s
@@ -165,12 +172,13 @@ def end_process_group(proc: subprocess.Popen, term_wait_s: float = 10.0, kill_wa
             continue
 
 
-def _as_message(line: str) -> dict | None:
+def _as_message(line: str) -> FromWorker | None:
     try:
         message = json.loads(line)
     except ValueError:
         return None  # a stray print, not the protocol
-    return message if isinstance(message, dict) and "type" in message else None
+    # engine_worker.py writes only FromWorker messages on this pipe; anything else is a stray line
+    return cast("FromWorker", message) if isinstance(message, dict) and "type" in message else None
 
 
 @dataclass
@@ -188,7 +196,7 @@ class CandidateRun:
     hold: dict | None = None  # what the engine waited for between its start and its first shape
 
 
-Listener = Callable[[dict], None]
+Listener = Callable[[Progress], None]
 
 
 def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
@@ -242,33 +250,32 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             detail = f"the engine worker {describe_exit(code)}" + (f" ({cause})" if cause else "")
             _fail(run, current, RunStatus.CRASHED, detail)
             return
-        kind = message["type"]
-        if kind == Message.IMPORTED:
+        if message["type"] == Message.IMPORTED:
             continue  # a pre-spawned worker's import, before its job (its facts carry import_hidden_s)
-        if kind == Message.STARTED:
+        if message["type"] == Message.STARTED:
             _backend_from_log(message, process)
         on_message(message)
-        if kind == Message.STARTED:
-            run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
+        if message["type"] == Message.STARTED:
+            run.start_s, run.facts = message["start_s"], message["facts"] or {}
             if hold is not None:
                 run.hold = hold()
                 on_message({"type": Message.HELD, "hold": run.hold})
                 process.release()
-        elif kind == Message.SHAPE_START:
+        elif message["type"] == Message.SHAPE_START:
             current = int(message["index"])
-        elif kind == Message.SHAPE:
-            run.shapes[int(message["index"])] = message.get("result")
+        elif message["type"] == Message.SHAPE:
+            run.shapes[int(message["index"])] = message["result"]
             current = None
-        elif kind == Message.FATAL:
-            error = message.get("error") or "the engine could not start"
+        elif message["type"] == Message.FATAL:
+            error = message["error"] or "the engine could not start"
             cause = engine_log.last_error(process.log_text(), besides=error)
-            run.status, run.error = message.get("status") or RunStatus.ERROR, _with_cause(error, cause)
+            run.status, run.error = message["status"] or RunStatus.ERROR, _with_cause(error, cause)
             return
-        elif kind == Message.DONE:
+        elif message["type"] == Message.DONE:
             return
 
 
-def _backend_from_log(message: dict, process: EngineProcess) -> None:
+def _backend_from_log(message: Started, process: EngineProcess) -> None:
     """Where the model inspection named no backend (MLA layers print none: inspection.py
     unnamed_attention_layers), the one vLLM logged when it chose it (platforms/cuda.py "Using %s
     attention backend ..." / "Using %s backend.", logged before the engine reports it started)."""

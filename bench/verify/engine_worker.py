@@ -5,7 +5,7 @@ compiler must cost its own row only, and the next engine must find the GPU empty
 (bench/verify/run.py, torch-free) starts this worker in a new session and kills its process group
 (vLLM's engine-core process included) on a timeout.
 
-Protocol. The parent writes one JSON job as the first line on stdin:
+Protocol (its messages typed in bench/verify/protocol.py). The parent writes one JSON job as the first line on stdin:
     {"engine": "module:attr" | "/path/file.py:attr", "backend": "TRITON_ATTN" | null,
      "block_size": 64 | null, "model_dir", "tensor_parallel_size", "dtype", "gpu_memory_utilization",
      "max_model_len", "engine_overrides": {LLM argument: value}, "vocab_size", "shapes": [{"batch", "context"}],
@@ -53,7 +53,8 @@ from attnsel.bench.verify.inspection import (
     installed_engine_facts,
     unnamed_attention_layers,
 )
-from attnsel.bench.verify.status import Message, RunStatus
+from attnsel.bench.verify.protocol import FromWorker, Message
+from attnsel.bench.verify.status import RunStatus
 
 DEFAULT_ENGINE = "attnsel.bench.verify.engine_worker:VllmEngine"
 # Steps after the last request of the batch got its first token before the N1 call ends: the
@@ -165,7 +166,7 @@ def error_text(exc: BaseException) -> str:
 class ShapeRunner:
     """Runs the warm-up and the timed calls of each shape on a started engine; never raises."""
 
-    def __init__(self, engine: Engine, facts: dict, job: dict, send: Callable[[dict], None]):
+    def __init__(self, engine: Engine, facts: dict, job: dict, send: Callable[[FromWorker], None]):
         self.engine, self.facts, self.job, self.send = engine, facts, job, send
         self.clock: Callable[[], float] = getattr(engine, "clock", time.perf_counter)
 
@@ -243,8 +244,8 @@ def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden
     return 0
 
 
-def _sender(stream: TextIO) -> Callable[[dict], None]:
-    def send(message: dict) -> None:
+def _sender(stream: TextIO) -> Callable[[FromWorker], None]:
+    def send(message: FromWorker) -> None:
         stream.write(json.dumps(message, default=str) + "\n")
         stream.flush()
 

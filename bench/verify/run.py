@@ -61,6 +61,7 @@ from attnsel.errors import EnvironmentProblem, UserInputError
 
 if TYPE_CHECKING:
     from attnsel.attention.versions import RuleProfile
+    from attnsel.bench.verify.protocol import Progress
 
 SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
@@ -102,7 +103,7 @@ class VerifyProgress:
 
     on_plan: Callable[[dict], None] = lambda document: None
     on_candidate: Callable[[int, int, dict, float], None] = lambda index, total, candidate, estimate_s: None
-    on_message: Callable[[dict], None] = lambda message: None
+    on_message: Callable[[Progress], None] = lambda message: None
     on_tick: Callable[[], None] = lambda: None
     on_candidate_done: Callable[[dict], None] = lambda row: None
 

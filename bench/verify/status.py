@@ -1,7 +1,5 @@
-"""The words verify.json uses for how an engine start and a measured shape ended, and the types of
-the messages on the engine worker's pipe (bench/verify/engine_worker.py writes them,
-bench/verify/engine_process.py reads them). One definition each; str-valued (attnsel/words.py), so
-verify.json and the pipe carry the words they always did."""
+"""The words verify.json uses for how an engine start and a measured shape ended: one definition,
+str-valued (attnsel/words.py), so verify.json and the worker's pipe carry the words they always did."""
 
 from __future__ import annotations
 
@@ -23,19 +21,3 @@ class RunStatus(Word):
 ENGINE_STATUSES = (RunStatus.OK, RunStatus.ERROR, RunStatus.OOM, RunStatus.TIMEOUT, RunStatus.CRASHED, RunStatus.REFUSED)
 SHAPE_STATUSES = (RunStatus.OK, RunStatus.ERROR, RunStatus.OOM, RunStatus.TIMEOUT, RunStatus.CRASHED,
                   RunStatus.DOES_NOT_FIT, RunStatus.NOT_RUN)
-
-
-class Message(Word):
-    """The "type" of a message on the worker's pipe (engine_worker.py's docstring has the protocol)."""
-
-    PRESPAWN = "prespawn"  # parent -> worker: import the engine's libraries, wait for the job
-    GO = "go"  # parent -> a held worker: measure now
-    IMPORTED = "imported"  # worker -> parent: a pre-spawned worker's import is done
-    STARTING = "starting"  # the worker read its job (its pid)
-    STARTED = "started"  # the engine started (its facts)
-    HELD = "held"  # the parent's record of what the engine waited for (sent to the progress display)
-    SHAPE_START = "shape_start"
-    CALL = "call"  # one timed generate call
-    SHAPE = "shape"  # one shape's result
-    FATAL = "fatal"  # the engine could not start
-    DONE = "done"
