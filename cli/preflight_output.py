@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from attnsel.cli.common import print_json, terminal_width
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 R = TypeVar("R", "PreflightResult", "FleetPreflightResult")
 
 
-def emit(result: R, fmt: str, quiet: bool, to_dict: Callable[[R], Any],
+def emit(result: R, fmt: str, quiet: bool, to_dict: Callable[[R], Mapping[str, object]],
          render_github: Callable[..., None], render_text: Callable[..., None]) -> None:
     """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed.
     `render_github(result, out, quiet=)` and `render_text(result, out, quiet=, verbose=, colour=, width=)`:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html as _html
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify import (
@@ -52,7 +52,7 @@ def _who(entry: EngineStart | Comparison | StartSpread) -> str:
     return entry.short or getattr(entry, "name", None) or getattr(entry, "candidate", None) or "?"
 
 
-def _gib(value: Any) -> str:
+def _gib(value: float | None) -> str:
     return "–" if not value else f"{value / 1024 ** 3:.1f}"
 
 
@@ -241,7 +241,7 @@ def markdown(doc: Mapping | VerifyDocument, level: int = 1) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{_html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -43,7 +43,7 @@ def _capability_str(capability: Sequence[int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
-def _kernel_sizes_json(sizes: Sequence[Any] | None) -> list | None:
+def _kernel_sizes_json(sizes: Sequence[int | MultipleOf] | None) -> list | None:
     if sizes is None:
         return None
     return [s.to_dict() if isinstance(s, MultipleOf) else s for s in sizes]
