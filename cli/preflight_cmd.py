@@ -33,7 +33,6 @@ from attnsel.cli.fleet_cmd import (
     RayAddressCommand,
     check_ray_flags,
 )
-from attnsel.cli.preflight_output import emit
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -153,6 +152,7 @@ def _run_here(request: PreflightRequest, fmt: str, quiet: bool) -> None:
     """One machine: this one, or the target --gpu names."""
     from attnsel.attention.preflight import machine_report, run_preflight
     from attnsel.cli import settings
+    from attnsel.cli.preflight_output import emit
     from attnsel.reports import preflight_report as view
 
     report = machine_report(request.gpu, request.num_gpus, request.world_size)
