@@ -349,7 +349,7 @@ def _run_matrix(request: ExplainRequest, header_notes: tuple[str, ...] = ()) -> 
 
         header_notes = (*header_notes, attention_free_line(matrix.model))
     if route.as_json:
-        print_json(dict(matrix_to_dict(matrix.rows, model=matrix.model, profile=profile), notes=list(header_notes)))
+        print_json(matrix_to_dict(matrix.rows, model=matrix.model, profile=profile, notes=header_notes))
     else:
         render_matrix(matrix.rows, stdout_console(), model=matrix.model, profile=profile, notes=header_notes)
 

@@ -18,7 +18,12 @@ from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import families
 
 if TYPE_CHECKING:
-    from attnsel.attention.explain.document import ModelRef, ModelSection, SavedAnswer
+    from attnsel.attention.explain.document import (
+        MatrixRowFields,
+        ModelRef,
+        ModelSection,
+        SavedAnswer,
+    )
     from attnsel.attention.explain.explicit_block_sizes import ExplicitBlockSize
     from attnsel.attention.memory import MemoryPlan
     from attnsel.attention.model.facts import ModelFacts
@@ -307,7 +312,7 @@ class MatrixRow:
     def error(self) -> str | None:
         return self.model_error if self.explanation is None else self.explanation.error
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> MatrixRowFields:
         e = self.explanation
         capability = e.capability if e is not None else self.capability
         return {

@@ -142,3 +142,81 @@ class SavedAnswer(TypedDict, total=False):
     explicit_backend: dict | None
     inputs: dict | None
     vllm_args: list[str] | None
+
+
+class MatrixRowFields(TypedDict):
+    """One GPU family of `explain --gpu all` (attention/explain/answers.py MatrixRow.to_dict)."""
+
+    family: str
+    gpu: str
+    capability: str | None
+    dtype: str | None
+    selected: str | None
+    block_size: int | None
+    kernel_block_size: int | None
+    valid_backends: list[str]
+    valid_count: int
+    total_count: int
+    error: str | None
+    error_phase: str | None
+    model_warnings: list[str]
+    known_faults: list[dict]
+    exit_code: int  # what `explain --gpu` on this GPU exits with
+
+
+class ExplainMatrix(TypedDict):
+    """`explain --gpu all --json` (`attnsel-explain-matrix/1`)."""
+
+    schema: str
+    profile: str | None
+    profile_vllm_version: str | None
+    model: ModelRef | None
+    inputs: dict | None  # the selector inputs, where no model was read
+    rows: list[MatrixRowFields]
+    notes: list[str]
+
+
+class ReleaseFields(TypedDict):
+    """One release's answer in `explain --vllm-version all`."""
+
+    profile: str
+    vllm_version: str
+    selected: str | None
+    block_size: int | None
+    kernel_block_size: int | None
+    valid_backends: list[str]
+    backends: list[dict]
+    error: str | None
+    refused: bool  # the release refused the request before any backend was asked
+    notes: list[str]
+    exit_code: int
+
+
+class Change(TypedDict):
+    before: object
+    after: object
+
+
+class ChangeFields(TypedDict):
+    """What changed from one release to the next."""
+
+    before: str
+    after: str
+    changed: bool
+    became_valid: list[str]
+    became_invalid: list[str]
+    selected: Change | None
+    block_size: Change | None
+    error: Change | None
+    summary: list[str]
+
+
+class ExplainHistory(TypedDict):
+    """`explain --vllm-version all --json` (`attnsel-explain-history/1`)."""
+
+    schema: str
+    gpu: GpuRef
+    model: ModelRef | None
+    inputs: dict | None
+    releases: list[ReleaseFields]
+    changes: list[ChangeFields]

@@ -19,7 +19,13 @@ from attnsel.reports.explain.table import (
 )
 
 if TYPE_CHECKING:
-    from attnsel.attention.explain.document import ModelRef
+    from attnsel.attention.explain.document import (
+        Change,
+        ChangeFields,
+        ExplainHistory,
+        ModelRef,
+        ReleaseFields,
+    )
 
 
 def change_lines(change: ReleaseChange) -> list[str]:
@@ -45,7 +51,7 @@ def change_lines(change: ReleaseChange) -> list[str]:
     return lines
 
 
-def _verdict_dict(verdict: ReleaseVerdict) -> dict:
+def _verdict_dict(verdict: ReleaseVerdict) -> ReleaseFields:
     e = verdict.explanation
     return {
         "profile": verdict.profile,
@@ -62,8 +68,8 @@ def _verdict_dict(verdict: ReleaseVerdict) -> dict:
     }
 
 
-def _change_dict(change: ReleaseChange) -> dict:
-    def pair(value: tuple | None) -> dict | None:
+def _change_dict(change: ReleaseChange) -> ChangeFields:
+    def pair(value: tuple | None) -> Change | None:
         return None if value is None else {"before": value[0], "after": value[1]}
 
     return {
@@ -79,7 +85,7 @@ def _change_dict(change: ReleaseChange) -> dict:
     }
 
 
-def history_to_dict(history: ReleaseHistory, model: ModelRef | None = None) -> dict:
+def history_to_dict(history: ReleaseHistory, model: ModelRef | None = None) -> ExplainHistory:
     """The `explain --vllm-version all --json` document."""
     first = next((v.explanation for v in history.releases if v.explanation is not None), None)
     return {

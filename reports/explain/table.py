@@ -26,7 +26,12 @@ from attnsel.reports.explain.memory import render_memory
 
 if TYPE_CHECKING:
     from attnsel.attention.explain import Mismatch
-    from attnsel.attention.explain.document import ExplainAnswer, ModelRef, ModelSection
+    from attnsel.attention.explain.document import (
+        ExplainAnswer,
+        ExplainMatrix,
+        ModelRef,
+        ModelSection,
+    )
     from attnsel.attention.explain.live import LiveAnswer, LiveVerdict
     from attnsel.attention.memory import MemoryPlan
     from attnsel.attention.rules import BackendVerdict
@@ -244,7 +249,8 @@ def render_explanation_with_model(expl: Explanation, model_section: ModelSection
         console.print(f"Memory: not planned: {memory_note}", markup=False)
 
 
-def matrix_to_dict(rows: Sequence[MatrixRow], model: ModelRef | None = None, profile: RuleProfile | None = None) -> dict:
+def matrix_to_dict(rows: Sequence[MatrixRow], model: ModelRef | None = None, profile: RuleProfile | None = None,
+                   notes: Sequence[str] = ()) -> ExplainMatrix:
     first = next((row.explanation for row in rows if row.explanation is not None), None)
     return {
         "schema": EXPLAIN_MATRIX_SCHEMA,
@@ -253,6 +259,7 @@ def matrix_to_dict(rows: Sequence[MatrixRow], model: ModelRef | None = None, pro
         "model": model,
         "inputs": first.inputs.to_dict() if first and model is None else None,
         "rows": [row.to_dict() for row in rows],
+        "notes": list(notes),
     }
 
 
