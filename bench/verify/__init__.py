@@ -28,12 +28,8 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         VerifyOptions,
         VllmFacts,
     )
-    from attnsel.bench.verify.run import (
-        VerifyProgress,
-        VerifyRequest,
-        run_verify,
-        write_model_dir,
-    )
+    from attnsel.bench.verify.request import VerifyRequest, write_model_dir
+    from attnsel.bench.verify.run import VerifyProgress, run_verify
     from attnsel.bench.verify.status import RunStatus
     from attnsel.bench.verify.verdict import (
         build_comparisons,
@@ -98,7 +94,7 @@ __getattr__ = lazy_door(__name__, {
     "VerifyDocument": "records",
     "VerifyOptions": "records",
     "VerifyProgress": "run",
-    "VerifyRequest": "run",
+    "VerifyRequest": "request",
     "VllmFacts": "records",
     "build_comparisons": "verdict",
     "check_verify_flags": "flags",
@@ -110,5 +106,5 @@ __getattr__ = lazy_door(__name__, {
     "run_engine": "engine_process",
     "run_verify": "run",
     "summarize": "verdict",
-    "write_model_dir": "run",
+    "write_model_dir": "request",
 })

@@ -37,6 +37,6 @@ def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str 
 
 def check_verify_possible() -> None:
     """`tune --verify` fails before its sweep when the engine could not run afterwards (exit 3)."""
-    from attnsel.bench.verify import run as verify
+    from attnsel.bench.verify import request as verify
 
     verify.vllm_version_or_fail(verify.VerifyRequest().engine)
