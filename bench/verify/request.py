@@ -31,9 +31,13 @@ from attnsel.bench.verify.engine_process import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
 )
-from attnsel.bench.verify.flags import MAX_ENGINE_STARTS, MAX_REPEATS
+from attnsel.bench.verify.flags import (
+    ENGINE_ENV,
+    MAX_ENGINE_STARTS,
+    MAX_REPEATS,
+)
 from attnsel.bench.verify.gpu_state import read_gpu
-from attnsel.errors import EnvironmentProblem, UserInputError
+from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,7 +47,6 @@ if TYPE_CHECKING:
 SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
-ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
 # vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
@@ -90,15 +93,6 @@ def load_tune_document(tune_dir: Path) -> dict:
     if not isinstance(doc, dict) or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("rows"), list):
         raise UserInputError(f"{path} is not a tune result (no plan / rows): pass a `tune --output` folder")
     return doc
-
-
-def vllm_version_or_fail(engine: str) -> str | None:
-    """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
-    version = versions.installed_vllm_version()
-    if version is None and engine == EW.DEFAULT_ENGINE:
-        raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
-                                 "Python environment (pip install vllm)")
-    return version
 
 
 def resolve_model(req: VerifyRequest, tune_doc: dict | None) -> tuple[str, dict]:

@@ -33,6 +33,7 @@ from attnsel.bench.verify.compare import shape_figures
 from attnsel.bench.verify.engine_process import (
     run_engine,
 )
+from attnsel.bench.verify.flags import vllm_version_or_fail
 from attnsel.bench.verify.gpu_state import wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
 from attnsel.bench.verify.request import (
@@ -42,7 +43,6 @@ from attnsel.bench.verify.request import (
     VerifyRequest,
     plan_document,
     release_log_patterns,
-    vllm_version_or_fail,
     write_model_dir,
 )
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
