@@ -35,7 +35,7 @@ from attnsel.reports.cells import formatted
 if TYPE_CHECKING:
     from rich.console import Console
 
-SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
+SCHEMA = "attnsel-verify/1"  # bench/verify/request.py SCHEMA
 VERDICT_STYLES: dict[str, str] = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
                   EngineVerdict.REVERSED: "bold red", EngineVerdict.NOT_MEASURED: "bold red"}
 VERDICT_CLASSES: dict[str, str] = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"

@@ -46,7 +46,7 @@ def start_beside(profile: RuleProfile, document: dict, runs: list[PlannedRun], e
                  child_env: dict, log_dir: Path, attention: dict | None = None) -> Beside:
     """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
     to start: then document["prebuild"] says why, or is absent) and returns the run's Beside.
-    `profile`: the release data of the installed vLLM (bench/verify/run.py plan_document)."""
+    `profile`: the release data of the installed vLLM (bench/verify/request.py plan_document)."""
     request = prebuild_request(profile, document["gpu"].get("capability"), env, attention)
     prebuild = None
     if request is not None and runs:

@@ -21,7 +21,7 @@ ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (
 def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str | None,
                        candidates: str | None, shapes: str | None, decode_steps: int,
                        gpu_memory_utilization: float, start_timeout: float, timeout: float) -> None:
-    """Every verify flag the request does not check itself (bench/verify/run.py VerifyRequest: the
+    """Every verify flag the request does not check itself (bench/verify/request.py VerifyRequest: the
     repeats), in the order a user reads them; the output folder must be writable."""
     if run_dir is None and output is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")

@@ -168,7 +168,7 @@ class VerifyOptions(Record):
 
 @dataclass
 class TuneAdvice(Record):
-    """The tune decision verify checked (bench/verify/run.py _tune_summary)."""
+    """The tune decision verify checked (bench/verify/request.py _tune_summary)."""
 
     margin_pct: float | None = None
     verdict: Verdict | None = None
