@@ -220,3 +220,53 @@ class ExplainHistory(TypedDict):
     inputs: dict | None
     releases: list[ReleaseFields]
     changes: list[ChangeFields]
+
+
+class LiveVerdictFields(TypedDict):
+    """One backend as the installed vLLM's own selector judged it (attention/explain/live.py)."""
+
+    name: str
+    priority: int | None
+    valid: bool
+    reasons: list[str]
+
+
+class LiveAnswerFields(TypedDict):
+    """What the installed vLLM's selector answered (attention/explain/live.py LiveAnswer.to_dict)."""
+
+    vllm_version: str
+    api: str  # "pairs" | "candidates"
+    backends: list[LiveVerdictFields]
+    explicit_backend: LiveVerdictFields | None
+    selected: str | None
+    block_size: int | None
+    error: str | None
+    forced_backend: str | None
+    selector_fields: list[str]
+
+
+class LiveAnswerAsked(LiveAnswerFields):
+    """`live` of `explain --live --json`: vLLM's answer with the GPU and inputs it was asked about."""
+
+    gpu: GpuRef
+    inputs: dict
+
+
+class MismatchFields(TypedDict):
+    what: str  # "priority list" | "backend" | "selected" | "block size" | "explicit backend"
+    backend: str | None
+    ours: object
+    live: object
+
+
+class _LiveReport(TypedDict):
+    live: LiveAnswerAsked
+
+
+class LiveReport(_LiveReport, total=False):
+    """`explain --live --json`; with --compare-live the profile and where it differs too."""
+
+    profile: str
+    profile_reason: str | None
+    mismatches: list[MismatchFields]
+    agree: bool

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.explain.live_runtime import (
     NOT_INSTALLED,
@@ -36,6 +36,13 @@ from attnsel.attention.explain.live_runtime import (
     vllm_runtime,
 )
 
+if TYPE_CHECKING:
+    from attnsel.attention.explain.document import (
+        LiveAnswerFields,
+        LiveVerdictFields,
+        MismatchFields,
+    )
+
 
 @dataclass(frozen=True)
 class LiveVerdict:
@@ -44,7 +51,7 @@ class LiveVerdict:
     valid: bool
     reasons: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> LiveVerdictFields:
         return {"name": self.name, "priority": self.priority, "valid": self.valid, "reasons": list(self.reasons)}
 
 
@@ -67,7 +74,7 @@ class LiveAnswer:
     def valid_backends(self) -> list[str]:
         return [b.name for b in self.backends if b.valid]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> LiveAnswerFields:
         return {
             "vllm_version": self.vllm_version,
             "api": self.api,
@@ -319,7 +326,7 @@ class Mismatch:
     ours: Any
     live: Any
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> MismatchFields:
         return {"what": self.what, "backend": self.backend, "ours": self.ours, "live": self.live}
 
 

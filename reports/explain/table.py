@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from attnsel.attention.explain.document import (
         ExplainAnswer,
         ExplainMatrix,
+        LiveAnswerAsked,
+        LiveReport,
         ModelRef,
         ModelSection,
     )
@@ -308,7 +310,7 @@ def render_matrix(rows: Sequence[MatrixRow], console: Console, model: ModelRef |
 
 
 # --- --live / --compare-live -------------------------------------------------------------------------
-def live_to_dict(answer: LiveAnswer, expl: Explanation) -> dict:
+def live_to_dict(answer: LiveAnswer, expl: Explanation) -> LiveAnswerAsked:
     """The installed vLLM's answer, with the GPU and inputs it was asked about."""
     return {
         **answer.to_dict(),
@@ -349,9 +351,9 @@ def render_comparison(expl: Explanation, mismatches: Sequence[Mismatch], console
     console.print(table)
 
 
-def live_report_to_dict(answer: LiveAnswer, expl: Explanation, mismatches: Sequence[Mismatch] | None) -> dict:
+def live_report_to_dict(answer: LiveAnswer, expl: Explanation, mismatches: Sequence[Mismatch] | None) -> LiveReport:
     """`explain --live --json`; with --compare-live (`mismatches` not None) the profile and where it differs."""
-    doc: dict[str, object] = {"live": live_to_dict(answer, expl)}
+    doc: LiveReport = {"live": live_to_dict(answer, expl)}
     if mismatches is not None:
         doc["profile"] = expl.profile
         doc["profile_reason"] = expl.profile_reason
