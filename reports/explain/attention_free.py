@@ -60,7 +60,7 @@ def attention_free_to_dict(expl: Explanation, model: ModelSection, ignored_flags
         "error": None,
         "error_type": None,
         "vllm_args": [],
-        "notes": list(model.get("notes") or []),
+        "notes": list(model["notes"] or []),
         "model": model,
         "exit_code": 0,
     }
@@ -76,5 +76,5 @@ def render_attention_free(expl: Explanation, model: ModelSection, ignored_flags:
     console.print(attention_free_line(model), markup=False)
     for flag in ignored_flags:
         console.print(f"Note: {flag} has nothing to act on here (vLLM builds no attention layer)", markup=False)
-    for line in model.get("warnings") or []:
+    for line in model["warnings"] or []:
         console.print(f"  vLLM: {line}", markup=False)

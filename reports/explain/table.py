@@ -209,11 +209,11 @@ def flags_line(expl: Explanation) -> str:
 
 def model_line(section: ModelSection | ModelRef) -> str:
     """"Model: NAME (where it came from) · model_type T" for the text output."""
-    if section.get("source") == DEFAULT_SOURCE:
+    if section["source"] == DEFAULT_SOURCE:
         origin = f"{DEFAULT_SOURCE}; pass --model or --head-size"
     else:
-        origin = section.get("source") or "config"
-    return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
+        origin = section["source"] or "config"
+    return f"Model: {section['name']} ({origin}) · model_type {section['model_type']}"
 
 
 def explanation_with_model_to_dict(expl: Explanation, model_section: ModelSection | None,
