@@ -328,6 +328,7 @@ class VllmEngine:
     def __init__(self) -> None:
         self.llm: Any = None  # vllm.LLM once started (vLLM has no type information here)
         self._params: dict[int, Any] = {}
+        self._release_engine: dict | None = None  # the job's: the parent chose the installed release once
 
     def preload(self) -> None:
         """What `start` imports first, imported by a pre-spawned worker while it waits (import
@@ -343,6 +344,7 @@ class VllmEngine:
         )
 
         imported = time.perf_counter()
+        self._release_engine = job.get("release_engine")
         self.llm = LLM(**engine_kwargs(job))
         facts = self.facts()
         facts["import_s"], facts["llm_init_s"] = imported - started, time.perf_counter() - imported
@@ -362,7 +364,8 @@ class VllmEngine:
         try:
             inspection = self.llm.collective_rpc("get_model_inspection", timeout=120)
             text = inspection[0] if inspection else ""
-            engine = installed_engine_facts()
+            # verify's jobs carry the release's engine data; a job without it (bench/tools/memory_record.py) asks here
+            engine = self._release_engine if self._release_engine is not None else installed_engine_facts()
             facts["attention_backends"] = backends_in_inspection(text, engine.get("inspection_ambiguous_impls") or ())
             unnamed = unnamed_attention_layers(text, engine)
             if unnamed:  # MLA: the backend is read from vLLM's log line instead (bench/verify/engine_process.py)

@@ -84,7 +84,9 @@ def engine_job(req: VerifyRequest, plan: VerifyPlan, candidate: VP.Candidate, ut
             "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
             "engine_overrides": opts.get("engine_overrides") or {},
             "vocab_size": VP.vocab_size(plan.hf_config), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
-            "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start}
+            "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start,
+            # the installed release's engine data, chosen once by the parent (the worker reads its inspection rules)
+            "release_engine": plan.profile.engine}
 
 
 def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | None = None,
