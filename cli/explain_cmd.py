@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import typer
 from typer.core import TyperCommand
@@ -37,8 +38,15 @@ from attnsel.cli.completion import (
 from attnsel.errors import EXIT_FAILED, UserInputError
 
 if TYPE_CHECKING:
+    from typer._click.core import Context
+    from typer._click.formatting import HelpFormatter
+
     from attnsel.attention.explain import ModelChoice
+    from attnsel.attention.explain.document import ModelSection
+    from attnsel.attention.memory import MemoryFlags, MemoryPlan
+    from attnsel.attention.rules import Explanation, SelectionContext, SelectorInputs
     from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.versions.choice import ProfileChoice
 
 ATTN_TYPES = ("decoder", "encoder", "encoder_only", "encoder_decoder")
 NO_GPU_NOTE = ("No GPU detected on this machine: answered for the GPU families people deploy on; "
@@ -55,10 +63,10 @@ WIDE_HELP_COLUMNS = 160  # rich's option table holds explain's longest flag name
 
 
 class _ExplainCommand(TyperCommand):
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(rewrite_index_topk(with_serve_line(self, args))))
 
-    def format_help(self, ctx, formatter) -> None:
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         """explain has ~60 flags, many of them long vLLM names (--no-use-trtllm-attention): rich's table
         cuts them at 80 columns, so a narrow terminal gets click's list (each flag whole, its help below
         when the name is long); a wide one keeps the panels."""
@@ -214,11 +222,11 @@ def register(app: typer.Typer) -> None:
             calibrated_q_scale=calibrated_q_scale,
         )
         check_request(req, tensor_parallel_size)
-        if history:
-            return _answer_history(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route,
-                                   check_imports)
-        check_hybrid_flags(req, route.choice.profile)
-        _answer(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route)
+        if not history:
+            check_hybrid_flags(req, route.choice.profile)
+        request = ExplainRequest(req, tensor_parallel_size, model_choice(model, head_size), gpu, capability, route,
+                                 check_imports)
+        (_answer_history if history else _answer)(request)
 
 
 def _check_flags(attn_type: str | None, gpu: str | None, vllm_version: str | None,
@@ -239,17 +247,31 @@ class _Route:
     """How the answer is asked for and printed: the rule profile, --check-imports,
     --mm-encoder-attn-backend, --live / --compare-live, --json."""
 
-    choice: Any  # attention/rules.py select_profile's answer: the profile and why it was chosen
-    importable: dict | None
+    choice: ProfileChoice  # the version object that answers (select_profile, once) and why it was chosen
+    importable: Mapping[str, bool] | None
     vit_override: str | None
     live: bool = False
     compare_live: bool = False
     as_json: bool = False
-    memory_flags: Any = None  # attention.memory.MemoryFlags: --max-model-len, --gpu-memory-utilization
+    memory_flags: MemoryFlags | None = None  # --max-model-len, --gpu-memory-utilization, ...
 
     @property
     def asks_installed_vllm(self) -> bool:
         return self.live or self.compare_live
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplainRequest:
+    """explain's options once parsed and checked: vLLM's selector request, the model config read
+    once, the GPU asked about, and the route (with the version object chosen once)."""
+
+    selection: SelectionRequest
+    tp: int  # --tensor-parallel-size
+    model: ModelChoice | None  # None: flags only (--head-size)
+    gpu: str | None  # --gpu NAME or "all"
+    capability: str | None  # --capability X.Y
+    route: _Route
+    check_imports: bool = False  # --check-imports (--vllm-version all asks each release for its own map)
 
 
 def _route(vllm_version: str | None, check_imports: bool, vit_override: str | None, *, live: bool,
@@ -264,48 +286,49 @@ def _route(vllm_version: str | None, check_imports: bool, vit_override: str | No
     return _Route(choice, importable, vit_override, live=live, compare_live=compare_live, as_json=as_json)
 
 
-def _answer_history(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
-                    capability: str | None, route: _Route, check_imports: bool) -> None:
+def _answer_history(request: ExplainRequest) -> None:
     from attnsel.attention.explain import model_doc, resolve_gpu
     from attnsel.cli.explain_history import run_history
 
-    if route.asks_installed_vllm or (gpu or "").strip().lower() == "all":
+    route, model = request.route, request.model
+    if route.asks_installed_vllm or (request.gpu or "").strip().lower() == "all":
         raise UserInputError("--vllm-version all takes one GPU and no --live / --compare-live")
-    run_history(req, tp, model, resolve_gpu(gpu, capability), check_imports, route.as_json,
-                model_doc(model, model.config if model is not None else None), route.memory_flags)
+    run_history(request.selection, request.tp, model, resolve_gpu(request.gpu, request.capability),
+                request.check_imports, route.as_json, model_doc(model, model.config if model is not None else None),
+                route.memory_flags)
 
 
-def _answer(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu: str | None,
-            capability: str | None, route: _Route) -> None:
+def _answer(request: ExplainRequest) -> None:
     """--gpu all, or no GPU here and none named: every GPU family; else the one GPU."""
     from attnsel.attention.explain import resolve_gpu
 
-    if gpu is not None and gpu.strip().lower() == "all":
+    route = request.route
+    if request.gpu is not None and request.gpu.strip().lower() == "all":
         if route.asks_installed_vllm:
             raise UserInputError("--gpu all does not combine with --live or --compare-live (one GPU: this one)")
-        _run_matrix(req, tp, model, route)
+        _run_matrix(request)
         return
-    resolved = resolve_gpu(gpu, capability)
+    resolved = resolve_gpu(request.gpu, request.capability)
     if resolved is None:  # a laptop or CI runner: answer for the GPU families people deploy on
         if route.asks_installed_vllm:
             raise UserInputError("no GPU detected on this machine: --live and --compare-live ask this GPU")
-        _run_matrix(req, tp, model, route, header_notes=(NO_GPU_NOTE,))
+        _run_matrix(request, header_notes=(NO_GPU_NOTE,))
         return
     gpu_name, cc = resolved
-    _answer_one_gpu(req, tp, model, gpu_name, cc, route)
+    _answer_one_gpu(request, gpu_name, cc)
 
 
-def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_name: str | None,
-                    cc: tuple[int, int], route: _Route) -> None:
+def _answer_one_gpu(request: ExplainRequest, gpu_name: str | None, cc: tuple[int, int]) -> None:
     from attnsel.attention.explain import explain_gpu, model_section
 
-    answer = explain_gpu(req, tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
+    req, model, route = request.selection, request.model, request.route
+    answer = explain_gpu(req, request.tp, model, gpu_name, cc, route.choice, route.importable, route.memory_flags)
     expl, facts = answer.explanation, answer.facts
     if route.asks_installed_vllm:
         _run_live(answer.selector_answer, answer.inputs, answer.ctx, route.compare_live, route.as_json)
         return
     section = model_section(model, facts, route.choice.profile, cc, route.vit_override, route.importable)
-    if facts is not None and facts.is_attention_free:
+    if facts is not None and facts.is_attention_free and section is not None:  # a section wherever facts are
         _output_attention_free(expl, section, req, route.as_json)
         return
     _output(expl, section, route.as_json, answer.memory, answer.memory_note)
@@ -313,24 +336,26 @@ def _answer_one_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, g
         raise fail(f"vLLM would raise {expl.error_type}: {expl.error}", EXIT_FAILED)
 
 
-def _run_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, route: _Route,
-                header_notes: tuple[str, ...] = ()) -> None:
+def _run_matrix(request: ExplainRequest, header_notes: tuple[str, ...] = ()) -> None:
     from attnsel.attention.explain import explain_matrix
     from attnsel.reports.explain import matrix_to_dict, render_matrix
 
-    matrix = explain_matrix(req, tp, model, route.choice, route.importable, route.memory_flags)
+    route = request.route
+    matrix = explain_matrix(request.selection, request.tp, request.model, route.choice, route.importable,
+                            route.memory_flags)
     profile = route.choice.profile
     if matrix.attention_free:
         from attnsel.reports.explain import attention_free_line
 
         header_notes = (*header_notes, attention_free_line(matrix.model))
     if route.as_json:
-        print_json(dict(matrix_to_dict(matrix.rows, model=matrix.model, profile=profile), notes=list(header_notes)))
+        print_json(matrix_to_dict(matrix.rows, model=matrix.model, profile=profile, notes=header_notes))
     else:
         render_matrix(matrix.rows, stdout_console(), model=matrix.model, profile=profile, notes=header_notes)
 
 
-def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
+def _run_live(expl: Explanation, inputs: SelectorInputs, ctx: SelectionContext, compare_live: bool,
+              as_json: bool) -> None:
     """--live: vLLM's own answer in the explain format; --compare-live: where the profile differs."""
     from attnsel.attention.explain import ask_vllm, compare
     from attnsel.reports.explain import live_report_to_dict, render_live_report
@@ -347,7 +372,7 @@ def _run_live(expl, inputs, ctx, compare_live: bool, as_json: bool) -> None:
         raise fail(f"vLLM raises: {answer.error}", EXIT_FAILED)
 
 
-def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: bool) -> None:
+def _output_attention_free(expl: Explanation, section: ModelSection, req: SelectionRequest, as_json: bool) -> None:
     """Mamba and other attention-free models: no backend table (there are no attention layers)."""
     from attnsel.attention.explain import ignored_flags
     from attnsel.reports.explain import attention_free as view
@@ -358,7 +383,8 @@ def _output_attention_free(expl, section: dict, req: SelectionRequest, as_json: 
     view.render_attention_free(expl, section, ignored, stdout_console())
 
 
-def _output(expl, model_section: dict | None, as_json: bool, memory=None, memory_note: str | None = None) -> None:
+def _output(expl: Explanation, model_section: ModelSection | None, as_json: bool, memory: MemoryPlan | None = None,
+            memory_note: str | None = None) -> None:
     from attnsel.reports.explain import (
         explanation_with_model_to_dict,
         render_explanation_with_model,

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.rules import importable_map
 from attnsel.cli.common import print_json, stdout_console
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.explain import ModelChoice
+    from attnsel.attention.explain.document import ModelRef
+    from attnsel.attention.memory import MemoryFlags
+    from attnsel.attention.selector import SelectionRequest
 
 ALL_VERSIONS = "all"
 
@@ -16,8 +22,9 @@ def wants_history(vllm_version: str | None) -> bool:
     return vllm_version is not None and vllm_version.strip().lower() == ALL_VERSIONS
 
 
-def run_history(req: Any, tensor_parallel_size: int, model: Any, resolved: tuple | None, check_imports: bool,
-                as_json: bool, model_doc: dict | None, memory_flags: Any = None) -> None:
+def run_history(req: SelectionRequest, tensor_parallel_size: int, model: ModelChoice | None,
+                resolved: tuple[str | None, tuple[int, int]] | None, check_imports: bool, as_json: bool,
+                model_doc: ModelRef | None, memory_flags: MemoryFlags | None = None) -> None:
     """`resolved`: (gpu name, capability) of the one GPU asked about (None: none given or found)."""
     from attnsel.attention.explain import explain_for_release, release_history
     from attnsel.reports.explain import history_to_dict, render_history

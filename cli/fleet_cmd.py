@@ -8,11 +8,17 @@ Ray is imported only when --ray is given.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from typer.core import TyperCommand
 
 from attnsel.cli.common import print_json, stdout_console
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from typer._click.core import Context
+
+    from attnsel.attention.preflight import PreflightRequest
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -25,7 +31,7 @@ class RayAddressCommand(TyperCommand):
     """A command whose --ray takes an optional value: `--ray` alone means `--ray auto`.
     (Typer has no options with optional values; click's flag_value is not passed through.)"""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, with_default_address(args))
 
 
@@ -106,16 +112,18 @@ def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2
 # preflight --ray
 
 
-def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment, pipeline_parallel_size,
-                  hf_config: dict, choice, model: str) -> None:
+def run_ray_preflight(request: PreflightRequest, fmt: str, quiet: bool) -> None:
+    """Every node of the Ray cluster at `request.ray`, TP inside nodes and PP across them."""
     from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings
-    from attnsel.cli.preflight_cmd import emit
+    from attnsel.cli.preflight_output import emit
     from attnsel.probe.fleet import probe_fleet
     from attnsel.reports import fleet_report as view
 
-    fleet = probe_fleet(address, _timeout(timeout))
+    assert request.ray is not None  # preflight routes here only with --ray
+    fleet = probe_fleet(request.ray, _timeout(request.timeout))
     settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
-    result = run_fleet_preflight(fleet, hf_config, deployment, pipeline_parallel_size, profile=choice.profile,
-                                 model=model, profile_reason=choice.reason)
+    deployment = request.deployment
+    result = run_fleet_preflight(fleet, request.hf_config, deployment, deployment.pipeline_parallel_size,
+                                 profile=request.profile, model=request.model, profile_reason=request.choice.reason)
     emit(result, fmt, quiet, view.fleet_preflight_json, view.render_preflight_github, view.render_preflight_text)

@@ -8,9 +8,7 @@ probe` does). With --ray, every node of the cluster is probed (cli/fleet_cmd.py)
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,9 +18,7 @@ from attnsel.cli.common import (
     SERVE_NOTE_FLAG,
     dotted_attention_config,
     handle_errors,
-    print_json,
     rewrite_dotted_attention_config,
-    terminal_width,
     with_serve_line,
 )
 from attnsel.cli.completion import (
@@ -39,11 +35,16 @@ from attnsel.cli.fleet_cmd import (
 )
 from attnsel.errors import UserInputError
 
+if TYPE_CHECKING:
+    from typer._click.core import Context
+
+    from attnsel.attention.preflight import PreflightRequest
+
 
 class _PreflightCommand(RayAddressCommand):
     """--ray's optional value, and vLLM's dotted `--attention-config.KEY VALUE` (cli/common.py)."""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, rewrite_dotted_attention_config(with_serve_line(self, args)))
 
 
@@ -56,23 +57,6 @@ def _normalize_format(output_format: str, as_json: bool) -> str:
     if as_json and fmt not in ("json", "text"):
         raise UserInputError(f"--json and --format {fmt} ask for two different outputs: pass one of them")
     return "json" if as_json else fmt
-
-
-def emit(result, fmt: str, quiet: bool, to_dict: Callable, render_github: Callable, render_text: Callable) -> None:
-    """Print a preflight result (one node's or a cluster's) as --format asks; exit 1 if a check failed."""
-    from attnsel.attention.preflight import raise_if_failed
-    from attnsel.cli import settings
-
-    if fmt == "json":
-        print_json(to_dict(result))
-    elif fmt == "github":
-        render_github(result, sys.stdout, quiet=settings.is_quiet(quiet))
-    else:
-        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        render_text(result, sys.stdout, quiet=settings.is_quiet(quiet), verbose=settings.is_verbose(), colour=colour,
-                    width=terminal_width())
-    sys.stdout.flush()
-    raise_if_failed(result)
 
 
 def register(app: typer.Typer) -> None:
@@ -117,16 +101,10 @@ def register(app: typer.Typer) -> None:
             check_request,
             load_model_config,
         )
-        from attnsel.attention.preflight import (
-            Deployment,
-            machine_report,
-            run_preflight,
-        )
+        from attnsel.attention.preflight import Deployment, PreflightRequest
         from attnsel.attention.preflight.memory_check import memory_flags
         from attnsel.attention.rules import attention_flags
         from attnsel.attention.versions import select_profile
-        from attnsel.cli import settings
-        from attnsel.reports import preflight_report as view
 
         fmt = _normalize_format(output_format, as_json)
         attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted))
@@ -160,14 +138,26 @@ def register(app: typer.Typer) -> None:
             serve_line_note=serve_line_note,
         )
         check_memory_flags(memory_flags(deployment))
-        if ray is not None:
+        request = PreflightRequest(deployment, model, hf_config, choice, gpu=gpu, num_gpus=num_gpus, ray=ray,
+                                   timeout=timeout)
+        if request.ray is not None:
             from attnsel.cli.fleet_cmd import run_ray_preflight
 
-            run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
+            run_ray_preflight(request, fmt, quiet)
             return
-        report = machine_report(gpu, num_gpus, tensor_parallel_size * pipeline_parallel_size)
-        names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
-        settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
-        result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
-                               profile_reason=choice.reason)
-        emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)
+        _run_here(request, fmt, quiet)
+
+
+def _run_here(request: PreflightRequest, fmt: str, quiet: bool) -> None:
+    """One machine: this one, or the target --gpu names."""
+    from attnsel.attention.preflight import machine_report, run_preflight
+    from attnsel.cli import settings
+    from attnsel.cli.preflight_output import emit
+    from attnsel.reports import preflight_report as view
+
+    report = machine_report(request.gpu, request.num_gpus, request.world_size)
+    names = ", ".join(dict.fromkeys(g.name for g in report.gpus)) or "none"
+    settings.debug(f"preflight: {len(report.gpus)} GPU(s) from {report.source} ({names})")
+    result = run_preflight(report, request.hf_config, request.deployment, profile=request.profile, model=request.model,
+                           profile_reason=request.choice.reason)
+    emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)

@@ -7,13 +7,18 @@ Reads files only: no NVML, no CUDA, no torch.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from attnsel import files
 from attnsel.cli.common import handle_errors, print_json, sigint_deferred
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.reports.tune.loaders import ReportData
 
 FORMATS = ("md", "html", "csv", "json")
 _SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".csv": "csv", ".json": "json"}
@@ -39,7 +44,7 @@ def pick_format(requested: str | None, as_json: bool, output: Path | None) -> st
     return "md"
 
 
-def load_report(paths):
+def load_report(paths: Sequence[Path]) -> ReportData:
     """What `report` renders: the inputs as read (reports/tune/loaders.py), a tune result completed by
     bench with the recommendation a sweep cut short never wrote (reports never recompute one)."""
     from attnsel.bench.tune import with_recommendation
@@ -51,7 +56,7 @@ def load_report(paths):
     return data
 
 
-def render(data, fmt: str) -> str:
+def render(data: ReportData, fmt: str) -> str:
     if fmt == "md":
         from attnsel.reports.tune import markdown
 

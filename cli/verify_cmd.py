@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,24 +14,31 @@ from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout
 from attnsel.cli.completion import complete_model
 from attnsel.errors import EXIT_FAILED
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+
+    from attnsel.bench.verify import VerifyProgress, VerifyRequest
+    from attnsel.bench.verify.protocol import Progress
+
 
 class _Display:
     """Progress on stderr: one line per candidate with elapsed time against its estimate."""
 
-    def __init__(self, console):
+    def __init__(self, console: Console) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[estimate]}"), console=console, transient=False)
-        self.task = None
+        self.task: TaskID | None = None
         self.started = False
         self.label = ""
         self.shape = ""
         self.calls = 0
         self.total_calls = 0
 
-    def progress(self):
+    def progress(self) -> VerifyProgress:
         from attnsel.bench.verify import VerifyProgress
 
         return VerifyProgress(on_plan=self.on_plan, on_candidate=self.on_candidate, on_message=self.on_message,
@@ -50,23 +59,24 @@ class _Display:
         self.task = self.bar.add_task(f"{self.label}: starting vLLM", total=max(1.0, estimate_s),
                                       estimate=f"est. ~{estimate_s:.0f} s")
 
-    def on_message(self, message: dict) -> None:
-        kind = message.get("type")
-        if kind == "started":
-            facts = message.get("facts") or {}
+    def on_message(self, message: Progress) -> None:
+        from attnsel.bench.verify import Message
+
+        if message["type"] == Message.STARTED:
+            facts = message["facts"] or {}
             backends = ", ".join(facts.get("attention_backends") or []) or (
                 f"{facts['logged_backend']} (from vLLM's log)" if facts.get("logged_backend") else "?")
-            self.console.print(f"  {self.label}: engine started in {message.get('start_s', 0):.1f} s "
+            self.console.print(f"  {self.label}: engine started in {message['start_s']:.1f} s "
                                f"({backends}, block size "
                                f"{facts.get('block_size')}, KV cache {facts.get('kv_cache_tokens') or '?'} tokens)"
                                + (f"; vLLM imported while the previous engine started ({facts['import_hidden_s']:.0f} s)"
                                   if facts.get("import_hidden_s") is not None else ""))
-        elif kind == "held":
-            self.console.print(f"  {self.label}: {_held_text(message.get('hold') or {})}")
-        elif kind == "shape_start":
+        elif message["type"] == Message.HELD:
+            self.console.print(f"  {self.label}: {_held_text(message['hold'] or {})}")
+        elif message["type"] == Message.SHAPE_START:
             self.shape, self.calls, self.total_calls = message["label"], 0, message["calls"]
             self._describe(f"{self.shape}: warm-up call")
-        elif kind == "call":
+        elif message["type"] == Message.CALL:
             self.calls += 1
             self._describe(f"{self.shape}: call {self.calls}/{self.total_calls} done ({message['phase']}, "
                            f"{message['max_tokens']} tokens, {message['seconds']:.2f} s)")
@@ -80,9 +90,11 @@ class _Display:
             self.bar.advance(self.task, 1.0)
 
     def on_done(self, row: dict) -> None:
+        from attnsel.bench.verify import RunStatus
+
         if self.task is not None:
             self.bar.update(self.task, completed=self.bar.tasks[-1].total, description=f"{self.label}: {row.get('status')}")
-        if row.get("status") != "ok":
+        if row.get("status") != RunStatus.OK:
             self.console.print(f"  {row['name']}: {row.get('status')}: {row.get('error') or ''}")
         self.task = None
 
@@ -103,7 +115,7 @@ def _held_text(hold: dict) -> str:
     return text + ("; FlashInfer's pre-build paused while it measures" if hold.get("prebuild") == "paused" else "")
 
 
-def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: dict | None = None) -> int:
+def run_and_render(req: VerifyRequest, output_dir: Path, *, as_json: bool, tune_document: dict | None = None) -> int:
     """Runs the verification, prints it (terminal or JSON), returns the exit code. With
     `tune_document` (tune --verify --json) stdout gets one object holding both documents."""
     from attnsel.bench.verify import EngineVerdict, is_aa_check, run_verify
@@ -127,7 +139,7 @@ def run_and_render(req, output_dir: Path, *, as_json: bool, tune_document: dict 
     return EXIT_FAILED if not_measured and not is_aa_check(document) else 0  # an A/A check answers with its spread
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM ends a run like Ctrl-C: the running engine's process group is killed on the way out
     (it lives in its own session, so the signal never reached it) and verify.json keeps what was measured."""
     raise KeyboardInterrupt
@@ -164,14 +176,16 @@ def register(app: typer.Typer) -> None:
         from attnsel.bench.verify import VerifyRequest, check_verify_flags
         from attnsel.bench.verify import plan as VP
 
-        check_verify_flags(run_dir, output, model=model, candidates=candidates, shapes=shapes, repeats=repeats,
+        check_verify_flags(run_dir, output, model=model, candidates=candidates, shapes=shapes,
                            decode_steps=decode_steps, gpu_memory_utilization=gpu_memory_utilization,
-                           start_timeout=start_timeout, timeout=timeout, repeat_engine=repeat_engine)
+                           start_timeout=start_timeout, timeout=timeout)
         req = VerifyRequest(tune_dir=run_dir, model=model, candidates=VP.parse_candidates(candidates),
                             shapes=VP.parse_shapes(shapes), repeats=repeats, repeat_engine=repeat_engine,
                             decode_steps=decode_steps,
                             gpu_memory_utilization=gpu_memory_utilization, start_timeout_s=start_timeout,
                             call_timeout_s=timeout, resume=resume)
-        code = run_and_render(req, output or run_dir, as_json=as_json)
+        folder = output or run_dir
+        assert folder is not None  # check_verify_flags: RUN_DIR or --output
+        code = run_and_render(req, folder, as_json=as_json)
         if code:
             raise typer.Exit(code)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def dash(value: Any) -> str:
+def dash(value: object) -> str:
     """`str(value)`, or "-" for None (plain-text tables)."""
     return "-" if value is None else str(value)
 
 
-def formatted(value: Any, fmt: str) -> str:
+def formatted(value: object, fmt: str) -> str:
     """`fmt.format(value)`, or "–" for None (Markdown / HTML cells)."""
     return "–" if value is None else fmt.format(value)

@@ -37,6 +37,7 @@ from attnsel.reports.preflight_report import (
 from attnsel.reports.probe_document import probe_json
 
 if TYPE_CHECKING:
+    from attnsel.attention.preflight.document import FleetPreflightDocument
     from attnsel.probe import RequirementResult
 
 FLEET_PROBE_SCHEMA = "attnsel-fleet-probe/1"
@@ -154,7 +155,7 @@ def print_fleet(fleet: FleetProbe, verdict: FleetVerdict, console: Console,
 # preflight --ray
 
 
-def fleet_preflight_json(result: FleetPreflightResult) -> dict:
+def fleet_preflight_json(result: FleetPreflightResult) -> FleetPreflightDocument:
     head = result_fields(result)
     pp = result.pipeline_parallel_size
     head["deployment"]["pipeline_parallel_size"] = pp

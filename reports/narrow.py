@@ -77,7 +77,7 @@ def stacked(table: Table, console: Console) -> Group:
     return Group(*lines)
 
 
-def _text(cell: Any, console: Console) -> Text:
+def _text(cell: object, console: Console) -> Text:
     if isinstance(cell, Text):
         return cell
     if isinstance(cell, str):

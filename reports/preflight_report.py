@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from attnsel.attention.preflight import FAIL, PASS, WARN, Check, PreflightResult
+
+if TYPE_CHECKING:
+    from attnsel.attention.preflight import FleetPreflightResult
+    from attnsel.attention.preflight.document import PreflightDocument, ResultFields
 
 PREFLIGHT_SCHEMA = "attnsel-preflight/1"  # `preflight --json` (docs/schemas/)
 FORMATS = ("text", "json", "github")
@@ -41,7 +45,7 @@ def summary_line(result: PreflightResult) -> str:
     return f"Result: {c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail -> exit {result.exit_code}"
 
 
-def result_fields(result) -> dict:
+def result_fields(result: PreflightResult | FleetPreflightResult) -> ResultFields:
     """What every preflight document starts with (one node's, or a cluster's: reports/fleet_report.py)."""
     d = result.deployment
     return {
@@ -64,7 +68,7 @@ def result_fields(result) -> dict:
     }
 
 
-def preflight_to_dict(result: PreflightResult) -> dict:
+def preflight_to_dict(result: PreflightResult) -> PreflightDocument:
     from attnsel.reports.explain import explanation_to_dict
 
     return {
@@ -74,7 +78,7 @@ def preflight_to_dict(result: PreflightResult) -> dict:
         "gpus": [g.to_dict() for g in result.gpus],
         "checks": [c.to_dict() for c in result.checks],
         "explain": explanation_to_dict(result.explanation) if result.explanation is not None else None,
-        "memory": result.memory.to_dict() if getattr(result, "memory", None) is not None else None,
+        "memory": result.memory.to_dict() if result.memory is not None else None,
     }
 
 

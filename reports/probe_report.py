@@ -3,7 +3,7 @@ Never calls NVML."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -82,7 +82,7 @@ def gpu_table(report: ProbeReport) -> Table:
     return table
 
 
-def _plain_cells(cells) -> list[Text]:
+def _plain_cells(cells: Iterable[object]) -> list[Text]:
     # Text, not str: no rich markup or emoji codes in device data (":AB:" in a PCI bus id is an emoji).
     return [Text(str(c)) for c in cells]
 

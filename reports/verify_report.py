@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html as _html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.bench.tune import advised_flags
 from attnsel.bench.verify import (
@@ -20,6 +20,7 @@ from attnsel.bench.verify import (
     GpuFacts,
     Judged,
     ModelFacts,
+    RunStatus,
     ShapeFigures,
     ShapeResult,
     StartFigure,
@@ -31,10 +32,13 @@ from attnsel.bench.verify import (
 )
 from attnsel.reports.cells import formatted
 
-SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
-VERDICT_STYLES = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SCHEMA = "attnsel-verify/1"  # bench/verify/request.py SCHEMA
+VERDICT_STYLES: dict[str, str] = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
                   EngineVerdict.REVERSED: "bold red", EngineVerdict.NOT_MEASURED: "bold red"}
-VERDICT_CLASSES = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
+VERDICT_CLASSES: dict[str, str] = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
 
 
 def _figure(fig: Figure | None, fmt: str) -> str:
@@ -48,13 +52,15 @@ def _who(entry: EngineStart | Comparison | StartSpread) -> str:
     return entry.short or getattr(entry, "name", None) or getattr(entry, "candidate", None) or "?"
 
 
-def _gib(value: Any) -> str:
+def _gib(value: float | None) -> str:
     return "–" if not value else f"{value / 1024 ** 3:.1f}"
 
 
 def typed(doc: Mapping | VerifyDocument) -> VerifyDocument:
     """A verify.json as its records (bench/verify/records.py); a record as it is."""
-    return doc if isinstance(doc, VerifyDocument) else VerifyDocument.from_dict(doc)
+    record = doc if isinstance(doc, VerifyDocument) else VerifyDocument.from_dict(doc)
+    assert isinstance(record, VerifyDocument)
+    return record
 
 
 def headline(doc: Mapping | VerifyDocument) -> tuple[str, str, str | None]:
@@ -68,7 +74,7 @@ def context_lines(doc: Mapping | VerifyDocument) -> list[str]:
     doc = typed(doc)
     model, gpu = doc.model or ModelFacts(), doc.gpu or GpuFacts()
     vllm, opts = doc.vllm or VllmFacts(), doc.options or VerifyOptions()
-    versions = sorted({(c.engine or EngineFacts()).vllm_version for c in doc.candidates or []} - {None})
+    versions = sorted({v for c in doc.candidates or [] if (v := (c.engine or EngineFacts()).vllm_version) is not None})
     lines = [f"model {model.name} ({model.model_type}, {model.attention_layers} attention layers"
              + (", hybrid" if model.is_hybrid else "") + f", TP={model.tensor_parallel_size})"
              f" · GPU {gpu.name} ({_gib(gpu.memory_total_bytes)} GiB, {_gib(gpu.memory_used_bytes)} GiB in use at start)",
@@ -118,7 +124,7 @@ def shape_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
         for s in c.shapes or []:
             f = s.figures or ShapeFigures()
             status = s.status or "?"
-            if status != "ok" and s.error:
+            if status != RunStatus.OK and s.error:
                 status += f": {s.error}"
             label = f"b={s.batch} ctx={s.context}" if s.batch else "–"
             steps = f"{s.n1}/{s.n2}" if s.n1 else "–"
@@ -182,7 +188,7 @@ def comparison_rows(doc: Mapping | VerifyDocument) -> list[list[str]]:
 # Terminal
 
 
-def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
+def render_terminal(doc: Mapping | VerifyDocument, console: Console) -> None:
     from rich.table import Table
 
     doc = typed(doc)
@@ -205,7 +211,7 @@ def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
             console.print(table)
     for warning in doc.warnings or []:
         console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
-    console.print(f"Verdict: [{VERDICT_STYLES.get(EngineVerdict.read(word), 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
+    console.print(f"Verdict: [{VERDICT_STYLES.get(word, 'bold')}]{word.upper()}[/] -- {text}", soft_wrap=True)
     if flags is not None:
         console.print(f"  vLLM flags: [bold]{flags or '(none: vLLM default)'}[/bold]")
 
@@ -235,7 +241,7 @@ def markdown(doc: Mapping | VerifyDocument, level: int = 1) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{_html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{_html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -244,7 +250,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def html_section(doc: Mapping | VerifyDocument) -> str:
     doc = typed(doc)
     word, text, flags = headline(doc)
-    cls = VERDICT_CLASSES.get(EngineVerdict.read(word), "meh")
+    cls = VERDICT_CLASSES.get(word, "meh")
     parts = [f'<section><h2>attnsel verify: <span class="{cls}">{_html.escape(word)}</span></h2>',
              f"<p>{_html.escape(text)}</p>"]
     if flags is not None:

@@ -14,6 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from attnsel.attention.explain.document import (
+    LiveAnswerAsked,
+    LiveReport,
+    LiveVerdictFields,
+    MismatchFields,
+)
 from attnsel.cli.app import app
 
 FAKE = Path(__file__).parent / "fixtures" / "fake_vllm"
@@ -78,6 +84,8 @@ def test_live_033_shows_vllms_own_answer(fake_vllm):
     result = run("--head-size", "128", "--dtype", "bf16", "--gpu", "H100", "--num-heads", "32", "--live", "--json")
     assert result.exit_code == 0, result.output
     live = json.loads(result.stdout)["live"]
+    assert set(live) == set(LiveAnswerAsked.__required_keys__)  # the one definition of the answer's keys
+    assert all(set(b) == set(LiveVerdictFields.__required_keys__) for b in live["backends"])
     assert (live["vllm_version"], live["api"]) == ("0.33.0", "candidates")
     assert [b["name"] for b in live["backends"]] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT"]
     assert live["backends"][4] == {"name": "TURBOQUANT", "priority": 4, "valid": False,
@@ -118,6 +126,8 @@ def test_compare_live_reports_each_disagreement_and_exits_1(fake_vllm):
     result = run("--head-size", "128", "--dtype", "bf16", "--gpu", "H100", "--compare-live", "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
+    assert set(doc) == set(LiveReport.__required_keys__ | LiveReport.__optional_keys__)  # --compare-live: every key
+    assert all(set(m) == set(MismatchFields.__required_keys__) for m in doc["mismatches"])
     assert doc["agree"] is False
     assert doc["mismatches"] == [
         {"what": "backend", "backend": "FLASHINFER", "ours": [], "live": ["head_size not supported"]}

@@ -6,7 +6,8 @@ and the model section (vLLM's dtype lines, the ViT backend). Imports no torch.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.memory import MemoryFlags, device_total_bytes, memory_for
@@ -17,39 +18,54 @@ from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import families
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules import Explanation
+    from attnsel.attention.explain.document import (
+        MatrixRowFields,
+        ModelRef,
+        ModelSection,
+        SavedAnswer,
+    )
+    from attnsel.attention.explain.explicit_block_sizes import ExplicitBlockSize
+    from attnsel.attention.memory import MemoryPlan
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.model.rules import ModelRules
+    from attnsel.attention.rules import Explanation, SelectionContext, SelectorInputs
     from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.versions import QScale, RuleProfile
+    from attnsel.attention.versions.choice import ProfileChoice
+    from attnsel.probe import ProbeReport
 
 DEFAULT_SOURCE = "bundled default"
 
 
 # --- the GPU ---------------------------------------------------------------------------------------
+class _NoTorch:
+    """The probe's torch.cuda fallback, answering nothing: `explain` stays torch-free (probe/nvml/protocol.py TorchFacade)."""
+
+    def inventory(self) -> dict | None:
+        return None
+
+    def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
+        return {}
+
+
 def detect_gpu() -> tuple[str | None, tuple[int, int]] | None:
     """Logical device 0 of this machine, via the probe (NVML only: never torch)."""
     try:
         from attnsel.probe import collect_probe
     except ImportError:
-        collect_probe = None
-    report = None
-    if collect_probe is not None:
-
-        class _NoTorch:  # keep `explain` torch-free: no torch.cuda fallback
-            def inventory(self):
-                return None
-
-            def measure_copy_gbps(self, pairs):
-                return {}
-
-        try:
-            report = collect_probe(torch=_NoTorch())
-        except UserInputError:  # an unreadable ATTNSEL_NVML_SCENARIO: refused as `probe` refuses it (exit 2)
-            raise
-        except Exception:  # noqa: BLE001 -- detection is best effort; the caller says what to do
-            report = None
-    gpus = [g for g in (report.gpus if report else ()) if g.compute_capability is not None]
-    if not gpus:
         return None
-    return gpus[0].name, tuple(gpus[0].compute_capability)
+    report: ProbeReport | None
+    try:
+        report = collect_probe(torch=_NoTorch())
+    except UserInputError:  # an unreadable ATTNSEL_NVML_SCENARIO: refused as `probe` refuses it (exit 2)
+        raise
+    except Exception:  # noqa: BLE001 -- detection is best effort; the caller says what to do
+        report = None
+    gpus = [g for g in (report.gpus if report else ()) if g.compute_capability is not None]
+    if not gpus or gpus[0].compute_capability is None:
+        return None
+    major, minor = gpus[0].compute_capability
+    return gpus[0].name, (major, minor)
 
 
 def resolve_gpu(gpu: str | None, capability: str | None) -> tuple[str | None, tuple[int, int]] | None:
@@ -95,8 +111,9 @@ def model_choice(model: str | None, head_size: int | None) -> ModelChoice | None
     return None
 
 
-def model_facts(hf_config: dict, dtype: str | None, tp: int, capability, gpu_name, model_rules,
-                mamba_dtypes: tuple[str | None, str | None] = (None, None)):
+def model_facts(hf_config: dict, dtype: str | None, tp: int, capability: tuple[int, int] | None,
+                gpu_name: str | None, model_rules: ModelRules,
+                mamba_dtypes: tuple[str | None, str | None] = (None, None)) -> ModelFacts:
     """`mamba_dtypes`: (--mamba-ssm-cache-dtype, --mamba-cache-dtype), None for "auto"."""
     ssm, conv = mamba_dtypes
     return model_config.derive_model_facts(
@@ -105,7 +122,7 @@ def model_facts(hf_config: dict, dtype: str | None, tp: int, capability, gpu_nam
     )
 
 
-def model_doc(model: ModelChoice | None, hf_config: dict | None) -> dict | None:
+def model_doc(model: ModelChoice | None, hf_config: dict | None) -> ModelRef | None:
     if model is None:
         return None
     model_type = hf_config.get("model_type") if hf_config else None
@@ -113,19 +130,20 @@ def model_doc(model: ModelChoice | None, hf_config: dict | None) -> dict | None:
 
 
 def model_section(
-    choice: ModelChoice | None, facts: Any, profile, capability, vit_override: str | None, importable
-) -> dict | None:
+    choice: ModelChoice | None, facts: ModelFacts | None, profile: RuleProfile, capability: tuple[int, int],
+    vit_override: str | None, importable: Mapping[str, bool] | None,
+) -> ModelSection | None:
     """The model's part of the answer: vLLM's lines about it, its dtype error, its ViT backend."""
     if facts is None:
         return None
-    section: dict[str, Any] = {
+    section: ModelSection = {
         "name": choice.name if choice else None,
         "source": choice.source if choice else None,
-        "model_type": getattr(facts, "model_type", None),
-        "warnings": list(getattr(facts, "warnings", ()) or ()),
-        "infos": list(getattr(facts, "infos", ()) or ()),
-        "notes": list(getattr(facts, "notes", ()) or ()),
-        "dtype_error": getattr(facts, "dtype_error", None),
+        "model_type": facts.model_type,
+        "warnings": list(facts.warnings or ()),
+        "infos": list(facts.infos or ()),
+        "notes": list(facts.notes or ()),
+        "dtype_error": facts.dtype_error,
         "vit": None,
     }
     vision = getattr(facts, "vision", None)
@@ -135,7 +153,8 @@ def model_section(
 
         try:
             vit = vit_backend(profile, vision.head_size, vision.dtype, capability, vit_override, importable)
-            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, **vit.to_dict(), "error": None}
+            section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, "backend": vit.backend,
+                              "log": vit.log, "error": None}
         except VllmRaises as exc:
             section["vit"] = {"head_size": vision.head_size, "dtype": vision.dtype, "backend": None,
                               "log": None, "error": exc.message}
@@ -148,14 +167,15 @@ def ignored_flags(req: SelectionRequest) -> list[str]:
 
 
 # --- the explanation -------------------------------------------------------------------------------
-def explain_one(profile, inputs, ctx, choice, notes=(), q_scale=None):
+def explain_one(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext, choice: ProfileChoice,
+                notes: Sequence[str] = (), q_scale: QScale | None = None) -> Explanation:
     """vLLM's explanation, labelled with the rule profile `choice` (attention/rules.py select_profile) and
     why, with the release's known faults it meets (`q_scale`: what is known of the query scale)."""
     from attnsel.attention.explain.faults import faults_for
     from attnsel.attention.versions import QScale
 
-    expl = explain_selection(profile, inputs, ctx, list(notes))
-    explicit = ()
+    expl: Explanation = explain_selection(profile, inputs, ctx, list(notes))
+    explicit: tuple[ExplicitBlockSize, ...] = ()
     if expl.hybrid is not None and expl.error is None:
         from attnsel.attention.explain.explicit_block_sizes import explicit_block_sizes
 
@@ -166,7 +186,8 @@ def explain_one(profile, inputs, ctx, choice, notes=(), q_scale=None):
                                known_faults=faults_for(profile, expl, q_scale or QScale.UNIT))
 
 
-def flags_that_change_vllm(profile, inputs, ctx, expl) -> tuple[str, ...]:
+def flags_that_change_vllm(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext,
+                           expl: Explanation) -> tuple[str, ...]:
     """The forced --attention-backend / --block-size that change what vLLM would do on its own: the
     smallest set of them that still gives this answer (backend and block size). vLLM's own choice
     needs no flags, and pasting it would freeze today's pick into a deployment (as tune advises)."""
@@ -184,14 +205,15 @@ def flags_that_change_vllm(profile, inputs, ctx, expl) -> tuple[str, ...]:
     return ()
 
 
-def saved_flags(doc: dict) -> list[str]:
+def saved_flags(doc: SavedAnswer | dict) -> list[str]:
     """The flags a saved `explain --json` answer advises, read with today's rule (flags_that_change_vllm):
     none where the answer forced neither a backend nor a block size, whatever an older answer pinned."""
     forced = doc.get("explicit_backend") is not None or (doc.get("inputs") or {}).get("block_size") is not None
     return list(doc.get("vllm_args") or []) if forced else []
 
 
-def _same_answer(profile, inputs, ctx, expl, keep_backend: bool, keep_block: bool) -> bool:
+def _same_answer(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext, expl: Explanation,
+                 keep_backend: bool, keep_block: bool) -> bool:
     if keep_backend == (ctx.user_backend is not None) and keep_block == (inputs.block_size is not None):
         return True  # the request as given
     trial = explain_selection(profile, inputs if keep_block else inputs.replace(block_size=None),
@@ -205,11 +227,11 @@ class GpuAnswer:
     """`explain` on one GPU: the model's facts (None: flags only), the selector inputs and context
     vLLM's rules read, and the explanation."""
 
-    facts: Any
-    inputs: Any
-    ctx: Any
+    facts: ModelFacts | None
+    inputs: SelectorInputs
+    ctx: SelectionContext
     explanation: Explanation
-    memory: Any = None  # attention.memory.MemoryPlan: vLLM's memory verdict on this GPU (a model and a GPU named)
+    memory: MemoryPlan | None = None  # vLLM's memory verdict on this GPU (a model and a GPU named)
     selection: Explanation | None = None  # the selector's answer alone (before the memory verdict); --live compares it
     memory_note: str | None = None  # why there is no memory plan where a model and a GPU were named
 
@@ -219,7 +241,7 @@ class GpuAnswer:
 
 
 def explain_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_name: str | None,
-                cc: tuple[int, int], choice: Any, importable: dict | None,
+                cc: tuple[int, int], choice: ProfileChoice, importable: Mapping[str, bool] | None,
                 memory_flags: MemoryFlags | None = None) -> GpuAnswer:
     """The model's facts on this GPU under the chosen release's model rules, then vLLM's selection,
     then (a model on a named GPU) the memory plan vLLM would make."""
@@ -243,7 +265,7 @@ def explain_gpu(req: SelectionRequest, tp: int, model: ModelChoice | None, gpu_n
     return GpuAnswer(facts, inputs, ctx, with_memory_refusal(expl, memory), memory, selection=expl)
 
 
-def _not_planned(profile: Any, facts: Any, gpu_name: str) -> str:
+def _not_planned(profile: RuleProfile, facts: ModelFacts, gpu_name: str) -> str:
     from attnsel.attention.memory import why_not_planned
     from attnsel.probe import find_gpu
 
@@ -254,14 +276,14 @@ def _not_planned(profile: Any, facts: Any, gpu_name: str) -> str:
     return why_not_planned(profile, facts)
 
 
-def _q_scale(req: SelectionRequest, hf_config: dict | None) -> Any:
+def _q_scale(req: SelectionRequest, hf_config: dict | None) -> QScale:
     from attnsel.attention.explain.faults import q_scale_of
 
     return q_scale_of(req.calibrated_q_scale, hf_config)
 
 
-def explain_memory(profile: Any, hf_config: dict, facts: Any, expl: Any, flags: MemoryFlags, gpu_name: str,
-                   capability: tuple[int, int] | None = None) -> Any:
+def explain_memory(profile: RuleProfile, hf_config: dict, facts: ModelFacts, expl: Explanation, flags: MemoryFlags,
+                   gpu_name: str, capability: tuple[int, int] | None = None) -> MemoryPlan | None:
     """The plan on one GPU of the built-in table (None: a GPU the table does not know)."""
     from attnsel.probe import find_gpu
 
@@ -290,7 +312,7 @@ class MatrixRow:
     def error(self) -> str | None:
         return self.model_error if self.explanation is None else self.explanation.error
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> MatrixRowFields:
         e = self.explanation
         capability = e.capability if e is not None else self.capability
         return {
@@ -318,12 +340,12 @@ class Matrix:
     model has no attention layers (as derived for the last family of the table)."""
 
     rows: list[MatrixRow]
-    model: dict | None
+    model: ModelRef | None
     attention_free: bool
 
 
-def explain_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, choice, importable,
-                   memory_flags: MemoryFlags | None = None) -> Matrix:
+def explain_matrix(req: SelectionRequest, tp: int, model: ModelChoice | None, choice: ProfileChoice,
+                   importable: Mapping[str, bool] | None, memory_flags: MemoryFlags | None = None) -> Matrix:
     """One row per GPU family of the built-in table; with a model, its facts are derived again for
     each GPU (--dtype auto resolves per capability, docs/vllm-rules.md §6), and each row ends with the
     memory verdict `explain --gpu ROW` gives (its refusal is the row's error, as there)."""

@@ -8,9 +8,13 @@ follow a later dtype, TP or release change (vllm#53142, vllm#38979)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.selector import explain_selection
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions import RuleProfile
 
 SIZES = (16, 32, 64, 128, 256)
 
@@ -28,7 +32,7 @@ class ExplicitBlockSize:
                 "error": self.error, "error_type": self.error_type}
 
 
-def explicit_block_sizes(profile: Any, inputs: Any, ctx: Any, computed: int | None) -> tuple[ExplicitBlockSize, ...]:
+def explicit_block_sizes(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext, computed: int | None) -> tuple[ExplicitBlockSize, ...]:
     """The answer for each of SIZES and vLLM's own size (`computed`), as if given as --block-size."""
     out = []
     for size in sorted({*SIZES, *((computed,) if computed else ())}):

@@ -9,9 +9,13 @@ carry q scales too -- vLLM reads them into `layer._q_scale_float` and leaves 1.0
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.versions import FaultConfig, FaultMatch, QScale, faults_met
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
 
 
 def checkpoint_has_kv_scales(hf_config: Mapping | None) -> bool:
@@ -34,13 +38,13 @@ def q_scale_of(calibrated: bool | None, hf_config: Mapping | None) -> QScale:
     return QScale.CHECKPOINT if checkpoint_has_kv_scales(hf_config) else QScale.UNIT
 
 
-def faults_for(profile: Any, expl: Any, q_scale: QScale) -> tuple[FaultMatch, ...]:
+def faults_for(profile: RuleProfile, expl: Explanation, q_scale: QScale) -> tuple[FaultMatch, ...]:
     """The release's known faults this answer meets (none where vLLM would refuse to start)."""
     if expl.error is not None or expl.selected is None or not profile.known_faults:
         return ()
     ctx = expl.context
     config = FaultConfig(backend=expl.selected, kv_cache_dtype=expl.inputs.kv_cache_dtype,
-                         capability=tuple(expl.capability), q_scale=q_scale,
+                         capability=(expl.capability[0], expl.capability[1]), q_scale=q_scale,
                          flashinfer_cubin=ctx.has_flashinfer_cubin, batch_invariant=ctx.batch_invariant,
                          decode_context_parallel_size=ctx.decode_context_parallel_size,
                          use_trtllm_attention=ctx.use_trtllm_attention)

@@ -13,12 +13,19 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.explain.answers import explain_memory, model_facts
 from attnsel.attention.explain.refusal import with_memory_refusal
 from attnsel.attention.selector import build_selection, explain_selection
 from attnsel.errors import AttnselError, UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory import MemoryFlags
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.versions import RuleProfile
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class ReleaseVerdict:
 
     profile: str
     vllm_version: str
-    explanation: Any = None
+    explanation: Explanation | None = None
     error: str | None = None
     profile_note: str | None = None
 
@@ -79,7 +86,7 @@ class ReleaseHistory:
 def compare_releases(before: ReleaseVerdict, after: ReleaseVerdict) -> ReleaseChange:
     old_valid, new_valid = before.valid_backends, after.valid_backends
 
-    def pair(old: Any, new: Any) -> tuple | None:
+    def pair(old: object, new: object) -> tuple | None:
         return None if old == new else (old, new)
 
     return ReleaseChange(
@@ -94,7 +101,7 @@ def compare_releases(before: ReleaseVerdict, after: ReleaseVerdict) -> ReleaseCh
 
 
 # explain_release(profile) -> Explanation; raises AttnselError when the release refuses the request
-ExplainRelease = Callable[[Any], Any]
+ExplainRelease = Callable[["RuleProfile"], "Explanation"]
 
 
 def release_history(explain_release: ExplainRelease, capability: tuple[int, int], gpu_name: str | None = None,
@@ -116,26 +123,26 @@ def release_history(explain_release: ExplainRelease, capability: tuple[int, int]
     if verdicts and len(bad_input) == len(verdicts):  # wrong for every release: the request itself is bad
         raise bad_input[-1]
     changes = [compare_releases(a, b) for a, b in itertools.pairwise(verdicts)]
-    return ReleaseHistory(verdicts, changes, tuple(capability), gpu_name)
+    return ReleaseHistory(verdicts, changes, (capability[0], capability[1]), gpu_name)
 
 
-def explain_for_release(request: Any, *, capability: tuple[int, int], gpu_name: str | None = None,
+def explain_for_release(request: SelectionRequest, *, capability: tuple[int, int], gpu_name: str | None = None,
                         hf_config: Mapping | None = None, tensor_parallel_size: int = 1,
-                        importable_for: Callable[[Any], Mapping[str, bool]] | None = None,
-                        memory_flags: Any = None) -> ExplainRelease:
+                        importable_for: Callable[[RuleProfile], Mapping[str, bool]] | None = None,
+                        memory_flags: MemoryFlags | None = None) -> ExplainRelease:
     """The explain path of `attnsel explain --vllm-version X` for one GPU, as a function of the
     profile: model facts derived with that release's model rules, then build_selection and
     explain_selection, then (a model on a named GPU) that release's memory verdict, whose refusal is
     the release's error as in `explain --vllm-version X` (`memory_flags`: attention.memory.MemoryFlags)."""
-    def explain_release(profile: Any) -> Any:
-        facts = None
+    def explain_release(profile: RuleProfile) -> Explanation:
+        facts: ModelFacts | None = None
         if hf_config is not None:  # as `explain --vllm-version X` derives them, hybrid state dtypes included
             facts = model_facts(dict(hf_config), request.dtype, tensor_parallel_size, capability, gpu_name,
                                 profile.model_rules, (request.mamba_ssm_cache_dtype, request.mamba_cache_dtype))
         importable = importable_for(profile) if importable_for is not None else None
         inputs, ctx, notes = build_selection(profile, request, model_facts=facts, capability=capability,
                                              gpu_name=gpu_name, importable=importable)
-        expl = explain_selection(profile, inputs, ctx, notes)
+        expl: Explanation = explain_selection(profile, inputs, ctx, notes)
         if facts is None or hf_config is None or not gpu_name or memory_flags is None:
             return expl
         flags = dataclasses.replace(memory_flags, tensor_parallel_size=tensor_parallel_size,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.explain.live_runtime import (
     NOT_INSTALLED,
@@ -36,6 +36,13 @@ from attnsel.attention.explain.live_runtime import (
     vllm_runtime,
 )
 
+if TYPE_CHECKING:
+    from attnsel.attention.explain.document import (
+        LiveAnswerFields,
+        LiveVerdictFields,
+        MismatchFields,
+    )
+
 
 @dataclass(frozen=True)
 class LiveVerdict:
@@ -44,7 +51,7 @@ class LiveVerdict:
     valid: bool
     reasons: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> LiveVerdictFields:
         return {"name": self.name, "priority": self.priority, "valid": self.valid, "reasons": list(self.reasons)}
 
 
@@ -67,7 +74,7 @@ class LiveAnswer:
     def valid_backends(self) -> list[str]:
         return [b.name for b in self.backends if b.valid]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> LiveAnswerFields:
         return {
             "vllm_version": self.vllm_version,
             "api": self.api,
@@ -133,7 +140,7 @@ def _layer_config(runtime: VllmRuntime, platform: Any, config: Any, capability: 
             seen: list[Any] = []
             original = platform.__dict__.get("get_valid_backends")
 
-            def watch(cls, device_capability, attn_selector_config, num_heads=None):
+            def watch(cls: Any, device_capability: Any, attn_selector_config: Any, num_heads: Any = None) -> None:
                 seen.append(attn_selector_config)
                 raise _Seen()
 
@@ -154,7 +161,8 @@ class _Seen(Exception):
     pass
 
 
-def _real_selection(runtime: VllmRuntime, platform: Any, backend: Any, config: Any, num_heads: Any):
+def _real_selection(runtime: VllmRuntime, platform: Any, backend: Any, config: Any,
+                    num_heads: Any) -> tuple[str | None, str | None]:
     """vLLM's own `get_attn_backend_cls`: (selected enum name, None) or (None, its error)."""
     try:
         path = platform.get_attn_backend_cls(backend, config, num_heads)
@@ -187,7 +195,7 @@ def _block_size_after_layers(runtime: VllmRuntime, platform: Any, vllm_config: A
     vllm_config.model_config.is_hybrid = False
     # 0.18-0.19 ask the first attention layer of the built model instead (config/vllm.py
     # get_layers_from_vllm_config, imported when the method runs): one stand-in layer
-    config_module = sys.modules.get("vllm.config.vllm")
+    config_module: Any = sys.modules.get("vllm.config.vllm")  # vLLM's module, patched for the call
     saved_layers = getattr(config_module, "get_layers_from_vllm_config", None)
     if saved_layers is not None:
         layer = types.SimpleNamespace(get_attn_backend=lambda: backend_class)
@@ -258,12 +266,12 @@ def _ordered_verdicts(valid: Any, invalid: Any) -> list[LiveVerdict]:
         verdicts[priority] = LiveVerdict(name, priority, True, ())
     unordered: list[LiveVerdict] = []
     for backend, value in invalid.items():
-        priority, reasons = _invalid(value)
-        verdict = LiveVerdict(backend.name, priority, False, tuple(reasons))
-        if priority is None:
+        place, reasons = _invalid(value)
+        verdict = LiveVerdict(backend.name, place, False, tuple(reasons))
+        if place is None:
             unordered.append(verdict)
         else:
-            verdicts[priority] = verdict
+            verdicts[place] = verdict
     backends = [verdicts[p] for p in sorted(verdicts)]
     if unordered:  # pairs API: no priority on invalid entries; rebuild the order from the valid ones
         backends = _merge_pairs_order(backends, unordered, valid)
@@ -288,10 +296,11 @@ def _merge_pairs_order(valid: list[LiveVerdict], invalid: list[LiveVerdict], raw
     taken = {v.priority for v in valid}
     slots = iter(i for i in range(len(valid) + len(invalid)) if i not in taken)
     placed = [LiveVerdict(v.name, next(slots), v.valid, v.reasons) for v in invalid]
-    return sorted(valid + placed, key=lambda v: v.priority)
+    return sorted(valid + placed, key=lambda v: v.priority or 0)  # every entry has its place now
 
 
-def _selection(backends, explicit, config, platform) -> tuple[str | None, str | None]:
+def _selection(backends: list[LiveVerdict], explicit: LiveVerdict | None, config: Any,
+               platform: Any) -> tuple[str | None, str | None]:
     if explicit is not None:
         if explicit.valid:
             return explicit.name, None
@@ -301,7 +310,7 @@ def _selection(backends, explicit, config, platform) -> tuple[str | None, str | 
         )
     valid = [b for b in backends if b.valid]
     if valid:
-        return min(valid, key=lambda b: b.priority).name, None
+        return min(valid, key=lambda b: b.priority or 0).name, None  # a valid entry has its priority (_entry)
     reasons = ", ".join(f"{b.name}: [{', '.join(b.reasons)}]" for b in backends)
     return None, (
         f"No valid attention backend found for {getattr(platform, 'device_name', 'cuda')} with {config!r}. "
@@ -317,7 +326,7 @@ class Mismatch:
     ours: Any
     live: Any
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> MismatchFields:
         return {"what": self.what, "backend": self.backend, "ours": self.ours, "live": self.live}
 
 

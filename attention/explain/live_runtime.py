@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,8 @@ class VllmRuntime:
             self.stubbed = _stub_driverless_extensions()
         self.version = require_vllm()
         self.package = importlib.import_module("vllm")
-        self.platforms = importlib.import_module("vllm.platforms")
+        # vLLM's modules, patched for each case (vLLM has no type information here)
+        self.platforms: Any = importlib.import_module("vllm.platforms")
         self.interface = importlib.import_module("vllm.platforms.interface")
         self.cuda = importlib.import_module("vllm.platforms.cuda")
         self.selector = importlib.import_module("vllm.v1.attention.selector")
@@ -109,7 +111,7 @@ class VllmRuntime:
         except ImportError:  # test fakes have no config package
             config_pkg = None
         getter = getattr(config_pkg, "get_current_vllm_config", None)
-        self.config_module = sys.modules[getter.__module__] if getter is not None else None
+        self.config_module: Any = sys.modules[getter.__module__] if getter is not None else None
         self.attention_config_cls = getattr(config_pkg, "AttentionConfig", None)
         self.platform_cls = self._target_platform_class()
         # 0.18+ returns _BackendCandidate entries and "{ExcType}: {msg}" import reasons; older
@@ -146,6 +148,7 @@ class VllmRuntime:
         instance = TargetCudaPlatform()
         previous = self.platforms.__dict__.get("_current_platform")
         self.platforms._current_platform = instance
+        module: Any
         for module in list(sys.modules.values()):  # modules that bound the old object at import
             name = getattr(module, "__name__", "")
             if name.startswith("vllm") and previous is not None and getattr(module, "current_platform", None) is previous:
@@ -159,6 +162,7 @@ class VllmRuntime:
         def has_nvidia_artifactory() -> bool:
             return self._artifactory
 
+        module: Any
         for name, module in list(sys.modules.items()):
             if name.startswith("vllm") and module is not None and hasattr(module, "has_nvidia_artifactory"):
                 module.has_nvidia_artifactory = has_nvidia_artifactory
@@ -211,13 +215,13 @@ class VllmRuntime:
         return caches
 
     @contextmanager
-    def case(self, inputs: Any, ctx: Any):
+    def case(self, inputs: Any, ctx: Any) -> Iterator[Any]:
         """The platform, environment and current VllmConfig of one selection."""
         self.platform_cls.target = self.capability(ctx.capability)
         self.platform_cls.target_name = ctx.gpu_name or "CUDA"
         saved_env = os.environ.get("VLLM_BATCH_INVARIANT")
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if ctx.batch_invariant else "0"
-        invariance = sys.modules.get("vllm.model_executor.layers.batch_invariant")
+        invariance: Any = sys.modules.get("vllm.model_executor.layers.batch_invariant")
         if invariance is not None and hasattr(invariance, "VLLM_BATCH_INVARIANT"):
             invariance.VLLM_BATCH_INVARIANT = bool(ctx.batch_invariant)  # 0.17 read the env at import
         self._artifactory = bool(ctx.has_flashinfer_cubin)

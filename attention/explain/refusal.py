@@ -6,9 +6,13 @@ the exit code, `--json`'s `exit_code`/`error` and the line on stderr all say wha
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.memory import WEIGHTS
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory import MemoryPlan
+    from attnsel.attention.rules import Explanation
 
 MEMORY_PHASE = "memory"
 # vLLM 0.34 vllm/v1/core/kv_cache_planning.py:106,123 `_check_enough_kv_cache_memory` raises ValueError
@@ -17,7 +21,7 @@ CACHE_ERROR_TYPE = "ValueError"
 WEIGHTS_ERROR_TYPE = "torch.OutOfMemoryError"
 
 
-def memory_refusal(plan: Any) -> tuple[str, str] | None:
+def memory_refusal(plan: MemoryPlan | None) -> tuple[str, str] | None:
     """(error type, vLLM's message) where the plan says vLLM would not start; None where it fits
     or there is no plan."""
     if plan is None or plan.fits:
@@ -28,7 +32,7 @@ def memory_refusal(plan: Any) -> tuple[str, str] | None:
     return CACHE_ERROR_TYPE, plan.vllm_message or f"the KV cache does not fit ({plan.verdict})"
 
 
-def with_memory_refusal(expl: Any, plan: Any) -> Any:
+def with_memory_refusal(expl: Explanation, plan: MemoryPlan | None) -> Explanation:
     """The explanation, with the memory plan's refusal as its error when the selection itself
     raised nothing (the selection happens first in vLLM's start-up: its error wins)."""
     refusal = memory_refusal(plan)

@@ -23,11 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.hybrid.groups import split_types
 from attnsel.attention.memory.weights import DTYPE_BYTES
 from attnsel.attention.rules import is_fp8
+
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def text_config(hf_config: Mapping) -> Mapping:
     return text if isinstance(text, Mapping) and "hidden_size" in text else hf_config
 
 
-def kv_bytes_per_token_layer(facts: Any, kv_cache_dtype: Any, tp: int) -> float:
+def kv_bytes_per_token_layer(facts: ModelFacts, kv_cache_dtype: str | None, tp: int) -> float:
     item = 1.0 if is_fp8(kv_cache_dtype or "auto") else DTYPE_BYTES.get(facts.dtype, 2.0)
     if facts.use_mla:  # one latent head, replicated on every rank (MLAAttentionSpec)
         return ((facts.kv_lora_rank or 512) + (facts.qk_rope_head_dim or 64)) * item
@@ -100,7 +104,7 @@ def kv_bytes_per_token_layer(facts: Any, kv_cache_dtype: Any, tp: int) -> float:
     return 2 * kv_heads * facts.head_size * item
 
 
-def sliding_split(hf_config: Mapping, facts: Any, layers: int) -> int:
+def sliding_split(hf_config: Mapping, facts: ModelFacts, layers: int) -> int:
     """How many layers use the sliding window: the config's layer_types, Gemma-3's pattern (every
     Nth layer global), Gemma-2's alternation, else all of them when vLLM applies the window."""
     if not facts.sliding_window:
@@ -126,8 +130,8 @@ def in_flight_tokens(rules: Mapping, batched_tokens: int, pp: int) -> int:
     return (pp + 1 if pp > 1 else 2) * batched_tokens
 
 
-def kv_layout(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, *, tp: int, pp: int,
-              kv_cache_dtype: Any, batched_tokens: int) -> KvLayout:
+def kv_layout(hf_config: Mapping, facts: ModelFacts, explanation: Explanation | None, rules: Mapping, *, tp: int, pp: int,
+              kv_cache_dtype: str | None, batched_tokens: int) -> KvLayout:
     """The busiest stage's layout: a hybrid model's from attention/hybrid (its aligned block size and
     groups), any other from its layers' specs and the block size `explain` settled."""
     null_block = bool(rules.get("null_block_reserved"))

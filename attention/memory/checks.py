@@ -22,10 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.memory.cache import KvLayout, text_config
 from attnsel.attention.memory.verdict import Verdict
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory.plan import MemoryFlags
+    from attnsel.attention.rules import Explanation
 
 # model_arch_config_convertor.py:376-393 @ 0.33.0 `possible_keys`, in vLLM's order
 LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -127,7 +131,7 @@ def check_scheduler(checks: Mapping, *, batched_tokens: int, seqs: int, max_len:
     return None
 
 
-def effective_batching(rules: Mapping, flags: Any, default_tokens: int, seqs: int, max_len: int) -> int:
+def effective_batching(rules: Mapping, flags: MemoryFlags, default_tokens: int, seqs: int, max_len: int) -> int:
     """max_num_batched_tokens as arg_utils.py leaves it: a default one is raised to max_model_len
     without chunked prefill, then capped at max_num_seqs x max_model_len (0.33.0:3190-3224)."""
     if flags.max_num_batched_tokens is not None:
@@ -140,13 +144,13 @@ def effective_batching(rules: Mapping, flags: Any, default_tokens: int, seqs: in
     return tokens
 
 
-def chunked_prefill_on(flags: Any) -> bool:
+def chunked_prefill_on(flags: MemoryFlags) -> bool:
     """`ModelConfig.is_chunked_prefill_supported` for a generative decoder: on unless turned off."""
     value = getattr(flags, "enable_chunked_prefill", None)
     return True if value is None else bool(value)
 
 
-def full_cudagraphs(flags: Any, explanation: Any) -> bool:
+def full_cudagraphs(flags: MemoryFlags, explanation: Explanation | None) -> bool:
     """FULL_AND_PIECEWISE is the default mode; it keeps full decode graphs unless --enforce-eager or an
     attention backend that never supports them (AttentionCGSupport.NEVER) sends it to PIECEWISE / NONE."""
     if getattr(flags, "enforce_eager", False):
@@ -171,8 +175,8 @@ def check_startup_free(checks: Mapping, util: float, cuda_total: float, extensib
                    f"--gpu-memory-utilization {math.floor(free / cuda_total * 100) / 100:g} (what is free at start)")
 
 
-def check_mamba_blocks(checks: Mapping, cache: KvLayout, num_blocks: int, seqs: int, flags: Any,
-                       explanation: Any) -> Refusal | None:
+def check_mamba_blocks(checks: Mapping, cache: KvLayout, num_blocks: int, seqs: int, flags: MemoryFlags,
+                       explanation: Explanation | None) -> Refusal | None:
     """max_num_seqs against the pool's block count (`kv_cache_config.num_blocks`: every block id of the
     pool, the null block included) for a model with Mamba layers under full CUDA graphs."""
     if "mamba_blocks" not in checks or not cache.has_state or not full_cudagraphs(flags, explanation) \

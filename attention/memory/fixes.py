@@ -10,14 +10,19 @@ dense model nor, beyond rounding, a hybrid model's pages).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.memory.auto_fit import auto_fit, wants_auto_fit
 from attnsel.attention.memory.plan import MemoryFlags, MemoryPlan, plan_memory
 from attnsel.attention.memory.verdict import MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS
 from attnsel.attention.model import with_text_defaults
 from attnsel.attention.rules import is_fp8
+
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
 
 TP_CHOICES = (2, 4, 8)
 PP_CHOICES = (2, 3, 4, 6, 8)
@@ -26,7 +31,7 @@ MIN_USEFUL_LEN = 4096  # a shorter --max-model-len is only offered down to this 
 MEMORY_VERDICTS = (MAX_MODEL_LEN, NO_CACHE_MEMORY, WEIGHTS)  # what more memory (or less need) fixes
 
 
-def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, flags: MemoryFlags, *,
+def memory_for(profile: RuleProfile, hf_config: Mapping, facts: ModelFacts, explanation: Explanation | None, flags: MemoryFlags, *,
                total_bytes: int, gpu_name: str | None, capability: tuple[int, int] | None = None
                ) -> MemoryPlan | None:
     """The plan with its fixes; None when the release's memory flow is not modelled (no `memory` data).
@@ -52,7 +57,7 @@ def memory_for(profile: Any, hf_config: Mapping, facts: Any, explanation: Any, f
                                                          cudagraph=profile.cudagraph))
 
 
-def why_not_planned(profile: Any, facts: Any) -> str:
+def why_not_planned(profile: RuleProfile, facts: ModelFacts) -> str:
     """Why memory_for answered None, in one line (explain and preflight say it the same way)."""
     if not profile.memory:
         return f"vLLM {profile.vllm_version}'s memory flow is not modelled"
@@ -61,7 +66,7 @@ def why_not_planned(profile: Any, facts: Any) -> str:
     return "the config lacks a size the memory plan reads (hidden_size, num_hidden_layers, ...)"
 
 
-def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping,
+def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: ModelFacts, explanation: Explanation | None, rules: Mapping,
                   flags: MemoryFlags, *, total_bytes: int, gpu_name: str | None,
                   cudagraph: Mapping | None = None) -> tuple[str, ...]:
     def again(**changes: Any) -> MemoryPlan:
@@ -89,7 +94,7 @@ def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: Any, explanation:
     return tuple(fixes)
 
 
-def _surely(plan: MemoryPlan, length: int, again: Any) -> int:
+def _surely(plan: MemoryPlan, length: int, again: Callable[..., MemoryPlan]) -> int:
     """A length the low estimate holds too (MemoryPlan.holds_surely), so that the suggestion passes
     preflight without its "close to the edge" warning: one planner, one margin."""
     for _ in range(3):
@@ -122,7 +127,7 @@ def _starts(plan: MemoryPlan, again: Any, **changes: Any) -> tuple[str, MemoryPl
     return None
 
 
-def _more_gpus(facts: Any, flags: MemoryFlags, again: Any) -> str:
+def _more_gpus(facts: ModelFacts, flags: MemoryFlags, again: Callable[..., MemoryPlan]) -> str:
     heads = int(facts.num_attention_heads or 1)
     for tp in TP_CHOICES:
         if tp > flags.tensor_parallel_size and heads % tp == 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.memory.cache import KvLayout, kv_layout
 from attnsel.attention.memory.checks import (
@@ -45,6 +45,11 @@ from attnsel.attention.memory.verdict import (
 from attnsel.attention.memory.weights import WeightBytes, weight_bytes
 from attnsel.attention.rules import AUTO_MAX_MODEL_LEN, quantization_refusal
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.rules.quantization import QuantizationRules
 
 GIB = 2**30
 __all__ = ["FITS", "MAX_MODEL_LEN", "NO_CACHE_MEMORY", "WEIGHTS", "MemoryFlags", "MemoryPlan", "Verdict", "plan_memory"]
@@ -168,9 +173,9 @@ def scheduler_defaults(rules: Mapping, total_bytes: int, gpu_name: str | None, e
     return int(row["max_num_batched_tokens"][entrypoint]), int(row["max_num_seqs"][entrypoint])
 
 
-def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping, flags: MemoryFlags, *,
+def plan_memory(hf_config: Mapping, facts: ModelFacts, explanation: Explanation | None, rules: Mapping, flags: MemoryFlags, *,
                 total_bytes: int, gpu_name: str | None = None, cudagraph: Mapping | None = None,
-                quantization: Any = None, capability: tuple[int, int] | None = None) -> MemoryPlan:
+                quantization: QuantizationRules | None = None, capability: tuple[int, int] | None = None) -> MemoryPlan:
     """The plan of the busiest GPU (the largest pipeline stage's TP shard) of a group of `total_bytes` GPUs;
     `cudagraph`: the release's CUDA-graph data (its capture sizes follow max_num_seqs); `quantization`:
     the release's QuantizationRules, checked on a GPU of `capability` (attention/rules/quantization.py)."""
@@ -212,7 +217,7 @@ def plan_memory(hf_config: Mapping, facts: Any, explanation: Any, rules: Mapping
     return _judge(plan, rules, cache, weights, sizing, total_bytes, flags, explanation)
 
 
-def _quantization(rules: Any, flags: MemoryFlags, hf_config: Mapping, capability: tuple[int, int] | None
+def _quantization(rules: QuantizationRules | None, flags: MemoryFlags, hf_config: Mapping, capability: tuple[int, int] | None
                   ) -> Refusal | None:
     refused = quantization_refusal(rules, flags.quantization, hf_config, capability, flags.model_dir)
     if refused is None:
@@ -220,7 +225,7 @@ def _quantization(rules: Any, flags: MemoryFlags, hf_config: Mapping, capability
     return Refusal(Verdict.QUANTIZATION, refused.message, refused.source, refused.fix)
 
 
-def _notes(weights: WeightBytes, facts: Any, res: Reserve, sizing: Sizing) -> tuple[str, ...]:
+def _notes(weights: WeightBytes, facts: ModelFacts, res: Reserve, sizing: Sizing) -> tuple[str, ...]:
     source = "the checkpoint's safetensors headers" if weights.from_checkpoint else "config.json"
     notes = [f"weights counted from {source}: {weights.parameters / 1e9:.1f}B parameters, "
              f"{weights.linear_bytes_per_param:g} bytes each in linear layers ({weights.quantization or facts.dtype})"]
@@ -245,7 +250,7 @@ def _refused(plan: MemoryPlan, refusal: Refusal, **changes: Any) -> MemoryPlan:
 
 
 def _judge(plan: MemoryPlan, rules: Mapping, cache: KvLayout, weights: WeightBytes, sizing: Sizing,
-           total_bytes: int, flags: MemoryFlags, explanation: Any) -> MemoryPlan:
+           total_bytes: int, flags: MemoryFlags, explanation: Explanation | None) -> MemoryPlan:
     """vLLM's checks in the order it runs them: loading, the KV check (on the reservation, for the
     extensible cache), the Mamba blocks at CUDA-graph set-up, the KV check after warm-up (extensible)."""
     if weights.total > total_bytes:

@@ -24,12 +24,16 @@ Two sizings, named by the release data's `memory.sizing`:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.memory.cache import text_config
 from attnsel.attention.memory.weights import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory.plan import MemoryFlags
+    from attnsel.attention.model.facts import ModelFacts
 
 GIB = 2**30
 DEFAULT_CAPTURE_SIZES = 51  # [1, 2, 4] + 31 steps of 8 + 17 of 16: max_num_seqs >= 256, 512 tokens
@@ -72,7 +76,7 @@ def _moe_workspace(c: Mapping, tokens: int, tp: int, kernel: str = "triton") -> 
     return tokens * topk * (max(inter, hidden) + max(2 * inter, hidden))
 
 
-def _widest_layer(hf_config: Mapping, facts: Any, tp: int) -> float:
+def _widest_layer(hf_config: Mapping, facts: ModelFacts, tp: int) -> float:
     """Elements per token of the widest dense intermediate: a gated MLP's gate+up and their product,
     a Mamba layer's in_proj."""
     c = text_config(hf_config)
@@ -84,7 +88,7 @@ def _widest_layer(hf_config: Mapping, facts: Any, tp: int) -> float:
     return max(widths)
 
 
-def activation_parts(hf_config: Mapping, facts: Any, act: Mapping, tokens: int, reqs: int, tp: int,
+def activation_parts(hf_config: Mapping, facts: ModelFacts, act: Mapping, tokens: int, reqs: int, tp: int,
                      quantization: str | None = None) -> dict:
     """The profile run's memory, component by component (bytes): `peak` is the transient peak
     (`transient_peak_headroom`), `kept` what stays allocated after it (vLLM counts it as consumed):
@@ -105,7 +109,7 @@ def activation_parts(hf_config: Mapping, facts: Any, act: Mapping, tokens: int, 
             "peak": peak, "kept": kept_sampler + kept_moe}
 
 
-def legacy_activation(hf_config: Mapping, facts: Any, tokens: int, seqs: int, tp: int) -> float:
+def legacy_activation(hf_config: Mapping, facts: ModelFacts, tokens: int, seqs: int, tp: int) -> float:
     """The 0.24-fitted estimate (`activation_model` "widest_layer"): the widest intermediate (MoE: top-k
     expert inputs) plus the sampler's float32 logits."""
     c = text_config(hf_config)
@@ -118,7 +122,7 @@ def legacy_activation(hf_config: Mapping, facts: Any, tokens: int, seqs: int, tp
     return tokens * max(widths) * DTYPE_BYTES.get(facts.dtype, 2.0) + seqs * vocab * 4
 
 
-def reserve(hf_config: Mapping, facts: Any, rules: Mapping, *, tokens: int, seqs: int, tp: int, eager: bool,
+def reserve(hf_config: Mapping, facts: ModelFacts, rules: Mapping, *, tokens: int, seqs: int, tp: int, eager: bool,
             graph_sizes: int, quantization: str | None = None) -> Reserve:
     spread = float(rules["activation_spread"])
     kept = 0.0
@@ -147,7 +151,7 @@ class Sizing:
     note: str | None = None
 
 
-def extensible_on(rules: Mapping, flags: Any) -> tuple[bool, str | None]:
+def extensible_on(rules: Mapping, flags: MemoryFlags) -> tuple[bool, str | None]:
     """config/vllm.py `_resolve_extensible_kv_cache` (0.34.0:3180-3271): on where supported when unset;
     (on, why it is off). Flags that turn it off are the data's `off_when` (flag -> vLLM's reason)."""
     ext = rules.get("extensible_kv_cache") or {}
@@ -162,7 +166,7 @@ def extensible_on(rules: Mapping, flags: Any) -> tuple[bool, str | None]:
     return bool(ext.get("default_on", True)) if requested is None else True, None
 
 
-def warmup_peak(facts: Any, ext: Mapping, tokens: int, tp: int) -> float:
+def warmup_peak(facts: ModelFacts, ext: Mapping, tokens: int, tp: int) -> float:
     """The transient of 0.34's sizing warm-up beyond the profile run's (gpu_worker.py:1072-1093: full-batch
     steps with the real attention and Mamba metadata, where the profile run skips them): for a Mamba-2
     model, the chunked scan's states of max_num_batched_tokens tokens (chunks x heads x head_dim x state)
@@ -175,7 +179,7 @@ def warmup_peak(facts: Any, ext: Mapping, tokens: int, tp: int) -> float:
     return chunks * layout.size("num_heads") / tp * layout.size("head_dim") * layout.size("state_size") * per_state
 
 
-def size_kv(rules: Mapping, flags: Any, *, total: int, weights: float, res: Reserve, warmup: float = 0.0) -> Sizing:
+def size_kv(rules: Mapping, flags: MemoryFlags, *, total: int, weights: float, res: Reserve, warmup: float = 0.0) -> Sizing:
     """The release's sizing of the KV cache (its data's `sizing`)."""
     on, why_off = extensible_on(rules, flags)
     ext = rules.get("extensible_kv_cache") or {}
@@ -217,6 +221,6 @@ def size_kv(rules: Mapping, flags: Any, *, total: int, weights: float, res: Rese
     return Sizing("extensible", util, capacity, tuple(final), extensible=True, note=note)  # type: ignore[arg-type]
 
 
-def _span(pair: Any) -> tuple[float, float, float]:
+def _span(pair: Sequence[float]) -> tuple[float, float, float]:
     low, high = float(pair[0]), float(pair[1])
     return low, (low + high) / 2, high

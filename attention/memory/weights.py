@@ -13,10 +13,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.memory.checkpoint import checkpoint_bytes
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.hybrid.layout import HybridLayout
+    from attnsel.attention.model.facts import ModelFacts
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 # Bytes per parameter of a linear layer's weight, per quantization method (scales included: a
@@ -79,7 +83,7 @@ def _attention_params(c: Mapping, tp: int, head_size: int) -> float:
     return hidden * head_size * (2 * heads / tp + 2 * kv_per_gpu)
 
 
-def _mixer_params(layout: Any, hidden: int, tp: int) -> float:
+def _mixer_params(layout: HybridLayout, hidden: int, tp: int) -> float:
     """A Mamba / linear-attention layer's projections (in_proj and out_proj dominate)."""
     s = dict(layout.sizes)
     if layout.kind == "mamba2":
@@ -133,7 +137,7 @@ def _vision_params(config: Mapping) -> float:
     return depth * (4 * hidden * hidden + 3 * hidden * inter)
 
 
-def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, quantization: str | None = None,
+def weight_bytes(hf_config: Mapping, facts: ModelFacts, *, tp: int = 1, pp: int = 1, quantization: str | None = None,
                  model_dir: str | None = None) -> WeightBytes:
     """The weights on the busiest GPU: its TP shard of the largest pipeline stage. With a checkpoint
     folder holding *.safetensors, the whole model's bytes are the headers' (checkpoint.py) and the
@@ -152,7 +156,7 @@ def weight_bytes(hf_config: Mapping, facts: Any, *, tp: int = 1, pp: int = 1, qu
     return replace(counted, total=int(stored.total * share), from_checkpoint=True)
 
 
-def _counted(hf_config: Mapping, facts: Any, tp: int, pp: int, quantization: str | None) -> WeightBytes:
+def _counted(hf_config: Mapping, facts: ModelFacts, tp: int, pp: int, quantization: str | None) -> WeightBytes:
     c = hf_config.get("text_config") or hf_config
     if not isinstance(c, Mapping) or "hidden_size" not in c:
         c = {**hf_config, **(c if isinstance(c, Mapping) else {})}

@@ -17,15 +17,18 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.attention.preflight.gpu_checks import target_report
     from attnsel.attention.preflight.outcome import machine_report, raise_if_failed
-    from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check
+    from attnsel.attention.preflight.request import PreflightRequest
+    from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check, CheckStatus
 
 __all__ = [
     "FAIL",
     "PASS",
     "WARN",
     "Check",
+    "CheckStatus",
     "Deployment",
     "FleetPreflightResult",
+    "PreflightRequest",
     "PreflightResult",
     "ScopedCheck",
     "machine_report",
@@ -36,10 +39,12 @@ __all__ = [
 ]
 __getattr__ = lazy_door(__name__, {
     "Check": "status",
+    "CheckStatus": "status",
     "Deployment": "deployment",
     "FAIL": "status",
     "FleetPreflightResult": "fleet",
     "PASS": "status",
+    "PreflightRequest": "request",
     "PreflightResult": "deployment",
     "ScopedCheck": "fleet",
     "WARN": "status",

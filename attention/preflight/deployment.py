@@ -12,7 +12,7 @@ GPUs (count, one model, links, dtype) are in gpu_checks.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.model import derive_model_facts
 from attnsel.attention.preflight.gpu_checks import (
@@ -44,6 +44,12 @@ from attnsel.attention.selector import (
 )
 from attnsel.errors import CheckFailed
 from attnsel.probe import GpuInfo, ProbeReport
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory import MemoryPlan
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
 
 
 @dataclass(frozen=True)
@@ -100,10 +106,10 @@ class PreflightResult:
     checks: tuple[Check, ...]
     gpus: tuple[GpuInfo, ...]  # the GPUs the TP group uses
     probe_source: str
-    explanation: Any = None  # attention.selector.Explanation, when the attention step ran
-    model_facts: Any = None  # attention.model_facts.ModelFacts
+    explanation: Explanation | None = None  # when the attention step ran
+    model_facts: ModelFacts | None = None
     profile_reason: str | None = None  # which vLLM rule profile answered, and why
-    memory: Any = None  # attention.memory.MemoryPlan of the group's smallest GPU, when the memory step ran
+    memory: MemoryPlan | None = None  # the plan of the group's smallest GPU, when the memory step ran
 
     @property
     def counts(self) -> dict[str, int]:
@@ -119,7 +125,7 @@ class PreflightResult:
         return 0 if self.ok else 1
 
 
-def check_attention(explanation: Any) -> Check:
+def check_attention(explanation: Explanation) -> Check:
     """explain's answer: vLLM's error -> fail; vLLM's warning lines -> warn; else pass."""
     e = explanation
     if e.error is not None:
@@ -140,7 +146,7 @@ def check_attention(explanation: Any) -> Check:
     return Check("attention", PASS, f"{picked}{block}")
 
 
-def _attention_hint(e: Any) -> str:
+def _attention_hint(e: Explanation) -> str:
     if e.inputs.block_size is not None and "block" in (e.error or "").lower():
         return "remove --block-size to let vLLM pick, or choose one the backend lists"
     if e.context.user_backend:
@@ -152,7 +158,8 @@ def _attention_hint(e: Any) -> str:
 # Attention: the explain rules on the deployment's model and GPU 0
 
 
-def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capability: tuple[int, int], gpu_name: str | None) -> Any:
+def explain_deployment(profile: RuleProfile, facts: ModelFacts, deployment: Deployment, capability: tuple[int, int],
+                       gpu_name: str | None) -> Explanation:
     """`explain` for the model's derived facts (attention/model/config.py) and the deployment's flags:
     the same inputs `attnsel explain --model` builds (attention/selector/request.py)."""
     request = SelectionRequest(
@@ -169,12 +176,12 @@ def explain_deployment(profile: Any, facts: Any, deployment: Deployment, capabil
 @dataclass
 class _Steps:
     checks: list[Check] = field(default_factory=list)
-    facts: Any = None
-    explanation: Any = None
-    memory: Any = None
+    facts: ModelFacts | None = None
+    explanation: Explanation | None = None
+    memory: MemoryPlan | None = None
 
 
-def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, *, profile: Any,
+def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, *, profile: RuleProfile,
                   model: str | None = None, profile_reason: str | None = None) -> PreflightResult:
     """Every check, in the order a user fixes them. `hf_config`: the model's config.json dict.
     Bad input (unknown dtype, bad config) raises UserInputError; vLLM refusals become `fail` checks."""
@@ -199,10 +206,11 @@ def run_preflight(report: ProbeReport, hf_config: dict, deployment: Deployment, 
     else:
         steps.checks.append(_model_check(steps.facts, tp))
         steps.checks.append(check_dtype(group, steps.facts.dtype, steps.facts.dtype_source))
-        if first is None:
+        if first is None or first.compute_capability is None:  # the group holds GPUs with a capability only
             steps.checks.append(Check("attention", WARN, "not checked: no GPU compute capability known (see gpu-count)"))
         else:
-            steps.explanation = explain_deployment(profile, steps.facts, deployment, capability, first.name)
+            steps.explanation = explain_deployment(profile, steps.facts, deployment, first.compute_capability,
+                                                   first.name)
             steps.checks.append(check_attention(steps.explanation))
         steps.memory = plan_for_group(profile, hf_config, steps.facts, steps.explanation, deployment, group,
                                       probed=report.source != TARGET_SOURCE, model=model)
@@ -245,7 +253,7 @@ def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deploymen
     return [count, check_same_model(report, world, deployment.strict), worst, pipeline_check(hf_config, pp)]
 
 
-def _model_check(facts: Any, tp: int) -> Check:
+def _model_check(facts: ModelFacts, tp: int) -> Check:
     heads = f"{facts.num_attention_heads} attention heads / TP {tp} = {facts.num_heads_per_gpu} per GPU"
     message = f"{facts.model_type}: head size {facts.head_size}, {heads}"
     if facts.is_attention_free:  # pure Mamba: no head size to speak of (docs/vllm-rules.md §6 attention-free)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.preflight.deployment import Deployment, run_preflight
 from attnsel.attention.preflight.gpu_checks import check_interconnect, check_same_model
@@ -41,6 +41,12 @@ from attnsel.probe.fleet import (
     model_classes,
     model_of,
 )
+
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.preflight.document import ScopedCheckFields
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
 
 FLEET = "fleet"
 PG_WAIT_TIMEOUT = 1800  # vLLM ray_utils.PG_WAIT_TIMEOUT
@@ -65,7 +71,7 @@ class ScopedCheck:
     scope: str  # "fleet", a node label, or a GPU model
     check: Check
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ScopedCheckFields:
         return {"scope": self.scope, **self.check.to_dict()}
 
 
@@ -75,8 +81,8 @@ class FleetPreflightResult:
     pipeline_parallel_size: int
     model: str | None
     checks: tuple[ScopedCheck, ...]
-    explanations: tuple[tuple[str, Any], ...]  # (GPU model, attention.selector.Explanation)
-    model_facts: Any
+    explanations: tuple[tuple[str, Explanation], ...]  # (GPU model, its explanation)
+    model_facts: ModelFacts | None
     profile_reason: str | None
     fleet: FleetProbe
     verdict: FleetVerdict
@@ -95,7 +101,7 @@ class FleetPreflightResult:
 
 
 def run_fleet_preflight(fleet: FleetProbe, hf_config: dict, deployment: Deployment, pipeline_parallel_size: int,
-                        *, profile: Any, model: str | None = None,
+                        *, profile: RuleProfile, model: str | None = None,
                         profile_reason: str | None = None) -> FleetPreflightResult:
     """Every check, in the order a user fixes them: nodes, GPUs per node, placement, one model,
     interconnect, then the model and attention per GPU model and one verdict across them."""
@@ -108,8 +114,8 @@ def run_fleet_preflight(fleet: FleetProbe, hf_config: dict, deployment: Deployme
     checks.append(ScopedCheck(FLEET, _placement(answered, tp, pp)))
     classes = model_classes([g for n in answered for g in _usable(n.report)])
     checks.append(ScopedCheck(FLEET, _fleet_same_model(answered, classes, deployment.strict)))
-    checks += [ScopedCheck(n.node.label, check_same_model(n.report, len(n.report.gpus), deployment.strict))
-               for n in answered if n.report.mixed_gpus]
+    checks += [ScopedCheck(n.node.label, check_same_model(_report(n), len(_report(n).gpus), deployment.strict))
+               for n in answered if _report(n).mixed_gpus]
     checks += _interconnect(answered, tp, pp)
     checks.append(ScopedCheck(FLEET, pipeline_check(hf_config, pp)))
     explanations, dtypes, per_model = _per_gpu_model(answered, classes, hf_config, deployment, profile, model,
@@ -122,8 +128,14 @@ def run_fleet_preflight(fleet: FleetProbe, hf_config: dict, deployment: Deployme
                                 fleet, verdict)
 
 
-def _usable(report: ProbeReport) -> list[GpuInfo]:
-    return [g for g in report.gpus if g.error is None]
+def _usable(report: ProbeReport | None) -> list[GpuInfo]:
+    return [g for g in report.gpus if g.error is None] if report is not None else []
+
+
+def _report(node: NodeProbe) -> ProbeReport:
+    """The probe of a node that answered (the callers keep only those)."""
+    assert node.report is not None
+    return node.report
 
 
 def _slots(node: NodeProbe) -> int:
@@ -146,7 +158,7 @@ def _answer_checks(fleet: FleetProbe, gpu_nodes: Sequence[NodeProbe]) -> list[Sc
 
 
 def _gpu_count(node: NodeProbe, tp: int) -> Check:
-    report = node.report
+    report = _report(node)
     usable, ray_gpus = len(_usable(report)), node.node.ray_gpus
     broken = [g for g in report.gpus if g.error is not None]
     if broken:
@@ -233,7 +245,7 @@ def _node_interconnect(node: NodeProbe, tp: int) -> Check:
     a node's workers by GPU id. The worst group speaks for the node."""
     gpus = sorted(_usable(node.report), key=lambda g: g.index)[:_slots(node)]
     groups = [gpus[start:start + tp] for start in range(0, len(gpus) - tp + 1, tp)]
-    results = [check_interconnect(replace(node.report, gpus=tuple(group)), tp) for group in groups]
+    results = [check_interconnect(replace(_report(node), gpus=tuple(group)), tp) for group in groups]
     if len(groups) == 1:
         return results[0]
     spans = [f"{group[0].index}-{group[-1].index}" for group in groups]
@@ -246,7 +258,8 @@ def _node_interconnect(node: NodeProbe, tp: int) -> Check:
 def pipeline_check(hf_config: dict, pp: int) -> Check:
     """vLLM's get_pp_indices (distributed/utils.py): layers split evenly, the remainder to the
     stages before the last."""
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    text_config = hf_config.get("text_config")
+    text = text_config if isinstance(text_config, dict) else hf_config
     layers = text.get("num_hidden_layers", hf_config.get("num_hidden_layers"))
     if pp == 1:
         return Check("pipeline", PASS, "PP=1: one stage holds every layer")
@@ -265,15 +278,17 @@ def pipeline_check(hf_config: dict, pp: int) -> Check:
     return Check("pipeline", PASS, f"PP={pp}: {layers} layers split [{split}]")
 
 
-def _per_gpu_model(answered, classes, hf_config, deployment, profile, model, profile_reason):
+def _per_gpu_model(answered: Sequence[NodeProbe], classes: Sequence[GpuInfo], hf_config: dict, deployment: Deployment,
+                   profile: RuleProfile, model: str | None, profile_reason: str | None,
+                   ) -> tuple[list[tuple[str, Explanation]], list[tuple[str, ModelFacts]], list[ScopedCheck]]:
     """The one-node model, dtype and attention checks, once per GPU model (explain per distinct GPU)."""
-    explanations: list[tuple[str, Any]] = []
-    facts: list[tuple[str, Any]] = []  # (GPU model, attention.model_facts.ModelFacts)
+    explanations: list[tuple[str, Explanation]] = []
+    facts: list[tuple[str, ModelFacts]] = []  # (GPU model, its model facts)
     checks: list[ScopedCheck] = []
     for rep in classes:
         node = next(n for n in answered if any(model_of(g, classes) == rep.name for g in _usable(n.report)))
         gpus = tuple(g for g in _usable(node.report) if model_of(g, classes) == rep.name)
-        result = run_preflight(replace(node.report, gpus=gpus), hf_config, deployment, profile=profile, model=model,
+        result = run_preflight(replace(_report(node), gpus=gpus), hf_config, deployment, profile=profile, model=model,
                                profile_reason=profile_reason)
         checks += [ScopedCheck(rep.name, c) for c in result.checks if c.name in ("model-config", "dtype", "attention")]
         if result.model_facts is not None:
@@ -283,7 +298,7 @@ def _per_gpu_model(answered, classes, hf_config, deployment, profile, model, pro
     return explanations, facts, checks
 
 
-def _one_verdict(explanations: Sequence[tuple[str, Any]], facts: Sequence[tuple[str, Any]],
+def _one_verdict(explanations: Sequence[tuple[str, Explanation]], facts: Sequence[tuple[str, ModelFacts]],
                  dtype_flag: str) -> Check:
     dtypes = {name: f.dtype for name, f in facts}
     if len(set(dtypes.values())) > 1:

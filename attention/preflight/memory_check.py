@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.memory import (
     MAX_MODEL_LEN,
@@ -20,10 +20,18 @@ from attnsel.attention.memory import (
     why_not_planned,
 )
 from attnsel.attention.memory.checkpoint import checkpoint_folder
-from attnsel.attention.preflight.status import FAIL, PASS, WARN
+from attnsel.attention.preflight.status import FAIL, PASS, WARN, CheckStatus
+
+if TYPE_CHECKING:
+    from attnsel.attention.memory import MemoryPlan
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.preflight.deployment import Deployment
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
+    from attnsel.probe import GpuInfo
 
 
-def memory_flags(deployment: Any, model: str | None = None) -> MemoryFlags:
+def memory_flags(deployment: Deployment, model: str | None = None) -> MemoryFlags:
     """The deployment's flags the memory plan reads: each MemoryFlags field the deployment carries
     under the same name (the entry point stays MemoryFlags' default, `vllm serve`'s)."""
     flags = MemoryFlags(**{f.name: getattr(deployment, f.name) for f in dataclasses.fields(MemoryFlags)
@@ -32,27 +40,28 @@ def memory_flags(deployment: Any, model: str | None = None) -> MemoryFlags:
     return dataclasses.replace(flags, model_dir=checkpoint_folder(model))
 
 
-def not_planned(profile: Any, facts: Any, group: Sequence[Any]) -> str:
+def not_planned(profile: RuleProfile, facts: ModelFacts, group: Sequence[GpuInfo]) -> str:
     """Why there is no plan (memory_for answered None)."""
     if not any(g.memory_total_bytes for g in group):
         return "no GPU memory size known (see gpu-count)"
     return why_not_planned(profile, facts)
 
 
-def plan_for_group(profile: Any, hf_config: dict, facts: Any, explanation: Any, deployment: Any,
-                   group: Sequence[Any], probed: bool, model: str | None = None) -> Any:
+def plan_for_group(profile: RuleProfile, hf_config: dict, facts: ModelFacts, explanation: Explanation | None,
+                   deployment: Deployment, group: Sequence[GpuInfo], probed: bool,
+                   model: str | None = None) -> MemoryPlan | None:
     """The plan of the group's smallest GPU; None without a GPU's memory or the release's memory data."""
-    sized = [g for g in group if g.memory_total_bytes]
+    sized = [(g.memory_total_bytes, g) for g in group if g.memory_total_bytes]
     if not sized:
         return None
-    smallest = min(sized, key=lambda g: g.memory_total_bytes)
-    total = device_total_bytes(smallest.name, smallest.memory_total_bytes, probed)
+    total_bytes, smallest = min(sized, key=lambda sized_gpu: sized_gpu[0])
+    total = device_total_bytes(smallest.name, total_bytes, probed)
     return memory_for(profile, hf_config, facts, explanation, memory_flags(deployment, model),
                       total_bytes=total, gpu_name=smallest.name,
-                      capability=min((g.compute_capability for g in sized if g.compute_capability), default=None))
+                      capability=min((g.compute_capability for _, g in sized if g.compute_capability), default=None))
 
 
-def memory_check_fields(plan: Any, why_not: str) -> tuple[str, str, str | None, str | None]:
+def memory_check_fields(plan: MemoryPlan | None, why_not: str) -> tuple[CheckStatus, str, str | None, str | None]:
     """(status, message, hint, vLLM's message) of the `memory` check; `why_not`: why there is no plan."""
     if plan is None:
         return WARN, f"not checked: {why_not}", None, None

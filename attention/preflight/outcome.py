@@ -3,12 +3,23 @@ named by --gpu), and exit 1 with one line naming each failed check once the chec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.preflight.gpu_checks import target_report
-from attnsel.attention.preflight.status import FAIL, WARN
+from attnsel.attention.preflight.status import FAIL, WARN, Check
 from attnsel.errors import CheckFailed, UserInputError
 from attnsel.probe import ProbeReport
+
+if TYPE_CHECKING:
+    from attnsel.attention.preflight.deployment import PreflightResult
+    from attnsel.attention.preflight.fleet import FleetPreflightResult, ScopedCheck
+
+
+def _scoped(check: Check | ScopedCheck) -> tuple[str | None, Check]:
+    """(the check's scope, the check): a cluster's checks carry a scope, one node's do not."""
+    if isinstance(check, Check):
+        return None, check
+    return check.scope, check.check
 
 
 def machine_report(gpu: str | None, num_gpus: int | None, tp: int) -> ProbeReport:
@@ -23,12 +34,12 @@ def machine_report(gpu: str | None, num_gpus: int | None, tp: int) -> ProbeRepor
     return collect_probe()
 
 
-def raise_if_failed(result: Any) -> None:
+def raise_if_failed(result: PreflightResult | FleetPreflightResult) -> None:
     """Exit 1 when a check failed (one node's result, or a cluster's with scoped checks): the checks
     are on stdout; this one line goes to stderr, where a CI log shows it."""
     if result.ok:
         return
-    failed = [(getattr(c, "scope", None), getattr(c, "check", c)) for c in result.checks]
+    failed = [_scoped(c) for c in result.checks]
     if any(c.status == FAIL for _, c in failed):
         failed, what = [(scope, c) for scope, c in failed if c.status == FAIL], "check(s) failed"
     else:  # --strict: the warnings fail the run

@@ -3,14 +3,28 @@ memory, the Ray fleet)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
+from attnsel.words import Word
+
+if TYPE_CHECKING:
+    from attnsel.attention.preflight.document import CheckFields
+
+
+class CheckStatus(Word):
+    """A check's status, as `preflight --json` writes it ("status") and the text labels it (upper case)."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
 STATUSES = (PASS, WARN, FAIL)  # in rising severity: the worst of several checks is the one with the highest index
 
 
-def failing_statuses(strict: bool) -> tuple[str, ...]:
+def failing_statuses(strict: bool) -> tuple[CheckStatus, ...]:
     """The statuses that fail a preflight run (exit 1): FAIL; with --strict, WARN too."""
     return (WARN, FAIL) if strict else (FAIL,)
 
@@ -18,10 +32,12 @@ def failing_statuses(strict: bool) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Check:
     name: str  # short id: gpu-count, same-model, interconnect, model-config, dtype, attention
-    status: str  # pass | warn | fail
+    status: CheckStatus
     message: str
     hint: str | None = None  # what to do next, one line
     vllm_message: str | None = None  # vLLM's own text (error or log line), verbatim
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> CheckFields:
+        # the status is its word in the JSON: a str-valued enum (attnsel/words.py)
+        return {"name": self.name, "status": self.status, "message": self.message, "hint": self.hint,
+                "vllm_message": self.vllm_message}

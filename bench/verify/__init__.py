@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.bench.verify.engine_log import parse_engine_log, read_log
     from attnsel.bench.verify.engine_process import run_engine
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
+    from attnsel.bench.verify.protocol import Message
     from attnsel.bench.verify.records import (
         Candidate,
         Comparison,
@@ -27,12 +28,9 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         VerifyOptions,
         VllmFacts,
     )
-    from attnsel.bench.verify.run import (
-        VerifyProgress,
-        VerifyRequest,
-        run_verify,
-        write_model_dir,
-    )
+    from attnsel.bench.verify.request import VerifyRequest, write_model_dir
+    from attnsel.bench.verify.run import VerifyProgress, run_verify
+    from attnsel.bench.verify.status import RunStatus
     from attnsel.bench.verify.verdict import (
         build_comparisons,
         engine_start_spreads,
@@ -50,7 +48,9 @@ __all__ = [
     "GpuFacts",
     "Judged",
     "Judgement",
+    "Message",
     "ModelFacts",
+    "RunStatus",
     "ShapeFigures",
     "ShapeResult",
     "StartFigure",
@@ -83,7 +83,9 @@ __getattr__ = lazy_door(__name__, {
     "GpuFacts": "records",
     "Judged": "records",
     "Judgement": "compare",
+    "Message": "protocol",
     "ModelFacts": "records",
+    "RunStatus": "status",
     "ShapeFigures": "records",
     "ShapeResult": "records",
     "StartFigure": "records",
@@ -92,7 +94,7 @@ __getattr__ = lazy_door(__name__, {
     "VerifyDocument": "records",
     "VerifyOptions": "records",
     "VerifyProgress": "run",
-    "VerifyRequest": "run",
+    "VerifyRequest": "request",
     "VllmFacts": "records",
     "build_comparisons": "verdict",
     "check_verify_flags": "flags",
@@ -104,5 +106,5 @@ __getattr__ = lazy_door(__name__, {
     "run_engine": "engine_process",
     "run_verify": "run",
     "summarize": "verdict",
-    "write_model_dir": "run",
+    "write_model_dir": "request",
 })

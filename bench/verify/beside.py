@@ -20,28 +20,33 @@ from __future__ import annotations
 import itertools
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnsel.bench.verify.engine_process import POLL_S, EngineProcess
 from attnsel.bench.verify.prebuild import FlashInferPrebuild, note, prebuild_request
+from attnsel.bench.verify.protocol import Message
 from attnsel.bench.verify.resume import row_key
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions import RuleProfile
+    from attnsel.bench.verify.plan import Candidate
 
 PRESPAWN_ENV = "ATTNSEL_VERIFY_PRESPAWN"  # "0": each engine's worker starts (and imports) in its own turn
 IMPORT_WAIT_S = 120.0  # from its spawn, the longest the next worker's import may hold an engine's measuring
 LAST_LOOK_S = 0.2  # past IMPORT_WAIT_S: how long the pipe is read for messages already sent
 
-RunKey = tuple  # (candidate slug, engine start)
+RunKey = tuple[str, int]  # (candidate slug, engine start)
+PlannedRun = tuple[RunKey, Path]  # an engine start and its log
 
 
-def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, log_dir: Path,
-                 attention: dict | None = None) -> Beside:
+def start_beside(profile: RuleProfile, document: dict, runs: list[PlannedRun], engine: str, env: Mapping[str, str],
+                 child_env: dict, log_dir: Path, attention: dict | None = None) -> Beside:
     """Starts the sampler pre-build (unless switched off or there is nothing to build or no engine
-    to start: then document["prebuild"] says why, or is absent) and returns the run's Beside."""
-    from attnsel.attention import versions
-
-    profile = versions.select_profile(None).profile  # the installed vLLM's release data
+    to start: then document["prebuild"] says why, or is absent) and returns the run's Beside.
+    `profile`: the release data of the installed vLLM (bench/verify/request.py plan_document)."""
     request = prebuild_request(profile, document["gpu"].get("capability"), env, attention)
     prebuild = None
     if request is not None and runs:
@@ -52,12 +57,12 @@ def start_beside(document: dict, runs: list, engine: str, env, child_env: dict, 
     return Beside(runs, child_env, engine, env.get(PRESPAWN_ENV, "1") != "0", prebuild)
 
 
-def runs_flashinfer(candidate) -> bool:
+def runs_flashinfer(candidate: Candidate) -> bool:
     """The candidate's engine runs FLASHINFER: asked for, or vLLM's predicted default."""
     return (candidate.backend or (candidate.predicted or [None])[0]) == "FLASHINFER"
 
 
-def flashinfer_attention(candidates, runs: list, attention: dict | None) -> dict | None:
+def flashinfer_attention(candidates: list[Candidate], runs: list[PlannedRun], attention: dict | None) -> dict | None:
     """The model's attention shape when an engine to start runs FLASHINFER: it JIT-builds its
     attention modules in its own start unless tune built them before (same cache), so they are
     pre-built beside the first engine too; else None."""
@@ -65,10 +70,11 @@ def flashinfer_attention(candidates, runs: list, attention: dict | None) -> dict
     return attention if any(c.slug in started and runs_flashinfer(c) for c in candidates) else None
 
 
-def planned_runs(candidates, kept: dict, repeat_engine: int, log_path: Callable[[str, int], Path]) -> list:
+def planned_runs(candidates: list[Candidate], kept: dict, repeat_engine: int,
+                 log_path: Callable[[str, int], Path]) -> list[PlannedRun]:
     """[((slug, start), log path)] in the order bench/verify/run.py starts the engines: each pair
     not refused and not kept by --resume, then starts 2..N round by round (its _restart_engines)."""
-    def done(candidate) -> int:
+    def done(candidate: Candidate) -> int:
         return len((kept.get(row_key(candidate.to_dict())) or {}).get("restarts") or [])
 
     keys = [(c.slug, 1) for c in candidates if not c.reasons and row_key(c.to_dict()) not in kept]
@@ -89,7 +95,7 @@ class _Waiting:
 class Beside:
     """The sampler pre-build and the pre-spawned worker of the next run, for one verify run."""
 
-    def __init__(self, runs: list, env: dict, engine: str, prespawn: bool,
+    def __init__(self, runs: list[PlannedRun], env: dict, engine: str, prespawn: bool,
                  prebuild: FlashInferPrebuild | None = None):
         """runs: [(key, log path)] in the order verify will start them."""
         self.next_of = {key: nxt for (key, _), nxt in itertools.pairwise(runs)}
@@ -107,7 +113,7 @@ class Beside:
             waiting.process.stop(grace_s=0.0)
             lost = waiting.lost or ("died" if waiting.key == key else "not this run")
             return None, {"worker": lost, "note": f"the pre-spawned worker {_LOST.get(lost, lost)}; started afresh"}
-        record = {"worker": "pre-spawned"}
+        record: dict[str, object] = {"worker": "pre-spawned"}
         if waiting.import_s is not None:
             record["import_hidden_s"] = waiting.import_s
         return waiting.process, record
@@ -117,7 +123,7 @@ class Beside:
         nxt = self.next_of.get(key)
         if not self.prespawn or self.waiting is not None or nxt is None:
             return
-        process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": "prespawn", "engine": self.engine})
+        process = EngineProcess(None, Path(nxt[1]), self.env, prespawn={"type": Message.PRESPAWN, "engine": self.engine})
         self.waiting = _Waiting(nxt[0], process, time.monotonic())
 
     def hold_for(self, key: RunKey, on_tick: Callable[[], None], *,
@@ -164,8 +170,8 @@ class Beside:
                 continue
             if message is None:
                 waiting.lost = "died"
-            elif message.get("type") == "imported":
-                waiting.import_s = float(message.get("import_s") or 0.0)
+            elif message["type"] == Message.IMPORTED:
+                waiting.import_s = float(message["import_s"] or 0.0)
         if waiting.lost:
             waiting.process.stop(grace_s=0.0)
 

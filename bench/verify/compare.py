@@ -152,7 +152,7 @@ def across_starts(per_start: Sequence[dict | None]) -> dict | None:
 
 def noise_bar(a: dict | None, b: dict | None) -> float:
     """The relative margin two figures must exceed: max(2%, the mean of their spreads)."""
-    spreads = [f.get("spread") for f in (a, b) if f and f.get("spread") is not None]
+    spreads = [float(f["spread"]) for f in (a, b) if f and f.get("spread") is not None]
     typical = sum(spreads) / len(spreads) if spreads else 0.0
     return max(T.RELATIVE_NOISE_THRESHOLD, typical)
 
@@ -201,8 +201,8 @@ def recommendation_verdict(result: str | None, pick_is_default: bool) -> EngineV
         return None
     if pick_is_default:  # the comparison was runner-up vs default
         return EngineVerdict.REVERSED if result == Judgement.FASTER else EngineVerdict.HOLDS
-    return {Judgement.FASTER: EngineVerdict.HOLDS, Judgement.SLOWER: EngineVerdict.REVERSED}.get(
-        result, EngineVerdict.WITHIN_NOISE)
+    verdicts: dict[str, EngineVerdict] = {Judgement.FASTER: EngineVerdict.HOLDS, Judgement.SLOWER: EngineVerdict.REVERSED}
+    return verdicts.get(result, EngineVerdict.WITHIN_NOISE)
 
 
 def overall_verdict(verdicts: Iterable[str | None]) -> EngineVerdict | None:

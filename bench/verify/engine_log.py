@@ -15,6 +15,7 @@ pattern searches anywhere in the line.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -139,9 +140,13 @@ def release_patterns(engine: dict | None) -> tuple[LogPattern, ...]:
     out = []
     for field, spec in sorted(((engine or {}).get("log_patterns") or {}).items()):
         reader, group = READERS[spec.get("read", "text")], int(spec.get("group", 1))
-        out.append(_p(field, spec["regex"], lambda m, r=reader, g=group: r(m.group(g)), spec["source"],
-                      spec["anchor"], spec["example"]))
+        out.append(_p(field, spec["regex"], _group_reader(reader, group), spec["source"], spec["anchor"],
+                      spec["example"]))
     return tuple(out)
+
+
+def _group_reader(reader: Callable[[str], Any], group: int) -> Callable[[re.Match[str]], Any]:
+    return lambda match: reader(match.group(group))
 
 
 def patterns_for(own: tuple[LogPattern, ...]) -> tuple[LogPattern, ...]:
@@ -225,7 +230,7 @@ def _cache_state(hits: int, misses: int) -> str:
     return "partial"
 
 
-def read_log(path, start: int = 0) -> str:
+def read_log(path: str | os.PathLike[str], start: int = 0) -> str:
     """The log text from byte `start` on ("" when it cannot be read)."""
     try:
         with open(path, "rb") as fh:

@@ -21,11 +21,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, cast
 
 from attnsel.bench.verify import engine_log
+from attnsel.bench.verify.protocol import (
+    FromWorker,
+    Message,
+    Prespawn,
+    Progress,
+    Started,
+)
+from attnsel.bench.verify.status import RunStatus
 
 DEFAULT_START_TIMEOUT_S = 900.0  # vLLM's start took 27-187 s on an H100, + ~100 s of FlashInfer JIT (docs/gpu-facts.md §6)
 DEFAULT_CALL_TIMEOUT_S = 600.0  # one generate() call: the largest default shape takes ~10 s
@@ -49,7 +58,7 @@ class EngineProcess:
     """`python -m attnsel.bench.verify.engine_worker` with its job; stderr (vLLM's log) goes to `log_path`."""
 
     def __init__(self, job: dict | None, log_path: Path, env: dict | None = None,
-                 prespawn: dict | None = None):
+                 prespawn: Prespawn | None = None):
         """`job` now, or `prespawn` ({"type": "prespawn", "engine"}: the worker imports its engine's
         libraries and waits for `send_job`); a job with "hold" keeps stdin open for `release`."""
         self.log_path = Path(log_path)
@@ -63,29 +72,36 @@ class EngineProcess:
         )
         self._buffer = b""
         self._eof = False
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self._stdout.fileno(), False)
         if prespawn is not None:
             self._write(prespawn, close=False)
         if job is not None:
             self.send_job(job)
+
+    @property
+    def _stdout(self) -> IO[bytes]:
+        assert self.proc.stdout is not None  # Popen(stdout=PIPE)
+        return self.proc.stdout
 
     def send_job(self, job: dict) -> None:
         self._write(job, close=not job.get("hold"))
 
     def release(self) -> None:
         """A held engine (job "hold") goes on to its shapes."""
-        self._write({"type": "go"}, close=True)
+        self._write({"type": Message.GO}, close=True)
 
-    def _write(self, message: dict, close: bool) -> None:
+    def _write(self, message: Mapping[str, object], close: bool) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None  # Popen(stdin=PIPE)
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
+            stdin.write((json.dumps(message) + "\n").encode())
+            stdin.flush()
             if close:
-                self.proc.stdin.close()
+                stdin.close()
         except (BrokenPipeError, OSError, ValueError):
             pass  # it died; reading sees EOF
 
-    def next_message(self, timeout_s: float) -> dict | None:
+    def next_message(self, timeout_s: float) -> FromWorker | None:
         """The next protocol message; None at EOF; raises queue.Empty after timeout_s. Reads the
         pipe with select() in this thread: lines that are not protocol JSON are skipped."""
         deadline = time.monotonic() + timeout_s
@@ -104,8 +120,8 @@ class EngineProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise queue.Empty
-            if select.select([self.proc.stdout], [], [], min(remaining, 0.5))[0]:
-                self._take(os.read(self.proc.stdout.fileno(), 65536))
+            if select.select([self._stdout], [], [], min(remaining, 0.5))[0]:
+                self._take(os.read(self._stdout.fileno(), 65536))
             elif self.proc.poll() is not None:
                 # The worker is gone, but a process it forked (vLLM's engine core) may still hold
                 # the pipe open, so EOF would never come: read what is left and stop here.
@@ -123,7 +139,7 @@ class EngineProcess:
 
     def _drain(self) -> bytes:
         try:
-            return os.read(self.proc.stdout.fileno(), 1 << 20) or b""
+            return os.read(self._stdout.fileno(), 1 << 20) or b""
         except BlockingIOError:
             return b""
 
@@ -156,19 +172,20 @@ def end_process_group(proc: subprocess.Popen, term_wait_s: float = 10.0, kill_wa
             continue
 
 
-def _as_message(line: str) -> dict | None:
+def _as_message(line: str) -> FromWorker | None:
     try:
         message = json.loads(line)
     except ValueError:
         return None  # a stray print, not the protocol
-    return message if isinstance(message, dict) and "type" in message else None
+    # engine_worker.py writes only FromWorker messages on this pipe; anything else is a stray line
+    return cast("FromWorker", message) if isinstance(message, dict) and "type" in message else None
 
 
 @dataclass
 class CandidateRun:
     """What one engine did: its start, its read-back facts, one result per shape."""
 
-    status: str = "ok"  # ok | error | oom | timeout | crashed
+    status: str = RunStatus.OK  # ok | error | oom | timeout | crashed (as the worker said it)
     error: str | None = None
     start_s: float | None = None
     facts: dict = field(default_factory=dict)
@@ -179,7 +196,7 @@ class CandidateRun:
     hold: dict | None = None  # what the engine waited for between its start and its first shape
 
 
-Listener = Callable[[dict], None]
+Listener = Callable[[Progress], None]
 
 
 def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
@@ -203,7 +220,7 @@ def run_engine(job: dict, log_path: Path, *, start_timeout_s: float = DEFAULT_ST
     try:
         _drive(process, run, start_timeout_s, call_timeout_s, on_message, on_tick, hold)
     finally:
-        finished = run.status == "ok" and all(s is not None for s in run.shapes)
+        finished = run.status == RunStatus.OK and all(s is not None for s in run.shapes)
         code = process.stop(grace_s=60.0 if finished else 0.0)
         run.exit = describe_exit(code)
         run.wall_s = time.monotonic() - started
@@ -224,42 +241,41 @@ def _drive(process: EngineProcess, run: CandidateRun, start_timeout_s: float, ca
             on_tick()
             if waited < limit:
                 continue
-            _fail(run, current, "timeout", f"no answer from the engine within {limit:g} s; its processes were killed")
+            _fail(run, current, RunStatus.TIMEOUT, f"no answer from the engine within {limit:g} s; its processes were killed")
             return
         waited = 0.0
         if message is None:
             code = process.stop(grace_s=5.0)
             cause = engine_log.last_error(process.log_text())
             detail = f"the engine worker {describe_exit(code)}" + (f" ({cause})" if cause else "")
-            _fail(run, current, "crashed", detail)
+            _fail(run, current, RunStatus.CRASHED, detail)
             return
-        kind = message["type"]
-        if kind == "imported":
+        if message["type"] == Message.IMPORTED:
             continue  # a pre-spawned worker's import, before its job (its facts carry import_hidden_s)
-        if kind == "started":
+        if message["type"] == Message.STARTED:
             _backend_from_log(message, process)
         on_message(message)
-        if kind == "started":
-            run.start_s, run.facts = message.get("start_s"), message.get("facts") or {}
+        if message["type"] == Message.STARTED:
+            run.start_s, run.facts = message["start_s"], message["facts"] or {}
             if hold is not None:
                 run.hold = hold()
-                on_message({"type": "held", "hold": run.hold})
+                on_message({"type": Message.HELD, "hold": run.hold})
                 process.release()
-        elif kind == "shape_start":
+        elif message["type"] == Message.SHAPE_START:
             current = int(message["index"])
-        elif kind == "shape":
-            run.shapes[int(message["index"])] = message.get("result")
+        elif message["type"] == Message.SHAPE:
+            run.shapes[int(message["index"])] = message["result"]
             current = None
-        elif kind == "fatal":
-            error = message.get("error") or "the engine could not start"
+        elif message["type"] == Message.FATAL:
+            error = message["error"] or "the engine could not start"
             cause = engine_log.last_error(process.log_text(), besides=error)
-            run.status, run.error = message.get("status") or "error", _with_cause(error, cause)
+            run.status, run.error = message["status"] or RunStatus.ERROR, _with_cause(error, cause)
             return
-        elif kind == "done":
+        elif message["type"] == Message.DONE:
             return
 
 
-def _backend_from_log(message: dict, process: EngineProcess) -> None:
+def _backend_from_log(message: Started, process: EngineProcess) -> None:
     """Where the model inspection named no backend (MLA layers print none: inspection.py
     unnamed_attention_layers), the one vLLM logged when it chose it (platforms/cuda.py "Using %s
     attention backend ..." / "Using %s backend.", logged before the engine reports it started)."""
@@ -278,7 +294,7 @@ def _with_cause(error: str, cause: str | None) -> str:
     return error
 
 
-def _fail(run: CandidateRun, current: int | None, status: str, error: str) -> None:
+def _fail(run: CandidateRun, current: int | None, status: RunStatus, error: str) -> None:
     if current is not None and run.start_s is not None:
         run.shapes[current] = {"status": status, "error": error}
         run.stopped = f"the engine was stopped after shape {current + 1} ended with {status}"
@@ -290,4 +306,4 @@ def _fill_not_run(run: CandidateRun) -> None:
     for i, shape in enumerate(run.shapes):
         if shape is None:
             why = run.error or run.stopped or "the engine stopped before this shape"
-            run.shapes[i] = {"status": "not run", "error": f"not run: {why}"}
+            run.shapes[i] = {"status": RunStatus.NOT_RUN, "error": f"not run: {why}"}

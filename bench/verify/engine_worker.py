@@ -5,7 +5,7 @@ compiler must cost its own row only, and the next engine must find the GPU empty
 (bench/verify/run.py, torch-free) starts this worker in a new session and kills its process group
 (vLLM's engine-core process included) on a timeout.
 
-Protocol. The parent writes one JSON job as the first line on stdin:
+Protocol (its messages typed in bench/verify/protocol.py). The parent writes one JSON job as the first line on stdin:
     {"engine": "module:attr" | "/path/file.py:attr", "backend": "TRITON_ATTN" | null,
      "block_size": 64 | null, "model_dir", "tensor_parallel_size", "dtype", "gpu_memory_utilization",
      "max_model_len", "engine_overrides": {LLM argument: value}, "vocab_size", "shapes": [{"batch", "context"}],
@@ -53,6 +53,8 @@ from attnsel.bench.verify.inspection import (
     installed_engine_facts,
     unnamed_attention_layers,
 )
+from attnsel.bench.verify.protocol import FromWorker, Message
+from attnsel.bench.verify.status import RunStatus
 
 DEFAULT_ENGINE = "attnsel.bench.verify.engine_worker:VllmEngine"
 # Steps after the last request of the batch got its first token before the N1 call ends: the
@@ -164,7 +166,7 @@ def error_text(exc: BaseException) -> str:
 class ShapeRunner:
     """Runs the warm-up and the timed calls of each shape on a started engine; never raises."""
 
-    def __init__(self, engine: Engine, facts: dict, job: dict, send: Callable[[dict], None]):
+    def __init__(self, engine: Engine, facts: dict, job: dict, send: Callable[[FromWorker], None]):
         self.engine, self.facts, self.job, self.send = engine, facts, job, send
         self.clock: Callable[[], float] = getattr(engine, "clock", time.perf_counter)
 
@@ -182,11 +184,11 @@ class ShapeRunner:
         fit = requests_fit(self.facts, plan["prompt_tokens"] + plan["n2"])
         result["requests_fit"] = fit
         if fit is not None and fit < plan["batch"]:
-            result.update(status="does not fit", error=f"the KV cache holds {fit} requests of "
+            result.update(status=RunStatus.DOES_NOT_FIT, error=f"the KV cache holds {fit} requests of "
                           f"{plan['prompt_tokens'] + plan['n2']} tokens, the shape needs {plan['batch']}")
             return result
         order = call_order(plan["n1"], plan["n2"], int(self.job.get("repeats", 2)))
-        self.send({"type": "shape_start", "index": index, "label": plan["label"], "n1": plan["n1"],
+        self.send({"type": Message.SHAPE_START, "index": index, "label": plan["label"], "n1": plan["n1"],
                    "n2": plan["n2"], "calls": len(order) + 1})
         try:
             prompts = make_prompts(plan["batch"], plan["prompt_tokens"], int(self.job.get("vocab_size") or 32000),
@@ -195,10 +197,10 @@ class ShapeRunner:
             for max_tokens in order:
                 self._call(index, prompts, max_tokens, "measure", result)
         except Exception as exc:  # noqa: BLE001 -- the shape records it; the next shape still runs
-            result.update(status="oom" if is_out_of_memory(exc) else "error", error=error_text(exc),
+            result.update(status=RunStatus.OOM if is_out_of_memory(exc) else RunStatus.ERROR, error=error_text(exc),
                           traceback=traceback.format_exc(limit=6)[-2000:])
             return result
-        result["status"] = "ok"
+        result["status"] = RunStatus.OK
         return result
 
     def _call(self, index: int, prompts: list[list[int]], max_tokens: int, phase: str, result: dict) -> None:
@@ -206,14 +208,14 @@ class ShapeRunner:
         self.engine.generate(prompts, max_tokens)
         seconds = self.clock() - started
         result["calls"].append({"phase": phase, "max_tokens": max_tokens, "seconds": seconds})
-        self.send({"type": "call", "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
+        self.send({"type": Message.CALL, "index": index, "phase": phase, "max_tokens": max_tokens, "seconds": seconds})
 
 
 def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden_s: float | None = None) -> int:
     """Start the job's engine (or `engine`, loaded by a pre-spawned worker that imported its
     libraries for import_hidden_s while it waited) and run its shapes."""
     send = _sender(stream)
-    send({"type": "starting", "pid": os.getpid()})
+    send({"type": Message.STARTING, "pid": os.getpid()})
     try:
         engine = engine or load_engine(job.get("engine") or DEFAULT_ENGINE)
         clock = getattr(engine, "clock", time.perf_counter)
@@ -222,27 +224,28 @@ def serve(job: dict, stream: TextIO, engine: Engine | None = None, import_hidden
         start_s = clock() - started
     except Exception as exc:  # noqa: BLE001 -- vLLM refused, ran out of memory, or is missing
         traceback.print_exc()
-        send({"type": "fatal", "status": "oom" if is_out_of_memory(exc) else "error", "error": error_text(exc)})
+        send({"type": Message.FATAL, "status": RunStatus.OOM if is_out_of_memory(exc) else RunStatus.ERROR,
+              "error": error_text(exc)})
         return 1
     if import_hidden_s is not None:
         facts["import_hidden_s"] = import_hidden_s
-    send({"type": "started", "start_s": start_s, "facts": facts})
+    send({"type": Message.STARTED, "start_s": start_s, "facts": facts})
     if job.get("hold") and not _wait_for_go():
         engine.close()
         return 1
     runner = ShapeRunner(engine, facts, job, send)
     for index, shape in enumerate(job.get("shapes") or []):
-        send({"type": "shape", "index": index, "result": runner.run(index, shape)})
+        send({"type": Message.SHAPE, "index": index, "result": runner.run(index, shape)})
     try:
         engine.close()
     except Exception:  # noqa: BLE001 -- the parent ends the process group anyway
         traceback.print_exc()
-    send({"type": "done"})
+    send({"type": Message.DONE})
     return 0
 
 
-def _sender(stream: TextIO) -> Callable[[dict], None]:
-    def send(message: dict) -> None:
+def _sender(stream: TextIO) -> Callable[[FromWorker], None]:
+    def send(message: FromWorker) -> None:
         stream.write(json.dumps(message, default=str) + "\n")
         stream.flush()
 
@@ -279,12 +282,12 @@ def main() -> int:
     engine, hidden = None, None
     try:
         job = json.loads(sys.stdin.readline())
-        if job.get("type") == "prespawn":
+        if job.get("type") == Message.PRESPAWN:
             engine, hidden = preload(job.get("engine") or DEFAULT_ENGINE)
-            _sender(stream)({"type": "imported", "import_s": hidden})
+            _sender(stream)({"type": Message.IMPORTED, "import_s": hidden})
             job = json.loads(sys.stdin.readline())
     except ValueError as exc:
-        _sender(stream)({"type": "fatal", "status": "error", "error": f"bad job: {exc}"})
+        _sender(stream)({"type": Message.FATAL, "status": RunStatus.ERROR, "error": f"bad job: {exc}"})
         return 2
     return serve(job, stream, engine, hidden)
 
@@ -323,8 +326,9 @@ class VllmEngine:
     """vLLM's `LLM` class, as `vllm bench latency` drives it (vllm/benchmarks/latency.py)."""
 
     def __init__(self) -> None:
-        self.llm = None
+        self.llm: Any = None  # vllm.LLM once started (vLLM has no type information here)
         self._params: dict[int, Any] = {}
+        self._release_engine: dict | None = None  # the job's: the parent chose the installed release once
 
     def preload(self) -> None:
         """What `start` imports first, imported by a pre-spawned worker while it waits (import
@@ -340,6 +344,7 @@ class VllmEngine:
         )
 
         imported = time.perf_counter()
+        self._release_engine = job.get("release_engine")
         self.llm = LLM(**engine_kwargs(job))
         facts = self.facts()
         facts["import_s"], facts["llm_init_s"] = imported - started, time.perf_counter() - imported
@@ -359,7 +364,8 @@ class VllmEngine:
         try:
             inspection = self.llm.collective_rpc("get_model_inspection", timeout=120)
             text = inspection[0] if inspection else ""
-            engine = installed_engine_facts()
+            # verify's jobs carry the release's engine data; a job without it (bench/tools/memory_record.py) asks here
+            engine = self._release_engine if self._release_engine is not None else installed_engine_facts()
             facts["attention_backends"] = backends_in_inspection(text, engine.get("inspection_ambiguous_impls") or ())
             unnamed = unnamed_attention_layers(text, engine)
             if unnamed:  # MLA: the backend is read from vLLM's log line instead (bench/verify/engine_process.py)

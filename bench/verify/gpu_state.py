@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from attnsel.bench.verify import plan as VP
 from attnsel.errors import EnvironmentProblem
 
+if TYPE_CHECKING:
+    from attnsel.bench.tune.env_info import NvmlReader
+
 MEMORY_RELEASE_WAIT_S = 90.0  # how long to wait for the previous engine's memory to come back
 
 
-def read_gpu(env=os.environ) -> dict:
+def read_gpu(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """GPU 0 as the engines will see it, with its memory now (NVML); no GPU -> exit 3."""
     from attnsel.bench.tune import env_info
 
@@ -28,9 +33,9 @@ def read_gpu(env=os.environ) -> dict:
         reader.close()
 
 
-def gpu_memory(reader, index: int) -> dict:
+def gpu_memory(reader: NvmlReader, index: int) -> dict[str, Any]:
     memory = reader.session.get("nvmlDeviceGetMemoryInfo", index) if reader.session else None
-    out = {}
+    out: dict[str, Any] = {}
     if isinstance(memory, dict):
         out = {"memory_total_bytes": memory.get("total"), "memory_free_bytes": memory.get("free"),
                "memory_used_bytes": memory.get("used")}
@@ -41,7 +46,8 @@ def gpu_memory(reader, index: int) -> dict:
     return out
 
 
-def wait_for_memory(baseline_free: int | None, env=os.environ, wait_s: float | None = None) -> dict:
+def wait_for_memory(baseline_free: int | None, env: Mapping[str, str] = os.environ,
+                    wait_s: float | None = None) -> dict[str, Any]:
     """GPU memory before the next engine: wait (up to wait_s, MEMORY_RELEASE_WAIT_S by default)
     until the previous engine's is back."""
     deadline = time.monotonic() + (MEMORY_RELEASE_WAIT_S if wait_s is None else wait_s)

@@ -159,16 +159,16 @@ def parse_shapes(text: str | None) -> list[tuple[int, int]] | None:
 
 def tune_scope(recommendation: Mapping | RecommendationRecord | None) -> DecisionRecord | None:
     """The decision whose flags tune prints: overall, else decode, else the first workload."""
-    if isinstance(recommendation, Mapping):
-        recommendation = RecommendationRecord.from_dict(recommendation)
-    if not recommendation:
+    record = RecommendationRecord.from_dict(recommendation) if isinstance(recommendation, Mapping) else recommendation
+    if not isinstance(record, RecommendationRecord) or not record:
         return None
-    if recommendation.overall and recommendation.overall.ranking:
-        return recommendation.overall
-    workloads = recommendation.workloads or {}
+    if record.overall and record.overall.ranking:
+        return record.overall
+    workloads = record.workloads or {}
     for kind in ("decode", *workloads):
-        if workloads.get(kind) and workloads[kind].ranking:
-            return workloads[kind]
+        decision = workloads.get(kind)
+        if decision and decision.ranking:
+            return decision
     return None
 
 
@@ -190,11 +190,11 @@ def choose_candidates(recommendation: Mapping | RecommendationRecord | None, vll
         return out
     scope = tune_scope(recommendation)
     ranking = [(c.backend, int(c.block_size)) for c in (scope.ranking if scope else None) or []]
-    if not ranking:
+    if not ranking or scope is None:
         return out
     pick = ranking[0]
     advised = advised_flags(scope) is not None
-    is_default = bool(vllm_default) and tuple(pick) == tuple(vllm_default)
+    is_default = vllm_default is not None and tuple(pick) == tuple(vllm_default)
     add(ROLE_PICK if advised or is_default else ROLE_FASTEST, pick)
     others = [c for c in ranking[1:] if c != pick and c != (tuple(vllm_default) if vllm_default else None)]
     runner_up = next((c for c in others if c[0] != pick[0]), others[0] if others else None)
@@ -299,19 +299,24 @@ def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: fl
                   f"so KV-cache capacity is lower than on an idle GPU")
 
 
+def _text_config(hf_config: dict) -> dict:
+    text = hf_config.get("text_config")
+    return text if isinstance(text, dict) else hf_config
+
+
 def model_max_len(hf_config: dict) -> int | None:
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    text = _text_config(hf_config)
     value = text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def vocab_size(hf_config: dict) -> int:
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    text = _text_config(hf_config)
     value = text.get("vocab_size") or hf_config.get("vocab_size")
     return int(value) if isinstance(value, int) and value > 1 else 32000
 
 
-def compile_cache_root(env=os.environ) -> Path:
+def compile_cache_root(env: Mapping[str, str] = os.environ) -> Path:
     """Where vLLM keeps its torch.compile cache (vllm/envs.py VLLM_CACHE_ROOT): every engine of a
     run gets the same root. vLLM 0.24 keys the compiled graphs on the block size and the attention
     backend too (CacheConfig / AttentionConfig.compute_hash), so another pair compiles again (21-35 s

@@ -31,10 +31,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnsel.bench.verify.engine_process import end_process_group
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions import RuleProfile
 
 PREBUILD_ENV = "ATTNSEL_VERIFY_PREBUILD"  # "0": no pre-build
 BUILDER_ENV = "ATTNSEL_VERIFY_PREBUILDER"  # module:attr or file.py:attr called with the module names (CI: a fake)
@@ -43,7 +47,8 @@ HOLD_S = 300.0  # the longest the engines' measuring waits for a build still run
 NICE = 10  # below the engine's own start-up work on the same CPUs
 
 
-def prebuild_request(profile, capability, env, attention: dict | None = None) -> dict | None:
+def prebuild_request(profile: RuleProfile, capability: tuple[int, int] | None, env: Mapping[str, str],
+                     attention: dict | None = None) -> dict | None:
     """What to pre-build for this release and GPU; None when pre-building is switched off (then
     verify.json has no `prebuild`); {"skipped": why} when there is nothing to build. `attention`
     ({dtype, head_size, kv_cache_dtype}): a FLASHINFER engine will start, its attention modules too."""
@@ -58,7 +63,7 @@ def prebuild_request(profile, capability, env, attention: dict | None = None) ->
     if skipped and not attention:
         return {"skipped": skipped}
     arch = env.get("FLASHINFER_CUDA_ARCH_LIST") or (f"{capability[0]}.{capability[1]}" if capability else None)
-    request = {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
+    request: dict[str, object] = {"builder": env.get(BUILDER_ENV) or DEFAULT_BUILDER, "modules": modules, "cuda_arch": arch}
     if attention:
         request["attention"] = [dict(attention, capability=list(capability) if capability else None)]
     return request
@@ -82,9 +87,11 @@ class FlashInferPrebuild:
             self.proc = subprocess.Popen([sys.executable, "-m", "attnsel.bench.verify.prebuild"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                          env=dict(env, PYTHONUNBUFFERED="1"), start_new_session=True)
+        stdin = self.proc.stdin
+        assert stdin is not None  # Popen(stdin=PIPE)
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.close()
+            stdin.write((json.dumps(request) + "\n").encode())
+            stdin.close()
         except (BrokenPipeError, OSError):
             pass
 

@@ -4,6 +4,8 @@ asked or predicted."""
 
 from __future__ import annotations
 
+from attnsel.bench.verify.status import RunStatus
+
 
 def engine_facts(facts: dict, log: dict, release_fields: tuple[str, ...] = ()) -> dict:
     """What the engine read back in-process, completed and cross-checked by its log lines (and the
@@ -35,7 +37,7 @@ def engine_warnings(document: dict) -> list[str]:
     for row in [start for r in document["candidates"] for start in (r, *(r.get("restarts") or []))]:
         engine = row.get("engine") or {}
         used, size = engine.get("backend_used"), engine.get("block_size_used")
-        if row.get("status") != "ok" or not used:
+        if row.get("status") != RunStatus.OK or not used:
             continue
         if row.get("backend") and used != row["backend"]:
             out.append(f"{row['name']}: vLLM ran {used}, not the requested {row['backend']}")

@@ -10,12 +10,7 @@ from dataclasses import dataclass, field
 
 from attnsel.bench.tune import Record, Scalar, Verdict, required_field
 from attnsel.bench.verify.compare import EngineVerdict, Judgement
-
-# What an engine start and a shape may end with: engine_process.py CandidateRun.status (ok, error, oom,
-# timeout, crashed), run.py (refused: vLLM's rules refuse the pair), engine_worker.py (does not fit) and
-# engine_process.py (not run: an earlier shape stopped the engine).
-ENGINE_STATUSES = ("ok", "error", "oom", "timeout", "crashed", "refused")
-SHAPE_STATUSES = ("ok", "error", "oom", "timeout", "crashed", "does not fit", "not run")
+from attnsel.bench.verify.status import ENGINE_STATUSES, SHAPE_STATUSES
 
 
 @dataclass
@@ -173,7 +168,7 @@ class VerifyOptions(Record):
 
 @dataclass
 class TuneAdvice(Record):
-    """The tune decision verify checked (bench/verify/run.py _tune_summary)."""
+    """The tune decision verify checked (bench/verify/request.py _tune_summary)."""
 
     margin_pct: float | None = None
     verdict: Verdict | None = None

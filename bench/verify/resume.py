@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from attnsel.bench.verify.status import RunStatus
 from attnsel.errors import UserInputError
 
 DOCUMENT_FILE = "verify.json"  # written by bench/verify/run.py
@@ -38,7 +39,7 @@ def kept_rows(previous: dict | None, document: dict) -> dict:
     if changed:
         raise UserInputError(f"the verify result being resumed used other {', '.join(changed)}: run with the same "
                              f"options, or remove verify.json to start over")
-    return {row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == "ok"}
+    return {row_key(r): r for r in previous.get("candidates") or [] if r.get("status") == RunStatus.OK}
 
 
 def row_key(row: dict) -> tuple:

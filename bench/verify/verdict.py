@@ -27,6 +27,7 @@ from attnsel.bench.verify.plan import (
     ROLE_PICK,
     ROLE_RUNNER_UP,
 )
+from attnsel.bench.verify.status import RunStatus
 
 
 def _label(batch: int, context: int) -> str:
@@ -38,7 +39,9 @@ TuneInput = Mapping | TuneDocument | None  # a tune.json as read, or its record
 
 def tune_record(tune_doc: TuneInput) -> TuneDocument:
     """The tune result as its records (an empty one without a tune result: pairs the user named)."""
-    return tune_doc if isinstance(tune_doc, TuneDocument) else TuneDocument.from_dict(tune_doc or {})
+    record = tune_doc if isinstance(tune_doc, TuneDocument) else TuneDocument.from_dict(tune_doc or {})
+    assert isinstance(record, TuneDocument)
+    return record
 
 
 def kernel_times(tune_doc: TuneInput) -> dict[tuple[str, int, int, int], float]:
@@ -47,6 +50,8 @@ def kernel_times(tune_doc: TuneInput) -> dict[tuple[str, int, int, int], float]:
     for row in tune_record(tune_doc).rows or []:
         if row.kind == "decode" and row.status == R.STATUS_OK and row.timing:
             w = row.workload or Workload()
+            if w.batch is None or w.context_len is None or row.timing.median_ms is None:
+                continue  # not a measured decode row (the input checks refuse such a tune.json)
             out[(row.backend, int(row.block_size), int(w.batch), int(w.context_len))] = float(row.timing.median_ms)
     return out
 
@@ -54,7 +59,7 @@ def kernel_times(tune_doc: TuneInput) -> dict[tuple[str, int, int, int], float]:
 def decode_geomeans(tune_doc: TuneInput) -> dict[tuple[str, int], float]:
     workloads = (tune_record(tune_doc).recommendation or RecommendationRecord()).workloads or {}
     decode = workloads.get("decode") or DecisionRecord()
-    return {(c.backend, int(c.block_size)): float(c.geomean_ms) for c in decode.ranking or []}
+    return {(c.backend, int(c.block_size)): float(c.geomean_ms) for c in decode.ranking or [] if c.geomean_ms is not None}
 
 
 def default_row(document: dict) -> dict | None:
@@ -81,10 +86,10 @@ def _figures(row: dict | None, index: int) -> dict | None:
 
 def _start_figures(row: dict | None, index: int) -> dict | None:
     shapes = (row or {}).get("shapes") or []
-    if row is None or row.get("status") != "ok" or index >= len(shapes):
+    if row is None or row.get("status") != RunStatus.OK or index >= len(shapes):
         return None
     shape = shapes[index] or {}
-    return shape.get("figures") if shape.get("status") == "ok" else None
+    return shape.get("figures") if shape.get("status") == RunStatus.OK else None
 
 
 def annotate_attention(document: dict, tune_doc: TuneInput) -> None:
@@ -139,7 +144,8 @@ def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
             pct, source = predicted_margin(tune_doc, base_config, run_config(row), batch, context)
             entry["predicted_kernel_margin_pct"], entry["predicted_source"] = pct, source
             k_default = kernels.get((*base_config, batch, context)) if base_config else None
-            k_mine = kernels.get((*run_config(row), batch, context)) if run_config(row) else None
+            mine_config = run_config(row)
+            k_mine = kernels.get((*mine_config, batch, context)) if mine_config else None
             step_default = ((theirs or {}).get("decode_step_ms") or {}).get("median")
             gain = EC.expected_step_gain(k_default, k_mine, layers, step_default)
             entry["expected_step_margin_pct"] = None if gain is None else gain * 100
@@ -186,10 +192,10 @@ def _missing(row: dict, base: dict | None, index: int) -> str:
     for who, r in (("this candidate", row), ("vLLM's default", base)):
         if r is None:
             return f"{who} was not run"
-        if r.get("status") != "ok":
+        if r.get("status") != RunStatus.OK:
             return f"{who}: {r.get('status')}: {r.get('error') or ''}".strip()
         shape = (r.get("shapes") or [{}])[index] if index < len(r.get("shapes") or []) else {}
-        if shape.get("status") != "ok":
+        if shape.get("status") != RunStatus.OK:
             return f"{who}: {shape.get('status')}: {shape.get('error') or ''}".strip()
     return "no complete N1/N2 pair"
 
@@ -258,10 +264,11 @@ def summarize(document: dict) -> dict:
         return _not_measured(document, why or "nothing could be compared")
     best = best_end_to_end(document, comparisons, min_gain)
     if keeps_default:
-        worth = best if best and best["name"] != default_row(document)["name"] else None
+        pick_row = default_row(document)
+        assert pick_row is not None  # a subject to compare exists only beside vLLM's default (_subject)
+        worth = best if best and best["name"] != pick_row["name"] else None
         word = EngineVerdict.REVERSED if worth else EngineVerdict.HOLDS
         flags = worth["flags"] if worth else ""
-        pick_row = default_row(document)
     else:
         pick_row = subject
         if word is EngineVerdict.HOLDS:
@@ -281,7 +288,7 @@ def _shape_verdict(comparison: dict | None, keeps_default: bool, min_gain: float
     result = (comparison or {}).get("result")
     if not keeps_default:
         return EC.recommendation_verdict(result, pick_is_default=False)
-    if result is None:
+    if result is None or comparison is None:
         return None
     wins = result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain
     return EngineVerdict.REVERSED if wins else EngineVerdict.HOLDS
@@ -353,6 +360,7 @@ def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dic
     if word is EngineVerdict.HOLDS:
         return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
                 f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
+    assert best is not None  # reversed: a pair beat the default (summarize)
     return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "
             f"(geometric mean over the shapes, none slower), at least the {min_gain:.0f}% worth changing flags for, "
             f"against {advice} ({subject['name']}: {gains}): pass {flags}")

@@ -10,11 +10,19 @@ max_model_len without prefix caching (one state per request), --block-size with 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from attnsel.reports.explain.table import EXPLAIN_SCHEMA, model_line
+
+if TYPE_CHECKING:
+    from attnsel.attention.explain.document import (
+        AttentionFreeAnswer,
+        ModelRef,
+        ModelSection,
+    )
+    from attnsel.attention.rules import Explanation
 
 NO_BACKEND = "vLLM picks no attention backend (no layer asks the attention selector for one)"
 MAMBA_BLOCK = ("the KV-cache block size follows the Mamba state, not an attention backend: vLLM sets "
@@ -23,15 +31,15 @@ MAMBA_BLOCK = ("the KV-cache block size follows the Mamba state, not an attentio
                "MambaModelConfig.verify_and_update_config")
 
 
-def attention_free_line(model: dict | None) -> str:
+def attention_free_line(model: ModelSection | ModelRef | None) -> str:
     """One line for the `--gpu all` matrix and the single-GPU answer."""
-    name = (model or {}).get("name") or "this model"
-    model_type = (model or {}).get("model_type")
+    name = (model["name"] if model else None) or "this model"
+    model_type = model["model_type"] if model else None
     kind = f" (model_type {model_type})" if model_type else ""
     return f"{name}{kind} has no attention layers: {NO_BACKEND}; {MAMBA_BLOCK}"
 
 
-def attention_free_to_dict(expl: Any, model: dict, ignored_flags: Sequence[str]) -> dict:
+def attention_free_to_dict(expl: Explanation, model: ModelSection, ignored_flags: Sequence[str]) -> AttentionFreeAnswer:
     """The `explain --json` document for an attention-free model: the usual keys, with no backends."""
     return {
         "schema": EXPLAIN_SCHEMA,
@@ -52,13 +60,14 @@ def attention_free_to_dict(expl: Any, model: dict, ignored_flags: Sequence[str])
         "error": None,
         "error_type": None,
         "vllm_args": [],
-        "notes": list(model.get("notes") or []),
+        "notes": list(model["notes"] or []),
         "model": model,
         "exit_code": 0,
     }
 
 
-def render_attention_free(expl: Any, model: dict, ignored_flags: Sequence[str], console: Console) -> None:
+def render_attention_free(expl: Explanation, model: ModelSection, ignored_flags: Sequence[str],
+                          console: Console) -> None:
     """The single-GPU answer: the model line, then what there is instead of a backend table."""
     console.print(model_line(model), markup=False)
     gpu = f"{expl.gpu_name} " if expl.gpu_name else ""
@@ -67,5 +76,5 @@ def render_attention_free(expl: Any, model: dict, ignored_flags: Sequence[str], 
     console.print(attention_free_line(model), markup=False)
     for flag in ignored_flags:
         console.print(f"Note: {flag} has nothing to act on here (vLLM builds no attention layer)", markup=False)
-    for line in model.get("warnings") or []:
+    for line in model["warnings"] or []:
         console.print(f"  vLLM: {line}", markup=False)

@@ -3,6 +3,8 @@ rich table with one line per change, or a JSON dict."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -15,6 +17,15 @@ from attnsel.reports.explain.table import (
     _inputs_line,
     _short,
 )
+
+if TYPE_CHECKING:
+    from attnsel.attention.explain.document import (
+        Change,
+        ChangeFields,
+        ExplainHistory,
+        ModelRef,
+        ReleaseFields,
+    )
 
 
 def change_lines(change: ReleaseChange) -> list[str]:
@@ -32,15 +43,15 @@ def change_lines(change: ReleaseChange) -> list[str]:
         old, new = change.selected
         lines.append(f"vLLM picks {new}" + (f" (was {old})" if old else "") if new else f"no backend picked (was {old})")
     if change.block_size:
-        old, new = change.block_size
-        lines.append(f"block size {dash(old)} -> {dash(new)}")
+        old_size, new_size = change.block_size
+        lines.append(f"block size {dash(old_size)} -> {dash(new_size)}")
     if change.error:
-        old, new = change.error
-        lines.append(f"vLLM raises: {_short(new, 120)}" if new else "vLLM no longer raises")
+        _old_error, new_error = change.error
+        lines.append(f"vLLM raises: {_short(new_error, 120)}" if new_error else "vLLM no longer raises")
     return lines
 
 
-def _verdict_dict(verdict: ReleaseVerdict) -> dict:
+def _verdict_dict(verdict: ReleaseVerdict) -> ReleaseFields:
     e = verdict.explanation
     return {
         "profile": verdict.profile,
@@ -57,8 +68,8 @@ def _verdict_dict(verdict: ReleaseVerdict) -> dict:
     }
 
 
-def _change_dict(change: ReleaseChange) -> dict:
-    def pair(value: tuple | None) -> dict | None:
+def _change_dict(change: ReleaseChange) -> ChangeFields:
+    def pair(value: tuple | None) -> Change | None:
         return None if value is None else {"before": value[0], "after": value[1]}
 
     return {
@@ -74,7 +85,7 @@ def _change_dict(change: ReleaseChange) -> dict:
     }
 
 
-def history_to_dict(history: ReleaseHistory, model: dict | None = None) -> dict:
+def history_to_dict(history: ReleaseHistory, model: ModelRef | None = None) -> ExplainHistory:
     """The `explain --vllm-version all --json` document."""
     first = next((v.explanation for v in history.releases if v.explanation is not None), None)
     return {
@@ -87,7 +98,7 @@ def history_to_dict(history: ReleaseHistory, model: dict | None = None) -> dict:
     }
 
 
-def render_history(history: ReleaseHistory, console: Console, model: dict | None = None) -> None:
+def render_history(history: ReleaseHistory, console: Console, model: ModelRef | None = None) -> None:
     gpu = f"{history.gpu_name} " if history.gpu_name else ""
     console.print(f"attnsel explain --vllm-version all · GPU {gpu}(compute capability "
                   f"{_capability_str(history.capability)}) · {len(history.releases)} releases", markup=False)

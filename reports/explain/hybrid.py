@@ -3,15 +3,20 @@ size the KV block (attention/hybrid). Render only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from attnsel.attention.explain.explicit_block_sizes import ExplicitBlockSize
+    from attnsel.attention.hybrid.pages import HybridAnswer
+    from attnsel.attention.rules import Explanation
 
 STATE_NAMES = {"mamba1": "Mamba-1 state", "mamba2": "Mamba-2 state", "gdn": "Gated DeltaNet state",
                "kda": "Kimi Delta Attention state"}
 
 
-def hybrid_to_dict(answer: Any) -> dict | None:
+def hybrid_to_dict(answer: HybridAnswer | None) -> dict | None:
     return None if answer is None else answer.to_dict()
 
 
@@ -19,7 +24,7 @@ def _kib(size: int) -> str:
     return f"{size:,} B ({size / 1024:,.1f} KiB)"
 
 
-def hybrid_lines(answer: Any, user_block_size: int | None) -> list[str]:
+def hybrid_lines(answer: HybridAnswer, user_block_size: int | None) -> list[str]:
     groups = answer.groups
     shapes = " + ".join(f"{'x'.join(map(str, s))} {d}" for s, d in zip(answer.state_shapes, answer.state_dtypes))
     padding = "none (pages equal)" if answer.padding_pct is None else f"{answer.padding_pct:.2f}%"
@@ -41,7 +46,7 @@ def hybrid_lines(answer: Any, user_block_size: int | None) -> list[str]:
     return lines
 
 
-def render_hybrid(answer: Any, user_block_size: int | None, console: Console) -> None:
+def render_hybrid(answer: HybridAnswer | None, user_block_size: int | None, console: Console) -> None:
     if answer is None:
         return
     console.print("Hybrid model (what vLLM computes for the KV block):")
@@ -49,7 +54,7 @@ def render_hybrid(answer: Any, user_block_size: int | None, console: Console) ->
         console.print(f"  {line}", markup=False)
 
 
-def block_size_advice_lines(expl: Any) -> list[str]:
+def block_size_advice_lines(expl: Explanation) -> list[str]:
     """Under the flags line of a hybrid model: why no --block-size, and what one would do."""
     if expl.hybrid is None or not expl.explicit_block_sizes:
         return []
@@ -61,7 +66,7 @@ def block_size_advice_lines(expl: Any) -> list[str]:
     return lines
 
 
-def _explicit_outcome(row: Any) -> str:
+def _explicit_outcome(row: ExplicitBlockSize) -> str:
     if row.error is not None:
         return f"vLLM raises {row.error_type}: {row.error}"
     if row.ends_with != row.block_size:
@@ -70,5 +75,5 @@ def _explicit_outcome(row: Any) -> str:
     return f"kept ({padding})"
 
 
-def explicit_to_dict(expl: Any) -> list[dict]:
+def explicit_to_dict(expl: Explanation) -> list[dict]:
     return [row.to_dict() for row in expl.explicit_block_sizes]

@@ -3,12 +3,15 @@ Renders attention/memory's MemoryPlan; computes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from attnsel.attention.memory import MemoryPlan
 
-def memory_lines(plan: Any) -> list[str]:
+
+def memory_lines(plan: MemoryPlan) -> list[str]:
     """Three to five lines: the budget, the KV cache, the verdict (with vLLM's words and the fix)."""
     low, mid, high = plan.reserved_gib
     lines = [
@@ -26,6 +29,6 @@ def memory_lines(plan: Any) -> list[str]:
     return lines
 
 
-def render_memory(plan: Any, console: Console) -> None:
+def render_memory(plan: MemoryPlan, console: Console) -> None:
     for line in memory_lines(plan):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

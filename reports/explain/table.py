@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +24,21 @@ from attnsel.reports.explain.hybrid import (
 )
 from attnsel.reports.explain.memory import render_memory
 
+if TYPE_CHECKING:
+    from attnsel.attention.explain import Mismatch
+    from attnsel.attention.explain.document import (
+        ExplainAnswer,
+        ExplainMatrix,
+        LiveAnswerAsked,
+        LiveReport,
+        ModelRef,
+        ModelSection,
+    )
+    from attnsel.attention.explain.live import LiveAnswer, LiveVerdict
+    from attnsel.attention.memory import MemoryPlan
+    from attnsel.attention.rules import BackendVerdict
+    from attnsel.attention.versions import RuleProfile
+
 # Every JSON document names itself `schema: "attnsel-<document>/<version>"` (docs/schemas/); before
 # these names explain, preflight and report wrote `schema_version: 1`, which readers still accept.
 EXPLAIN_SCHEMA = "attnsel-explain/1"
@@ -35,13 +50,13 @@ def _capability_str(capability: Sequence[int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
-def _kernel_sizes_json(sizes: Sequence[Any] | None) -> list | None:
+def _kernel_sizes_json(sizes: Sequence[int | MultipleOf] | None) -> list | None:
     if sizes is None:
         return None
     return [s.to_dict() if isinstance(s, MultipleOf) else s for s in sizes]
 
 
-def explanation_to_dict(expl: Explanation) -> dict:
+def explanation_to_dict(expl: Explanation) -> ExplainAnswer:
     """The `explain --json` document (`attnsel-explain/1`)."""
     ctx = expl.context
     return {
@@ -125,7 +140,7 @@ def backends_table(expl: Explanation) -> Table:
     return verdicts_table(rows, expl.selected, "Reasons (vLLM's words, in vLLM's order)")
 
 
-def verdicts_table(rows, selected: str | None, reasons_header: str) -> Table:
+def verdicts_table(rows: Sequence[BackendVerdict | LiveVerdict], selected: str | None, reasons_header: str) -> Table:
     """One row per backend verdict (ours or live vLLM's): priority, name, valid, reasons."""
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("Prio", justify="right")
@@ -181,8 +196,8 @@ def render_explanation(expl: Explanation, console: Console) -> None:
         console.print(f"vLLM raises {expl.error_type}: {expl.error}", style="red", markup=False)
     elif expl.selected is not None:  # a memory refusal: the memory block below says it, with its fix
         console.print(flags_line(expl), markup=False)
-        for line in block_size_advice_lines(expl):
-            console.print(line, markup=False)
+        for advice in block_size_advice_lines(expl):
+            console.print(advice, markup=False)
 
 
 def flags_line(expl: Explanation) -> str:
@@ -192,17 +207,17 @@ def flags_line(expl: Explanation) -> str:
     return "vLLM flags: none needed (vLLM's own choice; pinning it would freeze it)"
 
 
-def model_line(section: dict) -> str:
+def model_line(section: ModelSection | ModelRef) -> str:
     """"Model: NAME (where it came from) · model_type T" for the text output."""
-    if section.get("source") == DEFAULT_SOURCE:
+    if section["source"] == DEFAULT_SOURCE:
         origin = f"{DEFAULT_SOURCE}; pass --model or --head-size"
     else:
-        origin = section.get("source") or "config"
-    return f"Model: {section.get('name')} ({origin}) · model_type {section.get('model_type')}"
+        origin = section["source"] or "config"
+    return f"Model: {section['name']} ({origin}) · model_type {section['model_type']}"
 
 
-def explanation_with_model_to_dict(expl: Explanation, model_section: dict | None, memory: Any = None,
-                                   memory_note: str | None = None) -> dict:
+def explanation_with_model_to_dict(expl: Explanation, model_section: ModelSection | None,
+                                   memory: MemoryPlan | None = None, memory_note: str | None = None) -> ExplainAnswer:
     """`explain --json` for one GPU: the explanation, and the model section when a model was read;
     `memory`: vLLM's memory plan on the GPU (attention/memory), when a model and a GPU were named;
     `memory_not_planned`: why there is none where both were named."""
@@ -216,16 +231,16 @@ def explanation_with_model_to_dict(expl: Explanation, model_section: dict | None
     return doc
 
 
-def render_explanation_with_model(expl: Explanation, model_section: dict | None, console: Console,
-                                  memory: Any = None, memory_note: str | None = None) -> None:
+def render_explanation_with_model(expl: Explanation, model_section: ModelSection | None, console: Console,
+                                  memory: MemoryPlan | None = None, memory_note: str | None = None) -> None:
     """The model line and vLLM's lines about the model, the explanation, then the ViT backend."""
     if model_section is not None:
         console.print(model_line(model_section), markup=False)
         for line in model_section["warnings"] + model_section["infos"]:
             console.print(f"  vLLM: {line}", markup=False)
     render_explanation(expl, console)
-    if model_section is not None and model_section.get("vit"):
-        vit = model_section["vit"]
+    vit = model_section["vit"] if model_section is not None else None
+    if vit:
         if vit["error"]:
             console.print(f"ViT attention: vLLM raises AssertionError: {vit['error']}", markup=False)
         else:
@@ -236,7 +251,8 @@ def render_explanation_with_model(expl: Explanation, model_section: dict | None,
         console.print(f"Memory: not planned: {memory_note}", markup=False)
 
 
-def matrix_to_dict(rows: Sequence[MatrixRow], model: dict | None = None, profile: Any = None) -> dict:
+def matrix_to_dict(rows: Sequence[MatrixRow], model: ModelRef | None = None, profile: RuleProfile | None = None,
+                   notes: Sequence[str] = ()) -> ExplainMatrix:
     first = next((row.explanation for row in rows if row.explanation is not None), None)
     return {
         "schema": EXPLAIN_MATRIX_SCHEMA,
@@ -245,6 +261,7 @@ def matrix_to_dict(rows: Sequence[MatrixRow], model: dict | None = None, profile
         "model": model,
         "inputs": first.inputs.to_dict() if first and model is None else None,
         "rows": [row.to_dict() for row in rows],
+        "notes": list(notes),
     }
 
 
@@ -252,7 +269,8 @@ def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def render_matrix(rows: Sequence[MatrixRow], console: Console, model: dict | None = None, profile: Any = None,
+def render_matrix(rows: Sequence[MatrixRow], console: Console, model: ModelRef | None = None,
+                  profile: RuleProfile | None = None,
                   notes: Sequence[str] = ()) -> None:
     if not rows:
         return
@@ -280,7 +298,7 @@ def render_matrix(rows: Sequence[MatrixRow], console: Console, model: dict | Non
             dtype += " *"
         footnotes += [f"{row.gpu}: Warning: {fault.line()}" for fault in (e.known_faults if e is not None else ())]
         table.add_row(
-            row.family, row.gpu, _capability_str(capability), dtype,
+            row.family, row.gpu, _capability_str(capability) if capability else "-", dtype,
             (e.selected if e else None) or "-",
             "-" if e is None or e.block_size is None else str(e.block_size),
             f"{len(e.valid_backends)}/{len(e.backends)}" if e else "-",
@@ -292,7 +310,7 @@ def render_matrix(rows: Sequence[MatrixRow], console: Console, model: dict | Non
 
 
 # --- --live / --compare-live -------------------------------------------------------------------------
-def live_to_dict(answer: Any, expl: Explanation) -> dict:
+def live_to_dict(answer: LiveAnswer, expl: Explanation) -> LiveAnswerAsked:
     """The installed vLLM's answer, with the GPU and inputs it was asked about."""
     return {
         **answer.to_dict(),
@@ -301,7 +319,7 @@ def live_to_dict(answer: Any, expl: Explanation) -> dict:
     }
 
 
-def render_live(answer: Any, expl: Explanation, console: Console) -> None:
+def render_live(answer: LiveAnswer, expl: Explanation, console: Console) -> None:
     gpu = f"{expl.gpu_name} " if expl.gpu_name else ""
     console.print(
         f"attnsel explain --live · vLLM {answer.vllm_version} installed here (its own selector, "
@@ -320,7 +338,7 @@ def render_live(answer: Any, expl: Explanation, console: Console) -> None:
         console.print(f"vLLM raises ValueError: {answer.error}", style="red", markup=False)
 
 
-def render_comparison(expl: Explanation, mismatches: Sequence[Any], console: Console) -> None:
+def render_comparison(expl: Explanation, mismatches: Sequence[Mismatch], console: Console) -> None:
     if not mismatches:
         console.print(f"Rule profile {expl.profile} agrees with the installed vLLM on every backend, the choice and the block size.")
         return
@@ -333,9 +351,9 @@ def render_comparison(expl: Explanation, mismatches: Sequence[Any], console: Con
     console.print(table)
 
 
-def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Sequence[Any] | None) -> dict:
+def live_report_to_dict(answer: LiveAnswer, expl: Explanation, mismatches: Sequence[Mismatch] | None) -> LiveReport:
     """`explain --live --json`; with --compare-live (`mismatches` not None) the profile and where it differs."""
-    doc = {"live": live_to_dict(answer, expl)}
+    doc: LiveReport = {"live": live_to_dict(answer, expl)}
     if mismatches is not None:
         doc["profile"] = expl.profile
         doc["profile_reason"] = expl.profile_reason
@@ -344,7 +362,8 @@ def live_report_to_dict(answer: Any, expl: Explanation, mismatches: Sequence[Any
     return doc
 
 
-def render_live_report(answer: Any, expl: Explanation, mismatches: Sequence[Any] | None, console: Console) -> None:
+def render_live_report(answer: LiveAnswer, expl: Explanation, mismatches: Sequence[Mismatch] | None,
+                       console: Console) -> None:
     render_live(answer, expl, console)
     if mismatches is not None:
         render_comparison(expl, mismatches, console)
