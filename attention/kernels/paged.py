@@ -14,10 +14,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from attnsel.attention.kernels import kv_quant
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.mla import MlaBatch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KINDS = ("decode", "prefill", "mixed")
@@ -305,14 +310,15 @@ def split_into_kernel_blocks(b: PagedBatch, kernel_block_size: int) -> PagedBatc
                    block_table=table.to(torch.int32).contiguous(), block_size=kernel_block_size)
 
 
-def reference_attention(b) -> torch.Tensor:
+def reference_attention(b: Batch) -> torch.Tensor:
     """fp32 attention from gathered K/V (dequantized for an fp8 cache). Query token i of a request
     with KV length L and Q new tokens sits at position L-Q+i and sees keys at positions <= L-Q+i.
     An MLA batch (mla.MlaBatch) gets its own reference (absorbed MLA, mla.reference_mla)."""
     if getattr(b, "kv_lora_rank", None) is not None:
         from attnsel.attention.kernels.mla import reference_mla
 
-        return reference_mla(b)
+        return reference_mla(cast("MlaBatch", b))
+    b = cast(PagedBatch, b)
     seq_lens, q_lens = b.host_lists()
     cu = b.cu_query_lens.tolist()
     hkv, group, d = b.num_kv_heads, b.num_q_heads // b.num_kv_heads, b.head_size
@@ -331,7 +337,7 @@ def reference_attention(b) -> torch.Tensor:
     return out
 
 
-def relative_error(out, ref) -> float:
+def relative_error(out: torch.Tensor | None, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in fp64; any NaN/inf in out (or a shape mismatch) gives inf."""
     if out is None or tuple(out.shape) != tuple(ref.shape):
         return float("inf")
@@ -367,7 +373,7 @@ def dtype_name(t: torch.Tensor) -> str:
     return {v: k for k, v in DTYPES.items()}[t.dtype]
 
 
-def workload_of(b, context_len: int | None = None) -> Workload:
+def workload_of(b: Batch, context_len: int | None = None) -> Workload:
     """A Workload describing `b` (context_len = the longest KV length unless given)."""
     seq_lens, q_lens = b.host_lists()
     return Workload(

@@ -34,7 +34,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.versions import AdapterFacts
 
 GIB = 1 << 30
 
@@ -162,7 +165,7 @@ def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = No
     return int(call_accepting(select_common_block_size, block_size, [backend_cls], kv_cache_specs=[kv_cache_spec]))
 
 
-def installed_facts() -> Any:
+def installed_facts() -> AdapterFacts:
     """The adapter facts of the installed vLLM's release (its version picks the profile); a
     release attnsel has none for cannot be driven (ValueError, one line)."""
     from attnsel.attention.versions import installed_adapter_facts
@@ -186,7 +189,7 @@ def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> 
     notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
 
 
-def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict:
+def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict[str, Any]:
     """`values` under this release's parameter names (one of the adapter facts' lists)."""
     if len(names) != len(values):
         raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
@@ -214,7 +217,7 @@ class StackSpec:
     max_num_batched_tokens: int
     mla: MlaDims | None = None  # an MLA layer (vllm_mla.py): num_kv_heads 1, head_size = latent width
 
-    def model_config_json(self) -> dict:
+    def model_config_json(self) -> dict[str, object]:
         if self.mla is not None:
             from attnsel.attention.kernels.vllm.mla import synthetic_mla_model_config
 
@@ -236,7 +239,8 @@ class MlaDims:
 
 @dataclass
 class VllmStack:
-    """A built stack: config, layer (with its impl), builder, and what vLLM resolved."""
+    """A built stack: config, layer (with its impl), builder, and what vLLM resolved. The vLLM objects
+    are the installed release's, whichever it is (untyped here: Any)."""
 
     spec: StackSpec
     vllm_config: Any
@@ -247,9 +251,9 @@ class VllmStack:
     kv_cache_spec: Any
     cudagraph_support: str  # AttentionCGSupport name, from the builder class
     cudagraph_mode: str  # CUDAGraphMode name after vLLM resolved it against that support
+    facts: AdapterFacts  # the release's AdapterFacts (attention/versions/adapter_facts.py)
     dispatcher: Any = None
     notes: list[str] = field(default_factory=list)
-    facts: Any = None  # the release's AdapterFacts (attention/versions/adapter_facts.py)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -278,13 +282,13 @@ class VllmStack:
 class StackBuilder:
     """Builds VllmStacks in one worker process, each from a config.json synthesized for its head layout."""
 
-    def __init__(self, device: str = "cuda", facts: Any = None):
+    def __init__(self, device: str = "cuda", facts: AdapterFacts | None = None) -> None:
         self.device = device
         self._layer_count = 0
         self._facts = facts
 
     @property
-    def facts(self) -> Any:
+    def facts(self) -> AdapterFacts:
         """The installed release's adapter facts (given, or asked of its version object once)."""
         if self._facts is None:
             self._facts = installed_facts()
