@@ -8,11 +8,18 @@ Ray is imported only when --ray is given.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from typer.core import TyperCommand
 
 from attnsel.cli.common import print_json, stdout_console
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from typer._click import Context  # Typer >= 0.29 vendors click (cli/fast_params.py)
+
+    from attnsel.attention.preflight import Deployment
+    from attnsel.attention.versions.choice import ProfileChoice
 
 RAY_OPTION = "--ray"
 DEFAULT_ADDRESS = "auto"  # as Ray itself: RAY_ADDRESS, else the cluster started on this machine
@@ -25,7 +32,7 @@ class RayAddressCommand(TyperCommand):
     """A command whose --ray takes an optional value: `--ray` alone means `--ray auto`.
     (Typer has no options with optional values; click's flag_value is not passed through.)"""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, with_default_address(args))
 
 
@@ -106,8 +113,8 @@ def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2
 # preflight --ray
 
 
-def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment, pipeline_parallel_size,
-                  hf_config: dict, choice, model: str) -> None:
+def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment: Deployment,
+                      pipeline_parallel_size: int, hf_config: dict, choice: ProfileChoice, model: str) -> None:
     from attnsel.attention.preflight import run_fleet_preflight
     from attnsel.cli import settings
     from attnsel.cli.preflight_cmd import emit
