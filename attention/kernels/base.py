@@ -36,7 +36,7 @@ SPARSE_MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARS
 
 @dataclass
 class PreparedKernel:
-    run: Callable[[], object]
+    run: Callable[[], torch.Tensor | None]
     """One call = one attention launch (or the launches vLLM makes for that batch) over the batch."""
     output: Callable[[], torch.Tensor | None]
     """The output tensor of the last run, shaped like PagedBatch.query."""
