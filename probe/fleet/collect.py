@@ -21,6 +21,7 @@ import platform
 import socket
 import threading
 import time
+from types import ModuleType
 from typing import Any
 
 from attnsel.errors import EnvironmentProblem, UserInputError
@@ -45,7 +46,7 @@ BLANKED_NOTE = (
 )
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -164,7 +165,7 @@ def probe_fleet(address: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
                       tuple(n for n in nodes if not n.alive))
 
 
-def connect(ray: Any, address: str, timeout_s: float) -> bool:
+def connect(ray: ModuleType, address: str, timeout_s: float) -> bool:
     """ray.init against an existing cluster, never starting one. True when this call connected.
     ray.init blocks for good when nothing answers at the address, hence the thread and deadline."""
     if ray.is_initialized():
@@ -214,7 +215,7 @@ def unreachable(address: str, timeout_s: float) -> str | None:
         return f"{host}:{port}: {exc.strerror or exc}"
 
 
-def list_nodes(ray: Any) -> list[RayNode]:
+def list_nodes(ray: ModuleType) -> list[RayNode]:
     """Every node Ray's GCS knows, the head first, each with a unique short label."""
     nodes = [_ray_node(entry) for entry in ray.nodes()]
     nodes.sort(key=lambda n: (not n.alive, not n.is_head, n.address, n.node_id))
@@ -244,7 +245,7 @@ def _with_label(node: RayNode, label: str) -> RayNode:
     return replace(node, label=label)
 
 
-def gather(ray: Any, nodes: list[RayNode], timeout_s: float) -> list[NodeProbe]:
+def gather(ray: ModuleType, nodes: list[RayNode], timeout_s: float) -> list[NodeProbe]:
     """Submit one pinned task per node, wait for all of them up to one deadline."""
     remote = ray.remote(probe_this_node)
     refs = [remote.options(**task_options(ray.__version__, n.node_id)).remote() for n in nodes]
@@ -268,7 +269,7 @@ _STUCK = ("the task did not finish (an NVML call that hangs, as on a GPU fallen 
           "to start a Ray worker); cancelled")
 
 
-def _read_answer(ray: Any, node: RayNode, ref: Any) -> NodeProbe:
+def _read_answer(ray: ModuleType, node: RayNode, ref: object) -> NodeProbe:
     from attnsel.probe.facts import report_from_fields
 
     try:

@@ -280,7 +280,7 @@ class VllmBackendAdapter:
         fa = f", FA{version}" if version else ""
         return f"vllm {installed_version('vllm')} {self.backend}: {impl}.forward + {builder}{fa}"
 
-    def details(self, stack: VllmStack, metadata: Any, launch: tuple[str, str],
+    def details(self, stack: VllmStack, metadata: object, launch: tuple[str, str],
                 kv_cache: torch.Tensor) -> dict[str, object]:
         """What a row records of vLLM's run (`metadata`: the release's builder output, untyped)."""
         facts: dict[str, object] = {

@@ -30,7 +30,7 @@ mis-scales part of it says so in its adapter facts (fp8_not_timed) and those row
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
@@ -107,7 +107,7 @@ class VllmSparseMlaAdapter(VllmMlaAdapter):
         return [f"top-k: {topk} positions per decode token (every position of a sequence no longer than that), "
                 f"written into the layer's topk_indices_buffer before the timed call, as the indexer writes them"]
 
-    def details(self, stack: VllmStack, metadata: Any, launch: tuple[str, str],
+    def details(self, stack: VllmStack, metadata: object, launch: tuple[str, str],
                 kv_cache: torch.Tensor) -> dict[str, object]:
         facts = super().details(stack, metadata, launch, kv_cache)
         facts["index_topk"] = int(stack.layer.impl.topk_indices_buffer.shape[1])
