@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast, runtime_checkable
 
+from attnsel.words import Word
+
 if TYPE_CHECKING:  # pragma: no cover
     from typing import TypeAlias
 
@@ -22,6 +24,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
     Batch: TypeAlias = PagedBatch | MlaBatch
     """What the harness hands `prepare`: a paged batch, or a latent (MLA) one for an MLA workload."""
+
+class WorkloadKind(Word):
+    """What a timed batch holds (paged.Workload.kind): one new token per request, a chunked-prefill
+    chunk per request, or both in one step as vLLM's scheduler mixes them."""
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+    MIXED = "mixed"
+
 
 # The dense backends tune times, in the order its plan and reports list them
 BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from attnsel.attention.kernels.base import WorkloadKind
 from attnsel.probe import usable_cpu_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,12 +99,12 @@ def jit_module_requests(kinds: Iterable[str], dtype: str, head_size: int, capabi
     kv = fp8_format(kv_cache_dtype) if is_fp8(kv_cache_dtype) else None
     wanted = set(kinds)
     requests: list[JitModuleRequest] = []
-    if wanted & {"decode", "mixed"}:
+    if wanted & {WorkloadKind.DECODE, WorkloadKind.MIXED}:
         if use_tensor_cores:
             requests.append(JitModuleRequest("decode (tensor cores)", "prefill_primary", "fa2", dtype, head_size, kv))
         else:
             requests.append(JitModuleRequest("decode (CUDA cores)", "decode", None, dtype, head_size, kv))
-    if wanted & {"prefill", "mixed"}:
+    if wanted & {WorkloadKind.PREFILL, WorkloadKind.MIXED}:
         backend = prefill_backend(capability, torch_cuda, dtype, head_size, kv_fp8=kv is not None)
         generator = "prefill_primary" if backend == "fa2" else "prefill"
         # fa2 prefill is the very module tensor-core decode uses: build it once

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from attnsel.attention.kernels import kv_quant
+from attnsel.attention.kernels.base import WorkloadKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.kernels.base import Batch
     from attnsel.attention.kernels.mla import MlaBatch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-KINDS = ("decode", "prefill", "mixed")
+KINDS = tuple(str(kind) for kind in WorkloadKind)  # the words, as Workload's error message lists them
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -48,7 +49,7 @@ class Workload:
       reorders them (split_decodes_and_prefills). Every request's KV length ≈ context_len.
     """
 
-    kind: str
+    kind: str  # a WorkloadKind word
     batch: int
     context_len: int
     query_len: int
@@ -66,9 +67,9 @@ class Workload:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.batch < 1 or self.context_len < 1 or self.query_len < 1:
             raise ValueError("batch, context_len and query_len must be >= 1")
-        if self.kind == "decode" and self.query_len != 1:
+        if self.kind == WorkloadKind.DECODE and self.query_len != 1:
             raise ValueError("decode workloads have query_len=1")
-        if self.kind == "mixed" and self.query_len < 2:
+        if self.kind == WorkloadKind.MIXED and self.query_len < 2:
             raise ValueError("mixed workloads need query_len >= 2 for their prefill chunks")
         if self.query_len > self.context_len:
             raise ValueError("query_len cannot exceed context_len (the KV length includes the new tokens)")
@@ -92,7 +93,7 @@ class Workload:
         return self.num_q_heads // self.num_kv_heads
 
     def label(self) -> str:
-        q = "" if self.kind == "decode" else f" q{self.query_len}"
+        q = "" if self.kind == WorkloadKind.DECODE else f" q{self.query_len}"
         kv = "" if self.kv_cache_dtype == "auto" else f" kv {self.kv_cache_dtype}"
         mla = f" mla{self.kv_lora_rank}" if self.is_mla else ""
         mla += f" top{self.index_topk}" if self.index_topk else ""
@@ -240,9 +241,9 @@ def make_paged_batch(
 def _query_lengths(w: Workload) -> list[int]:
     """New tokens per request: 1 for a decode, query_len for a prefill chunk; a mixed step puts its
     decodes first (vLLM's split_decodes_and_prefills order)."""
-    if w.kind == "decode":
+    if w.kind == WorkloadKind.DECODE:
         return [1] * w.batch
-    if w.kind == "prefill":
+    if w.kind == WorkloadKind.PREFILL:
         return [w.query_len] * w.batch
     n_prefill = mixed_prefill_count(w.batch)
     return [1] * (w.batch - n_prefill) + [w.query_len] * n_prefill
