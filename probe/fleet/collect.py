@@ -22,12 +22,13 @@ import socket
 import threading
 import time
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from attnsel.errors import EnvironmentProblem, UserInputError
 from attnsel.probe.fleet.facts import (
     NODE_ANSWER_SCHEMA,
     FleetProbe,
+    NodeAnswer,
     NodeProbe,
     RayNode,
     unique_labels,
@@ -58,14 +59,14 @@ def import_ray() -> ModuleType:
 # The task that runs on each node
 
 
-def probe_this_node() -> dict:
+def probe_this_node() -> NodeAnswer:
     """Runs inside a Ray worker on one node: our probe over NVML, as plain JSON-able fields."""
     from attnsel import __version__
     from attnsel.probe.collect import collect_probe
     from attnsel.probe.facts import report_fields
 
     start = time.perf_counter()
-    answer: dict[str, Any] = {
+    answer: NodeAnswer = {
         "schema": NODE_ANSWER_SCHEMA,
         "hostname": socket.gethostname(),
         "attnsel_version": __version__,
@@ -269,23 +270,35 @@ _STUCK = ("the task did not finish (an NVML call that hangs, as on a GPU fallen 
           "to start a Ray worker); cancelled")
 
 
+class _AnswerFacts(TypedDict):
+    """NodeProbe's fields taken from a node's answer as it is."""
+
+    seconds: float | None
+    hostname: str | None
+    attnsel_version: str | None
+    ray_version: str | None
+    python_version: str | None
+    notes: tuple[str, ...]
+
+
 def _read_answer(ray: ModuleType, node: RayNode, ref: object) -> NodeProbe:
     from attnsel.probe.facts import report_from_fields
 
     try:
-        answer = ray.get(ref)
+        received = ray.get(ref)
     except Exception as exc:  # noqa: BLE001 -- every Ray failure becomes this node's reason
         return NodeProbe(node, problem=task_failure(exc))
-    if not isinstance(answer, dict) or answer.get("schema") != NODE_ANSWER_SCHEMA:
+    if not isinstance(received, dict) or received.get("schema") != NODE_ANSWER_SCHEMA:
         return NodeProbe(node, problem=f"unreadable answer (not {NODE_ANSWER_SCHEMA})")
-    common: dict[str, Any] = {  # the answer's facts every NodeProbe below carries
-        "seconds": answer.get("seconds"),
-        "hostname": answer.get("hostname"),
-        "attnsel_version": answer.get("attnsel_version"),
-        "ray_version": answer.get("ray_version"),
-        "python_version": answer.get("python_version"),
-        "notes": tuple(answer.get("notes") or ()),
-    }
+    answer = cast(NodeAnswer, received)  # our schema's word: probe_this_node wrote it
+    common = _AnswerFacts(  # the answer's facts every NodeProbe below carries
+        seconds=answer.get("seconds"),
+        hostname=answer.get("hostname"),
+        attnsel_version=answer.get("attnsel_version"),
+        ray_version=answer.get("ray_version"),
+        python_version=answer.get("python_version"),
+        notes=tuple(answer.get("notes") or ()),
+    )
     if answer.get("node_id") not in (None, node.node_id):
         return NodeProbe(node, problem=f"the task ran on node {answer['node_id']}, not on this one", **common)
     if answer.get("error"):
