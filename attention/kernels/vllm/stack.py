@@ -31,10 +31,10 @@ import inspect
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.versions import AdapterFacts
@@ -87,7 +87,10 @@ def synthetic_model_config(num_q_heads: int, num_kv_heads: int, head_size: int, 
     }
 
 
-def construct(cls: Any, **kwargs: Any) -> Any:
+_Made = TypeVar("_Made")
+
+
+def construct(cls: Callable[..., _Made], **kwargs: object) -> _Made:
     """`cls(**kwargs)` keeping only the keywords this release's class accepts (config dataclasses
     gain and lose fields between releases)."""
     try:
@@ -99,7 +102,7 @@ def construct(cls: Any, **kwargs: Any) -> Any:
     return cls(**{k: v for k, v in kwargs.items() if k in params})
 
 
-def call_accepting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def call_accepting(fn: Callable[..., _Made], *args: object, **kwargs: object) -> _Made:
     """`fn(*args, **kwargs)` dropping keywords the installed vLLM's function does not take."""
     try:
         params = inspect.signature(fn).parameters
@@ -143,7 +146,7 @@ def backend_class(backend: str) -> Any:
     return member.get_class()
 
 
-def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = None) -> int:
+def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: object = None) -> int:
     """The page size vLLM's kernels use for a --block-size (GPUModelRunner splits a cache block into
     kernel blocks with vllm.v1.worker.utils.select_common_block_size). Where that helper takes the
     layers' KV-cache specs (0.33: prepare_kernel_block_sizes passes each group's specs, and
@@ -189,14 +192,14 @@ def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> 
     notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
 
 
-def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict[str, Any]:
+def keyword_arguments(names: tuple[str, ...], *values: object) -> dict[str, object]:
     """`values` under this release's parameter names (one of the adapter facts' lists)."""
     if len(names) != len(values):
         raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
     return dict(zip(names, values))
 
 
-def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
+def keyword_call(fn: Callable[..., _Made], names: tuple[str, ...], *values: object) -> _Made:
     """`fn` called with `values` under this release's parameter names."""
     return fn(**keyword_arguments(names, *values))
 
