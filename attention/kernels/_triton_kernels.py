@@ -76,7 +76,9 @@ def _load_k_tile(  # type: ignore[no-untyped-def]
     return k, v_head + v_rows[:, None] + d[None, :], kv_mask
 
 
-def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr):  # type: ignore[no-untyped-def]
+def _online_softmax_step(  # type: ignore[no-untyped-def]
+    s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr,
+):
     """Fold one tile of base-2 scores into the running max, denominator and output."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)

@@ -136,7 +136,8 @@ class FlashInferAdapter:
         from attnsel.attention.kernels.paged import split_into_kernel_blocks
 
         cache_block_size = batch.block_size
-        b = split_into_kernel_blocks(paged(batch), kernel_block_size_for(cache_block_size, SUPPORTED_BLOCK_SIZES) or cache_block_size)
+        kernel_block_size = kernel_block_size_for(cache_block_size, SUPPORTED_BLOCK_SIZES) or cache_block_size
+        b = split_into_kernel_blocks(paged(batch), kernel_block_size)
         t0 = time.perf_counter()
         dev = b.query.device
         layout = self.kv_layout or vllm_kv_layout(compute_capability(str(dev)))

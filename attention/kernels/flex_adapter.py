@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     KernelOptions = dict[str, bool | int]
     """FlexAttention's kernel_options as vLLM passes them on GPU (None on CPU)."""
+    MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    """FlexAttention's mask_mod(batch, head, q_idx, kv_idx) -> visible."""
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
 CPU_MAX_KV_TILE = 32
@@ -158,8 +160,7 @@ def _kv_blocks_per_query_tile(b: PagedBatch, doc_ids: torch.Tensor, pages_of: li
     return kv_num, kv_indices
 
 
-def _paged_mask_mod(b: PagedBatch, doc_ids: torch.Tensor,
-                    p2l: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def _paged_mask_mod(b: PagedBatch, doc_ids: torch.Tensor, p2l: torch.Tensor) -> MaskMod:
     """vLLM's mask_mod: a physical kv index is visible when its page belongs to the query's request,
     lies inside its sequence and is not after the query's position (causal)."""
     import torch

@@ -137,7 +137,8 @@ class MlaBatch:
         return 2.0 * visible * self.num_q_heads * (self.head_size + self.kv_lora_rank)
 
 
-def make_mla_batch(w: Workload, block_size: int, device: str | torch.device = "cuda", seed: int = 0, ragged: bool = True) -> MlaBatch:
+def make_mla_batch(w: Workload, block_size: int, device: str | torch.device = "cuda", seed: int = 0,
+                   ragged: bool = True) -> MlaBatch:
     """Random absorbed queries over a paged latent cache (decode rows; prefill is not timed for MLA,
     see the module docstring). fp8 caches are stored with vLLM's per-tensor scale (kv_quant.py)."""
     if w.kv_lora_rank is None:

@@ -32,7 +32,8 @@ from typing import Any
 
 MODELS = ("jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-350m", "falcon-h1-7b", "qwen3-next-80b-a3b", "qwen3.5-9b",
           "glm-5-next")
-FLAG_SETS: tuple[dict[str, Any], ...] = ({}, {"block_size": 64}, {"block_size": 128}, {"kv_cache_dtype": "fp8"}, {"prefix_caching": True},
+FLAG_SETS: tuple[dict[str, Any], ...] = (
+             {}, {"block_size": 64}, {"block_size": 128}, {"kv_cache_dtype": "fp8"}, {"prefix_caching": True},
              {"prefix_caching": False}, {"prefix_caching": True, "mamba_cache_mode": "align"},
              {"prefix_caching": False, "mamba_cache_mode": "align"}, {"mamba_ssm_cache_dtype": "float32"},
              {"prefix_caching": True, "mamba_cache_mode": "all"})

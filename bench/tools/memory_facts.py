@@ -162,7 +162,8 @@ def extensible_utilization_default(source: str) -> float | None:
         if isinstance(node, ast.If) and "enable_extensible_kv_cache" in ast.unparse(node.test):
             constant = next((n.value for n in node.body if isinstance(n, ast.Return)
                              and isinstance(n.value, ast.Constant)), None)
-            return float(constant.value) if constant is not None else None  # type: ignore[arg-type]  # a number in vLLM's source
+            # the constant is a number in vLLM's source (mypy sees any constant: the ignore)
+            return float(constant.value) if constant is not None else None  # type: ignore[arg-type]
     return None
 
 
