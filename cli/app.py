@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
@@ -28,6 +30,12 @@ from attnsel.cli.streams import (
 )
 from attnsel.errors import EnvironmentProblem
 
+if TYPE_CHECKING:
+    from typer._click import (  # Typer >= 0.29 vendors click (cli/fast_params.py)
+        Command,
+        Context,
+    )
+
 GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "--verbose"})
 
 
@@ -36,14 +44,15 @@ class AttnselGroup(TyperGroup):
     itself, so that parse errors, interrupts, unwritable stdout and unforeseen exceptions all go
     through one funnel (cli/common.py `exit_for`): one line on stderr, a documented exit code."""
 
-    def get_command(self, ctx, cmd_name):
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             install(command)  # start-up: no pydantic for plain option values (cli/fast_params.py)
             plain_help_labels(command)
         return command
 
-    def make_context(self, info_name, args, parent=None, **extra):
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None,
+                     **extra: Any) -> Context:
         install(self)
         plain_help_labels(self)
         return super().make_context(info_name, self._hoist_global_options(list(args)), parent=parent, **extra)
@@ -61,15 +70,19 @@ class AttnselGroup(TyperGroup):
         kept = [arg for arg in args[position + 1:end] if arg not in moved]
         return args[:position] + moved + [args[position]] + kept + args[end:]
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        """click's Command.main (its parameters, Typer's return: Any), ending the process itself."""
+        passed = dict(args=args, prog_name=prog_name, complete_var=complete_var,
+                      windows_expand_args=windows_expand_args, **extra)
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(standalone_mode=False, **passed)
 
         drop_unusable_terminal_size()
         with guarded_stdout():
             try:
-                _check_completion_shell(kwargs.get("args", args[0] if args else None))
-                returned = super().main(*args, standalone_mode=False, **kwargs)
+                _check_completion_shell(args)
+                returned = super().main(standalone_mode=False, **passed)
                 code = returned if isinstance(returned, int) and not isinstance(returned, bool) else 0
             except SystemExit as exc:  # shell completion and the like exit on their own
                 code = exc.code if isinstance(exc.code, int) else 0
@@ -82,7 +95,7 @@ COMPLETION_FLAGS = ("--install-completion", "--show-completion")
 COMPLETION_SHELLS = "bash, zsh, fish or PowerShell"
 
 
-def _check_completion_shell(argv) -> None:
+def _check_completion_shell(argv: Sequence[str] | None) -> None:
     """Typer finds the shell to complete for among the parent processes (shellingham); where none
     is one (a cron job, a container's entry point) it would print `Shell  not supported.`."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -90,7 +103,7 @@ def _check_completion_shell(argv) -> None:
     if flag is None or os.getenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"):  # then Typer asks for the name
         return
     try:
-        import shellingham
+        import shellingham  # type: ignore[import-untyped]  # no type information
     except ImportError:  # Typer then asks for the shell by name (--install-completion SHELL)
         return
     try:

@@ -17,6 +17,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeGuard, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -39,6 +40,11 @@ from attnsel.errors import (
     REPORT_TO,
     AttnselError,
 )
+
+if TYPE_CHECKING:
+    from typer._click import Command  # Typer >= 0.29 vendors click (cli/fast_params.py)
+
+    from attnsel.attention.versions import RuleProfile
 
 EXIT_SIGPIPE = 141  # what a shell reports for a process killed by SIGPIPE (`attnsel explain | head`)
 _MAX_LINE = 400  # an error line stays readable whatever the exception carried
@@ -69,9 +75,10 @@ def _where(exc: BaseException) -> str:
     root = os.path.dirname(os.path.abspath(attnsel.__file__)) + os.sep
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if os.path.abspath(f.filename).startswith(root)]
-    frame = (ours or frames or [None])[-1]
-    if frame is None:
+    chosen = ours or frames
+    if not chosen:
         return "unknown place"
+    frame = chosen[-1]
     parts = frame.filename.replace(os.sep, "/").split("/")
     return f"{'/'.join(parts[-2:])}:{frame.lineno}"
 
@@ -89,14 +96,30 @@ def internal_error(exc: BaseException) -> typer.Exit:
     )
 
 
-def _usage_error(exc: Exception) -> typer.Exit:
+class _ClickError(Protocol):
+    """click's UsageError / BadParameter as Typer raises them (click itself or Typer's vendored copy)."""
+
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
+class _HelpRequest(Protocol):
+    """Typer's NoArgsIsHelpError: shows the help text, with its exit code."""
+
+    exit_code: int
+
+    def show(self) -> None: ...
+
+
+def _usage_error(exc: _ClickError) -> typer.Exit:
     """click/Typer parse errors as one line (their own text), with where to look for help."""
     ctx = getattr(exc, "ctx", None)
     where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
     return fail(f"{exc.format_message()}{where}", getattr(exc, "exit_code", EXIT_BAD_INPUT))
 
 
-def _is_click_error(exc: BaseException) -> bool:
+def _is_click_error(exc: BaseException) -> TypeGuard[_ClickError]:
     return hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)
 
 
@@ -111,8 +134,9 @@ def exit_for(exc: BaseException) -> typer.Exit:
     if isinstance(exc, BrokenPipeError):
         return typer.Exit(EXIT_SIGPIPE)  # the reader left: nothing to say, as a SIGPIPE death says nothing
     if type(exc).__name__ == "NoArgsIsHelpError":  # `attnsel` alone: the help text, not an error line
-        exc.show()
-        return typer.Exit(exc.exit_code)
+        shown = cast(_HelpRequest, exc)
+        shown.show()
+        return typer.Exit(shown.exit_code)
     if _is_click_error(exc):
         return _usage_error(exc)
     if isinstance(exc, RecursionError):
@@ -123,11 +147,15 @@ def exit_for(exc: BaseException) -> typer.Exit:
     return internal_error(exc)
 
 
-def handle_errors(func: Callable) -> Callable:
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+
+
+def handle_errors(func: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     """Decorator for commands: every exception -> one line on stderr + its exit code, never a traceback."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
         try:
             return func(*args, **kwargs)
         except typer.Exit:
@@ -167,7 +195,7 @@ def dotted_attention_config(text: str | None) -> dict | None:
 SERVE_NOTE_FLAG = "--serve-line-note"
 
 
-def _serve_release(own: list[str]):  # -> RuleProfile | None
+def _serve_release(own: list[str]) -> RuleProfile | None:
     """The release whose `vllm serve` reads the pasted line: the command's --vllm-version, else the installed
     vLLM, else the newest; None for `all` or a version the command itself will refuse."""
     from attnsel.attention.versions import select_profile
@@ -186,7 +214,7 @@ def _serve_release(own: list[str]):  # -> RuleProfile | None
         return None
 
 
-def with_serve_line(command, args: list[str]) -> list[str]:
+def with_serve_line(command: Command, args: list[str]) -> list[str]:
     """`attnsel explain|preflight [options] -- [vllm serve] MODEL [serve flags...]`: the pasted line's flags
     become the command's own options (attention/rules/serve_line.py reads them as vLLM names them); the
     ones the command does not model go to a hidden note, listed as not checked."""
@@ -201,7 +229,7 @@ def with_serve_line(command, args: list[str]) -> list[str]:
     cut = args.index("--")
     if cut == len(args) - 1:  # a bare `--` at the end: nothing pasted
         return args[:cut]
-    canonical = {}
+    canonical: dict[str, str] = {}
     for param in command.params:
         names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
         main = next((n for n in getattr(param, "opts", ()) if n.startswith("--")), None)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable
-from typing import Any
 
 import typer
 
 
-def _quietly(names: Callable[..., list[str]]) -> Callable[[typer.Context, str], list[str]]:
+def _quietly(names: Callable[[typer.Context], list[str]]) -> Callable[[typer.Context, str], list[str]]:
     def complete(ctx: typer.Context, incomplete: str) -> list[str]:
         try:
             return [name for name in names(ctx) if name.lower().startswith(incomplete.lower())]
@@ -25,7 +24,7 @@ def _quietly(names: Callable[..., list[str]]) -> Callable[[typer.Context, str], 
     return complete
 
 
-def _model_names(ctx: Any) -> list[str]:
+def _model_names(ctx: typer.Context) -> list[str]:
     from attnsel.attention.model import list_catalog
 
     return list_catalog()
@@ -40,14 +39,14 @@ def complete_model(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 @_quietly
-def complete_gpu(ctx: Any) -> list[str]:
+def complete_gpu(ctx: typer.Context) -> list[str]:
     from attnsel.probe import gpu_names
 
     return gpu_names() + (["all"] if ctx.info_name == "explain" else [])
 
 
 @_quietly
-def complete_vllm_version(ctx: Any) -> list[str]:
+def complete_vllm_version(ctx: typer.Context) -> list[str]:
     from attnsel.attention.versions import release_profiles, resolved_data
 
     versions = [".".join(str(part) for part in resolved_data(name)["vllm_release"]) for name in release_profiles()]
@@ -55,7 +54,7 @@ def complete_vllm_version(ctx: Any) -> list[str]:
 
 
 @_quietly
-def complete_backend(ctx: Any) -> list[str]:
+def complete_backend(ctx: typer.Context) -> list[str]:
     from attnsel.attention.versions import select_profile
 
     return select_profile(ctx.params.get("vllm_version")).profile.backend_names

@@ -14,23 +14,38 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Literal, TypedDict
+
+
+class QuickProbeOptions(TypedDict):
+    """A plain local `attnsel probe`'s options, by the Typer command's parameter names."""
+
+    quiet: bool
+    verbose: bool
+    json_output: bool
+    require_gpus: int | None
+    require_capability: str | None
+    require_nvlink: bool
+    require_same_model: bool
+
 
 # The root's options that may stand on either side of `probe` (AttnselGroup hoists them).
-GLOBAL_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose"}
-PROBE_FLAGS = {"--json": "json_output", "--require-nvlink": "require_nvlink",
-               "--require-same-model": "require_same_model"}
-PROBE_VALUES = {"--require-gpus": "require_gpus", "--require-capability": "require_capability"}
+GLOBAL_FLAGS: dict[str, Literal["quiet", "verbose"]] = {
+    "-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose"}
+PROBE_FLAGS: dict[str, Literal["json_output", "require_nvlink", "require_same_model"]] = {
+    "--json": "json_output", "--require-nvlink": "require_nvlink", "--require-same-model": "require_same_model"}
+PROBE_VALUES: dict[str, Literal["require_gpus", "require_capability"]] = {
+    "--require-gpus": "require_gpus", "--require-capability": "require_capability"}
 # Values taken as Typer would take them; any other spelling is Typer's to accept or refuse.
 _GPU_COUNT = re.compile(r"[1-9][0-9]{0,8}")
 
 
-def quick_probe_options(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:
+def quick_probe_options(argv: Sequence[str], env: Mapping[str, str]) -> QuickProbeOptions | None:
     """The options of a plain local `attnsel probe` given as `argv`, or None: that is the Typer app's."""
     if any(name.startswith("_") and name.endswith("_COMPLETE") for name in env):
         return None  # click's shell completion (_ATTNSEL_COMPLETE=...)
-    options: dict[str, Any] = {"quiet": False, "verbose": False, "json_output": False, "require_gpus": None,
-                               "require_capability": None, "require_nvlink": False, "require_same_model": False}
+    options: QuickProbeOptions = {"quiet": False, "verbose": False, "json_output": False, "require_gpus": None,
+                                  "require_capability": None, "require_nvlink": False, "require_same_model": False}
     args = list(argv)
     while args and args[0] in GLOBAL_FLAGS:
         options[GLOBAL_FLAGS[args.pop(0)]] = True
@@ -59,18 +74,19 @@ def quick_probe_options(argv: Sequence[str], env: Mapping[str, str]) -> dict[str
     return options
 
 
-def run_quick_probe(options: dict[str, Any]) -> int:
+def run_quick_probe(options: QuickProbeOptions) -> int:
     """The probe as the Typer command runs it (cli/probe_cmd.py); the exit code, its line on stderr."""
     from attnsel.cli.probe_local import check_capability_flag, probe_here
     from attnsel.cli.settings import set_verbosity
     from attnsel.cli.streams import write_error_line
     from attnsel.errors import AttnselError
 
-    options = dict(options)
     try:
-        set_verbosity(quiet=options.pop("quiet"), verbose=options.pop("verbose"))
+        set_verbosity(quiet=options["quiet"], verbose=options["verbose"])
         check_capability_flag(options["require_capability"])
-        probe_here(measure_p2p=False, **options)
+        probe_here(json_output=options["json_output"], measure_p2p=False, require_gpus=options["require_gpus"],
+                   require_capability=options["require_capability"], require_nvlink=options["require_nvlink"],
+                   require_same_model=options["require_same_model"])
     except AttnselError as exc:  # what cli/common.py's exit_for does with one
         write_error_line(exc.message)
         return exc.exit_code

@@ -19,7 +19,7 @@ from typing import Any
 _NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "path"}
 
 
-def _to_int(value: Any) -> int:
+def _to_int(value: str | float) -> int:
     if isinstance(value, str):
         return int(value.strip())
     if isinstance(value, float) and not value.is_integer():
@@ -31,7 +31,7 @@ _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
 
 
-def _to_bool(value: Any) -> bool:
+def _to_bool(value: object) -> bool:
     text = str(value).strip().lower()
     if text in _TRUE:
         return True

@@ -12,12 +12,15 @@ import io
 import os
 import shutil
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from attnsel.errors import OutputUnwritable
 
 if TYPE_CHECKING:
+    from types import FrameType
+    from typing import TextIO
+
     from rich.console import Console
 
 _MAX_LINE = 400  # an error line stays readable whatever the exception carried
@@ -52,7 +55,7 @@ def drop_unusable_terminal_size() -> None:
             del os.environ[name]
 
 
-def print_json(obj: Any) -> None:
+def print_json(obj: object) -> None:
     """--json prints exactly one JSON document on stdout and nothing else: whole or not at all.
     A Ctrl-C while it is written waits until the document is out (then exits 130)."""
     text = json_document(obj)
@@ -74,7 +77,7 @@ def sigint_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[Any] = []
+    caught: list[FrameType | None] = []
     previous = signal.signal(signal.SIGINT, lambda _signum, frame: caught.append(frame))
     try:
         yield
@@ -84,7 +87,7 @@ def sigint_deferred() -> Iterator[None]:
             _deliver_sigint(previous, caught[0])
 
 
-def _deliver_sigint(handler: Any, frame: Any) -> None:
+def _deliver_sigint(handler: object, frame: FrameType | None) -> None:
     """What the handler in place before the block would have done with the held-back Ctrl-C."""
     import signal
 
@@ -94,14 +97,14 @@ def _deliver_sigint(handler: Any, frame: Any) -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
 
-def json_document(obj: Any, default: Any = None) -> str:
+def json_document(obj: object, default: Callable[[object], object] | None = None) -> str:
     """A JSON document as commands print it (files.py json_text: RFC 8259, never NaN or Infinity)."""
     from attnsel.files import json_text
 
     return json_text(obj, default=default or _json_default) + "\n"
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, (set, frozenset, tuple)):
@@ -137,11 +140,11 @@ class GuardedStdout:
     becomes OutputUnwritable (one line, exit 2) and later writes are dropped, so neither our own
     code nor Python's final flush prints a traceback. Everything else passes through."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
         self._broken: OSError | None = None
 
-    def _failed(self, exc: OSError) -> None:
+    def _failed(self, exc: OSError) -> NoReturn:
         self._broken = exc
         _discard_stream(self._stream)
         if exc.errno == errno.EPIPE:
@@ -176,8 +179,10 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def _discard_stream(stream: Any) -> None:
+def _discard_stream(stream: TextIO | None) -> None:
     """Point a broken stdout at /dev/null so the interpreter's last flush has nowhere to fail."""
+    if stream is None:
+        return
     try:
         fd = stream.fileno()
     except (AttributeError, OSError, ValueError):
@@ -193,7 +198,7 @@ class GuardedStderr:
     and the descriptor pointed at /dev/null, so that neither a progress line (exit 70 before) nor the
     interpreter's last flush (exit 120) changes the exit code: the exit code still says everything."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
         self._broken = stream is None
 
@@ -202,7 +207,7 @@ class GuardedStderr:
         _discard_stream(self._stream)
 
     def write(self, text: str) -> int:
-        if not self._broken:
+        if not self._broken and self._stream is not None:  # None: broken from the start
             try:
                 return self._stream.write(text)
             except (OSError, ValueError):
@@ -210,14 +215,14 @@ class GuardedStderr:
         return len(text)
 
     def flush(self) -> None:
-        if not self._broken:
+        if not self._broken and self._stream is not None:
             try:
                 self._stream.flush()
             except (OSError, ValueError):
                 self._drop()
 
     def isatty(self) -> bool:
-        return bool(not self._broken and self._stream.isatty())
+        return bool(not self._broken and self._stream is not None and self._stream.isatty())
 
     def __getattr__(self, name: str) -> Any:
         if self._stream is None:
@@ -322,7 +327,8 @@ def quiet_python_warnings() -> None:
 
     from attnsel.errors import DEBUG_ENV
 
-    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
         if os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no"):
             _write_err(f"debug: {category.__name__}: {' '.join(str(message).split())} ({filename}:{lineno})\n")
 

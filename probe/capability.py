@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from attnsel.errors import UserInputError
 
@@ -83,7 +83,18 @@ def bf16_error(gpu_name: str, cc: tuple[int, int] | None) -> str | None:
     )
 
 
-def capability_facts(gpu: GpuInfo) -> dict:
+class CapabilityFacts(TypedDict):
+    """What vLLM derives from one GPU's compute capability (a JSON object in `probe --json`)."""
+
+    compute_capability: str | None
+    supported_dtypes: list[str]
+    supports_bf16: bool
+    supports_fp16: bool
+    supports_fp8: bool
+    bf16_error: str | None
+
+
+def capability_facts(gpu: GpuInfo) -> CapabilityFacts:
     """Everything vLLM derives from one GPU's compute capability (used by `probe` and `explain`)."""
     cc = gpu.compute_capability
     return {

@@ -165,7 +165,7 @@ def _from_nvml(session: NvmlSession, torch: TorchFacade, env: Mapping[str, str],
     )
 
 
-def _unusable_count(session: NvmlSession, count: Any) -> str | None:
+def _unusable_count(session: NvmlSession, count: object) -> str | None:
     """Why NVML's GPU count cannot be used (the probe then asks torch.cuda), or None."""
     if not isinstance(count, int) or isinstance(count, bool):
         failure = session.last_failure()
@@ -182,7 +182,7 @@ def _visible_gpus(raws: Sequence[RawGpu], resolution: VisibleResolution) -> list
     gpus = []
     for dev in resolution.devices:
         raw = raws[dev.physical_index]
-        mig = next((m for m in raw.migs if dev.mig and m["mig_index"] == dev.mig.mig_index), None)
+        mig = next((m for m in raw.migs if dev.mig and m.mig_index == dev.mig.mig_index), None)
         gpus.append(gpu_info(dev.logical_index, raw, mig))
     return gpus
 

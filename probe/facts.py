@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from _typeshed import DataclassInstance
+
+_Built = TypeVar("_Built", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,7 @@ def report_from_fields(data: dict) -> ProbeReport:
     return _build(ProbeReport, fields)
 
 
-def _build(cls, data: dict):
+def _build(cls: type[_Built], data: dict[str, object]) -> _Built:
+    """`cls` from a dict of its JSON fields (lists back to tuples), ignoring keys it does not have."""
     known = {f.name for f in dataclass_fields(cls)}
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})

@@ -9,6 +9,7 @@ NVML reading (6016-bit bus x 3201 MHz x 2 = 4.81 TB/s, docs/gpu-facts.md §1).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from attnsel.errors import UserInputError
@@ -40,7 +41,8 @@ class GpuSpec:
         return d
 
 
-def _g(key, name, family, cc, mem, bw, l2=None, aliases=(), pattern=None) -> GpuSpec:
+def _g(key: str, name: str, family: str, cc: tuple[int, int], mem: float, bw: float, l2: float | None = None,
+       aliases: Sequence[str] = (), pattern: str | None = None) -> GpuSpec:
     return GpuSpec(key, name, family, cc, mem, bw, l2, tuple(aliases), pattern)
 
 

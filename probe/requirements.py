@@ -4,11 +4,15 @@ fleet with --ray). Pure: reads the reports only; the caller exits 1 when one is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.errors import CheckFailed
 from attnsel.probe.capability import parse_capability
 from attnsel.probe.facts import ProbeReport
+
+if TYPE_CHECKING:
+    from attnsel.probe.fleet.facts import FleetProbe
+    from attnsel.probe.fleet.verdict import FleetVerdict
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def check_requirements(report: ProbeReport, gpus: int | None, capability: str | 
     return results
 
 
-def fleet_requirements(fleet: Any, verdict: Any, gpus: int | None, capability: str | None, nvlink: bool,
+def fleet_requirements(fleet: FleetProbe, verdict: FleetVerdict, gpus: int | None, capability: str | None, nvlink: bool,
                        same_model: bool) -> list[RequirementResult]:
     """Each --require-* option on every GPU node of a fleet probe (probe/fleet: a GPU node that did
     not answer fails them all); --require-same-model across the nodes too."""

@@ -8,7 +8,7 @@ initialise CUDA) and the reason becomes the report's error.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.probe.facts import GpuInfo, P2PPair, ProbeReport
 from attnsel.probe.gpu_table import table_peak_bandwidth
@@ -16,6 +16,9 @@ from attnsel.probe.links import unknown_verdict, with_measured_bandwidth
 from attnsel.probe.mixed_gpus import mixed_gpu_warning
 from attnsel.probe.nvml import TorchFacade
 from attnsel.probe.visible_devices import PCI_BUS_ID
+
+if TYPE_CHECKING:
+    from attnsel.probe.nvml.protocol import TorchDevice, TorchInventory
 
 TORCH_NOT_ASKED = "torch.cuda not asked: "  # the error line when the caller forbids the torch fallback
 
@@ -26,7 +29,7 @@ class NotAsked:
     def __init__(self, reason: str):
         self.reason = reason
 
-    def inventory(self) -> dict | None:
+    def inventory(self) -> TorchInventory | None:
         raise _FallbackNotAsked(self.reason)
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
@@ -37,7 +40,7 @@ class _FallbackNotAsked(Exception):
     pass
 
 
-def _read_inventory(torch: TorchFacade, errors: list[str]) -> dict | None:
+def _read_inventory(torch: TorchFacade, errors: list[str]) -> TorchInventory | None:
     """torch's inventory, or None with the reason added to `errors`."""
     try:
         inventory = torch.inventory()
@@ -94,7 +97,7 @@ def from_torch(torch: TorchFacade, env: Mapping[str, str], reason: str, measure_
     )
 
 
-def _torch_gpu(index: int, d: Mapping[str, Any]) -> GpuInfo:
+def _torch_gpu(index: int, d: TorchDevice) -> GpuInfo:
     cc = (int(d["major"]), int(d["minor"])) if d.get("major") is not None else None
     uuid = d.get("uuid")
     return GpuInfo(

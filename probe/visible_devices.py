@@ -61,6 +61,9 @@ class VisibleDevice:
         return f"{self.physical_index}:{self.mig.mig_index}" if self.mig else str(self.physical_index)
 
 
+_Picked = tuple[PhysicalGpu, "MigChild | None"]  # a listed GPU, and the MIG device of it the entry named
+
+
 @dataclass(frozen=True)
 class VisibleResolution:
     devices: tuple[VisibleDevice, ...]
@@ -245,7 +248,8 @@ def _read_device_order(cuda_device_order: str | None) -> tuple[str, list[str]]:
     return device_order, []
 
 
-def _pick_listed(cuda_visible_devices: str | None, ordered: Sequence[PhysicalGpu]):
+def _pick_listed(cuda_visible_devices: str | None,
+                 ordered: Sequence[PhysicalGpu]) -> tuple[list[_Picked], str | None, list[str]]:
     """(picked (gpu, mig child) pairs, the invalid entry, problems) for a CUDA_VISIBLE_DEVICES value
     against the GPUs in CUDA's order; unset picks every GPU."""
     if cuda_visible_devices is None:
@@ -263,8 +267,9 @@ def _pick_listed(cuda_visible_devices: str | None, ordered: Sequence[PhysicalGpu
     return picked, invalid, problems
 
 
-def _read_list(value: str, ordered: Sequence[PhysicalGpu]):
-    picked: list[tuple[PhysicalGpu, MigChild | None]] = []
+def _read_list(value: str, ordered: Sequence[PhysicalGpu]) -> tuple[list[_Picked], str | None, str | None]:
+    """(picked pairs, the invalid entry, the duplicate entry) for a CUDA_VISIBLE_DEVICES value."""
+    picked: list[_Picked] = []
     seen: set[tuple[int, int | None]] = set()
     first_kind: str | None = None
     if value.strip() == "":

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from attnsel.attention.versions import QScale, RuleProfile
     from attnsel.attention.versions.choice import ProfileChoice
     from attnsel.probe import ProbeReport
+    from attnsel.probe.nvml.protocol import TorchInventory
 
 DEFAULT_SOURCE = "bundled default"
 
@@ -41,7 +42,7 @@ DEFAULT_SOURCE = "bundled default"
 class _NoTorch:
     """The probe's torch.cuda fallback, answering nothing: `explain` stays torch-free (probe/nvml/protocol.py TorchFacade)."""
 
-    def inventory(self) -> dict | None:
+    def inventory(self) -> TorchInventory | None:
         return None
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:

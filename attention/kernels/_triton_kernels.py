@@ -26,13 +26,21 @@ to fp32 before the dot. Same rounding as on the GPU (bf16 in, fp32 accumulate).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import triton
 import triton.language as tl
 import triton.language.standard as _tl_standard
 
+if TYPE_CHECKING:  # pragma: no cover
+    from triton.runtime.jit import JITFunction
 
-def _widen(x, KV_CAST: tl.constexpr):
+# The kernels' parameters stay unannotated beyond tl.constexpr: triton.jit reads the annotations
+# (triton/runtime/jit.py KernelParam.annotation_type) and specializes on them, so a type added for
+# mypy would change what compiles. Hence the `type: ignore[no-untyped-def]` on each kernel.
+
+
+def _widen(x, KV_CAST: tl.constexpr):  # type: ignore[no-untyped-def]
     """fp8 cache values in the query's type (KV_CAST 1: fp16, 2: bf16, 3: fp32; 0: as stored)."""
     if KV_CAST == 1:
         x = x.to(tl.float16)
@@ -43,7 +51,7 @@ def _widen(x, KV_CAST: tl.constexpr):
     return x
 
 
-def _load_k_tile(
+def _load_k_tile(  # type: ignore[no-untyped-def]
     bt_row, k_head, v_head, start, pos, ok, d, d_ok,
     stride_k_blk, stride_k_tok, stride_v_blk, stride_v_tok,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -68,7 +76,9 @@ def _load_k_tile(
     return k, v_head + v_rows[:, None] + d[None, :], kv_mask
 
 
-def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr):
+def _online_softmax_step(  # type: ignore[no-untyped-def]
+    s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.constexpr, KV_CAST: tl.constexpr,
+):
     """Fold one tile of base-2 scores into the running max, denominator and output."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
@@ -87,7 +97,7 @@ def _online_softmax_step(s, m_i, l_i, acc, v_ptrs, kv_mask, DOT_IN_FP32: tl.cons
 _HELPERS = {"_widen": _widen, "_load_k_tile": _load_k_tile, "_online_softmax_step": _online_softmax_step}
 
 
-def paged_decode(
+def paged_decode(  # type: ignore[no-untyped-def]
     q_ptr, k_ptr, v_ptr, block_table_ptr, seq_lens_ptr, q_start_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
     scale_log2, v_scale,
@@ -161,7 +171,7 @@ def paged_decode(
         tl.store(part_lse_ptr + row, lse, mask=g_ok)
 
 
-def reduce_splits(
+def reduce_splits(  # type: ignore[no-untyped-def]
     part_out_ptr, part_lse_ptr, out_ptr, q_start_ptr,
     stride_o_tok, stride_o_head,
     NUM_Q_HEADS: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
@@ -182,7 +192,7 @@ def reduce_splits(
     tl.store(out_ptr + q_tok * stride_o_tok + h * stride_o_head + d, o.to(out_ptr.dtype.element_ty), mask=d < HEAD)
 
 
-def paged_prefill(
+def paged_prefill(  # type: ignore[no-untyped-def]
     q_ptr, k_ptr, v_ptr, block_table_ptr, seq_lens_ptr, q_lens_ptr, cu_q_ptr,
     tile_req_ptr, tile_q0_ptr, out_ptr,
     scale_log2, v_scale,
@@ -252,7 +262,7 @@ def paged_prefill(
     )
 
 
-_JITTED: dict[bool, dict[str, object]] = {}
+_JITTED: dict[bool, dict[str, JITFunction]] = {}
 
 
 def interpreting() -> bool:
@@ -266,7 +276,7 @@ def interpreter_requested_too_late() -> bool:
     return not interpreting() and os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
-def jitted() -> dict[str, object]:
+def jitted() -> dict[str, JITFunction]:
     """The three kernels wrapped with triton.jit in the mode triton was imported in."""
     if interpreter_requested_too_late():
         raise RuntimeError("TRITON_INTERPRET=1 must be set before triton is first imported")

@@ -7,13 +7,32 @@ kernels). The harness asks `availability()` once, `unsupported_reason(...)` per 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast, runtime_checkable
+
+from attnsel.words import Word
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeAlias
+
+    import torch
+
+    from attnsel.attention.kernels.mla import MlaBatch
     from attnsel.attention.kernels.paged import PagedBatch, Workload
+
+    Batch: TypeAlias = PagedBatch | MlaBatch
+    """What the harness hands `prepare`: a paged batch, or a latent (MLA) one for an MLA workload."""
+
+class WorkloadKind(Word):
+    """What a timed batch holds (paged.Workload.kind): one new token per request, a chunked-prefill
+    chunk per request, or both in one step as vLLM's scheduler mixes them."""
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+    MIXED = "mixed"
+
 
 # The dense backends tune times, in the order its plan and reports list them
 BACKENDS: tuple[str, ...] = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
@@ -28,9 +47,9 @@ SPARSE_MLA_BACKENDS: tuple[str, ...] = ("FLASH_ATTN_MLA_SPARSE", "FLASHMLA_SPARS
 
 @dataclass
 class PreparedKernel:
-    run: Callable[[], Any]
+    run: Callable[[], torch.Tensor | None]
     """One call = one attention launch (or the launches vLLM makes for that batch) over the batch."""
-    output: Callable[[], Any]
+    output: Callable[[], torch.Tensor | None]
     """The output tensor of the last run, shaped like PagedBatch.query."""
     provider: str
     """Which library and version ran, and which path, e.g. 'flashinfer 0.7.2.post1 (decode, tensor cores)'."""
@@ -38,13 +57,13 @@ class PreparedKernel:
     setup_seconds: float
     """Plan + JIT/compile time, first call included, measured apart from run time."""
     notes: tuple[str, ...] = ()
-    poison_output: Callable[[], None] | None = None
+    poison_output: Callable[[], object] | None = None
     """Fill the output buffer with NaN so that a kernel which writes nothing cannot pass the check.
     None when the kernel allocates a fresh output on every call (then nothing stale can survive).
     prepare() has already poisoned once after its warm-up call."""
     writes_into_given_output: bool = False
     """True when the kernel writes into a buffer we pass (vLLM's `out=`) rather than returning a new one."""
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
     """Provider-specific facts worth recording (tuning knobs used, layout, fa_version...)."""
 
 
@@ -61,8 +80,30 @@ class KernelAdapter(Protocol):
     def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         """None if this provider can run that shape with that KV block size on that device."""
 
-    def prepare(self, b: PagedBatch) -> PreparedKernel:
+    def prepare(self, b: Batch) -> PreparedKernel:
         """Plan, convert layouts, compile; may raise (the harness isolates failures)."""
+
+
+class HasKind(Protocol):
+    """A workload item as the tune worker hands it to `prebuild` (bench's WorkloadSpec): its kind."""
+
+    @property
+    def kind(self) -> str: ...
+
+
+class _PrebuildCounts(TypedDict):
+    modules: list[str]
+    built: int
+    cached: int
+    error: str | None
+
+
+class PrebuildSummary(_PrebuildCounts, total=False):
+    """What `prebuild` returns: the modules it named, how many it built and found cached, the error
+    (None when all went well); FlashInfer's also the seconds it took and its requests' labels."""
+
+    seconds: float
+    requests: list[str]
 
 
 class PrebuildingAdapter(Protocol):
@@ -75,9 +116,9 @@ class PrebuildingAdapter(Protocol):
     or launch a kernel. It may raise: the worker records the error and prepare() compiles as
     usual. Returns a summary: {"modules": [names], "built": n, "cached": n, "error": str | None}."""
 
-    def prebuild(self, workloads: list, *, dtype: str, head_size: int, num_q_heads: int | None = None,
-                 num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
-                 capability: tuple[int, int] | list[int] | None = None) -> dict:
+    def prebuild(self, workloads: Sequence[HasKind | str], *, dtype: str, head_size: int,
+                 num_q_heads: int | None = None, num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
+                 capability: tuple[int, int] | list[int] | None = None) -> PrebuildSummary:
         """`workloads`: bench.workloads.WorkloadSpec items (kind, batch, lengths) this worker will time."""
 
 
@@ -97,6 +138,17 @@ class TritonPrecompilingAdapter(Protocol):
 
 class KernelUnavailable(RuntimeError):
     """The provider cannot run here (missing package, wrong GPU); the message says why."""
+
+
+def paged(b: Batch) -> PagedBatch:
+    """The batch a dense adapter's prepare() gets: its unsupported_reason refused MLA workloads
+    (shape_kind_reason), so the harness built a paged batch (a no-op at run time)."""
+    return cast("PagedBatch", b)
+
+
+def latent(b: Batch) -> MlaBatch:
+    """The batch an MLA adapter's prepare() gets: its unsupported_reason refused dense workloads."""
+    return cast("MlaBatch", b)
 
 
 def installed_version(*distributions: str) -> str | None:

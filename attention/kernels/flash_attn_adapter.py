@@ -21,8 +21,8 @@ flash-attention):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
@@ -31,13 +31,20 @@ from attnsel.attention.kernels.base import (
     installed_version,
     module_importable,
     module_missing,
+    paged,
     shape_kind_reason,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
 
 FA2_PAGED_MESSAGE = "Paged KV cache block size must be divisible by 256"
 
 
-def vllm_flash_attn_shape_reason(w, block_size: int) -> str | None:
+def vllm_flash_attn_shape_reason(w: Workload, block_size: int) -> str | None:
     """vLLM FLASH_ATTN's own limits (docs/vllm-rules.md §3a), shared by every provider below."""
     if w.dtype not in ("bfloat16", "float16"):
         return f"dtype {w.dtype} not supported by FLASH_ATTN (fp16, bf16)"
@@ -48,7 +55,7 @@ def vllm_flash_attn_shape_reason(w, block_size: int) -> str | None:
     return None
 
 
-def _timed_first_call(run: Callable[[], Any], dev) -> float:
+def _timed_first_call(run: Callable[[], object], dev: torch.device) -> float:
     """Seconds for the first call (JIT compile included), synchronised."""
     import torch
 
@@ -58,7 +65,7 @@ def _timed_first_call(run: Callable[[], Any], dev) -> float:
     return time.perf_counter() - t0
 
 
-def _max_lens(b) -> tuple[int, int]:
+def _max_lens(b: PagedBatch) -> tuple[int, int]:
     seq_lens, q_lens = b.host_lists()
     return max(q_lens), max(seq_lens)
 
@@ -74,10 +81,10 @@ class _FlashAttnBase:
     def cc_reason(self, cc: tuple[int, int] | None) -> str | None:
         return None if cc is None or cc >= (8, 0) else f"needs compute capability >= 8.0, got {cc[0]}.{cc[1]}"
 
-    def extra_reason(self, w, block_size: int) -> str | None:
+    def extra_reason(self, w: Workload, block_size: int) -> str | None:
         return None
 
-    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         # Shape rules first: they hold on every machine, so a CPU dry run reports them too.
         # fp8 KV: vLLM's FlashAttentionImpl quantizes the query and passes q/k/v descales; only the
         # vLLM-driven adapter (vllm_backend.py) does that (FA4 runs fp8 on SM100 only, FA2 not at all).
@@ -132,15 +139,16 @@ class VllmFlashAttnAdapter(_FlashAttnBase):
             return 4
         return 2
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import torch
         from vllm.vllm_flash_attn import flash_attn_varlen_func  # type: ignore
 
+        b = paged(batch)
         version = self.fa_version()
         max_q, max_k = _max_lens(b)
         out = torch.empty_like(b.query)
 
-        def run():
+        def run() -> torch.Tensor:
             flash_attn_varlen_func(
                 b.query, b.key_cache, b.value_cache, max_q, b.cu_query_lens, max_k,
                 seqused_k=b.seq_lens, softmax_scale=b.scale, causal=True,
@@ -165,18 +173,19 @@ class FA3Adapter(_FlashAttnBase):
     name = "fa3"
     module = "flash_attn_interface"
 
-    def cc_reason(self, cc):
+    def cc_reason(self, cc: tuple[int, int] | None) -> str | None:
         if cc is not None and cc[0] != 9:
             return f"FA3 runs on Hopper (CC 9.x) only, got {cc[0]}.{cc[1]}"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         from flash_attn_interface import flash_attn_with_kvcache  # type: ignore
 
+        b = paged(batch)
         max_q, _ = _max_lens(b)
-        holder: dict[str, Any] = {}
+        holder: dict[str, torch.Tensor] = {}
 
-        def run():
+        def run() -> torch.Tensor:
             holder["out"] = flash_attn_with_kvcache(
                 b.query, b.key_cache, b.value_cache,
                 cache_seqlens=b.seq_lens, page_table=b.block_table,
@@ -205,7 +214,7 @@ FA4_CACHE_ENABLE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 FA4_CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
 
 
-def enable_fa4_compile_cache(env=None) -> None:
+def enable_fa4_compile_cache(env: MutableMapping[str, str] | None = None) -> None:
     """Turns FA4's persistent compile cache on unless the user set it; call before importing
     flash_attn.cute (the flag is read at import). The kernels are the same, only not recompiled."""
     import os
@@ -258,35 +267,36 @@ class FA4Adapter(_FlashAttnBase):
         self.before_import()
         return super().availability()
 
-    def cc_reason(self, cc):
+    def cc_reason(self, cc: tuple[int, int] | None) -> str | None:
         # docs/vllm-rules.md §3c (0.17): FA4 supported on CC families 9.x, 10.x, 11.x.
         if cc is not None and cc[0] not in (9, 10, 11):
             return f"FA4 (CuTe) needs CC 9.x/10.x/11.x in vLLM, got {cc[0]}.{cc[1]}"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         from flash_attn.cute.interface import flash_attn_varlen_func  # type: ignore
 
+        b = paged(batch)
         max_q, _ = _max_lens(b)
-        holder: dict[str, Any] = {}
+        holder: dict[str, torch.Tensor] = {}
         decode_only = b.num_decodes == b.batch
         if decode_only:
             q4 = b.query.view(b.batch, 1, b.num_q_heads, b.head_size)
 
-            def call():
+            def call() -> torch.Tensor | tuple[torch.Tensor, ...]:
                 return flash_attn_varlen_func(
                     q4, b.key_cache, b.value_cache, seqused_k=b.seq_lens, page_table=b.block_table,
                     softmax_scale=b.scale, causal=True,
                 )
         else:
 
-            def call():
+            def call() -> torch.Tensor | tuple[torch.Tensor, ...]:
                 return flash_attn_varlen_func(
                     b.query, b.key_cache, b.value_cache, cu_seqlens_q=b.cu_query_lens, max_seqlen_q=max_q,
                     seqused_k=b.seq_lens, page_table=b.block_table, softmax_scale=b.scale, causal=True,
                 )
 
-        def run():
+        def run() -> torch.Tensor:
             res = call()
             out = res[0] if isinstance(res, (tuple, list)) else res
             holder["out"] = out.view(b.query.shape)
@@ -318,23 +328,24 @@ class FA2Adapter(_FlashAttnBase):
             return f"flash-attn {version} is not a 2.x release"
         return super().availability()
 
-    def extra_reason(self, w, block_size: int) -> str | None:
+    def extra_reason(self, w: Workload, block_size: int) -> str | None:
         if block_size % 256:
             return f"{FA2_PAGED_MESSAGE} (flash-attn 2.x), got {block_size}"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import torch
         from flash_attn.flash_attn_interface import flash_attn_varlen_func  # type: ignore
 
+        b = paged(batch)
         if b.block_size % 256:
             raise ValueError(f"{FA2_PAGED_MESSAGE} (flash-attn 2.x), got {b.block_size}")
         max_q, max_k = _max_lens(b)
         cu_k = torch.zeros(b.batch + 1, dtype=torch.int32, device=b.query.device)
         cu_k[1:] = torch.cumsum(b.seq_lens, 0)
-        holder: dict[str, Any] = {}
+        holder: dict[str, torch.Tensor] = {}
 
-        def run():
+        def run() -> torch.Tensor:
             holder["out"] = flash_attn_varlen_func(
                 b.query, b.key_cache, b.value_cache, b.cu_query_lens, cu_k, max_q, max_k,
                 softmax_scale=b.scale, causal=True, block_table=b.block_table,

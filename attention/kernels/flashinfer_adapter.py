@@ -19,7 +19,10 @@ What vLLM does (vllm/v1/attention/backends/flashinfer.py, seed era v0.16/0.17, F
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
@@ -27,6 +30,7 @@ from attnsel.attention.kernels.base import (
     cuda_device_reason,
     installed_version,
     module_importable,
+    paged,
     shape_kind_reason,
 )
 from attnsel.attention.kernels.flashinfer_jit import (  # noqa: F401 -- the adapter's door to its JIT pre-build
@@ -39,6 +43,12 @@ from attnsel.attention.kernels.flashinfer_jit import (  # noqa: F401 -- the adap
 )
 from attnsel.attention.rules import kernel_block_size_for
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch, HasKind, PrebuildSummary
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
+
 WORKSPACE_BYTES = 256 * 1024 * 1024
 # vLLM's FlashInferBackend (docs/vllm-rules.md §3a).
 SUPPORTED_BLOCK_SIZES = (16, 32, 64)
@@ -49,9 +59,12 @@ def vllm_kv_layout(capability: tuple[int, int] | None) -> str:
     return "HND" if capability is not None and capability[0] == 10 else "NHD"
 
 
-def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]], page: int):
+def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]],
+                      page: int) -> tuple[list[int], list[int], list[int]]:
     """(indptr, indices, last_page_len) as Python lists, the CSR form FlashInfer plans with."""
-    indptr, indices, last = [0], [], []
+    indptr: list[int] = [0]
+    indices: list[int] = []
+    last: list[int] = []
     for seq_len, row in zip(seq_lens, block_table_rows):
         n = -(-seq_len // page)
         indices.extend(row[:n])
@@ -66,7 +79,7 @@ def paged_kv_metadata(seq_lens: list[int], block_table_rows: list[list[int]], pa
 class FlashInferAdapter:
     backend = "FLASHINFER"
 
-    def __init__(self, use_tensor_cores: bool = True, kv_layout: str | None = None):
+    def __init__(self, use_tensor_cores: bool = True, kv_layout: str | None = None) -> None:
         self.use_tensor_cores = use_tensor_cores
         self.kv_layout = kv_layout  # None: vLLM's choice for this GPU
         self.name = "flashinfer" if use_tensor_cores else "flashinfer-cuda-cores"
@@ -79,22 +92,23 @@ class FlashInferAdapter:
             return reason
         return module_importable("flashinfer")
 
-    def prebuild(self, workloads, *, dtype: str, head_size: int, capability=None, kv_cache_dtype: str = "auto",
-                 **_shape) -> dict:
+    def prebuild(self, workloads: Sequence[HasKind | str], *, dtype: str, head_size: int,
+                 capability: tuple[int, int] | list[int] | None = None, kv_cache_dtype: str = "auto",
+                 **_shape: int | None) -> PrebuildSummary:
         """Builds the JIT modules these workloads will plan (see jit_module_requests) into
         flashinfer's cache, before the worker may touch CUDA. Raises if flashinfer's JIT API is
         not what we expect; the worker records it and plan() compiles as usual."""
         import torch
 
-        cap = tuple(capability) if capability else None
-        kinds = [getattr(w, "kind", w) for w in workloads]
+        cap = (int(capability[0]), int(capability[1])) if capability else None
+        kinds = [w if isinstance(w, str) else w.kind for w in workloads]
         requests = jit_module_requests(kinds, dtype, int(head_size), cap, torch.version.cuda, self.use_tensor_cores,
                                        kv_cache_dtype=kv_cache_dtype)
         summary = build_jit_modules(requests)
         summary["requests"] = [r.purpose + (f" ({r.backend})" if r.backend else "") for r in requests]
         return summary
 
-    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         if w.dtype not in ("bfloat16", "float16"):
             return f"dtype {w.dtype} not supported by vLLM's FLASHINFER backend (fp16, bf16)"
         kind = shape_kind_reason(w, fp8=True)  # fp8 KV: kv_data_type fp8 + k_scale/v_scale (docs/vllm-rules.md §3a)
@@ -115,31 +129,33 @@ class FlashInferAdapter:
             return f"compute capability {cc[0]}.{cc[1]} outside vLLM FLASHINFER's 7.5..12.1"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import flashinfer
         import torch
 
         from attnsel.attention.kernels.paged import split_into_kernel_blocks
 
-        cache_block_size = b.block_size
-        b = split_into_kernel_blocks(b, kernel_block_size_for(b.block_size, SUPPORTED_BLOCK_SIZES) or b.block_size)
+        cache_block_size = batch.block_size
+        kernel_block_size = kernel_block_size_for(cache_block_size, SUPPORTED_BLOCK_SIZES) or cache_block_size
+        b = split_into_kernel_blocks(paged(batch), kernel_block_size)
         t0 = time.perf_counter()
         dev = b.query.device
         layout = self.kv_layout or vllm_kv_layout(compute_capability(str(dev)))
-        paged = _paged_inputs(b, layout)
+        inputs = _paged_inputs(b, layout)
         out = torch.empty_like(b.query)
         # fp8 cache: FlashInfer folds k_scale into sm_scale and v_scale into the output (vLLM's
         # FlashInferImpl passes layer._k_scale_float / _v_scale_float the same way)
         scales = {"k_scale": b.k_scale, "v_scale": b.v_scale} if b.key_cache.dtype != b.query.dtype else {}
-        calls, paths = [], []
+        calls: list[Callable[[], object]] = []
+        paths: list[str] = []
         if b.num_decodes:
-            calls.append(_planned_decode(flashinfer, b, paged, out, scales, self.use_tensor_cores))
+            calls.append(_planned_decode(flashinfer, b, inputs, out, scales, self.use_tensor_cores))
             paths.append("decode, tensor cores" if self.use_tensor_cores else "decode, CUDA cores")
         if b.num_decodes < b.batch:
-            calls.append(_planned_prefill(flashinfer, b, paged, out, scales))
+            calls.append(_planned_prefill(flashinfer, b, inputs, out, scales))
             paths.append("prefill")
 
-        def run():
+        def run() -> torch.Tensor:
             for call in calls:
                 call()
             return out
@@ -173,14 +189,14 @@ class _PagedInputs:
     """Both wrappers' inputs: the stacked cache in `layout`, FlashInfer's CSR page metadata, the workspace."""
 
     layout: str
-    kv_cache: object
-    indptr_cpu: object
-    indices_gpu: object
-    last_cpu: object
-    workspace: object
+    kv_cache: torch.Tensor
+    indptr_cpu: torch.Tensor
+    indices_gpu: torch.Tensor
+    last_cpu: torch.Tensor
+    workspace: torch.Tensor
 
 
-def _paged_inputs(b, layout: str) -> _PagedInputs:
+def _paged_inputs(b: PagedBatch, layout: str) -> _PagedInputs:
     import torch
 
     kv_cache = torch.stack((b.key_cache, b.value_cache), dim=1)  # (nb, 2, page, kvh, d)
@@ -194,7 +210,8 @@ def _paged_inputs(b, layout: str) -> _PagedInputs:
     return _PagedInputs(layout, kv_cache, indptr_cpu, indices_gpu, last_cpu, workspace)
 
 
-def _planned_decode(flashinfer, b, paged: _PagedInputs, out, scales: dict, tensor_cores: bool):
+def _planned_decode(flashinfer: ModuleType, b: PagedBatch, paged: _PagedInputs, out: torch.Tensor,
+                    scales: dict[str, float], tensor_cores: bool) -> Callable[[], object]:
     """The decode rows (the first num_decodes) through a planned BatchDecodeWithPagedKVCacheWrapper."""
     nd = b.num_decodes
     decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(paged.workspace, paged.layout, use_tensor_cores=tensor_cores)
@@ -207,7 +224,8 @@ def _planned_decode(flashinfer, b, paged: _PagedInputs, out, scales: dict, tenso
     return lambda: decode.run(q_dec, paged.kv_cache, out=out_dec, **scales)
 
 
-def _planned_prefill(flashinfer, b, paged: _PagedInputs, out, scales: dict):
+def _planned_prefill(flashinfer: ModuleType, b: PagedBatch, paged: _PagedInputs, out: torch.Tensor,
+                     scales: dict[str, float]) -> Callable[[], object]:
     """The prefill rows (after the decodes) through a planned, causal BatchPrefillWithPagedKVCacheWrapper."""
     import torch
 

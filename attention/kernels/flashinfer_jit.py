@@ -10,9 +10,18 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+from attnsel.attention.kernels.base import WorkloadKind
 from attnsel.probe import usable_cpu_count
+
+if TYPE_CHECKING:  # pragma: no cover
+    from flashinfer.jit.core import JitSpec
+
+    from attnsel.attention.kernels.base import PrebuildSummary
 
 # vLLM's FlashInferBackend head sizes (docs/vllm-rules.md §3a): other rows are refused, nothing is planned
 SUPPORTED_HEAD_SIZES = (64, 128, 256)
@@ -50,7 +59,7 @@ class JitModuleRequest:
     head_size: int
     kv_dtype: str | None = None  # the cache's torch dtype name when it differs from the query's (fp8)
 
-    def generator_args(self, torch) -> tuple:
+    def generator_args(self, torch: ModuleType) -> tuple[object, ...]:
         dt = getattr(torch, self.dtype)
         kv = getattr(torch, self.kv_dtype or self.dtype)
         common = (dt, kv, dt, torch.int32, self.head_size, self.head_size, POS_ENCODING_NONE, False, False)
@@ -60,7 +69,7 @@ class JitModuleRequest:
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:
-    parts = []
+    parts: list[int] = []
     for piece in str(text or "").split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
@@ -77,7 +86,7 @@ def prefill_backend(capability: tuple[int, int] | None, torch_cuda: str | None, 
     return "fa3" if head_size in FA3_HEAD_SIZES else "fa2"
 
 
-def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int, int] | None,
+def jit_module_requests(kinds: Iterable[str], dtype: str, head_size: int, capability: tuple[int, int] | None,
                         torch_cuda: str | None, use_tensor_cores: bool = True,
                         kv_cache_dtype: str = "auto") -> list[JitModuleRequest]:
     """The JIT modules plan() will ask for, for workloads of these kinds (decode / prefill / mixed:
@@ -88,14 +97,14 @@ def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int
     if dtype not in ("bfloat16", "float16") or head_size not in SUPPORTED_HEAD_SIZES:
         return []  # unsupported_reason() refuses these rows: nothing will be planned
     kv = fp8_format(kv_cache_dtype) if is_fp8(kv_cache_dtype) else None
-    kinds = set(kinds)
-    requests = []
-    if kinds & {"decode", "mixed"}:
+    wanted = set(kinds)
+    requests: list[JitModuleRequest] = []
+    if wanted & {WorkloadKind.DECODE, WorkloadKind.MIXED}:
         if use_tensor_cores:
             requests.append(JitModuleRequest("decode (tensor cores)", "prefill_primary", "fa2", dtype, head_size, kv))
         else:
             requests.append(JitModuleRequest("decode (CUDA cores)", "decode", None, dtype, head_size, kv))
-    if kinds & {"prefill", "mixed"}:
+    if wanted & {WorkloadKind.PREFILL, WorkloadKind.MIXED}:
         backend = prefill_backend(capability, torch_cuda, dtype, head_size, kv_fp8=kv is not None)
         generator = "prefill_primary" if backend == "fa2" else "prefill"
         # fa2 prefill is the very module tensor-core decode uses: build it once
@@ -104,14 +113,14 @@ def jit_module_requests(kinds, dtype: str, head_size: int, capability: tuple[int
     return requests
 
 
-def named_jit_requests(generators) -> list[JitModuleRequest]:
+def named_jit_requests(generators: Iterable[str]) -> list[JitModuleRequest]:
     """Requests for modules named by their generator, "module:function" with no arguments, e.g.
     "flashinfer.jit.sampling:gen_sampling_module" (what a vLLM release's sampler loads: release
     data, attention/versions RuleProfile.sampler_jit_modules)."""
     return [JitModuleRequest(name.rpartition(":")[2], name, None, "", 0) for name in generators]
 
 
-def _jit_spec(modules, request: JitModuleRequest, torch):
+def _jit_spec(modules: ModuleType, request: JitModuleRequest, torch: ModuleType) -> JitSpec:
     """flashinfer's JitSpec for a request, through the same generator its plan() calls."""
     if ":" in request.generator:  # named_jit_requests
         import importlib
@@ -145,7 +154,7 @@ def build_error_text(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def build_kwargs(build) -> dict:
+def build_kwargs(build: Callable[..., object]) -> dict[str, bool]:
     """Keywords for JitSpec.build in the installed flashinfer. need_lock: hold the module's file
     lock while ninja runs, so a plan() that arrives before we are done waits for this build instead
     of starting a second ninja on it. flashinfer 0.6.x (vLLM 0.24's pin) also REQUIRES `verbose`:
@@ -157,7 +166,7 @@ def build_kwargs(build) -> dict:
         params = inspect.signature(build).parameters
     except (TypeError, ValueError):
         return {}
-    kwargs = {}
+    kwargs: dict[str, bool] = {}
     if "verbose" in params:
         kwargs["verbose"] = False
     if "need_lock" in params:
@@ -165,7 +174,7 @@ def build_kwargs(build) -> dict:
     return kwargs
 
 
-def _build_one(spec, outcome: dict) -> None:
+def _build_one(spec: JitSpec, outcome: dict[str, object]) -> None:
     _lower_thread_priority()
     try:
         spec.build(**build_kwargs(spec.build))
@@ -174,7 +183,7 @@ def _build_one(spec, outcome: dict) -> None:
         outcome["error"] = build_error_text(exc)
 
 
-def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
+def build_jit_modules(requests: list[JitModuleRequest]) -> PrebuildSummary:
     """Compiles the requested modules into flashinfer's JIT cache (~/.cache/flashinfer), one
     ninja per module in parallel, each with all the CPUs this process may use (MAX_JOBS, unless the
     user set it). Compile only: no CUDA context, no kernel launch, nothing loaded."""
@@ -182,7 +191,10 @@ def build_jit_modules(requests: list[JitModuleRequest]) -> dict:
     from flashinfer.jit.attention import modules
 
     started = time.perf_counter()
-    names, cached, pending, outcomes = [], [], [], []
+    names: list[str] = []
+    cached: list[str] = []
+    pending: list[JitSpec] = []
+    outcomes: list[dict[str, object]] = []
     for request in requests:
         spec = _jit_spec(modules, request, torch)
         names.append(spec.name)

@@ -16,16 +16,24 @@ timed with it.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
     compute_capability,
     cuda_device_reason,
     installed_version,
+    latent,
     module_importable,
     shape_kind_reason,
 )
 from attnsel.attention.rules import kernel_block_size_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.paged import Workload
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # vLLM's FLASHINFER_MLA_WORKSPACE_BUFFER_SIZE
 KERNEL_BLOCK_SIZES = (32, 64)  # vLLM's FlashInferMLABackend.get_supported_kernel_block_sizes
@@ -41,10 +49,11 @@ class FlashInferMlaAdapter:
             return "flashinfer-python is not installed"
         return cuda_device_reason("cuda") or module_importable("flashinfer")
 
-    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         kind = shape_kind_reason(w, mla=True)  # no fp8: run() takes no KV scale
         if kind:
             return kind
+        assert w.kv_lora_rank is not None  # shape_kind_reason: an MLA workload
         if w.dtype not in ("bfloat16", "float16"):
             return f"dtype {w.dtype} not supported (fp16, bf16)"
         dims = (w.kv_lora_rank, w.head_size - w.kv_lora_rank)
@@ -60,15 +69,16 @@ class FlashInferMlaAdapter:
             return f"compute capability {cc[0]}.{cc[1]}: FlashInfer's MLA kernels need 8.0+"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import flashinfer
         import torch
 
         from attnsel.attention.kernels.flashinfer_adapter import paged_kv_metadata
         from attnsel.attention.kernels.mla import split_into_kernel_blocks
 
-        cache_block_size = b.block_size
-        b = split_into_kernel_blocks(b, kernel_block_size_for(b.block_size, KERNEL_BLOCK_SIZES) or b.block_size)
+        cache_block_size = batch.block_size
+        b = split_into_kernel_blocks(latent(batch), kernel_block_size_for(cache_block_size, KERNEL_BLOCK_SIZES)
+                                     or cache_block_size)
         started = time.perf_counter()
         dev = b.query.device
         seq_lens, _ = b.host_lists()
@@ -83,7 +93,7 @@ class FlashInferMlaAdapter:
         ckv, kpe = b.latent_cache[..., :lora], b.latent_cache[..., lora:]
         out = torch.empty_like(q_nope)
 
-        def run():
+        def run() -> torch.Tensor:
             return wrapper.run(q_nope, q_pe, ckv, kpe, out=out)
 
         run()

@@ -20,23 +20,38 @@ never hands block 0 to a request, so the same holds here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
     installed_version,
     module_importable,
+    paged,
     shape_kind_reason,
 )
 from attnsel.attention.rules import TORCH_DTYPES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
+
+    KernelOptions = dict[str, bool | int]
+    """FlexAttention's kernel_options as vLLM passes them on GPU (None on CPU)."""
+    MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    """FlexAttention's mask_mod(batch, head, q_idx, kv_idx) -> visible."""
 
 Q_BLOCK_SIZE = 16  # vLLM's q_block_size when direct build is available (torch >= 2.9)
 CPU_MAX_KV_TILE = 32
 GPU_FALLBACK_KV_TILE = 64
 
-_COMPILED: dict[str, object] = {}
+_COMPILED: dict[str, Callable[..., torch.Tensor]] = {}
 
 
-def _compiled_flex():
+def _compiled_flex() -> Callable[..., torch.Tensor]:
     if "flex" not in _COMPILED:
         import torch
         import torch._dynamo
@@ -80,7 +95,7 @@ def inductor_cache_note() -> str:
     return f"inductor on-disk caches: {shown or 'unknown'} (a cold cache compiles every shape)"
 
 
-def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
+def build_block_mask(b: PagedBatch, q_block_size: int = Q_BLOCK_SIZE) -> BlockMask:
     """BlockMask + mask_mod over the physical cache for batch `b` (plan step, outside timing)."""
     import torch
     from torch.nn.attention.flex_attention import BlockMask
@@ -103,13 +118,13 @@ def build_block_mask(b, q_block_size: int = Q_BLOCK_SIZE):
     return mask
 
 
-def _physical_to_logical(b, seq_lens: list[int]):
+def _physical_to_logical(b: PagedBatch, seq_lens: list[int]) -> tuple[list[list[int]], torch.Tensor]:
     """(each request's pages in logical order, the (batch, num_blocks) physical-to-logical block
     table with -1 where a page is not the request's), on the CPU."""
     import torch
 
     table = b.block_table.cpu()
-    pages_of = []
+    pages_of: list[list[int]] = []
     p2l = torch.full((b.batch, b.num_blocks), -1, dtype=torch.int64)
     for r, seq_len in enumerate(seq_lens):
         n = -(-seq_len // b.block_size)
@@ -119,12 +134,13 @@ def _physical_to_logical(b, seq_lens: list[int]):
     return pages_of, p2l
 
 
-def _kv_blocks_per_query_tile(b, doc_ids, pages_of: list[list[int]], num_tokens: int, q_block_size: int):
+def _kv_blocks_per_query_tile(b: PagedBatch, doc_ids: torch.Tensor, pages_of: list[list[int]], num_tokens: int,
+                              q_block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kv_num, kv_indices): for each query tile, the deduplicated pages of the requests it holds."""
     import torch
 
     groups = -(-num_tokens // q_block_size)
-    lists = []
+    lists: list[list[int]] = []
     for g in range(groups):
         seen: dict[int, None] = {}
         for r in sorted(set(doc_ids[g * q_block_size : (g + 1) * q_block_size].tolist())):
@@ -144,7 +160,7 @@ def _kv_blocks_per_query_tile(b, doc_ids, pages_of: list[list[int]], num_tokens:
     return kv_num, kv_indices
 
 
-def _paged_mask_mod(b, doc_ids, p2l):
+def _paged_mask_mod(b: PagedBatch, doc_ids: torch.Tensor, p2l: torch.Tensor) -> MaskMod:
     """vLLM's mask_mod: a physical kv index is visible when its page belongs to the query's request,
     lies inside its sequence and is not after the query's position (causal)."""
     import torch
@@ -154,7 +170,7 @@ def _paged_mask_mod(b, doc_ids, p2l):
     cu_q = b.cu_query_lens.to(device=dev, dtype=torch.int64)
     offset = (b.seq_lens - b.query_lens).to(device=dev, dtype=torch.int64)
 
-    def mask_mod(batch, head, q_idx, kv_idx):
+    def mask_mod(batch: torch.Tensor, head: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         req = doc_ids[q_idx]
         logical_block = p2l[req, kv_idx // page]
         logical_kv = logical_block * page + kv_idx % page
@@ -168,13 +184,13 @@ class FlexAttentionAdapter:
     backend = "FLEX_ATTENTION"
     name = "torch-flex"
 
-    def __init__(self, compile: bool = True):
+    def __init__(self, compile: bool = True) -> None:
         self.compile = compile
 
     def availability(self) -> str | None:
         return module_importable("torch.nn.attention.flex_attention")
 
-    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         # vLLM FLEX_ATTENTION: fp16/bf16/fp32, any head size (docs/vllm-rules.md §3a); the direct
         # BlockMask build needs kv tiles of one page, and Triton tiles need >= 16 tokens.
         if w.dtype not in TORCH_DTYPES:
@@ -186,14 +202,15 @@ class FlexAttentionAdapter:
             return f"block size {block_size}: FlexAttention's kv tile (= one page) must be a power of two >= 16"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import torch
 
-        b, notes = _walkable_on_this_device(b, self.compile)
+        b, notes = _walkable_on_this_device(paged(batch), self.compile)
         t0 = time.perf_counter()
         mask = build_block_mask(b)
         on_gpu = b.query.device.type == "cuda"
-        options = {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK_SIZE, "BLOCK_N": b.block_size} if on_gpu else None
+        options: KernelOptions | None = (
+            {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": Q_BLOCK_SIZE, "BLOCK_N": b.block_size} if on_gpu else None)
         out = torch.empty_like(b.query)
         run = _flex_run(b, mask, options, out, compiled=self.compile)
         notes += _first_run(run, b, options)
@@ -214,7 +231,7 @@ class FlexAttentionAdapter:
         )
 
 
-def _walkable_on_this_device(b, compiled: bool):
+def _walkable_on_this_device(b: PagedBatch, compiled: bool) -> tuple[PagedBatch, list[str]]:
     """(the batch, notes): on CPU, compiled, large pages are walked as smaller kernel blocks."""
     from attnsel.attention.kernels.paged import split_into_kernel_blocks
 
@@ -226,7 +243,8 @@ def _walkable_on_this_device(b, compiled: bool):
     return b, []
 
 
-def _flex_run(b, mask, options, out, *, compiled: bool):
+def _flex_run(b: PagedBatch, mask: BlockMask, options: KernelOptions | None, out: torch.Tensor, *,
+              compiled: bool) -> Callable[[], torch.Tensor]:
     """One attention call over the whole batch, written into `out`: all query tokens as one
     sequence (1, Hq, T, D) against the cache as one long key sequence (1, Hkv, N, D). `options`
     is read at each call (_first_run may shrink its BLOCK_N)."""
@@ -240,7 +258,7 @@ def _flex_run(b, mask, options, out, *, compiled: bool):
         from torch.nn.attention.flex_attention import flex_attention as flex
     gqa = b.num_q_heads != hkv
 
-    def run():
+    def run() -> torch.Tensor:
         o = flex(query, key, value, None, mask, b.scale, enable_gqa=gqa, kernel_options=options)
         out.copy_(o[0].permute(1, 0, 2))
         return out
@@ -248,11 +266,11 @@ def _flex_run(b, mask, options, out, *, compiled: bool):
     return run if compiled else _without_eager_warning(run)
 
 
-def _without_eager_warning(run):
+def _without_eager_warning(run: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     """Eager is asked for on purpose: no "use torch.compile" warning."""
     import warnings
 
-    def quiet_run():
+    def quiet_run() -> torch.Tensor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             return run()
@@ -260,7 +278,7 @@ def _without_eager_warning(run):
     return quiet_run
 
 
-def _first_run(run, b, options) -> list[str]:
+def _first_run(run: Callable[[], torch.Tensor], b: PagedBatch, options: KernelOptions | None) -> list[str]:
     """Run once (compiles); on GPU, pages too big for vLLM's whole-page tile retry with a smaller
     one. Returns the notes saying so."""
     import torch
@@ -273,6 +291,7 @@ def _first_run(run, b, options) -> list[str]:
     except Exception as exc:
         if not (on_gpu and b.block_size > GPU_FALLBACK_KV_TILE):
             raise
+        assert options is not None  # prepare() passes vLLM's options on GPU
         # vLLM's options tile the kernel by whole pages (BLOCK_N = page); big pages can exceed
         # shared memory. Record that, and run with a smaller tile inside each page instead.
         options["BLOCK_N"] = GPU_FALLBACK_KV_TILE

@@ -27,11 +27,16 @@ runs of the same adapters do.)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.rules import (  # noqa: F401  (kernels read it here)
     FP8_KV_CACHE_DTYPES,
     UNQUANTIZED_KV_CACHE_DTYPES,
     is_fp8,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 # The KV caches the kernels build: the model dtype's, and the plain fp8 ones (attention/rules/spec.py).
 TIMED_KV_CACHE_DTYPES = UNQUANTIZED_KV_CACHE_DTYPES + FP8_KV_CACHE_DTYPES
@@ -55,19 +60,20 @@ def fp8_format(kv_cache_dtype: str) -> str:
     return "float8_e5m2" if kv_cache_dtype == "fp8_e5m2" else "float8_e4m3fn"
 
 
-def fp8_torch_dtype(kv_cache_dtype: str):
+def fp8_torch_dtype(kv_cache_dtype: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, fp8_format(kv_cache_dtype))
+    dtype: torch.dtype = getattr(torch, fp8_format(kv_cache_dtype))
+    return dtype
 
 
-def computed_scale(x, which: str) -> float:
+def computed_scale(x: torch.Tensor, which: str) -> float:
     """vLLM's calc_kv_scales for one tensor: amax(|x|) / the scale constant of `which` (q, k, v)."""
     amax = float(x.detach().abs().max()) if x.numel() else 0.0
     return max(amax, 1e-12) / SCALE_CONSTANTS[which]
 
 
-def quantize(x, scale: float, kv_cache_dtype: str):
+def quantize(x: torch.Tensor, scale: float, kv_cache_dtype: str) -> torch.Tensor:
     """x / scale, saturated to the fp8 range and stored as fp8 (what vLLM's cache-write kernels
     `reshape_and_cache_flash` / `concat_and_cache_mla` and QuantFP8 do with a per-tensor scale)."""
     import torch
@@ -77,7 +83,7 @@ def quantize(x, scale: float, kv_cache_dtype: str):
     return (x.float() / scale).clamp(-limit, limit).to(dtype)
 
 
-def dequantize(x, scale: float):
+def dequantize(x: torch.Tensor, scale: float) -> torch.Tensor:
     """fp32 values the model computed, from stored fp8 values (identity for unquantized caches)."""
     return x.float() * scale
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from attnsel.attention.kernels import kv_quant
+from attnsel.attention.kernels.base import WorkloadKind
 from attnsel.attention.kernels.paged import (
     Workload,
     _ragged_lengths,
@@ -136,12 +137,13 @@ class MlaBatch:
         return 2.0 * visible * self.num_q_heads * (self.head_size + self.kv_lora_rank)
 
 
-def make_mla_batch(w: Workload, block_size: int, device="cuda", seed: int = 0, ragged: bool = True) -> MlaBatch:
+def make_mla_batch(w: Workload, block_size: int, device: str | torch.device = "cuda", seed: int = 0,
+                   ragged: bool = True) -> MlaBatch:
     """Random absorbed queries over a paged latent cache (decode rows; prefill is not timed for MLA,
     see the module docstring). fp8 caches are stored with vLLM's per-tensor scale (kv_quant.py)."""
     if w.kv_lora_rank is None:
         raise ValueError("an MLA batch needs a workload with kv_lora_rank")
-    if w.kind != "decode":
+    if w.kind != WorkloadKind.DECODE:
         raise ValueError("MLA batches are decode batches (vLLM runs MLA prefill non-absorbed; not timed)")
     qk_nope_head_dim = w.qk_nope_head_dim or DEEPSEEK_QK_NOPE_HEAD_DIM
     gen = torch.Generator().manual_seed(seed)

@@ -14,13 +14,19 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from attnsel.attention.kernels import kv_quant
+from attnsel.attention.kernels.base import WorkloadKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.mla import MlaBatch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-KINDS = ("decode", "prefill", "mixed")
+KINDS = tuple(str(kind) for kind in WorkloadKind)  # the words, as Workload's error message lists them
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -43,7 +49,7 @@ class Workload:
       reorders them (split_decodes_and_prefills). Every request's KV length ≈ context_len.
     """
 
-    kind: str
+    kind: str  # a WorkloadKind word
     batch: int
     context_len: int
     query_len: int
@@ -61,9 +67,9 @@ class Workload:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.batch < 1 or self.context_len < 1 or self.query_len < 1:
             raise ValueError("batch, context_len and query_len must be >= 1")
-        if self.kind == "decode" and self.query_len != 1:
+        if self.kind == WorkloadKind.DECODE and self.query_len != 1:
             raise ValueError("decode workloads have query_len=1")
-        if self.kind == "mixed" and self.query_len < 2:
+        if self.kind == WorkloadKind.MIXED and self.query_len < 2:
             raise ValueError("mixed workloads need query_len >= 2 for their prefill chunks")
         if self.query_len > self.context_len:
             raise ValueError("query_len cannot exceed context_len (the KV length includes the new tokens)")
@@ -87,7 +93,7 @@ class Workload:
         return self.num_q_heads // self.num_kv_heads
 
     def label(self) -> str:
-        q = "" if self.kind == "decode" else f" q{self.query_len}"
+        q = "" if self.kind == WorkloadKind.DECODE else f" q{self.query_len}"
         kv = "" if self.kv_cache_dtype == "auto" else f" kv {self.kv_cache_dtype}"
         mla = f" mla{self.kv_lora_rank}" if self.is_mla else ""
         mla += f" top{self.index_topk}" if self.index_topk else ""
@@ -235,9 +241,9 @@ def make_paged_batch(
 def _query_lengths(w: Workload) -> list[int]:
     """New tokens per request: 1 for a decode, query_len for a prefill chunk; a mixed step puts its
     decodes first (vLLM's split_decodes_and_prefills order)."""
-    if w.kind == "decode":
+    if w.kind == WorkloadKind.DECODE:
         return [1] * w.batch
-    if w.kind == "prefill":
+    if w.kind == WorkloadKind.PREFILL:
         return [w.query_len] * w.batch
     n_prefill = mixed_prefill_count(w.batch)
     return [1] * (w.batch - n_prefill) + [w.query_len] * n_prefill
@@ -305,14 +311,15 @@ def split_into_kernel_blocks(b: PagedBatch, kernel_block_size: int) -> PagedBatc
                    block_table=table.to(torch.int32).contiguous(), block_size=kernel_block_size)
 
 
-def reference_attention(b) -> torch.Tensor:
+def reference_attention(b: Batch) -> torch.Tensor:
     """fp32 attention from gathered K/V (dequantized for an fp8 cache). Query token i of a request
     with KV length L and Q new tokens sits at position L-Q+i and sees keys at positions <= L-Q+i.
     An MLA batch (mla.MlaBatch) gets its own reference (absorbed MLA, mla.reference_mla)."""
     if getattr(b, "kv_lora_rank", None) is not None:
         from attnsel.attention.kernels.mla import reference_mla
 
-        return reference_mla(b)
+        return reference_mla(cast("MlaBatch", b))
+    b = cast(PagedBatch, b)
     seq_lens, q_lens = b.host_lists()
     cu = b.cu_query_lens.tolist()
     hkv, group, d = b.num_kv_heads, b.num_q_heads // b.num_kv_heads, b.head_size
@@ -331,7 +338,7 @@ def reference_attention(b) -> torch.Tensor:
     return out
 
 
-def relative_error(out, ref) -> float:
+def relative_error(out: torch.Tensor | None, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in fp64; any NaN/inf in out (or a shape mismatch) gives inf."""
     if out is None or tuple(out.shape) != tuple(ref.shape):
         return float("inf")
@@ -367,7 +374,7 @@ def dtype_name(t: torch.Tensor) -> str:
     return {v: k for k, v in DTYPES.items()}[t.dtype]
 
 
-def workload_of(b, context_len: int | None = None) -> Workload:
+def workload_of(b: Batch, context_len: int | None = None) -> Workload:
     """A Workload describing `b` (context_len = the longest KV length unless given)."""
     seq_lens, q_lens = b.host_lists()
     return Workload(

@@ -15,15 +15,22 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
     installed_version,
     module_importable,
+    paged,
     shape_kind_reason,
 )
 from attnsel.attention.rules import TORCH_DTYPES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
 
 # H100/H200 SXM count; only used when no GPU answers (CPU interpreter runs).
 DEFAULT_SM_COUNT = 132
@@ -129,18 +136,19 @@ def check_supported(num_q_heads: int, num_kv_heads: int, head_size: int, block_s
     return None
 
 
-def _num_sms(device) -> int:
+def _num_sms(device: torch.device) -> int:
     import torch
 
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return int(torch.cuda.get_device_properties(device).multi_processor_count)
     return DEFAULT_SM_COUNT
 
 
 class PagedAttentionLauncher:
     """Plans once (tile tables, scratch buffers, configs) and launches our kernels per run()."""
 
-    def __init__(self, b, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+    def __init__(self, b: PagedBatch, decode_cfg: DecodeConfig | None = None,
+                 prefill_cfg: PrefillConfig | None = None) -> None:
         import torch
 
         from attnsel.attention.kernels import _triton_kernels
@@ -162,8 +170,8 @@ class PagedAttentionLauncher:
         self.v_scale = float(b.v_scale)
         self.kv_cast = KV_CAST[dtype_name(q)] if is_fp8(b.kv_cache_dtype) else 0
         self.out = torch.empty_like(q)
-        self.decode_cfg = None
-        self.prefill_cfg = None
+        self.decode_cfg: DecodeConfig | None = None
+        self.prefill_cfg: PrefillConfig | None = None
 
         if self.num_decodes:
             dec_lens = seq_lens[: self.num_decodes]
@@ -181,7 +189,8 @@ class PagedAttentionLauncher:
                 self.part_lse = self.part_out
         if self.num_decodes < b.batch:
             self.prefill_cfg = resolve_prefill_config(prefill_cfg or PrefillConfig(), self.group, b.block_size, b.head_size)
-            tile_req, tile_q0 = [], []
+            tile_req: list[int] = []
+            tile_q0: list[int] = []
             for r in range(self.num_decodes, b.batch):
                 for q0 in range(0, q_lens[r], self.prefill_cfg.block_q):
                     tile_req.append(r)
@@ -189,14 +198,14 @@ class PagedAttentionLauncher:
             self.tile_req = torch.tensor(tile_req, dtype=torch.int32, device=self.device)
             self.tile_q0 = torch.tensor(tile_q0, dtype=torch.int32, device=self.device)
 
-    def run(self):
+    def run(self) -> torch.Tensor:
         if self.num_decodes:
             self._decode()
         if self.prefill_cfg is not None:
             self._prefill()
         return self.out
 
-    def _common_strides(self):
+    def _common_strides(self) -> tuple[int, ...]:
         b = self.b
         return (
             b.query.stride(0), b.query.stride(1),
@@ -206,8 +215,9 @@ class PagedAttentionLauncher:
             self.out.stride(0), self.out.stride(1),
         )
 
-    def _decode(self):
+    def _decode(self) -> None:
         b, cfg = self.b, self.decode_cfg
+        assert cfg is not None  # run() decodes only with a decode config
         splits = cfg.num_splits
         group_pad = max(16, next_pow2(self.group))
         grid = (self.num_decodes, b.num_kv_heads, splits)
@@ -230,8 +240,9 @@ class PagedAttentionLauncher:
                 num_warps=4,
             )
 
-    def _prefill(self):
+    def _prefill(self) -> None:
         b, cfg = self.b, self.prefill_cfg
+        assert cfg is not None  # run() prefills only with a prefill config
         grid = (int(self.tile_req.shape[0]), b.num_kv_heads)
         self.kernels["paged_prefill"][grid](
             b.query, b.key_cache, b.value_cache, b.block_table, b.seq_lens, b.query_lens, b.cu_query_lens,
@@ -244,8 +255,8 @@ class PagedAttentionLauncher:
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
-    def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
+    def describe(self) -> dict[str, object]:
+        d: dict[str, object] = {}
         if self.decode_cfg:
             d["decode"] = self.decode_cfg.__dict__.copy()
         if self.prefill_cfg:
@@ -253,12 +264,13 @@ class PagedAttentionLauncher:
         return d
 
 
-def paged_attention(b, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+def paged_attention(b: PagedBatch, decode_cfg: DecodeConfig | None = None,
+                    prefill_cfg: PrefillConfig | None = None) -> torch.Tensor:
     """One-shot convenience: plan and run our kernels over `b`, return the output."""
     return PagedAttentionLauncher(b, decode_cfg, prefill_cfg).run()
 
 
-def _sync(device) -> None:
+def _sync(device: torch.device) -> None:
     import torch
 
     if device.type == "cuda":
@@ -278,7 +290,7 @@ class AttnselTritonAdapter:
     backend = "TRITON_ATTN"
     name = "attnsel-triton"
 
-    def __init__(self, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None):
+    def __init__(self, decode_cfg: DecodeConfig | None = None, prefill_cfg: PrefillConfig | None = None) -> None:
         self.decode_cfg = decode_cfg
         self.prefill_cfg = prefill_cfg
 
@@ -289,7 +301,7 @@ class AttnselTritonAdapter:
                 return reason
         return None
 
-    def unsupported_reason(self, w, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         reason = shape_kind_reason(w, fp8=True) or check_supported(w.num_q_heads, w.num_kv_heads, w.head_size, block_size, w.dtype,
                                  getattr(w, "kv_cache_dtype", "auto"))
         if reason:
@@ -300,8 +312,10 @@ class AttnselTritonAdapter:
             return "on CPU Triton runs only under TRITON_INTERPRET=1"
         return None
 
-    def prepare(self, b) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         from attnsel.attention.kernels.paged import dtype_name
+
+        b = paged(batch)
 
         reason = check_supported(b.num_q_heads, b.num_kv_heads, b.head_size, b.block_size, dtype_name(b.query),
                                  b.kv_cache_dtype)
@@ -313,7 +327,7 @@ class AttnselTritonAdapter:
         _sync(launcher.device)
         setup = time.perf_counter() - t0
 
-        def poison():
+        def poison() -> None:
             launcher.out.fill_(float("nan"))
 
         poison()

@@ -31,9 +31,15 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime._async_compile import AsyncCompileMode
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
 
 _COMPILE_ONLY: ContextVar[bool] = ContextVar("attnsel_triton_compile_only", default=False)
 _INSTALL_LOCK = threading.Lock()
@@ -60,10 +66,10 @@ def install_compile_only_switch() -> None:
         jit_run = JITFunction.run
         tune_run = Autotuner.run
 
-        def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        def run(self: JITFunction, *args: object, grid: object, warmup: bool, **kwargs: object) -> object:
             return jit_run(self, *args, grid=grid, warmup=warmup or _COMPILE_ONLY.get(), **kwargs)
 
-        def autotuned_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def autotuned_run(self: Autotuner, *args: object, **kwargs: object) -> object:
             global _autotuners_skipped
             if _COMPILE_ONLY.get() and len(getattr(self, "configs", ())) > 1:
                 _autotuners_skipped += 1  # its benchmark needs real launches: left to the first real call
@@ -113,8 +119,8 @@ class CompileOnly:
         self.report = CompileReport(threads=max(1, int(threads)))
         self.load = load
         self._executor: ThreadPoolExecutor | None = None
-        self._mode: Any = None
-        self._token: Any = None
+        self._mode: AsyncCompileMode | None = None
+        self._token: Token[bool] | None = None
         self._started = 0.0
         self._skipped_before = 0
 
@@ -130,11 +136,12 @@ class CompileOnly:
         self._token = _COMPILE_ONLY.set(True)
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         from triton.runtime import _async_compile
 
+        assert self._mode is not None and self._token is not None  # set by __enter__
         _COMPILE_ONLY.reset(self._token)
-        futures: list[Future] = list(self._mode.raw_futures)  # Triton 3.9 clears them on exit
+        futures: list[Future[CompiledKernel]] = list(self._mode.raw_futures)  # Triton 3.9 clears them on exit
         try:
             self._mode.__exit__(None, None, None)  # awaits every compile, fills the kernel caches
         except BaseException as exc:  # noqa: BLE001 -- recorded; the rows compile as before
@@ -149,8 +156,8 @@ class CompileOnly:
             self.report.autotuned_skipped = _autotuners_skipped - self._skipped_before
             self.report.seconds = time.perf_counter() - self._started
 
-    def _account(self, futures: list[Future]) -> None:
-        kernels = []
+    def _account(self, futures: list[Future[CompiledKernel]]) -> None:
+        kernels: list[CompiledKernel] = []
         for future in futures:
             error = future.exception()
             if error is not None:
@@ -162,7 +169,7 @@ class CompileOnly:
         if self.load and kernels:
             self._load_handles(kernels)
 
-    def _load_handles(self, kernels: list) -> None:
+    def _load_handles(self, kernels: list[CompiledKernel]) -> None:
         """`_init_handles` of each compiled kernel, in the pool: the per-signature launcher (a C
         compile, cached on disk like the kernel) and the module load, as the first launch would
         (triton/compiler/compiler.py, CompiledKernel._init_handles: 3.6 compiler.py:436-471)."""
@@ -170,7 +177,7 @@ class CompileOnly:
 
         device = driver.active.get_current_device()
 
-        def load(kernel: Any) -> None:
+        def load(kernel: CompiledKernel) -> None:
             driver.active.set_current_device(device)  # a pool thread starts on the default device
             kernel._init_handles()
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from attnsel import files
 from attnsel.attention.hybrid import hybrid_layout
@@ -36,6 +36,10 @@ from attnsel.attention.model.source import (
 )
 from attnsel.attention.model.validation import check_heads, validate_config
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.hybrid import HybridLayout
+    from attnsel.attention.model.facts import VisionFacts
 
 DEFAULT_MODEL = "llama-3.1-8b"
 SOURCE_KEY = "_attnsel_source"
@@ -82,7 +86,7 @@ def load_model_source(path_or_name: str | Path) -> tuple[ModelSource, dict]:
     return source, config
 
 
-def _json_kind(value: Any) -> str:
+def _json_kind(value: object) -> str:
     kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
@@ -205,7 +209,44 @@ class _ModelKind:
                    is_attention_free, is_hybrid)
 
 
-def _heads(model: _ModelKind, tensor_parallel_size: int, rules: ModelRules, notes: list[str]) -> dict[str, int]:
+class _Heads(TypedDict):
+    """ModelFacts' head fields."""
+
+    head_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    num_heads_per_gpu: int
+    tensor_parallel_size: int
+
+
+class _MlaDimensions(TypedDict):
+    """ModelFacts' MLA dimensions and the sparse indexer's top-k."""
+
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int | None
+    kv_lora_rank: int | None
+    v_head_dim: int | None
+    index_topk: int | None
+
+
+class _Features(_MlaDimensions):
+    """ModelFacts' per-feature fields (what _features derives)."""
+
+    use_sparse: bool
+    has_sink: bool
+    use_mm_prefix: bool
+    attn_type: str
+    mamba_ssm_cache_dtype: str
+    mamba_cache_dtype: str
+    mamba_cache_float32: bool
+    kv_cache_dtype_forced: str | None
+    sliding_window: int | None
+    vision: VisionFacts | None
+    has_index_topk: bool
+    hybrid_layout: HybridLayout | None
+
+
+def _heads(model: _ModelKind, tensor_parallel_size: int, rules: ModelRules, notes: list[str]) -> _Heads:
     """Head size and head counts, total and per GPU, with vLLM's refusals (§6)."""
     free = model.is_attention_free
     head_size = heads.head_size(model.text, model.text_model_type, model.is_deepseek_mla, model.mla_disabled, free,
@@ -223,7 +264,7 @@ def _heads(model: _ModelKind, tensor_parallel_size: int, rules: ModelRules, note
 
 
 def _features(model: _ModelKind, hf_config: dict, dtype: str, mamba_flags: tuple[str, str], rules: ModelRules,
-              notes: list[str]) -> dict[str, Any]:
+              notes: list[str]) -> _Features:
     """The per-feature facts the selector reads: sparse MLA, sinks, mm-prefix, attention type, Mamba
     cache dtypes, a forced KV-cache dtype, sliding window, MLA dimensions, vision, hybrid layout."""
     text, model_type = model.text, model.model_type
@@ -256,7 +297,7 @@ def _features(model: _ModelKind, hf_config: dict, dtype: str, mamba_flags: tuple
     }
 
 
-def _mla_dimensions(text: dict, hf_config: dict) -> dict[str, int | None]:
+def _mla_dimensions(text: dict, hf_config: dict) -> _MlaDimensions:
     return {
         "qk_nope_head_dim": kind.optional_int(text, "qk_nope_head_dim"),
         "qk_rope_head_dim": kind.optional_int(text, "qk_rope_head_dim"),
@@ -266,7 +307,7 @@ def _mla_dimensions(text: dict, hf_config: dict) -> dict[str, int | None]:
     }
 
 
-def _hybrid_layout(model: _ModelKind, notes: list[str]) -> Any:
+def _hybrid_layout(model: _ModelKind, notes: list[str]) -> HybridLayout | None:
     if not model.is_hybrid:
         return None
     layout = hybrid_layout(model.text, model.text_model_type, model.architectures[0] if model.architectures else "")

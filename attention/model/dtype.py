@@ -16,7 +16,7 @@ from attnsel.probe import capability as capability_facts
 def supported_dtypes(capability: tuple[int, int] | None) -> tuple[str, ...]:
     """`CudaPlatform.supported_dtypes` (§5g), as probe/capability.py states it; None (no GPU named)
     is treated as CC 8.0+."""
-    return tuple(capability_facts.supported_dtypes((8, 0) if capability is None else tuple(capability)))
+    return tuple(capability_facts.supported_dtypes((8, 0) if capability is None else (capability[0], capability[1])))
 
 
 def check_dtype_supported(
@@ -28,7 +28,7 @@ def check_dtype_supported(
     """
     if parse_dtype(dtype) != "bfloat16" or capability is None:
         return None
-    return capability_facts.bf16_error(gpu_name or "GPU", tuple(capability))
+    return capability_facts.bf16_error(gpu_name or "GPU", (capability[0], capability[1]))
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,13 @@ def resolve_dtype(
     rules: ModelRules,
 ) -> DtypeResolution:
     flag = parse_dtype(requested)
-    config_dtype, config_where = _config_dtype(hf_config, text_config)
+    found, config_where = _config_dtype(hf_config, text_config)
     warnings: list[str] = []
     infos: list[str] = []
-    config_known = config_dtype is not None
+    config_known = found is not None
+    config_dtype = "float32" if found is None else found
     if not config_known:
         # vLLM would read the safetensors header next; attnsel only sees config.json.
-        config_dtype = "float32"
         config_where = "no dtype in config.json (vLLM then reads the safetensors header, which attnsel cannot see); assumed float32"
 
     if flag == "auto":

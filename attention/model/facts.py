@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.hybrid import HybridLayout
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,9 @@ class ModelFacts:
     kv_lora_rank: int | None = None
     v_head_dim: int | None = None
     index_topk: int | None = None
-    hybrid_layout: Any | None = None  # attention/hybrid/layout.py HybridLayout (hybrid models)
+    hybrid_layout: HybridLayout | None = None  # attention/hybrid/layout.py (hybrid models)
 
-    def selector_fields(self) -> dict[str, Any]:
+    def selector_fields(self) -> dict[str, object]:
         """The model-derived fields of `AttentionSelectorConfig` (§2), in its field order."""
         return {
             "head_size": self.head_size,
@@ -72,7 +75,7 @@ class ModelFacts:
             "attn_type": self.attn_type,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["architectures"] = list(self.architectures)
         d["hybrid_layout"] = self.hybrid_layout.to_dict() if self.hybrid_layout is not None else None

@@ -162,7 +162,7 @@ def _check_linear_attn_config(text: Mapping, where: str) -> None:
 
 def _check_state_size(text: Mapping, model_type: str, where: str) -> None:
     """One layer's recurrent state, in elements at TP 1: past int32 it is larger than any model."""
-    dims = {"jamba": ("mamba_expand", "hidden_size", "mamba_d_state"),
+    dims: tuple[str, ...] | None = {"jamba": ("mamba_expand", "hidden_size", "mamba_d_state"),
             "nemotron_h": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size"),
             "glm5_next": ("linear_num_heads", "linear_head_dim", "linear_head_dim")}.get(model_type)
     if model_type in MAMBA2_HEADS:
@@ -172,9 +172,10 @@ def _check_state_size(text: Mapping, model_type: str, where: str) -> None:
     elif model_type == "glm5_next_text":
         dims = ("linear_num_heads", "linear_head_dim", "linear_head_dim")
     values = [text.get(key) for key in dims or ()]
-    if not values or not all(isinstance(v, int) for v in values):
+    numbers = [v for v in values if isinstance(v, int)]
+    if dims is None or not values or len(numbers) != len(values):
         return
-    elements = math.prod(values)
+    elements = math.prod(numbers)
     if elements > INT32_MAX:
         raise UserInputError(f"{where}: {' x '.join(dims)} = {elements} state elements per layer: larger than "
                              f"any model (at most {INT32_MAX})")

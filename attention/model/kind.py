@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from typing import cast
 
 from attnsel.attention.model.facts import VisionFacts
 from attnsel.attention.model.heads import positive_int
@@ -162,7 +163,8 @@ def mamba_cache_dtypes(
         ssm = hf_config.get("mamba_ssm_cache_dtype", rules.mamba_ssm_dtype_hook_default)
         notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (NemotronH config hook)")
     elif ssm == "auto" and set(architectures) & rules.mamba_ssm_dtype_from_text_config_architectures:
-        text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+        inner = hf_config.get("text_config")
+        text = inner if isinstance(inner, Mapping) else hf_config
         if text.get("mamba_ssm_dtype") is not None:
             ssm = text["mamba_ssm_dtype"]
             notes.append(f"mamba_ssm_cache_dtype: 'auto' → {ssm!r} (Qwen3.5 config hook: text config mamba_ssm_dtype)")
@@ -222,7 +224,7 @@ def vision_facts(hf_config: Mapping, dtype: str, rules: ModelRules, notes: list[
     if not isinstance(vision, Mapping):
         return None
     vision_type = vision.get("model_type") or built_as  # LlavaConfig: a CLIP vision config
-    merged = dict(rules.transformers_defaults.get(vision_type, {}))
+    merged = dict(rules.transformers_defaults.get(cast(str, vision_type), {}))  # model_type as config.json has it
     merged.update({k: v for k, v in vision.items() if v is not None})
     heads_key = "num_attention_heads" if merged.get("num_attention_heads") is not None else "num_heads"
     heads = positive_int(merged, heads_key, "the vision encoder's heads")
@@ -249,7 +251,8 @@ def attention_layer_count(hf_config: Mapping) -> int | None:
     >>> attention_layer_count({"num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4})
     4
     """
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else hf_config
+    inner = hf_config.get("text_config")
+    text = inner if isinstance(inner, Mapping) else hf_config
     layers = text.get("num_hidden_layers")
     types = text.get("layer_types")
     if isinstance(types, list) and types:

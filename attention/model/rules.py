@@ -10,9 +10,10 @@ Nothing here executes model code; the lists mirror vLLM's own lists and model-cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 from attnsel.attention.versions import choose_profile, profile_name_for
 
@@ -115,28 +116,30 @@ _SET_FIELDS = (
 def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRules:
     """A version's `models` data as ModelRules. The model types attnsel recognises are every type a
     list names plus `other_model_types` (decoders vLLM serves that no rule singles out)."""
-    sets = {name: frozenset(data.get(name, ())) for name in _SET_FIELDS}  # type: ignore[arg-type]
-    float16 = MappingProxyType(dict(data["float16_not_supported"]))  # type: ignore[arg-type]
+    # The version files' JSON shapes (attention/versions/README.md): lists of names, and tables of
+    # name -> value or name -> {key: value}; merged and checked when the version data loads.
+    sets = {name: frozenset(cast("Iterable[str]", data.get(name, ()))) for name in _SET_FIELDS}
+    float16 = MappingProxyType(dict(cast("Mapping[str, str]", data["float16_not_supported"])))
     type_sets = [values for name, values in sets.items() if not name.startswith("mamba_ssm_dtype_from")]
-    known = frozenset(data["other_model_types"]).union(*type_sets, float16)  # type: ignore[arg-type]
-    defaults = data.get("transformers_defaults", {})
+    known = frozenset(cast("Iterable[str]", data["other_model_types"])).union(*type_sets, float16)
+    defaults = cast("Mapping[str, Mapping[str, object]]", data.get("transformers_defaults", {}))
+    sub_configs = cast("Mapping[str, Mapping[str, str]]", data.get("sub_config_model_types", {}))
+    sm10x = cast("Mapping[str, Mapping[str, str]]", data.get("sm10x_kv_cache_dtype_architectures", {}))
     return ModelRules(
         profile=profile,
         float16_not_supported=float16,
         mamba_ssm_dtype_hook_default=str(data["mamba_ssm_dtype_hook_default"]),
         known_model_types=known,
         transformers_defaults=MappingProxyType(
-            {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
+            {k: MappingProxyType(dict(v)) for k, v in defaults.items()}
         ),
         sub_config_model_types=MappingProxyType({
-            k: MappingProxyType(dict(v))  # type: ignore[arg-type]
-            for k, v in data.get("sub_config_model_types", {}).items() if not k.startswith("_")  # type: ignore[union-attr]
+            k: MappingProxyType(dict(v)) for k, v in sub_configs.items() if not k.startswith("_")
         }),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
-        mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
+        mamba_dtypes=tuple(cast("Iterable[str]", data.get("mamba_dtypes", ModelRules.mamba_dtypes))),
         sm10x_kv_cache_dtype_architectures=MappingProxyType({
-            arch: MappingProxyType(dict(rule))  # type: ignore[arg-type]
-            for arch, rule in data.get("sm10x_kv_cache_dtype_architectures", {}).items()  # type: ignore[union-attr]
+            arch: MappingProxyType(dict(rule)) for arch, rule in sm10x.items()
         }),
         **sets,
     )

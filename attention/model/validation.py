@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.versions import RuleProfile
 
 INT32_MAX = 2**31 - 1
 # More GPUs than any deployment: a bound for TP/DCP/PCP/--num-gpus, so no work scales with a
@@ -67,7 +70,7 @@ TORCH_DTYPE_NAMES = frozenset(
 )
 
 
-def kind_of(value: Any) -> str:
+def kind_of(value: object) -> str:
     """How a message names a JSON value's type: "a string", "a list", "null"..."""
     if value is None:
         return "null"
@@ -84,7 +87,7 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**12:
         return f"a {len(str(abs(value)))}-digit number" if abs(value) < 10**4000 else "a number of thousands of digits"
     text = repr(value)
@@ -112,7 +115,7 @@ def validate_config(config: Mapping, where: str = "the model config") -> None:
                                      f"not {kind_of(scheme)} ({shown(scheme)})")
 
 
-def _check_depth(value: Any, where: str) -> None:
+def _check_depth(value: object, where: str) -> None:
     """Iterative (no recursion): a config nested deeper than MAX_CONFIG_DEPTH is refused."""
     stack = [(value, 0)]
     while stack:
@@ -258,7 +261,7 @@ def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def check_request(request: Any, tensor_parallel_size: int = 1) -> None:
+def check_request(request: object, tensor_parallel_size: int = 1) -> None:
     """The flags of one explain/preflight request (attention/selector/request.py SelectionRequest, or any
     object with the same field names): sizes, counts, parallel sizes and names."""
     for name in SIZE_FIELDS:
@@ -287,7 +290,7 @@ def check_tune_flags(*, tolerance: float | None, timeout: float, head_size: int 
     check_heads(num_heads, num_kv_heads, " (--num-heads / --num-kv-heads)")
 
 
-def check_hybrid_flags(request: Any, profile: Any) -> None:
+def check_hybrid_flags(request: object, profile: RuleProfile) -> None:
     """--mamba-cache-mode, --mamba-ssm-cache-dtype, --mamba-cache-dtype: the values the version's
     vLLM parses (config/cache.py `MambaCacheMode` and `MambaDType`, its argparse choices)."""
     modes = tuple((profile.data.get("hybrid") or {}).get("mamba_cache_modes", ()))

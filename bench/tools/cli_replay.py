@@ -98,8 +98,10 @@ def _run_quick(args: list[str], env: dict) -> dict:
     os.environ.update(env)
     out, err = io.StringIO(), io.StringIO()
     try:
+        options = quick_probe_options(args, os.environ)
+        assert options is not None  # _run checked: the scenario variable is no shell-completion request
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run_quick_probe(quick_probe_options(args, os.environ) or {})
+            code = run_quick_probe(options)
     finally:
         for name, value in saved.items():
             if value is None:

@@ -79,7 +79,8 @@ def _parameters(fn: Any) -> list[str]:
     """A method's parameter names, "name=" where it has a default ("**kwargs" / "*args" as such)."""
     import inspect
 
-    marks = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    marks: dict[inspect._ParameterKind, str] = {inspect.Parameter.VAR_POSITIONAL: "*",
+                                                 inspect.Parameter.VAR_KEYWORD: "**"}
     return [f"{marks.get(p.kind, '')}{name}{'=' if p.default is not p.empty else ''}"
             for name, p in inspect.signature(fn).parameters.items() if name not in ("self", "cls")]
 

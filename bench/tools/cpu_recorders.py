@@ -14,7 +14,7 @@ showed on an H200).
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 
 def _scalar(value: Any) -> float:
@@ -41,15 +41,21 @@ def paged_wrapper_output(plan: dict, q: Any, kv: Any, kv_layout: str, run_kwargs
     """What a FlashInfer paged wrapper's run(q, kv, **run_kwargs) computes (fp32), from the arguments
     its plan() was given (`plan`: indptr, indices, last_page_len, optional qo_indptr, sm_scale) and
     every scale run() is given (wrapper_scales)."""
-    indptr = plan.get("indptr", plan.get("paged_kv_indptr")).tolist()
-    indices = plan.get("indices", plan.get("paged_kv_indices")).tolist()
-    last = plan.get("last_page_len", plan.get("paged_kv_last_page_len")).tolist()
+    indptr = _planned(plan, "indptr", "paged_kv_indptr").tolist()
+    indices = _planned(plan, "indices", "paged_kv_indices").tolist()
+    last = _planned(plan, "last_page_len", "paged_kv_last_page_len").tolist()
     qo = plan["qo_indptr"].tolist() if "qo_indptr" in plan else list(range(len(indptr)))
     k_pages, v_pages = _flashinfer_pages(kv, kv_layout)
     page = k_pages.shape[1]
     tables = [indices[indptr[r]:indptr[r + 1]] for r in range(len(indptr) - 1)]
     lens = [(len(t) - 1) * page + last[r] for r, t in enumerate(tables)]
-    return reference_from_pages(q, k_pages, v_pages, tables, lens, qo, plan.get("sm_scale"), **wrapper_scales(run_kwargs))
+    scale = cast(float, plan.get("sm_scale"))  # vLLM's plan() calls always pass sm_scale
+    return reference_from_pages(q, k_pages, v_pages, tables, lens, qo, scale, **wrapper_scales(run_kwargs))
+
+
+def _planned(plan: dict, name: str, other_name: str) -> Any:
+    """A plan() argument recorded under either of its names (FlashInfer's two spellings): a tensor."""
+    return plan.get(name, plan.get(other_name))
 
 
 def reference_from_pages(q, k_pages, v_pages, tables: list[list[int]], seq_lens: list[int], q_starts: list[int],
@@ -108,7 +114,7 @@ def patch_flash_attn(calls: list[dict]) -> None:
         return out
 
     fa.flash_attn_varlen_func = varlen
-    fa.get_scheduler_metadata = lambda **kwargs: calls.append({"scheduler": kwargs}) or None
+    fa.get_scheduler_metadata = lambda **kwargs: _recorded(calls, {"scheduler": kwargs})
 
 
 def patch_flashinfer(calls: list[dict]) -> None:
@@ -236,7 +242,12 @@ def _patch_flashinfer_trtllm_decode(fi: Any, calls: list[dict]) -> None:
     if hasattr(fi, "flashinfer_xqa_batch_decode_with_kv_cache"):
         # 0.28+ call FlashInfer's XQA decode by its own name on SM90 (0.31: flashinfer.py:2540), with
         # the same arguments and scales (bmm1 = softmax scale x K scale, x Q scale for an fp8 query)
-        fi.flashinfer_xqa_batch_decode_with_kv_cache = lambda *a, **kw: decode(*a, kernel="xqa_decode", **kw)
+        fi.flashinfer_xqa_batch_decode_with_kv_cache = lambda *a, **kw: decode(*a, **{**kw, "kernel": "xqa_decode"})
+
+
+def _recorded(calls: list, call: dict) -> None:
+    """A stub's answer: the call recorded, nothing returned (what the stubbed function returns here)."""
+    calls.append(call)
 
 
 def _flashinfer_pages(kv: Any, kv_layout: str) -> tuple[Any, Any]:
@@ -305,8 +316,8 @@ def patch_flash_attn_mla(calls: list[dict]) -> None:
         return (ref, torch.zeros(q.shape[1], q.shape[0])) if return_softmax_lse else ref
 
     fam.flash_attn_varlen_func = varlen
-    fam.get_scheduler_metadata = lambda **kwargs: calls.append({"scheduler": {
-        k: v for k, v in kwargs.items() if isinstance(v, (int, float, bool, str))}}) or None
+    fam.get_scheduler_metadata = lambda **kwargs: _recorded(calls, {"scheduler": {
+        k: v for k, v in kwargs.items() if isinstance(v, (int, float, bool, str))}})
 
 
 def patch_flashinfer_mla(calls: list[dict]) -> None:

@@ -7,7 +7,7 @@ scale and the query layout are what the check compares against attnsel's own spa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 def sparse_reference(q: Any, latent: Any, slots: list[list[int]], scale: float, kv_lora_rank: int) -> Any:
@@ -84,7 +84,7 @@ class _OneStream:
     def __enter__(self) -> _OneStream:
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
 

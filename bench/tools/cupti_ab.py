@@ -50,7 +50,8 @@ def run(rows: int) -> dict:
                 result = G.time_call(fn, launch="graph", timer="cupti")
                 if result.timer != "cupti":
                     raise SystemExit(f"{mode}: {result.note}")
-                seen[mode]["host_s"].append(result.host_s.get("cupti_start", 0) + result.host_s.get("cupti_stop", 0))
+                host_s = result.host_s or {}  # CUPTI's start/stop host time (always recorded by this timer)
+                seen[mode]["host_s"].append(host_s.get("cupti_start", 0) + host_s.get("cupti_stop", 0))
                 seen[mode][name].append(result.stats.median_ms)
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "rows_per_mode": rows * len(calls)}
     for mode, got in seen.items():

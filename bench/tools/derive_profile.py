@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from typing import Any
 from attnsel.bench.tools.parity_grid import CAPABILITIES
 
 HEADS = range(1, 1025)
-CONTEXTS = (
+CONTEXTS: tuple[dict[str, Any], ...] = (
     {},
     {"batch_invariant": True},
     {"use_trtllm_attention": False},
@@ -173,7 +174,7 @@ class Deriver:
 
     def _attribute(self, name: str, attr: str, theirs_fn: Callable, ours_fn: Callable, encode: Callable) -> None:
         contexts = self.contexts() if attr not in ("head_sizes", "capability") else self.contexts()[:: len(CONTEXTS)]
-        theirs = [self._ask(c, lambda c=c: theirs_fn(c)) for c in contexts]
+        theirs = [self._ask(c, functools.partial(theirs_fn, c)) for c in contexts]
         ours = []
         for c in contexts:
             try:
@@ -266,7 +267,9 @@ def release_header(name: str, base: str) -> dict:
     from attnsel.attention.versions import parse_vllm_version
 
     version = require_vllm().split("+")[0]
-    release = list(parse_vllm_version(version))
+    parsed = parse_vllm_version(version)
+    assert parsed is not None  # require_vllm: an installed release's version
+    release = list(parsed)
     major_minor = f"{release[0]}.{release[1]}"
     try:
         import vllm._version as v

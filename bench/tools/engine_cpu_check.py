@@ -39,7 +39,7 @@ from attnsel.bench.verify import inspection as RB
 MODELS = {"dense": "llama-3.1-8b", "mla": "deepseek-v2-lite"}
 CAPTURE = {"compilation_config": {"cudagraph_capture_sizes": [1, 64]}}
 # (label, model kind, backend, block size, extra job keys)
-CASES = (
+CASES: tuple[tuple[str, str, str | None, int | None, dict[str, object]], ...] = (
     ("dense vLLM's default", "dense", None, None, {}),
     ("dense FLASH_ATTN:16", "dense", "FLASH_ATTN", 16, {}),
     ("dense FLASHINFER:64", "dense", "FLASHINFER", 64, {}),
@@ -163,7 +163,7 @@ def impl_names() -> dict:
     Attention layer's repr names it (MLA layers print none, so their impl names are never read)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for member in AttentionBackendEnum:
         try:
             backend = member.get_class()

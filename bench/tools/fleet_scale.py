@@ -20,9 +20,10 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "probe"
-SMALL = {"num_cpus": 1, "object_store_memory": 78 * 2**20}
+SMALL: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 78 * 2**20}
 
 
 def _rss_mib(root_pid: int) -> float:

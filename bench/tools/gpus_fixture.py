@@ -52,11 +52,12 @@ def main(argv=None) -> int:
         return 2
     out, dest = Path(args[0]), Path(args[1])
     topo = out / "topo.txt"  # nvidia-smi topo -m, its ANSI underlines removed below
+    runs = {name: run_summary(out / name, name in ROW_RUNS) for name in RUNS if (out / name / "tune.json").is_file()}
     doc = {"_note": "from bench/tools/multi_gpu_evidence.sh, kept by bench/tools/gpus_fixture.py",
            "gpus_txt": (out / "gpus.txt").read_text().strip() if (out / "gpus.txt").is_file() else None,
            "topology": re.sub(r"\x1b\[[0-9;]*m", "", topo.read_text()).strip() if topo.is_file() else None,
-           "runs": {name: run_summary(out / name, name in ROW_RUNS) for name in RUNS if (out / name / "tune.json").is_file()}}
-    write_fixture(dest, doc, f"runs: {', '.join(doc['runs'])}")
+           "runs": runs}
+    write_fixture(dest, doc, f"runs: {', '.join(runs)}")
     return 0
 
 

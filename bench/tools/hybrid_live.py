@@ -32,7 +32,8 @@ from typing import Any
 
 MODELS = ("jamba-v0.1", "nemotron-h-8b", "granite-4.0-h-350m", "falcon-h1-7b", "qwen3-next-80b-a3b", "qwen3.5-9b",
           "glm-5-next")
-FLAG_SETS = ({}, {"block_size": 64}, {"block_size": 128}, {"kv_cache_dtype": "fp8"}, {"prefix_caching": True},
+FLAG_SETS: tuple[dict[str, Any], ...] = (
+             {}, {"block_size": 64}, {"block_size": 128}, {"kv_cache_dtype": "fp8"}, {"prefix_caching": True},
              {"prefix_caching": False}, {"prefix_caching": True, "mamba_cache_mode": "align"},
              {"prefix_caching": False, "mamba_cache_mode": "align"}, {"mamba_ssm_cache_dtype": "float32"},
              {"prefix_caching": True, "mamba_cache_mode": "all"})
@@ -57,7 +58,8 @@ def _attnsel(model: str, version: str | None, cc: tuple[int, int], flags: dict) 
 
 
 def _text_namespace(config: dict) -> Any:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    inner = config.get("text_config")
+    text = inner if isinstance(inner, dict) else config
     return types.SimpleNamespace(**dict(text))
 
 
@@ -244,8 +246,8 @@ def _without_cutlass_probe() -> None:
     (w8a8_utils.py `cutlass_fp8_supported()`); without a GPU the stub extension lacks it. The
     answer cannot change a state shape, so the probe says False."""
     ops = importlib.import_module("vllm._custom_ops")
-    ops.cutlass_scaled_mm_supports_fp8 = lambda *args, **kwargs: False
-    ops.cutlass_scaled_mm_supports_block_fp8 = lambda *args, **kwargs: False
+    ops.cutlass_scaled_mm_supports_fp8 = lambda *args, **kwargs: False  # type: ignore[attr-defined]
+    ops.cutlass_scaled_mm_supports_block_fp8 = lambda *args, **kwargs: False  # type: ignore[attr-defined]
 
 
 def _case(runtime: Any, model: str, version: str | None, cc: tuple[int, int], flags: dict) -> dict | None:
@@ -299,7 +301,9 @@ def run(version: str | None, models: tuple[str, ...] = MODELS) -> dict:
     runtime = vllm_runtime(offline=True)
     _without_cutlass_probe()
     models, unknown = _known_models(version, models)
-    cases, mismatches, skipped = [], [], [{"model": m, "reason": "model type unknown to this profile"} for m in unknown]
+    cases: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = [{"model": m, "reason": "model type unknown to this profile"} for m in unknown]
     for model in models:
         for cc in CAPABILITIES:
             for flags in FLAG_SETS:

@@ -28,7 +28,9 @@ def row(model: str, version: str, gpu: str) -> str:
     from attnsel.errors import UserInputError
 
     profile = get_profile(version)
-    gpu_name, cc = resolve_gpu(gpu, None)
+    resolved = resolve_gpu(gpu, None)
+    assert resolved is not None  # --gpu NAME always resolves (or is refused)
+    gpu_name, cc = resolved
     try:
         facts = model_facts(load_model_config(model), None, 1, cc, gpu_name, profile.model_rules)
     except UserInputError as exc:

@@ -39,6 +39,7 @@ def _bootstrap_attnsel() -> None:
     spec = importlib.util.spec_from_file_location(
         "attnsel", root / "__init__.py", submodule_search_locations=[str(root)]
     )
+    assert spec is not None and spec.loader is not None  # a file path: always a spec with a loader
     module = importlib.util.module_from_spec(spec)
     sys.modules["attnsel"] = module
     spec.loader.exec_module(module)

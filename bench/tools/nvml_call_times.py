@@ -54,15 +54,15 @@ def one_run(mode: str) -> dict:
             "answers": facade.calls}
 
 
-def import_times(top: int = 15) -> list[list]:
+def import_times(top: int = 15) -> list[tuple[str, int]]:
     """The slowest imports (cumulative us) of `attnsel probe --json`."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnsel", "probe", "--json"],
                           capture_output=True, text=True, timeout=60)
-    rows = []
+    rows: list[tuple[str, int]] = []  # (module, microseconds): JSON lists, as before
     for line in done.stderr.splitlines():
         parts = [p.strip() for p in line.split("|")]
         if len(parts) == 3 and parts[1].isdigit():
-            rows.append([parts[2], int(parts[1])])
+            rows.append((parts[2], int(parts[1])))
     return sorted(rows, key=lambda r: -r[1])[:top]
 
 
@@ -75,13 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         json.dump(one_run(args.one), sys.stdout)
         return 0
-    runs = []
+    runs: list[dict] = []
     for _ in range(args.runs):
         for mode in MODES:
             done = subprocess.run([sys.executable, "-m", "attnsel.bench.tools.nvml_call_times", "--one", mode],
                                   capture_output=True, text=True, timeout=120)
             runs.append(json.loads(done.stdout) if done.returncode == 0 else {"mode": mode, "error": done.stderr[-800:]})
-    answers = {r["mode"]: r.pop("answers") for r in runs if "answers" in r}
+    answers: dict[str, dict[str, dict]] = {r["mode"]: r.pop("answers") for r in runs if "answers" in r}
     differ = sorted(f"{fn}({key})" for fn, keys in answers.get("init", {}).items() for key, value in keys.items()
                     if answers.get("no_attach", {}).get(fn, {}).get(key) != value)
     out = {"runs": runs, "answers_differ_no_attach": differ, "imports_us": import_times()}

@@ -35,7 +35,11 @@ def write_ninja(mode: str, capability: str) -> None:
         torch.cuda.device_count = lambda: 1
         torch.cuda.get_device_capability = lambda device=None: (major, minor)
     real_init = torch.cuda._lazy_init
-    torch.cuda._lazy_init = lambda: asked.append("lazy_init") or real_init()
+    def lazy_init() -> None:
+        asked.append("lazy_init")
+        real_init()
+
+    torch.cuda._lazy_init = lazy_init
     import flashinfer.jit.attention.modules as modules
 
     from attnsel.attention.kernels import named_jit_requests

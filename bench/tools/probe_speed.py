@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 
 def time_subprocess(runs: int) -> dict:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="time attnsel probe")
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args(argv)
-    result = {
+    result: dict[str, Any] = {
         "python": sys.version.split()[0],
         "scenario": os.environ.get("ATTNSEL_NVML_SCENARIO"),
         "writes_bytecode": not sys.flags.dont_write_bytecode,

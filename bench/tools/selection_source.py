@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", action="store_true", help="with --compare: the diff of every changed section")
     ns = parser.parse_args(argv)
     if ns.compare:
-        print(compare(*ns.compare, ns.show))
+        old, new = ns.compare
+        print(compare(old, new, ns.show))
         return 0
     import logging
 

@@ -201,7 +201,7 @@ def build_flashinfer_modules(modules: list, attention: list | None = None) -> di
         capability = tuple(spec["capability"]) if spec.get("capability") else None
         requests += jit_module_requests(("decode", "prefill", "mixed"), spec["dtype"], int(spec["head_size"]),
                                         capability, torch.version.cuda, kv_cache_dtype=spec.get("kv_cache_dtype") or "auto")
-    return build_jit_modules(requests)
+    return dict(build_jit_modules(requests))  # a PrebuildSummary, or {"skipped": why} above
 
 
 def main() -> int:

@@ -21,12 +21,14 @@ import platform
 import socket
 import threading
 import time
-from typing import Any
+from types import ModuleType
+from typing import Any, TypedDict, cast
 
 from attnsel.errors import EnvironmentProblem, UserInputError
 from attnsel.probe.fleet.facts import (
     NODE_ANSWER_SCHEMA,
     FleetProbe,
+    NodeAnswer,
     NodeProbe,
     RayNode,
     unique_labels,
@@ -45,7 +47,7 @@ BLANKED_NOTE = (
 )
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -57,14 +59,14 @@ def import_ray() -> Any:
 # The task that runs on each node
 
 
-def probe_this_node() -> dict:
+def probe_this_node() -> NodeAnswer:
     """Runs inside a Ray worker on one node: our probe over NVML, as plain JSON-able fields."""
     from attnsel import __version__
     from attnsel.probe.collect import collect_probe
     from attnsel.probe.facts import report_fields
 
     start = time.perf_counter()
-    answer: dict[str, Any] = {
+    answer: NodeAnswer = {
         "schema": NODE_ANSWER_SCHEMA,
         "hostname": socket.gethostname(),
         "attnsel_version": __version__,
@@ -165,7 +167,7 @@ def probe_fleet(address: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
                       tuple(n for n in nodes if not n.alive))
 
 
-def connect(ray: Any, address: str, timeout_s: float) -> bool:
+def connect(ray: ModuleType, address: str, timeout_s: float) -> bool:
     """ray.init against an existing cluster, never starting one. True when this call connected.
     ray.init blocks for good when nothing answers at the address, hence the thread and deadline."""
     if ray.is_initialized():
@@ -215,7 +217,7 @@ def unreachable(address: str, timeout_s: float) -> str | None:
         return f"{host}:{port}: {exc.strerror or exc}"
 
 
-def list_nodes(ray: Any) -> list[RayNode]:
+def list_nodes(ray: ModuleType) -> list[RayNode]:
     """Every node Ray's GCS knows, the head first, each with a unique short label."""
     nodes = [_ray_node(entry) for entry in ray.nodes()]
     nodes.sort(key=lambda n: (not n.alive, not n.is_head, n.address, n.node_id))
@@ -245,7 +247,7 @@ def _with_label(node: RayNode, label: str) -> RayNode:
     return replace(node, label=label)
 
 
-def gather(ray: Any, nodes: list[RayNode], timeout_s: float) -> list[NodeProbe]:
+def gather(ray: ModuleType, nodes: list[RayNode], timeout_s: float) -> list[NodeProbe]:
     """Submit one pinned task per node, wait for all of them up to one deadline."""
     remote = ray.remote(probe_this_node)
     refs = [remote.options(**task_options(ray.__version__, n.node_id)).remote() for n in nodes]
@@ -269,23 +271,35 @@ _STUCK = ("the task did not finish (an NVML call that hangs, as on a GPU fallen 
           "to start a Ray worker); cancelled")
 
 
-def _read_answer(ray: Any, node: RayNode, ref: Any) -> NodeProbe:
+class _AnswerFacts(TypedDict):
+    """NodeProbe's fields taken from a node's answer as it is."""
+
+    seconds: float | None
+    hostname: str | None
+    attnsel_version: str | None
+    ray_version: str | None
+    python_version: str | None
+    notes: tuple[str, ...]
+
+
+def _read_answer(ray: ModuleType, node: RayNode, ref: object) -> NodeProbe:
     from attnsel.probe.facts import report_from_fields
 
     try:
-        answer = ray.get(ref)
+        received = ray.get(ref)
     except Exception as exc:  # noqa: BLE001 -- every Ray failure becomes this node's reason
         return NodeProbe(node, problem=task_failure(exc))
-    if not isinstance(answer, dict) or answer.get("schema") != NODE_ANSWER_SCHEMA:
+    if not isinstance(received, dict) or received.get("schema") != NODE_ANSWER_SCHEMA:
         return NodeProbe(node, problem=f"unreadable answer (not {NODE_ANSWER_SCHEMA})")
-    common: dict[str, Any] = {  # the answer's facts every NodeProbe below carries
-        "seconds": answer.get("seconds"),
-        "hostname": answer.get("hostname"),
-        "attnsel_version": answer.get("attnsel_version"),
-        "ray_version": answer.get("ray_version"),
-        "python_version": answer.get("python_version"),
-        "notes": tuple(answer.get("notes") or ()),
-    }
+    answer = cast(NodeAnswer, received)  # our schema's word: probe_this_node wrote it
+    common = _AnswerFacts(  # the answer's facts every NodeProbe below carries
+        seconds=answer.get("seconds"),
+        hostname=answer.get("hostname"),
+        attnsel_version=answer.get("attnsel_version"),
+        ray_version=answer.get("ray_version"),
+        python_version=answer.get("python_version"),
+        notes=tuple(answer.get("notes") or ()),
+    )
     if answer.get("node_id") not in (None, node.node_id):
         return NodeProbe(node, problem=f"the task ran on node {answer['node_id']}, not on this one", **common)
     if answer.get("error"):

@@ -6,10 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from attnsel.probe.facts import ProbeReport
 
 NODE_ANSWER_SCHEMA = "attnsel-node-probe/1"  # what the task on a node sends back (probe/fleet/collect.py)
+
+
+class NodeAnswer(TypedDict, total=False):
+    """The answer the probe task on a node sends back (schema NODE_ANSWER_SCHEMA): written by
+    collect.probe_this_node, read by collect._read_answer. Keys may be missing: the node may run
+    another attnsel version, or fail before it knows them."""
+
+    schema: str
+    hostname: str
+    attnsel_version: str
+    python_version: str
+    ray_version: str
+    node_id: str
+    notes: list[str]
+    report: dict[str, Any]  # probe.facts.report_fields: the ProbeReport as JSON-able fields
+    error: str  # the exception the probe raised there (then no report)
+    seconds: float
 
 
 @dataclass(frozen=True)

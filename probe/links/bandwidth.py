@@ -8,6 +8,7 @@ two NVLinked H200 give 391 GB/s this way.
 from __future__ import annotations
 
 import statistics
+from types import ModuleType
 
 COPY_BYTES = 1 << 30
 REPETITIONS = 5
@@ -36,7 +37,7 @@ def measure_pairs(pairs: list[tuple[int, int]], nbytes: int = COPY_BYTES, reps: 
     return results
 
 
-def _measure_one(torch, a: int, b: int, nbytes: int, reps: int) -> float:
+def _measure_one(torch: ModuleType, a: int, b: int, nbytes: int, reps: int) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{a}")
     dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{b}")
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from attnsel.probe.facts import GpuInfo
 from attnsel.probe.gpu_table import table_peak_bandwidth
@@ -52,13 +51,13 @@ class RawGpu:
     sm_clock: int | None = None
     cores: int | None = None
     mig_enabled: bool = False
-    migs: list[dict] = field(default_factory=list)
+    migs: list[MigSlice] = field(default_factory=list)
     error: str | None = None
 
     def physical(self) -> PhysicalGpu:
         speed = float(self.cores * self.sm_clock) if self.cores and self.sm_clock else None
         children = tuple(
-            MigChild(m["mig_index"], m.get("uuid"), m.get("gpu_instance_id"), m.get("compute_instance_id"))
+            MigChild(m.mig_index, m.uuid, m.gpu_instance_id, m.compute_instance_id)
             for m in self.migs
         )
         return PhysicalGpu(
@@ -125,13 +124,26 @@ def read_gpu(session: NvmlSession, i: int) -> RawGpu:
     return raw
 
 
-def _memory(info: Any) -> tuple[int | None, int | None]:
+def _memory(info: object) -> tuple[int | None, int | None]:
     if isinstance(info, dict):
         return info.get("total"), info.get("free")
     return None, None
 
 
-def _read_migs(session: NvmlSession, i: int) -> list[dict]:
+@dataclass(frozen=True)
+class MigSlice:
+    """One MIG device of a GPU, as NVML answers for it (None where a query failed)."""
+
+    mig_index: int
+    uuid: str | None
+    name: str | None
+    memory_total: int | None
+    memory_free: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+def _read_migs(session: NvmlSession, i: int) -> list[MigSlice]:
     migs = []
     slots = session.get("nvmlDeviceGetMaxMigDeviceCount", i) or 0
     for j in range(int(slots)):
@@ -140,15 +152,15 @@ def _read_migs(session: NvmlSession, i: int) -> list[dict]:
             continue  # an empty MIG slot answers NOT_FOUND
         total, free = _memory(session.get("nvmlDeviceGetMemoryInfo", ref))
         migs.append(
-            {
-                "mig_index": j,
-                "uuid": session.get("nvmlDeviceGetUUID", ref),
-                "name": session.get("nvmlDeviceGetName", ref),
-                "memory_total": total,
-                "memory_free": free,
-                "gpu_instance_id": session.get("nvmlDeviceGetGpuInstanceId", ref),
-                "compute_instance_id": session.get("nvmlDeviceGetComputeInstanceId", ref),
-            }
+            MigSlice(
+                mig_index=j,
+                uuid=session.get("nvmlDeviceGetUUID", ref),
+                name=session.get("nvmlDeviceGetName", ref),
+                memory_total=total,
+                memory_free=free,
+                gpu_instance_id=session.get("nvmlDeviceGetGpuInstanceId", ref),
+                compute_instance_id=session.get("nvmlDeviceGetComputeInstanceId", ref),
+            )
         )
     return migs
 
@@ -163,19 +175,19 @@ def _gpu_error(failures: Sequence[QueryFailure]) -> str | None:
     return None
 
 
-def gpu_info(logical: int, raw: RawGpu, mig: dict | None) -> GpuInfo:
+def gpu_info(logical: int, raw: RawGpu, mig: MigSlice | None) -> GpuInfo:
     """The visible GPU `logical`: the physical GPU `raw`, or its MIG slice `mig`."""
     if mig is not None:
         # A MIG slice is reported as itself: its own UUID and memory, not its parent's (vllm PR#41776).
         return GpuInfo(
             index=logical,
             physical_index=raw.index,
-            name=mig.get("name") or f"{raw.name or 'GPU'} MIG",
-            uuid=mig.get("uuid"),
+            name=mig.name or f"{raw.name or 'GPU'} MIG",
+            uuid=mig.uuid,
             pci_bus_id=raw.pci_bus_id,
             compute_capability=raw.cc,
-            memory_total_bytes=mig.get("memory_total"),
-            memory_free_bytes=mig.get("memory_free"),
+            memory_total_bytes=mig.memory_total,
+            memory_free_bytes=mig.memory_free,
             is_mig=True,
             parent_uuid=raw.uuid,
             error=raw.error,

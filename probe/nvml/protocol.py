@@ -11,7 +11,7 @@ Facades speak in plain, JSON-able values so that a recording of the real one can
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 DeviceRef = int | str
 
@@ -120,12 +120,30 @@ class NvmlFacade(Protocol):
     def call(self, function: str, *args: DeviceRef | int) -> Any: ...
 
 
-class TorchFacade(Protocol):
-    """The torch.cuda fallback: None when torch is not importable, else a plain inventory dict
-    {"version", "cuda", "devices": [{"name", "major", "minor", "total_memory", "uuid", "pci_bus_id",
-    "multi_processor_count"}]}."""
+class TorchDevice(TypedDict, total=False):
+    """One GPU as torch.cuda describes it (a recorded scenario may lack keys)."""
 
-    def inventory(self) -> dict | None: ...
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int | None
+    uuid: str | None
+    pci_bus_id: str | None
+
+
+class TorchInventory(TypedDict, total=False):
+    """What torch.cuda says: its version, its CUDA, the GPUs it sees (a scenario's "torch" object)."""
+
+    version: str
+    cuda: str | None
+    devices: list[TorchDevice]
+
+
+class TorchFacade(Protocol):
+    """The torch.cuda fallback: None when torch is not importable, else its inventory."""
+
+    def inventory(self) -> TorchInventory | None: ...
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         """GB/s of a GPU a -> GPU b copy per pair (logical indices), or a reason it was not measured."""

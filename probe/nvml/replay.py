@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from attnsel import files
 from attnsel.errors import UserInputError
@@ -22,6 +22,7 @@ from attnsel.probe.nvml.protocol import (
     DeviceRef,
     NvmlCallError,
     NvmlInitError,
+    TorchInventory,
     call_key,
 )
 
@@ -96,12 +97,12 @@ class ReplayTorch:
     def __init__(self, scenario: Mapping[str, Any]):
         self.data = scenario.get("torch")
 
-    def inventory(self) -> dict | None:
+    def inventory(self) -> TorchInventory | None:
         if self.data is None:
             return None
         if isinstance(self.data, dict) and "exception" in self.data:
             raise RuntimeError(self.data.get("message", self.data["exception"]))
-        return dict(self.data)
+        return cast(TorchInventory, dict(self.data))  # the scenario's "torch" object, as RealTorch records it
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
         recorded = (self.data or {}).get("p2p_copy_gbps") or {} if isinstance(self.data, dict) else {}

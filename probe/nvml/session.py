@@ -63,11 +63,11 @@ INVALID_ANSWER = "NVML_ANSWER_INVALID"
 _UINT_MAX = 2**64
 
 
-def _uint(value: Any) -> bool:
+def _uint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _UINT_MAX
 
 
-def _uint_fields(*names: str) -> Callable[[Any], bool]:
+def _uint_fields(*names: str) -> Callable[[object], bool]:
     return lambda v: isinstance(v, dict) and all(_uint(v.get(n)) for n in names)
 
 
@@ -79,7 +79,7 @@ _INT_ANSWERS = (
     "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId", "nvmlSystemGetCudaDriverVersion",
     "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
 )
-_SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+_SHAPES: dict[str, tuple[str, Callable[[object], bool]]] = {
     **{name: ("a string", lambda v: isinstance(v, str)) for name in _STRING_ANSWERS},
     **{name: ("an unsigned integer", _uint) for name in _INT_ANSWERS},
     "nvmlDeviceGetCudaComputeCapability": ("[major, minor]", lambda v: isinstance(v, list) and len(v) == 2
@@ -108,7 +108,7 @@ def printable(answer: Any) -> Any:
     return answer
 
 
-def answer_problem(function: str, answer: Any) -> str | None:
+def answer_problem(function: str, answer: object) -> str | None:
     """Why an NVML answer cannot be what `function` returns, or None when it can."""
     shape = _SHAPES.get(function)
     if shape is None or shape[1](answer):

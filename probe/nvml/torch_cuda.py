@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch._C import _CudaDeviceProperties
+
+    from attnsel.probe.nvml.protocol import TorchDevice, TorchInventory
 
 # The CUDA driver library every CUDA program, torch's included, loads first (cudart dlopens it).
 CUDA_DRIVER_LIBRARY = "libcuda.so.1"
@@ -31,17 +36,18 @@ class RealTorch:
     """torch.cuda, imported only when NVML failed. Reads properties only (no mem_get_info), so it
     initialises CUDA but allocates nothing."""
 
-    def inventory(self) -> dict | None:
+    def inventory(self) -> TorchInventory | None:
         try:
             import torch
         except Exception:  # noqa: BLE001 -- any import failure means "no torch"
             return None
-        info: dict[str, Any] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": []}
+        devices: list[TorchDevice] = []
+        info: TorchInventory = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": devices}
         if not torch.cuda.is_available():
             return info
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            info["devices"].append(_torch_props_to_dict(props))
+            devices.append(_torch_props_to_dict(props))
         return info
 
     def measure_copy_gbps(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float | str]:
@@ -50,7 +56,7 @@ class RealTorch:
         return measure_pairs(pairs)
 
 
-def _torch_props_to_dict(props: Any) -> dict:
+def _torch_props_to_dict(props: _CudaDeviceProperties) -> TorchDevice:
     uuid = getattr(props, "uuid", None)
     uuid_str = str(uuid) if uuid is not None else None
     if uuid_str and not uuid_str.startswith(("GPU-", "MIG-")):

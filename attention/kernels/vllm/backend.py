@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.kernels.base import (
     PreparedKernel,
     cuda_device_reason,
     installed_version,
     module_missing,
+    paged,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch, HasKind, PrebuildSummary
+    from attnsel.attention.kernels.paged import Workload
+    from attnsel.attention.kernels.vllm.stack import StackBuilder, StackSpec, VllmStack
 
 DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 # Backends whose impl.forward launches vLLM's Triton kernels with `kernel[grid](...)`, compiled at first
@@ -39,14 +48,14 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
-def _synchronize(device: Any) -> None:
+def _synchronize(device: torch.device | str) -> None:
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _device_memory_and_name(device: Any) -> tuple[int, str]:
+def _device_memory_and_name(device: torch.device) -> tuple[int, str]:
     """What vLLM's engine defaults read (total memory, name); on CPU (bench/tools' CPU check of
     this adapter) an H100's, so the stack is the one `vllm serve` builds there."""
     import torch
@@ -57,9 +66,10 @@ def _device_memory_and_name(device: Any) -> tuple[int, str]:
     return 80 * 2**30, "NVIDIA H100 80GB HBM3"
 
 
-def class_reason(cls: Any, w: Any) -> str | None:
+def class_reason(cls: Any, w: Workload) -> str | None:
     """vLLM's own class checks for a workload, in vLLM's words (validate_configuration's first
-    reasons, docs/vllm-rules.md §2): head size, dtype, KV-cache dtype."""
+    reasons, docs/vllm-rules.md §2): head size, dtype, KV-cache dtype. `cls`: the installed vLLM's
+    backend class (any release's: untyped here)."""
     import torch
 
     if not cls.supports_head_size(w.head_size):
@@ -74,7 +84,7 @@ def class_reason(cls: Any, w: Any) -> str | None:
     return None
 
 
-def query_as_vllm_hands_it(stack: Any, query: Any) -> tuple[Any, str | None]:
+def query_as_vllm_hands_it(stack: VllmStack, query: torch.Tensor) -> tuple[torch.Tensor, str | None]:
     """The query the impl receives: Attention.forward quantizes it to fp8 with layer._q_scale first
     when the cache is fp8 and the impl takes quantized queries (supports_quant_query_input: FA3,
     vLLM's Triton kernel on CUDA, FlashInfer's TRT-LLM path). Done here, once, outside the timed
@@ -96,14 +106,14 @@ class VllmBackendAdapter:
     drives_vllm_classes = True
     driven_backends: tuple[str, ...] = DRIVEN_BACKENDS
 
-    def __init__(self, backend: str, *, device: str = "cuda"):
+    def __init__(self, backend: str, *, device: str = "cuda") -> None:
         if backend not in self.driven_backends:
             raise ValueError(f"{backend} is not driven by {type(self).__name__} "
                              f"(only {', '.join(self.driven_backends)})")
         self.backend = backend
         self.device = device
-        self._builder = None
-        self._stacks: dict[tuple, Any] = {}
+        self._builder: StackBuilder | None = None
+        self._stacks: dict[tuple[tuple[str, object], ...], VllmStack] = {}
         self._class_error: str | None = None
 
     @property
@@ -150,7 +160,7 @@ class VllmBackendAdapter:
             return f"skipped: {STANDINS_ENV}=1 asks for the stand-ins (bench/tools/compare_runs.py)"
         return module_missing("vllm")
 
-    def unsupported_reason(self, w: Any, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         """vLLM's own class checks, in vLLM's words (docs/vllm-rules.md §2)."""
         try:
             from attnsel.attention.kernels.vllm.stack import backend_class
@@ -160,10 +170,10 @@ class VllmBackendAdapter:
             return f"{type(exc).__name__}: {exc}"
         return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))
 
-    def prepare(self, b: Any) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         import torch
 
-        from attnsel.attention.kernels import paged
+        from attnsel.attention.kernels import paged as paged_batches
         from attnsel.attention.kernels.vllm.fp8_faults import (
             native_decode_q_scale_fault,
         )
@@ -175,9 +185,10 @@ class VllmBackendAdapter:
         )
         from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
+        b = paged(batch)
         started = time.perf_counter()
         stack = self.stack_for(b)
-        kb = paged.split_into_kernel_blocks(b, stack.kernel_block_size)
+        kb = paged_batches.split_into_kernel_blocks(b, stack.kernel_block_size)
         device = b.query.device
         with stack.active():  # the builder and the cache layout read the current config
             notes = set_layer_scales(stack.layer, b)
@@ -198,7 +209,7 @@ class VllmBackendAdapter:
                                               metadata, out)
         forward = stack.layer.impl.forward
 
-        def run():
+        def run() -> torch.Tensor:
             forward(**forward_arguments)
             return out
 
@@ -220,7 +231,9 @@ class VllmBackendAdapter:
                      **({"vllm_fault": fault} if fault else {})},
         )
 
-    def prebuild(self, workloads: Any, **shape: Any) -> dict:
+    def prebuild(self, workloads: Sequence[HasKind | str], *, dtype: str, head_size: int,
+                 num_q_heads: int | None = None, num_kv_heads: int | None = None, kv_cache_dtype: str = "auto",
+                 capability: tuple[int, int] | list[int] | None = None) -> PrebuildSummary:
         """FLASHINFER: compile the JIT modules vLLM's FlashInfer wrappers will plan (the same
         BatchDecode(tensor cores) / BatchPrefill plans as the direct adapter, in the flashinfer
         vLLM imports) before "go", CPU only (base.PrebuildingAdapter). Other backends: nothing."""
@@ -228,11 +241,13 @@ class VllmBackendAdapter:
             return {"modules": [], "built": 0, "cached": 0, "error": None}
         from attnsel.attention.kernels.flashinfer_adapter import FlashInferAdapter
 
-        return FlashInferAdapter(use_tensor_cores=True).prebuild(workloads, **shape)
+        return FlashInferAdapter(use_tensor_cores=True).prebuild(
+            workloads, dtype=dtype, head_size=head_size, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+            kv_cache_dtype=kv_cache_dtype, capability=capability)
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def stack_spec(self, b: Any) -> Any:
+    def stack_spec(self, b: Batch) -> StackSpec:
         from attnsel.attention.kernels.paged import dtype_name
         from attnsel.attention.kernels.vllm.stack import StackSpec, engine_defaults
 
@@ -247,7 +262,7 @@ class VllmBackendAdapter:
             max_num_seqs=max(max_seqs, b.batch), max_num_batched_tokens=max(max_tokens, sum(q_lens)),
         )
 
-    def stack_for(self, b: Any) -> Any:
+    def stack_for(self, b: Batch) -> VllmStack:
         from attnsel.attention.kernels.vllm.stack import StackBuilder
 
         spec = self.stack_spec(b)
@@ -258,15 +273,17 @@ class VllmBackendAdapter:
             self._stacks = {key: self._builder.build(spec)}  # one live stack: builders hold GPU buffers
         return self._stacks[key]
 
-    def provider_text(self, stack: Any) -> str:
+    def provider_text(self, stack: VllmStack) -> str:
         impl = type(stack.layer.impl).__name__
         builder = type(stack.builder).__name__
         version = getattr(stack.layer.impl, "vllm_flash_attn_version", None)
         fa = f", FA{version}" if version else ""
         return f"vllm {installed_version('vllm')} {self.backend}: {impl}.forward + {builder}{fa}"
 
-    def details(self, stack: Any, metadata: Any, launch: tuple[str, str], kv_cache: Any) -> dict:
-        facts: dict[str, Any] = {
+    def details(self, stack: VllmStack, metadata: object, launch: tuple[str, str],
+                kv_cache: torch.Tensor) -> dict[str, object]:
+        """What a row records of vLLM's run (`metadata`: the release's builder output, untyped)."""
+        facts: dict[str, object] = {
             "vllm": installed_version("vllm"),
             "adapter_facts": stack.facts.describe(),
             "impl": type(stack.layer.impl).__name__,

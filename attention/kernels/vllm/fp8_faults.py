@@ -21,10 +21,8 @@ wrong at any other. 0.24's metadata has no q_data_type_decode, so nothing is nam
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def native_decode_q_scale_fault(backend: str, layer: Any, metadata: Any, kv_cache_dtype: str) -> str | None:
+def native_decode_q_scale_fault(backend: str, layer: object, metadata: object, kv_cache_dtype: str) -> str | None:
     """The explanation for a FLASHINFER fp8 row whose decode runs FlashInfer's native wrapper with a
     16-bit query and a q_scale other than 1.0 (this module's docstring); None for any other row."""
     from attnsel.attention.kernels.kv_quant import is_fp8

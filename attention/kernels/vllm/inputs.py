@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.kernels.vllm.stack import VllmStack, call_accepting
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
-def common_metadata(batch: Any, device: Any) -> Any:
-    """vLLM's CommonAttentionMetadata for a PagedBatch (decodes first, as vLLM orders them), filling
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.paged import PagedBatch
+
+
+def common_metadata(batch: Batch, device: torch.device) -> object:
+    """vLLM's CommonAttentionMetadata for a PagedBatch (or a latent one) (decodes first, as vLLM orders them), filling
     only the fields this release's dataclass has."""
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata  # type: ignore
@@ -47,7 +53,7 @@ def _cumulative(values: list[int]) -> Iterator[int]:
         yield total
 
 
-def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
+def kv_cache_tensor(stack: VllmStack, batch: PagedBatch) -> torch.Tensor:
     """The layer's KV cache in the backend's own shape and physical layout, as GPUModelRunner
     allocates it in this release (the release's adapter facts say how: stack.facts), holding the
     batch's K and V."""
@@ -63,7 +69,7 @@ def kv_cache_tensor(stack: VllmStack, batch: Any) -> Any:
 
 
 def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
-                         latent: bool = False) -> tuple[tuple, tuple]:
+                         latent: bool = False) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, stride order) of the backend's cache for `nb` blocks, the way this release's
     model runner lays it out (stack.facts.shape_from): the backend's get_kv_cache_shape and
     get_kv_cache_stride_order (0.24-0.28), or the per-layer view of 0.29+ [blocks, heads, block_size,
@@ -81,7 +87,7 @@ def backend_cache_layout(stack: VllmStack, nb: int, bs: int, hkv: int, d: int,
     return (nb, hkv, bs, content), layer_view_order(cls)
 
 
-def layer_view_order(backend_cls: Any) -> tuple:
+def layer_view_order(backend_cls: Any) -> tuple[int, ...]:
     """The physical order of a layer's [blocks, heads, block_size, content] cache view in the
     KVCacheLayout vLLM resolves for the backend (0.29+: get_supported_kv_cache_layouts' first)."""
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts  # type: ignore
@@ -89,12 +95,12 @@ def layer_view_order(backend_cls: Any) -> tuple:
     return tuple(get_supported_kv_cache_layouts([backend_cls])[0].layer_view_order)
 
 
-def backend_cache_shape(stack: VllmStack, nb: int, bs: int, hkv: int, d: int) -> tuple:
+def backend_cache_shape(stack: VllmStack, nb: int, bs: int, hkv: int, d: int) -> tuple[int, ...]:
     """The backend's logical cache shape for `nb` blocks (backend_cache_layout)."""
     return backend_cache_layout(stack, nb, bs, hkv, d)[0]
 
 
-def kv_views(cache: Any, kv_split: str, nb: int, hkv: int, d: int) -> tuple[Any, Any]:
+def kv_views(cache: torch.Tensor, kv_split: str, nb: int, hkv: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, V) as (blocks, block_size, heads, head_size) views of a cache of the backend's logical
     shape: `kv_axis` selects K and V on the size-2 axis of a 5-D shape (vLLM 0.24); `packed_content`
     takes them from the last axis of (blocks, heads, block_size, 2 * head_size), K first, as 0.26's
@@ -110,7 +116,7 @@ def kv_views(cache: Any, kv_split: str, nb: int, hkv: int, d: int) -> tuple[Any,
     return by_token.narrow(-1, 0, d), by_token.narrow(-1, d, d)
 
 
-def fp8_format_the_impl_reads(stack: VllmStack, stored: Any) -> Any:
+def fp8_format_the_impl_reads(stack: VllmStack, stored: torch.dtype) -> torch.dtype | None:
     """The fp8 format an impl views the cache as, where it differs from the batch's: vLLM 0.24's
     TritonAttentionImpl views any fp8 cache as the platform's fp8 (float8_e4m3fn on CUDA) when it
     writes (do_kv_cache_update) and when it reads, so with --kv-cache-dtype fp8_e5m2 the cache vLLM
@@ -125,7 +131,8 @@ def fp8_format_the_impl_reads(stack: VllmStack, stored: Any) -> Any:
     return None
 
 
-def allocate_like_vllm(stack: VllmStack, shape: tuple, order: tuple, device: Any) -> Any:
+def allocate_like_vllm(stack: VllmStack, shape: tuple[int, ...], order: tuple[int, ...],
+                       device: torch.device) -> torch.Tensor:
     """An empty cache of the backend's logical `shape`, laid out in `order` and typed as the
     layer's KV-cache spec says (GPUModelRunner allocates the spec's dtype: uint8 for fp8 caches,
     which each impl views as fp8)."""
@@ -138,7 +145,7 @@ def allocate_like_vllm(stack: VllmStack, shape: tuple, order: tuple, device: Any
     return physical.permute(*[order.index(i) for i in range(len(order))])
 
 
-def as_storage(values: Any, storage_dtype: Any) -> Any:
+def as_storage(values: torch.Tensor, storage_dtype: torch.dtype) -> torch.Tensor:
     """`values` as the cache stores them: fp8 values copied bit for bit into a uint8 cache (a plain
     copy_ would convert the numbers), anything else as is."""
     if values.dtype != storage_dtype and values.element_size() == storage_dtype.itemsize:
@@ -146,7 +153,7 @@ def as_storage(values: Any, storage_dtype: Any) -> Any:
     return values
 
 
-def set_layer_scales(layer: Any, batch: Any) -> list[str]:
+def set_layer_scales(layer: Any, batch: Batch) -> list[str]:
     """The layer's KV-cache scales (and the query scale) set to the batch's, the way vLLM's
     calc_kv_scales sets them (tensor and float copies); for an unquantized cache nothing changes
     (vLLM's defaults, 1.0). Impls that cache products of the scales on their first forward
@@ -168,7 +175,7 @@ def set_layer_scales(layer: Any, batch: Any) -> list[str]:
             f"(vLLM's calc_kv_scales rule)"]
 
 
-def kv_axis(shape: tuple, num_blocks: int) -> int:
+def kv_axis(shape: tuple[int, ...], num_blocks: int) -> int:
     """Which axis of a 5-D vLLM KV-cache shape separates K from V: (2, nb, ...) or (nb, 2, ...).
 
     >>> kv_axis((2, 10, 16, 8, 128), 10)

@@ -26,13 +26,14 @@ import contextlib
 import importlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.kernels.base import (
     MLA_BACKENDS,
     PreparedKernel,
     cuda_device_reason,
     installed_version,
+    latent,
     shape_kind_reason,
 )
 from attnsel.attention.kernels.vllm.backend import (
@@ -41,15 +42,25 @@ from attnsel.attention.kernels.vllm.backend import (
     class_reason,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.base import Batch
+    from attnsel.attention.kernels.mla import MlaBatch
+    from attnsel.attention.kernels.paged import Workload
+    from attnsel.attention.kernels.vllm.stack import MlaDims, StackSpec, VllmStack
+    from attnsel.attention.versions import AdapterFacts
+
 MLA_LAYER_MODULES = ("vllm.model_executor.layers.attention.mla_attention", "vllm.model_executor.layers.attention",
                      "vllm.attention.layer")
 BYPASSED = ("not timed: the W_UK_T absorption bmm before forward_mqa and the W_UV up-projection after it "
             "(GEMMs with the model's weights, the same for every backend), and the KV-cache write")
 
 
-def synthetic_mla_model_config(spec: Any) -> dict:
+def synthetic_mla_model_config(spec: StackSpec) -> dict[str, object]:
     """A one-layer DeepSeek-V3-style config.json with the spec's MLA sizes and per-GPU heads."""
     mla = spec.mla
+    assert mla is not None  # StackSpec.model_config_json: an MLA spec
     return {
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "deepseek_v3",
@@ -90,13 +101,13 @@ def mla_layer_class() -> Any:
     raise ImportError(f"no vLLM MLAAttention layer class in {', '.join(MLA_LAYER_MODULES)}")
 
 
-def mla_scale(mla: Any) -> float:
+def mla_scale(mla: MlaDims) -> float:
     """The softmax scale DeepSeek's model code passes: qk_head_dim ** -0.5 (its YaRN mscale factor
     is left out: a scale value changes no kernel's speed)."""
     return (mla.qk_nope_head_dim + mla.qk_rope_head_dim) ** -0.5
 
 
-def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any) -> Any:
+def mla_layer(spec: StackSpec, config: Any, backend_cls: Any, prefix: str, facts: AdapterFacts) -> Any:
     """vLLM's MLAAttention with the spec's sizes and no kv_b_proj (only forward_mha and
     process_weights_after_loading read it; neither runs here)."""
     from types import SimpleNamespace
@@ -104,6 +115,7 @@ def mla_layer(spec: Any, config: Any, backend_cls: Any, prefix: str, facts: Any)
     from attnsel.attention.kernels.vllm.stack import call_accepting
 
     mla = spec.mla
+    assert mla is not None  # StackBuilder._layer: an MLA spec
     # no weights either way; a release whose __init__ marks kv_b_proj gets an object to mark (adapter facts)
     kv_b_proj = SimpleNamespace() if facts.mla_kv_b_proj == "placeholder" else None
     sparse = sparse_layer_arguments(spec, config) if mla.index_topk else {}
@@ -143,7 +155,7 @@ def tp_world_of_one() -> Iterator[None]:
         sparse_module.get_tensor_model_parallel_world_size = asked
 
 
-def sparse_layer_arguments(spec: Any, config: Any) -> dict:
+def sparse_layer_arguments(spec: StackSpec, config: Any) -> dict[str, object]:
     """What DeepSeek-V3.2's model code gives a sparse MLAAttention (vllm/model_executor/models/
     deepseek_v2.py: one topk_indices_buffer of (max_num_batched_tokens, index_topk) int32 shared by
     every layer, use_sparse=True; the indexer that fills it is not built: tune fills the buffer with
@@ -157,11 +169,12 @@ def sparse_layer_arguments(spec: Any, config: Any) -> dict:
         workspace = None
     if workspace is not None and not workspace.is_workspace_manager_initialized():
         workspace.init_workspace_manager(torch.empty(0).device)  # the current (layer build) device
+    assert spec.mla is not None and spec.mla.index_topk is not None  # mla_layer: a sparse MLA spec
     buffer = torch.full((config.scheduler_config.max_num_batched_tokens, spec.mla.index_topk), -1, dtype=torch.int32)
     return dict(use_sparse=True, topk_indices_buffer=buffer)
 
 
-def latent_cache_tensor(stack: Any, batch: Any) -> Any:
+def latent_cache_tensor(stack: VllmStack, batch: MlaBatch) -> torch.Tensor:
     """The layer's latent cache in the backend's shape (num_blocks, block_size, head_size), stride
     order and storage dtype (uint8 for fp8), holding the batch's cache; viewed as fp8 for an fp8
     cache, as forward_impl hands it to forward_mqa."""
@@ -183,7 +196,7 @@ def latent_cache_tensor(stack: Any, batch: Any) -> Any:
     return cache
 
 
-def mqa_query(stack: Any, b: Any) -> tuple[Any, str | None]:
+def mqa_query(stack: VllmStack, b: MlaBatch) -> tuple[torch.Tensor | tuple[torch.Tensor, torch.Tensor], str | None]:
     """What forward_impl passes forward_mqa for the batch's absorbed query [ql_nope | q_pe]:
     the tuple (ql_nope, q_pe) with vLLM's memory layout, or, for an fp8 cache with an impl that
     takes quantized queries, the two concatenated and quantized with layer._q_scale."""
@@ -191,6 +204,7 @@ def mqa_query(stack: Any, b: Any) -> tuple[Any, str | None]:
 
     layer, impl = stack.layer, stack.layer.impl
     tokens, heads, width = b.query.shape
+    assert stack.spec.mla is not None  # VllmMlaAdapter.stack_spec
     lora, nope = b.kv_lora_rank, stack.spec.mla.qk_nope_head_dim
     padded = getattr(layer, "q_pad_num_heads", None) or heads
     # torch.bmm(q_nope (N, B, P), W_UK_T) writes (N, B, L); forward_impl transposes it to (B, N, L)
@@ -214,7 +228,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
 
     driven_backends = MLA_BACKENDS
 
-    def unsupported_reason(self, w: Any, block_size: int, device: str) -> str | None:
+    def unsupported_reason(self, w: Workload, block_size: int, device: str) -> str | None:
         kind = shape_kind_reason(w, mla=True, fp8=True) or self.sparsity_reason(w)
         if kind:
             return kind
@@ -228,12 +242,12 @@ class VllmMlaAdapter(VllmBackendAdapter):
             return f"{type(exc).__name__}: {exc}"
         return class_reason(cls, w) or (None if str(device) == "cpu" == self.device else cuda_device_reason(device))
 
-    def sparsity_reason(self, w: Any) -> str | None:
+    def sparsity_reason(self, w: Workload) -> str | None:
         if getattr(w, "index_topk", None):
             return "a sparse MLA (index_topk) workload: vLLM runs it with its sparse MLA backends"
         return None
 
-    def fill_model_inputs(self, stack: Any, b: Any) -> list[str]:
+    def fill_model_inputs(self, stack: VllmStack, b: MlaBatch) -> list[str]:
         """What the model hands the layer besides q and the cache (sparse MLA: the indexer's top-k);
         dense MLA: nothing."""
         return []
@@ -242,17 +256,18 @@ class VllmMlaAdapter(VllmBackendAdapter):
         modules = super().preload_modules()
         return [*modules, MLA_LAYER_MODULES[0]] if modules else modules
 
-    def stack_spec(self, b: Any) -> Any:
+    def stack_spec(self, b: Batch) -> StackSpec:
         import dataclasses
 
         from attnsel.attention.kernels.vllm.stack import MlaDims
 
         spec = super().stack_spec(b)
         # v_head_dim only sizes W_UV (not built): DeepSeek's 128
+        b = latent(b)
         mla = MlaDims(b.kv_lora_rank, b.qk_rope_head_dim, b.qk_nope_head_dim, 128, getattr(b, "index_topk", None))
         return dataclasses.replace(spec, num_kv_heads=1, mla=mla)
 
-    def prepare(self, b: Any) -> PreparedKernel:
+    def prepare(self, batch: Batch) -> PreparedKernel:
         from attnsel.attention.kernels import mla
         from attnsel.attention.kernels.vllm.inputs import (
             common_metadata,
@@ -260,6 +275,7 @@ class VllmMlaAdapter(VllmBackendAdapter):
         )
         from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
+        b = latent(batch)
         started = time.perf_counter()
         stack = self.stack_for(b)
         kb = mla.split_into_kernel_blocks(b, stack.kernel_block_size)
@@ -273,10 +289,10 @@ class VllmMlaAdapter(VllmBackendAdapter):
             kv_cache = latent_cache_tensor(stack, kb)
             query, quant_note = mqa_query(stack, b)
             notes += self.fill_model_inputs(stack, kb)
-        result: list[Any] = [None]
+        result: list[torch.Tensor | None] = [None]
         mqa_arguments = keyword_arguments(stack.facts.mla_forward_mqa, query, kv_cache, metadata, layer)
 
-        def run():
+        def run() -> torch.Tensor | None:
             result[0] = impl.forward_mqa(**mqa_arguments)[0]
             return result[0]
 
@@ -294,6 +310,6 @@ class VllmMlaAdapter(VllmBackendAdapter):
             details=details,
         )
 
-    def provider_text(self, stack: Any) -> str:
+    def provider_text(self, stack: VllmStack) -> str:
         impl, builder = type(stack.layer.impl).__name__, type(stack.builder).__name__
         return f"vllm {installed_version('vllm')} {self.backend}: {impl}.forward_mqa + {builder}"

@@ -30,10 +30,17 @@ mis-scales part of it says so in its adapter facts (fp8_not_timed) and those row
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels.base import SPARSE_MLA_BACKENDS
 from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnsel.attention.kernels.mla import MlaBatch
+    from attnsel.attention.kernels.paged import Workload
+    from attnsel.attention.kernels.vllm.stack import VllmStack
 
 FP8_DS_MLA_NOTE = ("--kv-cache-dtype fp8: vLLM's sparse FlashMLA stores it as fp8_ds_mla (656 bytes per token: "
                    "512 fp8 values, 4 fp32 tile scales, 64 bf16 rope values), which tune does not build yet")
@@ -75,7 +82,7 @@ class VllmSparseMlaAdapter(VllmMlaAdapter):
 
     driven_backends = SPARSE_MLA_BACKENDS
 
-    def sparsity_reason(self, w: Any) -> str | None:
+    def sparsity_reason(self, w: Workload) -> str | None:
         from attnsel.attention.kernels.kv_quant import is_fp8
 
         if not getattr(w, "index_topk", None):
@@ -87,10 +94,11 @@ class VllmSparseMlaAdapter(VllmMlaAdapter):
             return FP8_DS_MLA_NOTE
         return fp8_refusal(self.backend)
 
-    def fill_model_inputs(self, stack: Any, b: Any) -> list[str]:
+    def fill_model_inputs(self, stack: VllmStack, b: MlaBatch) -> list[str]:
         """The indexer's output for this step in the layer's shared topk_indices_buffer (the rows
         of the batch's tokens; the rest keep -1, as the indexer leaves them)."""
         buffer = stack.layer.impl.topk_indices_buffer
+        assert b.topk_indices is not None  # sparsity_reason refused workloads without index_topk
         tokens, topk = b.topk_indices.shape
         if buffer.shape[1] != topk:
             raise ValueError(f"the layer's top-k buffer is {buffer.shape[1]} wide, the batch's top-k {topk}")
@@ -99,7 +107,8 @@ class VllmSparseMlaAdapter(VllmMlaAdapter):
         return [f"top-k: {topk} positions per decode token (every position of a sequence no longer than that), "
                 f"written into the layer's topk_indices_buffer before the timed call, as the indexer writes them"]
 
-    def details(self, stack: Any, metadata: Any, launch: tuple[str, str], kv_cache: Any) -> dict:
+    def details(self, stack: VllmStack, metadata: object, launch: tuple[str, str],
+                kv_cache: torch.Tensor) -> dict[str, object]:
         facts = super().details(stack, metadata, launch, kv_cache)
         facts["index_topk"] = int(stack.layer.impl.topk_indices_buffer.shape[1])
         facts["fp8_use_mixed_batch"] = getattr(metadata, "fp8_use_mixed_batch", None)

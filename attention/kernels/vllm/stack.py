@@ -31,10 +31,13 @@ import inspect
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnsel.attention.versions import AdapterFacts
 
 GIB = 1 << 30
 
@@ -84,7 +87,10 @@ def synthetic_model_config(num_q_heads: int, num_kv_heads: int, head_size: int, 
     }
 
 
-def construct(cls: Any, **kwargs: Any) -> Any:
+_Made = TypeVar("_Made")
+
+
+def construct(cls: Callable[..., _Made], **kwargs: object) -> _Made:
     """`cls(**kwargs)` keeping only the keywords this release's class accepts (config dataclasses
     gain and lose fields between releases)."""
     try:
@@ -96,7 +102,7 @@ def construct(cls: Any, **kwargs: Any) -> Any:
     return cls(**{k: v for k, v in kwargs.items() if k in params})
 
 
-def call_accepting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def call_accepting(fn: Callable[..., _Made], *args: object, **kwargs: object) -> _Made:
     """`fn(*args, **kwargs)` dropping keywords the installed vLLM's function does not take."""
     try:
         params = inspect.signature(fn).parameters
@@ -140,7 +146,7 @@ def backend_class(backend: str) -> Any:
     return member.get_class()
 
 
-def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = None) -> int:
+def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: object = None) -> int:
     """The page size vLLM's kernels use for a --block-size (GPUModelRunner splits a cache block into
     kernel blocks with vllm.v1.worker.utils.select_common_block_size). Where that helper takes the
     layers' KV-cache specs (0.33: prepare_kernel_block_sizes passes each group's specs, and
@@ -162,7 +168,7 @@ def kernel_block_size(backend_cls: Any, block_size: int, kv_cache_spec: Any = No
     return int(call_accepting(select_common_block_size, block_size, [backend_cls], kv_cache_specs=[kv_cache_spec]))
 
 
-def installed_facts() -> Any:
+def installed_facts() -> AdapterFacts:
     """The adapter facts of the installed vLLM's release (its version picks the profile); a
     release attnsel has none for cannot be driven (ValueError, one line)."""
     from attnsel.attention.versions import installed_adapter_facts
@@ -186,14 +192,14 @@ def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> 
     notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
 
 
-def keyword_arguments(names: tuple[str, ...], *values: Any) -> dict:
+def keyword_arguments(names: tuple[str, ...], *values: object) -> dict[str, object]:
     """`values` under this release's parameter names (one of the adapter facts' lists)."""
     if len(names) != len(values):
         raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
     return dict(zip(names, values))
 
 
-def keyword_call(fn: Any, names: tuple[str, ...], *values: Any) -> Any:
+def keyword_call(fn: Callable[..., _Made], names: tuple[str, ...], *values: object) -> _Made:
     """`fn` called with `values` under this release's parameter names."""
     return fn(**keyword_arguments(names, *values))
 
@@ -214,7 +220,7 @@ class StackSpec:
     max_num_batched_tokens: int
     mla: MlaDims | None = None  # an MLA layer (vllm_mla.py): num_kv_heads 1, head_size = latent width
 
-    def model_config_json(self) -> dict:
+    def model_config_json(self) -> dict[str, object]:
         if self.mla is not None:
             from attnsel.attention.kernels.vllm.mla import synthetic_mla_model_config
 
@@ -236,7 +242,8 @@ class MlaDims:
 
 @dataclass
 class VllmStack:
-    """A built stack: config, layer (with its impl), builder, and what vLLM resolved."""
+    """A built stack: config, layer (with its impl), builder, and what vLLM resolved. The vLLM objects
+    are the installed release's, whichever it is (untyped here: Any)."""
 
     spec: StackSpec
     vllm_config: Any
@@ -247,9 +254,9 @@ class VllmStack:
     kv_cache_spec: Any
     cudagraph_support: str  # AttentionCGSupport name, from the builder class
     cudagraph_mode: str  # CUDAGraphMode name after vLLM resolved it against that support
+    facts: AdapterFacts  # the release's AdapterFacts (attention/versions/adapter_facts.py)
     dispatcher: Any = None
     notes: list[str] = field(default_factory=list)
-    facts: Any = None  # the release's AdapterFacts (attention/versions/adapter_facts.py)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -278,13 +285,13 @@ class VllmStack:
 class StackBuilder:
     """Builds VllmStacks in one worker process, each from a config.json synthesized for its head layout."""
 
-    def __init__(self, device: str = "cuda", facts: Any = None):
+    def __init__(self, device: str = "cuda", facts: AdapterFacts | None = None) -> None:
         self.device = device
         self._layer_count = 0
         self._facts = facts
 
     @property
-    def facts(self) -> Any:
+    def facts(self) -> AdapterFacts:
         """The installed release's adapter facts (given, or asked of its version object once)."""
         if self._facts is None:
             self._facts = installed_facts()
