@@ -23,7 +23,7 @@ def _progress(console):
         TimeElapsedColumn,
     )
 
-    from attnsel.bench.sweep import SweepProgress
+    from attnsel.bench.sweep import STATUS_OK, SweepProgress
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=False)
@@ -35,7 +35,7 @@ def _progress(console):
 
     def on_row(row: dict) -> None:
         problem = (row["backend"], row.get("status"), row.get("error"))
-        if row.get("status") != "ok" and problem not in reported:  # each distinct failure once
+        if row.get("status") != STATUS_OK and problem not in reported:  # each distinct failure once
             reported.add(problem)
             bar.console.print(f"  {row['backend']} --block-size {row['block_size']} {row.get('workload_label')}: "
                               f"{row.get('status')}: {(row.get('error') or '')[:120]}")

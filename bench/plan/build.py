@@ -28,7 +28,12 @@ from attnsel.bench.plan.rules import (
     vllm_verdict,
 )
 from attnsel.bench.plan.shape import TuneShape
-from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
+from attnsel.bench.plan.workloads import (
+    WORKLOAD_KINDS,
+    WorkloadKind,
+    WorkloadSpec,
+    workload_grid,
+)
 from attnsel.errors import UserInputError
 
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -185,7 +190,7 @@ def build_plan(
     *,
     backends: Sequence[str] = (),
     block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
-    kinds: Sequence[str] = WORKLOAD_KINDS,
+    kinds: Sequence[WorkloadKind] = WORKLOAD_KINDS,
     grid: str = "default",
     gpu_name: str | None = None,
     verdict: Verdict = vllm_verdict,

@@ -21,6 +21,7 @@ from attnsel.attention.kernels import (  # vLLM's MLA backends (one list each)
     MLA_BACKENDS,
     SPARSE_MLA_BACKENDS,
 )
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.errors import UserInputError
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
@@ -101,14 +102,14 @@ def mla_assumption(qk_nope_head_dim: int | None) -> str | None:
             f"the softmax scale and whether vLLM accepts FLASHINFER_MLA")
 
 
-def workload_kinds(use_mla: bool, kinds: Sequence[str]) -> tuple[list[str], list[str]]:
+def workload_kinds(use_mla: bool, kinds: Sequence[WorkloadKind]) -> tuple[list[WorkloadKind], list[str]]:
     """(kinds to time, notes): an MLA plan times decode only and says why."""
     if not use_mla:
         return list(kinds), []
-    if "decode" not in kinds:
+    if WorkloadKind.DECODE not in kinds:
         raise UserInputError(f"{PREFILL_NOTE}; pass --workload decode")
-    notes = [TIMED_NOTE] + ([PREFILL_NOTE] if set(kinds) - {"decode"} else [])
-    return ["decode"], notes
+    notes = [TIMED_NOTE] + ([PREFILL_NOTE] if set(kinds) - {WorkloadKind.DECODE} else [])
+    return [WorkloadKind.DECODE], notes
 
 
 def shape_notes(shape) -> list[str]:

@@ -25,20 +25,33 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from attnsel import files
+from attnsel.words import Word
 
-STATUS_OK = "ok"
-STATUS_SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
-STATUS_UNAVAILABLE = "unavailable"  # the kernel library is not installed here
-STATUS_UNSUPPORTED = "unsupported"  # the adapter cannot run this shape (not a vLLM rule)
-STATUS_WRONG = "wrong"  # ran, but failed the correctness check: disqualified
-STATUS_ERROR = "error"  # raised
-STATUS_OOM = "oom"
-STATUS_TIMEOUT = "timeout"
-STATUS_CRASHED = "crashed"  # the worker process died (segfault, abort)
-STATUSES = (
-    STATUS_OK, STATUS_SKIPPED_BY_VLLM, STATUS_UNAVAILABLE, STATUS_UNSUPPORTED, STATUS_WRONG,
-    STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED,
-)
+
+class RowStatus(Word):
+    """A result row's "status" (docs/measuring.md §7)."""
+
+    OK = "ok"
+    SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
+    UNAVAILABLE = "unavailable"  # the kernel library is not installed here
+    UNSUPPORTED = "unsupported"  # the adapter cannot run this shape (not a vLLM rule)
+    WRONG = "wrong"  # ran, but failed the correctness check: disqualified
+    ERROR = "error"  # raised
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"  # the worker process died (segfault, abort)
+
+
+STATUS_OK = RowStatus.OK
+STATUS_SKIPPED_BY_VLLM = RowStatus.SKIPPED_BY_VLLM
+STATUS_UNAVAILABLE = RowStatus.UNAVAILABLE
+STATUS_UNSUPPORTED = RowStatus.UNSUPPORTED
+STATUS_WRONG = RowStatus.WRONG
+STATUS_ERROR = RowStatus.ERROR
+STATUS_OOM = RowStatus.OOM
+STATUS_TIMEOUT = RowStatus.TIMEOUT
+STATUS_CRASHED = RowStatus.CRASHED
+STATUSES: tuple[RowStatus, ...] = tuple(RowStatus)
 FAILED_STATUSES = (STATUS_WRONG, STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED)
 
 RESULTS_FILE = "results.jsonl"

@@ -31,14 +31,26 @@ from attnsel.bench.sweep.worker_process import (
 )
 from attnsel.bench.timing import mode_label
 from attnsel.bench.timing import stats as T
+from attnsel.bench.timing.launch_mode import LaunchMode, Timer
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 from attnsel.probe import usable_cpu_count
+from attnsel.words import Word
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, docs/gpu-facts.md §1)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
 DEFAULT_MAX_RESTARTS = 8
-CHECK_POLICIES = ("first", "all", "none")
+
+
+class CheckPolicy(Word):
+    """--check: which rows are checked against the fp32 reference."""
+
+    FIRST = "first"  # the smallest shape of each workload kind per block size
+    ALL = "all"
+    NONE = "none"
+
+
+CHECK_POLICIES: tuple[CheckPolicy, ...] = tuple(CheckPolicy)
 # Backends run in this order so that each pre-spawned worker's library import hides behind the
 # previous backend's rows. FLEX_ATTENTION goes first: it imports only torch (dynamo/inductor,
 # 7.6 s on an H100), while `import vllm` (18.9 s there) for the three vLLM-driven workers then
@@ -77,13 +89,13 @@ def import_slots(cpu_count: int | None = None) -> int:
 class SweepOptions:
     # How each row's call is launched: "vllm" (graph replay where vLLM captures the batch in a full
     # CUDA graph, eager elsewhere), or forced "graph" (--cuda-graph) / "eager" (--eager).
-    launch: str = "vllm"
-    timer: str = "auto"  # "auto" (CUPTI where cupti-python works, else CUDA events) | "cupti" | "events"
+    launch: str = LaunchMode.VLLM
+    timer: str = Timer.AUTO  # "auto" (CUPTI where cupti-python works, else CUDA events) | "cupti" | "events"
     cold_l2: bool = True
     warmup_ms: float = T.WARMUP_BUDGET_MS
     repeat_ms: float = T.REPEAT_BUDGET_MS
     max_samples: int = T.MAX_SAMPLES
-    check: str = "first"  # which rows are checked against the fp32 reference
+    check: str = CheckPolicy.FIRST  # which rows are checked against the fp32 reference
     tolerance: float | None = None
     seed: int = 0
     keep_samples: bool = False
@@ -138,7 +150,7 @@ def items_for(plan: Plan, options: SweepOptions, skip_keys: set[str] = frozenset
             key = R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode)
             if key in skip_keys:
                 continue
-            check = options.check == "all" or (options.check == "first" and w == smallest[w.kind])
+            check = options.check == CheckPolicy.ALL or (options.check == CheckPolicy.FIRST and w == smallest[w.kind])
             launch, why = plan.launch(config.backend, w)
             groups.setdefault(config.backend, []).append({
                 "key": key,

@@ -11,7 +11,7 @@ from attnsel import __version__, files
 from attnsel.bench.plan import WORKLOAD_KINDS
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
-from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.sweep import STATUS_OK, SweepOptions
 from attnsel.bench.tune import env_info
 from attnsel.bench.tune import recommend as REC
 
@@ -46,7 +46,7 @@ def prespawn_warnings(outcomes: dict) -> list[str]:
 def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str]:
     """Say where a backend was timed with another provider than the kernel vLLM itself would run,
     since the flags we recommend make vLLM run its own kernel."""
-    adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
+    adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == STATUS_OK}
     out = []
     # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, docs/vllm-rules.md §3c)
     if next(iter(capability)) == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):

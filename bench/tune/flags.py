@@ -15,12 +15,12 @@ from attnsel.attention.model import (
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import parse_workloads, rule_profile_choice
 from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions, gpu_ordinals
+from attnsel.bench.sweep.run import CheckPolicy
+from attnsel.bench.timing.launch_mode import TIMERS, LaunchMode, Timer
 from attnsel.bench.tune import recommend as REC
 from attnsel.bench.tune.request import TuneRequest, check_shape_flags
 from attnsel.errors import UserInputError
 from attnsel.probe import parse_capability
-
-TIMERS = ("auto", "cupti", "events")
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,8 @@ def _grid(flags: TuneFlags) -> str:
 
 
 def _sweep_options(flags: TuneFlags) -> SweepOptions:
-    launch = "graph" if flags.cuda_graph else "eager" if flags.eager else "vllm"
-    return SweepOptions(launch=launch, timer=flags.timer, cold_l2=not flags.hot_l2, check=flags.check,
+    launch = LaunchMode.GRAPH if flags.cuda_graph else LaunchMode.EAGER if flags.eager else LaunchMode.VLLM
+    return SweepOptions(launch=launch, timer=Timer(flags.timer), cold_l2=not flags.hot_l2, check=CheckPolicy(flags.check),
                         tolerance=flags.tolerance, item_timeout_s=flags.timeout)
 
 

@@ -91,7 +91,7 @@ class ConfigScore:
 class Decision:
     """The fastest config of one workload kind (or overall) against vLLM's default."""
 
-    scope: str  # "decode" | "prefill" | "mixed" | "overall"
+    scope: str  # a WorkloadKind, or "overall"
     best: ConfigScore | None
     default: ConfigScore | None
     speedup_vs_default: float | None  # > 1: best is faster than the default

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.errors import UserInputError
 
-DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+DEFAULT_WEIGHTS: dict[WorkloadKind, float] = {WorkloadKind.DECODE: 0.7, WorkloadKind.PREFILL: 0.2,
+                                              WorkloadKind.MIXED: 0.1}
 
 
-def parse_weights(text: str | None) -> dict[str, float]:
+def parse_weights(text: str | None) -> dict[WorkloadKind, float]:
     """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
 
-    >>> parse_weights("decode=3,prefill=1")
-    {'decode': 3.0, 'prefill': 1.0, 'mixed': 0.0}
+    >>> parse_weights("decode=3,prefill=1") == {"decode": 3.0, "prefill": 1.0, "mixed": 0.0}
+    True
     """
     if not text:
         return dict(DEFAULT_WEIGHTS)

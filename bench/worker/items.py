@@ -14,6 +14,7 @@ from typing import Any
 
 from attnsel.attention.kernels import kv_quant
 from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import choose_launch, mode_label
 from attnsel.bench.timing import stats as T
@@ -210,7 +211,7 @@ class ItemRunner:
         row["bytes_moved"] = bytes_moved
         row["flops"] = flops
         row["bandwidth_bytes_per_s"] = T.bandwidth_bytes_per_s(bytes_moved, result.stats.median_ms)
-        row["tflops"] = T.tflops(flops, result.stats.median_ms) if spec.kind != "decode" else None
+        row["tflops"] = T.tflops(flops, result.stats.median_ms) if spec.kind != WorkloadKind.DECODE else None
         row["status"] = R.STATUS_OK
 
     def _prepare(self, adapter: Any, workload: Any, block_size: int, batch: Any, row: dict) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.tune import Verdict
 from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.loaders import ReportData, TuneData
@@ -141,7 +142,7 @@ def tune_markdown(tune: TuneData) -> str:
 
 def _bandwidth_section(frame: pd.DataFrame) -> list[str]:
     best = F.best_bandwidth(frame)
-    decode = best[best["kind"] == "decode"]
+    decode = best[best["kind"] == WorkloadKind.DECODE]
     if decode.empty:
         return []
     backends = list(dict.fromkeys(decode["backend"]))

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune import (
     DecisionRecord,
@@ -72,7 +73,7 @@ def workloads_table(plan: dict) -> Table:
     for col in ("kind", "shape", "batch", "KV length", "new tokens/request"):
         table.add_column(col)
     for w in plan["workloads"]:
-        q = str(w["query_len"]) if w["kind"] != "mixed" else f"{w['query_len']} (chunks) / 1"
+        q = str(w["query_len"]) if w["kind"] != WorkloadKind.MIXED else f"{w['query_len']} (chunks) / 1"
         table.add_row(w["kind"], w["label"], str(w["batch"]), str(w["context_len"]), q)
     return table
 
