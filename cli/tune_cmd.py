@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,6 +12,10 @@ from attnsel.cli import settings, verify_cmd
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
+
+if TYPE_CHECKING:
+    from attnsel.bench.tune.request import TuneRequest
+    from attnsel.bench.tune.run import TuneOutcome
 
 
 def _progress(console):
@@ -91,12 +96,7 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench.tune import (
-            TuneFlags,
-            check_flags,
-            check_real_sweep_flags,
-            request_from_flags,
-        )
+        from attnsel.bench.tune import TuneFlags, resolve_request
 
         flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
@@ -105,31 +105,29 @@ def register(app: typer.Typer) -> None:
             tensor_parallel_size=tensor_parallel_size, backends=backends, block_sizes=block_sizes,
             workload=workload, weights=weights, min_gain=min_gain, quick=quick, full=full, cuda_graph=cuda_graph,
             eager=eager, timer=timer, hot_l2=hot_l2, check=check, tolerance=tolerance, timeout=timeout, gpus=gpus,
-            output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability,
+            output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability, dry_run=dry_run,
             vllm_version=vllm_version, prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
             mamba_cache_mode=mamba_cache_mode,
         )
-        check_flags(flags)
-        req = request_from_flags(flags)
+        req = resolve_request(flags)  # every flag checked once, the rule profile chosen once
         if dry_run:
             _dry_run(req, as_json)
             return
-        check_real_sweep_flags(flags, req)
         if verify:
             from attnsel.bench.verify import check_verify_possible
 
             check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
-        outcome = _sweep(req, output, resume=resume, retry_failed=retry_failed)
+        outcome = _sweep(req)
         _show_outcome(outcome, as_json=as_json, verify=verify, show_rows=show_rows)
 
 
-def _dry_run(req, as_json: bool) -> None:
+def _dry_run(req: TuneRequest, as_json: bool) -> None:
     """--dry-run: the plan after vLLM's rules, with skip reasons; needs no GPU."""
     from attnsel.bench.tune import request as tune_request
     from attnsel.reports.tune import text as tune_report
 
-    cc, gpu_name = tune_request.capability_without_gpu(req)
-    plan = tune_request.make_plan(req, cc, gpu_name)
+    assert req.capability is not None  # a dry run's request names the GPU it plans for
+    plan = tune_request.make_plan(req, req.capability, req.gpu_name)
     doc = tune_request.plan_document(plan, req.options)
     if as_json:
         print_json(doc)
@@ -139,12 +137,12 @@ def _dry_run(req, as_json: bool) -> None:
         raise CheckFailed(tune_request.refused_grid_message(plan))
 
 
-def _sweep(req, output: str | None, *, resume: bool, retry_failed: bool):
+def _sweep(req: TuneRequest) -> TuneOutcome:
     """The sweep with a progress bar on stderr; Ctrl-C leaves whole rows and says how to resume."""
     from attnsel.bench.tune import run as TUNE
 
     err = stderr_console()
-    out_dir = Path(output) if output is not None else TUNE.default_output_dir()
+    out_dir = Path(req.output) if req.output is not None else TUNE.default_output_dir()
     files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
     err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
     adapter_note = TUNE.vllm_adapter_note()
@@ -152,8 +150,7 @@ def _sweep(req, output: str | None, *, resume: bool, retry_failed: bool):
         err.print(adapter_note, markup=False)
     bar, progress = _progress(err)
     try:
-        return TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
-                             on_plan=_announce_plan(err, bar, out_dir))
+        return TUNE.run_tune(req, out_dir, progress=progress, on_plan=_announce_plan(err, bar, out_dir))
     except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
         raise Interrupted(_interrupted(out_dir)) from None
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels import (
     BACKENDS,  # the dense backends tune times (one list)
@@ -35,6 +35,9 @@ from attnsel.bench.plan.workloads import (
     workload_grid,
 )
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions import FaultMatch, RuleProfile
 
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
 # FlexAttention recompiles per shape and block size; the default/quick grids keep vLLM's own
@@ -120,7 +123,9 @@ class Plan:
     rule_profile: str | None = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: str | None = None
     # the release's known vLLM faults the timed rows meet (attention/versions/faults.py FaultMatch; bench/tune/request.py)
-    known_faults: tuple[Any, ...] = ()
+    known_faults: tuple[FaultMatch, ...] = ()
+    # the version object that filtered the grid (tune's request resolved it once); None: read by its name
+    profile: RuleProfile | None = field(default=None, compare=False, repr=False)
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -137,7 +142,9 @@ class Plan:
         from attnsel.attention import versions
         from attnsel.attention.selector import cudagraph
 
-        profile = versions.get_profile(self.rule_profile) if self.rule_profile else None
+        profile = self.profile
+        if profile is None and self.rule_profile:
+            profile = versions.get_profile(self.rule_profile)
         version = profile.vllm_version if profile else "?"
         return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
                                        tuple(self.capability), w.kind, w.query_tokens)

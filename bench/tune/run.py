@@ -29,7 +29,6 @@ from attnsel.bench.tune.document import (
 from attnsel.bench.tune.phases import phase_breakdown
 from attnsel.bench.tune.request import (
     TuneRequest,
-    check_shape_flags,
     make_plan,
     refused_grid_message,
 )
@@ -74,18 +73,16 @@ def run_tune(
     req: TuneRequest,
     output_dir: Path,
     *,
-    resume: bool = False,
-    retry_failed: bool = False,
     progress: SweepProgress | None = None,
     on_plan: Callable[[P.Plan], None] | None = None,
 ) -> TuneOutcome:
+    """The sweep the request describes (its flags checked: bench/tune/flags.py), written to `output_dir`."""
     options = req.options
     output_dir = Path(output_dir)
     results_path = output_dir / R.RESULTS_FILE
-    if results_path.exists() and results_path.stat().st_size > 0 and not resume:
+    if results_path.exists() and results_path.stat().st_size > 0 and not req.resume:
         raise UserInputError(f"{results_path} already holds results: pass --resume to continue that sweep, "
                              f"or choose another --output")
-    check_shape_flags(req)
     run_started = time.time()
     if req.gpus:
         options = dataclasses.replace(options, gpus=selected_gpus(req.gpus))
@@ -100,7 +97,7 @@ def run_tune(
         raise CheckFailed(refused_grid_message(plan))
     if on_plan:
         on_plan(plan)
-    measured = measure_sweep(plan, options, output_dir, device, resume=resume, retry_failed=retry_failed,
+    measured = measure_sweep(plan, options, output_dir, device, resume=req.resume, retry_failed=req.retry_failed,
                              progress=progress)
     document = finish_document(req, plan, options, device, measured, probe_s=probe_s, run_started=run_started)
     write_document(document, output_dir)
