@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from attnsel import files
-from attnsel.cli import settings, verify_cmd
+from attnsel.cli import settings
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
@@ -195,8 +195,11 @@ def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> N
                                f"and the worker logs")
         raise typer.Exit(EXIT_FAILED)
     if verify:
-        code = verify_cmd.verify_after_tune(outcome.output_dir, as_json,
-                                            tune_document=outcome.document if as_json else None)
+        from attnsel.bench.verify.session import after_tune
+        from attnsel.cli.verify_display import run_and_render
+
+        code = run_and_render(after_tune(outcome.output_dir), outcome.output_dir, as_json=as_json,
+                              tune_document=outcome.document if as_json else None)
         if code:
             raise typer.Exit(code)
 
