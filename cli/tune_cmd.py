@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import typer
@@ -14,11 +16,16 @@ from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_v
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from attnsel.bench.plan import Plan
+    from attnsel.bench.sweep import SweepProgress
     from attnsel.bench.tune.request import TuneRequest
     from attnsel.bench.tune.run import TuneOutcome
 
 
-def _progress(console):
+def _progress(console: Console) -> tuple[Progress, SweepProgress]:
     """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
     from rich.progress import (
         BarColumn,
@@ -167,10 +174,10 @@ def _interrupted(out_dir: Path) -> str:
     return "interrupted before the first row was measured: nothing was kept; run the same command again"
 
 
-def _announce_plan(err, bar, out_dir: Path):
+def _announce_plan(err: Console, bar: Progress, out_dir: Path) -> Callable[[Plan], None]:
     """What the sweep will do, printed once the plan is known; then the progress bar starts."""
 
-    def on_plan(plan) -> None:
+    def on_plan(plan: Plan) -> None:
         err.print(f"results go to {out_dir}/ (results.jsonl is written row by row)")
         skipped = len(plan.skipped_configs)
         err.print(f"{plan.shape.describe()}; {len(plan.runnable_configs)} configs x {len(plan.workloads)} shapes"
@@ -180,7 +187,7 @@ def _announce_plan(err, bar, out_dir: Path):
     return on_plan
 
 
-def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
+def _show_outcome(outcome: TuneOutcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
     """summary.txt, the results on stdout, exit 1 when nothing was timed, then --verify."""
     from attnsel.bench.tune import DOCUMENT_FILE
     from attnsel.reports.tune import text as tune_report
@@ -204,7 +211,7 @@ def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> N
             raise typer.Exit(code)
 
 
-def _write_summary(outcome, tune_report) -> None:
+def _write_summary(outcome: TuneOutcome, tune_report: ModuleType) -> None:
     from rich.console import Console
 
     from attnsel.bench.tune import SUMMARY_FILE

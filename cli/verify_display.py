@@ -9,26 +9,29 @@ from typing import TYPE_CHECKING
 from attnsel.cli.common import print_json, stderr_console, stdout_console
 
 if TYPE_CHECKING:
-    from attnsel.bench.verify import VerifyRequest
+    from rich.console import Console
+    from rich.progress import TaskID
+
+    from attnsel.bench.verify import VerifyProgress, VerifyRequest
 
 
 class _Display:
     """Progress on stderr: one line per candidate with elapsed time against its estimate."""
 
-    def __init__(self, console):
+    def __init__(self, console: Console):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[estimate]}"), console=console, transient=False)
-        self.task = None
+        self.task: TaskID | None = None
         self.started = False
         self.label = ""
         self.shape = ""
         self.calls = 0
         self.total_calls = 0
 
-    def progress(self):
+    def progress(self) -> VerifyProgress:
         from attnsel.bench.verify import VerifyProgress
 
         return VerifyProgress(on_plan=self.on_plan, on_candidate=self.on_candidate, on_message=self.on_message,

@@ -81,7 +81,7 @@ def parse_backends(value: str | None) -> list[str]:
     if bad:
         from attnsel.attention.versions import close_backend_names
 
-        hints = {n: close_backend_names(n, supported) for n in bad}
+        hints = {n: close_backend_names(n, list(supported)) for n in bad}
         named = [f"{n} (did you mean {', '.join(hints[n])}?)" if hints[n] else n for n in bad]
         raise UserInputError(f"unknown backend(s) {', '.join(named)}; tune supports {', '.join(supported)}")
     return list(dict.fromkeys(names))
@@ -147,7 +147,7 @@ class Plan:
             profile = versions.get_profile(self.rule_profile)
         version = profile.vllm_version if profile else "?"
         return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
-                                       tuple(self.capability), w.kind, w.query_tokens)
+                                       self.capability, w.kind, w.query_tokens)
 
     def launch_summary(self) -> dict[str, dict[str, str]]:
         """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""
@@ -241,7 +241,7 @@ def build_plan(
     default_backend, default_bs, default_error = default_choice(shape, capability)
     return Plan(
         shape=shape,
-        capability=tuple(capability),
+        capability=(capability[0], capability[1]),
         gpu_name=gpu_name,
         configs=tuple(configs),
         workloads=tuple(workload_grid(kinds, grid)),

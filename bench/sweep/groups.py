@@ -169,8 +169,11 @@ def run_backend_group(
 
 
 class _GroupRun:
-    def __init__(self, backend, items, shape, options, log_path, on_row, on_start, on_info, worker=None):
+    def __init__(self, backend: str, items: list[dict], shape: dict, options: SweepOptions, log_path: Path,
+                 on_row: Callable[[dict], None], on_start: Callable[[dict], None] | None,
+                 on_info: Callable[[dict], None] | None, worker: WorkerProcess | None = None):
         self.backend, self.shape, self.options, self.log_path = backend, shape, options, log_path
+        self.env: dict | None = None
         self.on_row, self.on_start, self.on_info = on_row, on_start, on_info
         self.pending: list[dict] = list(items)
         self.by_key = {item["key"]: item for item in items}
@@ -236,11 +239,16 @@ class _GroupRun:
         for other in [i for i in self.pending if i["block_size"] == bs]:
             self.fail(other, status, f"not run: {self.backend} --block-size {bs} {what} (last on {label})")
 
+    @property
+    def group_started_at(self) -> float:
+        assert self.outcome.started_at is not None  # run() sets it before any worker is driven
+        return self.outcome.started_at
+
     def drive(self, worker: WorkerProcess) -> bool:
         """Read one worker's messages until it finishes (True), dies or hangs (False)."""
         worker.go()
         watch = _Watch(worker, record_index=len(self.outcome.workers))
-        self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
+        self.outcome.workers.append(worker_record(worker, None, None, self.group_started_at))
         while True:
             limit = self.options.item_timeout_s if watch.ready else self.options.startup_timeout_s
             try:
@@ -291,7 +299,7 @@ class _GroupRun:
         elif kind == "ready":
             watch.ready = True
             self.outcome.workers[watch.record_index] = worker_record(worker, message.get("startup"), time.time(),
-                                                                     self.outcome.started_at)
+                                                                     self.group_started_at)
             self.outcome.info = message.get("info")
             if self.on_info and self.outcome.info:
                 self.on_info(self.outcome.info)

@@ -115,7 +115,7 @@ class ResultsWriter:
     def __enter__(self) -> ResultsWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnsel.bench.plan import Plan
+from attnsel.bench.plan import Plan, WorkloadSpec
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
 from attnsel.bench.sweep.worker_process import (
@@ -134,13 +134,13 @@ class SweepOptions:
 # Items
 
 
-def items_for(plan: Plan, options: SweepOptions, skip_keys: set[str] = frozenset()) -> dict[str, list[dict]]:
+def items_for(plan: Plan, options: SweepOptions, skip_keys: Set[str] = frozenset()) -> dict[str, list[dict]]:
     """Rows to time, grouped by backend; `check` marks rows compared with the fp32 reference
     ("first": the smallest shape of each workload kind per block size -- the reference on a
     256 x 16k decode batch would cost more than the sweep)."""
     mode = mode_label(options.worker_options())
     shape = plan.shape
-    smallest = {}
+    smallest: dict[str, WorkloadSpec] = {}
     for w in plan.workloads:
         if w.kind not in smallest or w.kv_tokens < smallest[w.kind].kv_tokens:
             smallest[w.kind] = w
@@ -319,7 +319,7 @@ def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: Swee
     return {0: _prespawn_at(order, 0, plan, options, output_dir, lane, previous=before)}
 
 
-def _prespawn_at(order, j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
+def _prespawn_at(order: list[tuple[str, list[dict]]], j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
                  previous: str) -> WorkerProcess:
     backend, items = order[j]
     return prespawn_worker(backend, items, plan.shape.to_dict(), options, Path(output_dir) / lane.log_name(backend),
@@ -354,7 +354,7 @@ def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOp
 
             start_due(reserved=0 if worker is not None else 1)  # a fresh worker for this backend imports too
 
-            def on_row(row: dict, start_due=start_due) -> None:
+            def on_row(row: dict, start_due: Callable[..., None] = start_due) -> None:
                 if lane.label is not None:
                     row["gpu"] = lane.label
                 row = enrich(row)

@@ -5,6 +5,7 @@ environment, the recommendation, the warnings) and results.csv, its flat rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from attnsel import __version__, files
@@ -62,7 +63,7 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     return out
 
 
-def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: Mapping[str, float], *,
                    min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
                    gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: float | None = None) -> dict:
     """The full results: one row per backend x block size x shape, the environment, the advice."""

@@ -20,12 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import UnionType
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 from attnsel.bench.sweep import STATUS_OK, STATUSES
 from attnsel.bench.tune.verdict import Verdict
 
 Scalar = str | int | float  # a version or a capability: "9.0", 12.4, 550
+R = TypeVar("R", bound="Record")
 
 
 def required_field(**metadata: Any) -> Any:
@@ -38,6 +39,11 @@ def positive_field(**metadata: Any) -> Any:
 
 def renamed_field(name: str) -> Any:
     return field(default=None, metadata={"key": name})
+
+
+def absent_field() -> Any:
+    """A field that is never null in a document, though it may be absent (then None here)."""
+    return field(default=None)
 
 
 @dataclass
@@ -59,7 +65,7 @@ class Record:
         return Record._types[cls]
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> Record:
+    def from_dict(cls: type[R], data: Mapping) -> R:
         readers = Record._readers.get(cls)
         if readers is None:  # worked out once per record type: a sweep's tune.json holds thousands of rows
             fields = cls.json_fields().items()
@@ -150,7 +156,7 @@ class ResultRow(Record):
     backend: str = required_field()
     block_size: int = positive_field(required=True)
     status: str = required_field(one_of=STATUSES)
-    key: str = None
+    key: str = absent_field()
     kind: str | None = None
     workload_label: str | None = None
     error: str | None = None
@@ -183,7 +189,7 @@ class ResultRow(Record):
 class Choice(Record):
     """A (backend, block size) pair with its score: a decision's best, vLLM's default, a ranked config."""
 
-    backend: str = None
+    backend: str = absent_field()
     block_size: int = positive_field()
     geomean_ms: float | None = None
     kernel_block_size: int | None = None
@@ -244,7 +250,7 @@ class PlanShape(Record):
 
 @dataclass
 class PlanConfig(Record):
-    backend: str = None
+    backend: str = absent_field()
     block_size: int = positive_field()
     status: str | None = None
     reasons: list[str] | None = None
@@ -296,7 +302,7 @@ class Environment(Record):
 class TuneDocument(Record):
     """tune.json (bench/tune/document.py), or a bare results.jsonl read as {"rows": [...]}."""
 
-    rows: list[ResultRow] = None
+    rows: list[ResultRow] = absent_field()  # noqa: RUF009 -- None when absent, never a shared default
     recommendation: RecommendationRecord | None = None
     plan: PlanRecord | None = None
     environment: Environment | None = None

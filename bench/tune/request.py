@@ -82,7 +82,7 @@ class TuneRequest:
     block_sizes_given: bool = False  # --block-sizes was passed
     kinds: tuple[WorkloadKind, ...] = WORKLOAD_KINDS
     grid: str = "default"
-    weights: Mapping[WorkloadKind, float] = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
+    weights: Mapping[str, float] = field(default_factory=lambda: dict(REC.DEFAULT_WEIGHTS))
     min_gain: float = REC.DEFAULT_MIN_GAIN  # --min-gain: below it a margin is not worth a flag change
     gpu_name: str | None = None  # --gpu (dry run without a GPU), or what NVML named for it
     capability: tuple[int, int] | None = None  # --capability (dry run), or what NVML said for it
@@ -144,14 +144,15 @@ def mla_shape(req: LayerFlags, dtype: str) -> TuneShape:
     missing = [flag for flag, value in (("--use-mla", req.use_mla or None), ("--kv-lora-rank", req.kv_lora_rank),
                                         ("--qk-rope-head-dim", req.qk_rope_head_dim), ("--num-heads", req.num_heads))
                if value is None]
-    if missing:
+    rank, rope, heads = req.kv_lora_rank, req.qk_rope_head_dim, req.num_heads
+    if missing or rank is None or rope is None or heads is None:
         raise UserInputError(f"an MLA layer needs --use-mla --kv-lora-rank --qk-rope-head-dim --num-heads "
                              f"(missing {', '.join(missing)}), e.g. DeepSeek-V3: --use-mla --kv-lora-rank 512 "
                              f"--qk-rope-head-dim 64 --num-heads 128")
     if req.num_kv_heads is not None:
         raise UserInputError("--num-kv-heads does not apply to MLA: its layers have one latent KV head")
-    shape = plan_mla.make_mla_shape(req.kv_lora_rank, req.qk_rope_head_dim, req.num_heads, dtype, req.kv_cache_dtype,
-                                    req.tensor_parallel_size, req.qk_nope_head_dim)
+    shape = plan_mla.make_mla_shape(rank, rope, heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size,
+                                    req.qk_nope_head_dim)
     if req.head_size is not None and req.head_size != shape.head_size:
         raise UserInputError(f"--head-size {req.head_size} contradicts the MLA head size --kv-lora-rank + "
                              f"--qk-rope-head-dim = {shape.head_size}")
@@ -173,6 +174,7 @@ def resolve_shape(req: TuneRequest, capability: tuple[int, int] | None) -> TuneS
     dtype = shape_dtype(req.dtype, capability or (8, 0))
     if req.use_mla or req.kv_lora_rank is not None:
         return mla_shape(req, dtype)
+    assert req.head_size is not None  # check_layer_flags refused a request without a layer
     heads, kv_heads, assumed = explicit_heads(req)
     shape = make_shape(req.head_size, heads, kv_heads, dtype, req.kv_cache_dtype, req.tensor_parallel_size)
     return dataclasses.replace(shape, assumed=assumed)

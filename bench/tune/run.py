@@ -166,7 +166,7 @@ def _add_gpus_section(document: dict, gpus: list[str], facts: dict) -> None:
                                        f"{gpus[0]} alone")
 
 
-def selected_gpus(value: str) -> list[str]:
+def selected_gpus(value: str) -> list[str] | None:
     """--gpus resolved against the GPUs NVML sees for this process; one GPU model required."""
     from attnsel.bench.sweep import multi_gpu
 
@@ -180,7 +180,7 @@ def selected_gpus(value: str) -> list[str]:
         raise EnvironmentProblem("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
                              "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
     chosen = multi_gpu.parse_gpus(value, len(visible))
-    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])
+    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in (chosen or ())])
     if reason:
         raise UserInputError(reason)
     return chosen

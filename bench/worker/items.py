@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from attnsel.attention.kernels import kv_quant
@@ -106,7 +107,7 @@ class ItemRunner:
         return row
 
     @contextlib.contextmanager
-    def _phase(self, name: str):
+    def _phase(self, name: str) -> Iterator[None]:
         """Adds the wall seconds of the block to this row's breakdown (even when it raises)."""
         started = time.perf_counter()
         try:
@@ -115,7 +116,7 @@ class ItemRunner:
             self._phases[name] = self._phases.get(name, 0.0) + (time.perf_counter() - started)
 
     def _pick_adapter(self, workload: Any, block_size: int) -> tuple[Any | None, list[str]]:
-        reasons = []
+        reasons: list[str] = []
         for adapter in self.adapters():
             why = adapter.unsupported_reason(workload, block_size, getattr(self.toolkit, "device", "cuda"))
             if why is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.timing import stats as T
+from attnsel.bench.timing.launch_mode import LaunchMode, Timer
 from attnsel.bench.worker.prebuild import error_text, import_backend_libraries
 from attnsel.probe.libraries import library_versions  # also probe --json's `libraries`
 
@@ -95,9 +96,10 @@ class KernelToolkit:
         if workload.is_mla:
             from attnsel.attention.kernels.mla import make_mla_batch
 
-            batch = make_mla_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
-        else:
-            batch = self.paged.make_paged_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
+            mla_batch = make_mla_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
+            self._live.append(mla_batch)
+            return mla_batch
+        batch = self.paged.make_paged_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
         self._live.append(batch)
         return batch
 
@@ -117,21 +119,24 @@ class KernelToolkit:
         return err
 
     def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
-             launch: str = "eager") -> T.TimingResult:
+             launch: str = LaunchMode.EAGER) -> T.TimingResult:
         from attnsel.bench.timing import gpu as G
 
-        kwargs = dict(
-            timer=str(options.get("timer", "auto")), cold_l2=bool(options.get("cold_l2", True)),
-            warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
-            repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
-            max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
-        )
-        if launch != "graph":
-            return G.time_call(prepared.run, launch="eager", **kwargs)
+        def timed(how: str) -> T.TimingResult:
+            return G.time_call(
+                prepared.run, launch=how, timer=str(options.get("timer", Timer.AUTO)),
+                cold_l2=bool(options.get("cold_l2", True)),
+                warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
+                repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
+                max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
+            )
+
+        if launch != LaunchMode.GRAPH:
+            return timed(LaunchMode.EAGER)
         try:
-            return G.time_call(prepared.run, launch="graph", **kwargs)
+            return timed(LaunchMode.GRAPH)
         except Exception as exc:  # noqa: BLE001 -- not every kernel is capture-safe; say so and fall back
-            result = G.time_call(prepared.run, launch="eager", **kwargs)
+            result = timed(LaunchMode.EAGER)
             return dataclasses.replace(result, note=f"CUDA-graph capture failed ({error_text(exc)}); timed eagerly")
 
     def triton_compile_only(self, threads: int) -> Any:

@@ -129,7 +129,7 @@ def check_of(kind: Any) -> Check | None:
     return {bool: BOOL, int: INT, float: NUM}.get(kind)
 
 
-def _record_check(record: type) -> Check:
+def _record_check(record: type[Record]) -> Check:
     fields: dict[str, Check] = {}
     needed, needed_if = [], {}
     for key, (_name, kind, metadata) in record.json_fields().items():
@@ -152,9 +152,9 @@ def _anything(value: Any, path: str) -> None:
 
 
 _ANYTHING: Check = _anything
-ROW = check_of(ResultRow)
-TUNE_DOCUMENT = check_of(TuneDocument)
-VERIFY_DOCUMENT = check_of(VerifyDocument)
+ROW = _record_check(ResultRow)
+TUNE_DOCUMENT = _record_check(TuneDocument)
+VERIFY_DOCUMENT = _record_check(VerifyDocument)
 
 # --- an `explain --json` answer (reports/explain/table.py explanation_to_dict) ----------------
 _VERDICT = obj({"name": STR, "valid": BOOL, "priority": opt(INT), "reasons": opt(list_of(STR))}, required=("name",))
