@@ -194,7 +194,7 @@ def _show_outcome(outcome: TuneOutcome, *, as_json: bool, verify: bool, show_row
 
     _write_summary(outcome, tune_report)
     if as_json and (not verify or outcome.timed_rows == 0):
-        print_json(outcome.document)
+        print_json(outcome.document.to_dict())
     elif not as_json:
         tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
     if outcome.timed_rows == 0:
@@ -206,7 +206,7 @@ def _show_outcome(outcome: TuneOutcome, *, as_json: bool, verify: bool, show_row
         from attnsel.cli.verify_display import run_and_render
 
         code = run_and_render(after_tune(outcome.output_dir), outcome.output_dir, as_json=as_json,
-                              tune_document=outcome.document if as_json else None)
+                              tune_document=outcome.document.to_dict() if as_json else None)
         if code:
             raise typer.Exit(code)
 

@@ -54,6 +54,10 @@ class Record:
     _unknown: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _types: ClassVar[dict[type, dict]] = {}
     _readers: ClassVar[dict[type, dict]] = {}
+    # A record built in code (not read from a file) writes its keys in this order (None: the
+    # fields' order), leaving out the keys of `written_if_set` while they hold None.
+    written_order: ClassVar[tuple[str, ...] | None] = None
+    written_if_set: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def json_fields(cls) -> dict[str, tuple[str, Any, Mapping]]:
@@ -88,8 +92,13 @@ class Record:
 
     def to_dict(self) -> dict:
         known = self.json_fields()
-        keys = self._keys if self._keys is not None else tuple(known)
+        keys = self._keys if self._keys is not None else self._written_keys()
         return {k: _write(getattr(self, known[k][0])) if k in known else self._unknown[k] for k in keys}
+
+    def _written_keys(self) -> tuple[str, ...]:
+        known = self.json_fields()
+        return tuple(k for k in self.written_order or tuple(known)
+                     if k not in self.written_if_set or getattr(self, known[k][0]) is not None)
 
 
 def _reader(kind: Any) -> Callable[[Any], Any] | None:
@@ -296,11 +305,16 @@ class Environment(Record):
     gpu: GpuEnvironment | None = None
     device: DeviceEnvironment | None = None
     versions: dict[str, Scalar | None] | None = None
+    clocks: dict | None = None  # NVML's clocks before and after the sweep (bench/tune/env_info.py)
+    workers: dict | None = None  # each backend worker's own report of its libraries and device
+
+    written_order = ("gpu", "device", "clocks", "workers", "versions")
 
 
 @dataclass
 class TuneDocument(Record):
-    """tune.json (bench/tune/document.py), or a bare results.jsonl read as {"rows": [...]}."""
+    """tune.json: written by bench/tune/document.py and read back by `attnsel report` (or a bare
+    results.jsonl read as {"rows": [...]})."""
 
     rows: list[ResultRow] = absent_field()  # noqa: RUF009 -- None when absent, never a shared default
     recommendation: RecommendationRecord | None = None
@@ -310,5 +324,12 @@ class TuneDocument(Record):
     note: str | None = renamed_field("_note")
     created: str | None = None
     elapsed_s: float | None = None
-    options: Any = None  # the sweep's options (bench/sweep SweepOptions.to_dict), read as written
-    phases: Any = None  # where the wall time went (bench/tune/phases.py), read as written
+    options: dict | None = None  # the sweep's options (bench/sweep SweepOptions.to_dict), read as written
+    phases: dict | None = None  # where the wall time went (bench/tune/phases.py), read as written
+    schema: str | None = None  # "attnsel-tune/1"
+    attnsel_version: str | None = None
+    gpus: dict | None = None  # --gpus: the GPUs asked for, their calibration and lanes (bench/tune/run.py)
+
+    written_order = ("schema", "attnsel_version", "created", "plan", "options", "environment", "elapsed_s", "rows",
+                     "recommendation", "warnings", "phases", "gpus")
+    written_if_set = frozenset({"phases", "gpus"})  # bench/tune/run.py adds them

@@ -27,6 +27,7 @@ from attnsel.bench.tune.document import (
     write_document,
 )
 from attnsel.bench.tune.phases import phase_breakdown
+from attnsel.bench.tune.records import TuneDocument
 from attnsel.bench.tune.request import (
     TuneRequest,
     make_plan,
@@ -39,12 +40,12 @@ SUMMARY_FILE = "summary.txt"
 
 @dataclass
 class TuneOutcome:
-    document: dict
+    document: TuneDocument
     output_dir: Path
 
     @property
     def timed_rows(self) -> int:
-        return sum(1 for r in self.document["rows"] if r.get("status") == R.STATUS_OK)
+        return sum(1 for r in self.document.rows if r.status == R.STATUS_OK)
 
 
 @dataclass
@@ -129,7 +130,7 @@ def measure_sweep(plan: P.Plan, options: SweepOptions, output_dir: Path, device:
 
 
 def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, device: dict, measured: MeasuredSweep, *,
-                    probe_s: float, run_started: float) -> dict:
+                    probe_s: float, run_started: float) -> TuneDocument:
     """tune.json for this run: the planned rows only, the device and sweep warnings first, the phases."""
     device_warnings = []
     if device.get("source") == "nvml":
@@ -141,8 +142,8 @@ def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, devic
                               gpu_env=measured.gpu_env, clocks=measured.clocks, worker_info=measured.worker_info,
                               elapsed_s=measured.elapsed_s)
     adapters = [note] if (note := vllm_adapter_note()) else []
-    document["warnings"] = adapters + device_warnings + prespawn_warnings(measured.outcomes) + document["warnings"]
-    document["phases"] = phase_breakdown(measured.outcomes, probe_s=probe_s, total_s=time.time() - run_started,
+    document.warnings = adapters + device_warnings + prespawn_warnings(measured.outcomes) + (document.warnings or [])
+    document.phases = phase_breakdown(measured.outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
     if options.gpus:
         _add_gpus_section(document, options.gpus, measured.facts)
@@ -157,11 +158,12 @@ def vllm_adapter_note() -> str | None:
     return installed_adapter_facts()[2]
 
 
-def _add_gpus_section(document: dict, gpus: list[str], facts: dict) -> None:
-    document["gpus"] = {"requested": gpus, **facts}
+def _add_gpus_section(document: TuneDocument, gpus: list[str], facts: dict) -> None:
+    document.gpus = {"requested": gpus, **facts}
     calibration = facts.get("calibration")
     if calibration and not calibration["agree"]:
-        document["warnings"].insert(0, f"--gpus {','.join(gpus)}: the GPUs did not time the same row alike "
+        document.warnings = document.warnings or []
+        document.warnings.insert(0, f"--gpus {','.join(gpus)}: the GPUs did not time the same row alike "
                                        f"({'; '.join(calibration['comparisons'])}), so the sweep ran on GPU "
                                        f"{gpus[0]} alone")
 
