@@ -11,7 +11,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from attnsel.attention.kernels import kv_quant
 from attnsel.bench.plan import WorkloadSpec
@@ -21,6 +21,11 @@ from attnsel.bench.timing import choose_launch, mode_label
 from attnsel.bench.timing import stats as T
 from attnsel.bench.worker.prebuild import error_text
 from attnsel.bench.worker.toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from attnsel.attention.kernels.base import KernelAdapter, PreparedKernel
+    from attnsel.attention.kernels.paged import PagedBatch, Workload
+    from attnsel.bench.worker.toolkit import Batch
 
 # Correctness tolerance on paged.relative_error (||out - ref|| / ||ref|| vs the fp32 reference):
 # kv_quant.TOLERANCE by query dtype, kv_quant.FP8_TOLERANCE for an fp8 KV cache (their comments say why).
@@ -115,7 +120,7 @@ class ItemRunner:
         finally:
             self._phases[name] = self._phases.get(name, 0.0) + (time.perf_counter() - started)
 
-    def _pick_adapter(self, workload: Any, block_size: int) -> tuple[Any | None, list[str]]:
+    def _pick_adapter(self, workload: Workload, block_size: int) -> tuple[KernelAdapter | None, list[str]]:
         reasons: list[str] = []
         for adapter in self.adapters():
             why = adapter.unsupported_reason(workload, block_size, getattr(self.toolkit, "device", "cuda"))
@@ -143,13 +148,13 @@ class ItemRunner:
             row["checked"] = False
         self._time(adapter, prepared, batch, workload, block_size, spec, item, row)
 
-    def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> tuple[Any, Any] | None:
+    def usable_adapter(self, spec: WorkloadSpec, block_size: int) -> tuple[KernelAdapter, Workload] | None:
         """(adapter, workload) a row of this spec and block size would run with, or None (asked ahead of
         the rows: the import seconds stay for the first real row to report)."""
         return self._usable_adapter(spec, block_size, {}, first_row=False)
 
     def _usable_adapter(self, spec: WorkloadSpec, block_size: int, row: dict,
-                        first_row: bool = True) -> tuple[Any, Any] | None:
+                        first_row: bool = True) -> tuple[KernelAdapter, Workload] | None:
         """(adapter, workload) for this row, or None with the row's status and error saying why not.
         `first_row`: a row that is kept, so the first of them reports the library's import seconds."""
         kv = self.shape.get("kv_cache_dtype", "auto")
@@ -182,7 +187,8 @@ class ItemRunner:
             return None
         return adapter, workload
 
-    def _set_up(self, adapter: Any, workload: Any, block_size: int, batch: Any, row: dict) -> tuple[Any, Any]:
+    def _set_up(self, adapter: KernelAdapter, workload: Workload, block_size: int, batch: Batch,
+                row: dict) -> tuple[KernelAdapter, PreparedKernel]:
         """(adapter, prepared): the adapter's plan + JIT/compile + first call, measured apart from run
         time, and what the prepared kernel says about itself in the row."""
         started = time.perf_counter()
@@ -199,7 +205,8 @@ class ItemRunner:
             row["kernel_block_size_used"] = prepared.kernel_block_size
         return adapter, prepared
 
-    def _time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, spec: WorkloadSpec,
+    def _time(self, adapter: KernelAdapter, prepared: PreparedKernel, batch: Batch, workload: Workload, block_size: int,
+              spec: WorkloadSpec,
               item: dict, row: dict) -> None:
         """Times the checked row, launched as chosen, and derives its bandwidth and TFLOP/s."""
         details = getattr(prepared, "details", None) or None
@@ -215,11 +222,15 @@ class ItemRunner:
         row["tflops"] = T.tflops(flops, result.stats.median_ms) if spec.kind != WorkloadKind.DECODE else None
         row["status"] = R.STATUS_OK
 
-    def _prepare(self, adapter: Any, workload: Any, block_size: int, batch: Any, row: dict) -> tuple[Any, Any]:
+    def _prepare(self, adapter: KernelAdapter, workload: Workload, block_size: int, batch: Batch,
+                 row: dict) -> tuple[KernelAdapter, PreparedKernel]:
         """adapter.prepare(batch); when an adapter that drives vLLM's classes cannot (it raises),
         the next usable provider of the backend runs the row instead, and the row says why."""
+        # KernelAdapter.prepare names PagedBatch; an MLA adapter gets the MlaBatch make_batch built
+        # for its MLA workload (attention/kernels/mla.py)
+        batch_in = cast("PagedBatch", batch)
         try:
-            return adapter, adapter.prepare(batch)
+            return adapter, adapter.prepare(batch_in)
         except Exception as exc:  # noqa: BLE001
             if not getattr(adapter, "drives_vllm_classes", False):
                 raise
@@ -230,10 +241,10 @@ class ItemRunner:
                 row.setdefault("notes", []).append(
                     f"vLLM's own {self.backend} classes could not be driven for this row ({first_error}); "
                     f"fell back to {fallback.name}")
-                return fallback, fallback.prepare(batch)
+                return fallback, fallback.prepare(batch_in)
         raise RuntimeError(f"vLLM's own {self.backend} classes could not be driven: {first_error}")
 
-    def _check(self, prepared: Any, batch: Any, spec: WorkloadSpec, block_size: int, row: dict) -> bool:
+    def _check(self, prepared: PreparedKernel, batch: Batch, spec: WorkloadSpec, block_size: int, row: dict) -> bool:
         """Compares with the fp32 reference; False (and the row marked wrong) when it fails."""
         with self._phase("check_s"):
             err = float(self.toolkit.relative_error(prepared, batch))
