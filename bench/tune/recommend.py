@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
+from attnsel.bench.tune.records import Choice
 from attnsel.bench.tune.verdict import Verdict
 from attnsel.bench.tune.weights import DEFAULT_WEIGHTS, parse_weights  # noqa: F401  (REC.parse_weights)
 
@@ -67,37 +68,16 @@ def launch_of(rows: Iterable[dict]) -> str | None:
 
 
 @dataclass
-class ConfigScore:
-    backend: str
-    block_size: int
-    kernel_block_size: int | None
-    geomean_ms: float
-    shapes: int
-    # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
-    vs_best: str | None = None
-    # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
-    launch: str | None = None
-
-    @property
-    def config(self) -> Config:
-        return (self.backend, self.block_size)
-
-    def to_dict(self) -> dict:
-        return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
-                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best, "launch": self.launch}
-
-
-@dataclass
 class Decision:
     """The fastest config of one workload kind (or overall) against vLLM's default."""
 
     scope: str  # a WorkloadKind, or "overall"
-    best: ConfigScore | None
-    default: ConfigScore | None
+    best: Choice | None
+    default: Choice | None
     speedup_vs_default: float | None  # > 1: best is faster than the default
     noise_threshold: float | None  # relative margin the speedup had to exceed
     verdict: Verdict  # what the margin advises (bench/tune/verdict.py)
-    ranking: list[ConfigScore] = field(default_factory=list)
+    ranking: list[Choice] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: dict | None = None
     stand_in: str | None = None  # the stand-in provider behind verdict "stand-in"
@@ -137,7 +117,7 @@ class Decision:
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
 
     @property
-    def equally_good(self) -> list[ConfigScore]:
+    def equally_good(self) -> list[Choice]:
         """Configs within noise of the best (`tie`): any of them is as good a choice, and which
         one ranks first can change between runs (FlashInfer's page sizes, docs/gpu-facts.md §1)."""
         return [c for c in self.ranking if c.vs_best == "tie"]
@@ -235,7 +215,7 @@ def decide_workload(
     disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
-    scores: list[ConfigScore] = []
+    scores: list[Choice] = []
     incomplete: list[dict] = []
     for config, by_label in sorted(by_config.items()):
         if config in disqualified:
@@ -247,10 +227,11 @@ def decide_workload(
                                "statuses": statuses})
             continue
         chosen = [by_label[lbl] for lbl in shape_labels]
-        scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
-                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen),
-                                  launch=launch_of(chosen)))
-    scores.sort(key=lambda s: s.geomean_ms)
+        scores.append(Choice(backend=config[0], block_size=config[1],
+                             kernel_block_size=chosen[0].get("kernel_block_size"),
+                             geomean_ms=geometric_mean(r["timing"]["median_ms"] for r in chosen), shapes=len(chosen),
+                             launch=launch_of(chosen)))
+    scores.sort(key=lambda s: s.score_ms)
     best = scores[0] if scores else None
     if best is not None:
         _mark_ties(scores, by_config, shape_labels)
@@ -264,7 +245,7 @@ def decide_workload(
     per_shape_best = [by_config[best.config][l] for l in shape_labels]
     per_shape_default = [by_config[default.config][l] for l in shape_labels]
     threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
-    speedup = default.geomean_ms / best.geomean_ms
+    speedup = default.score_ms / best.score_ms
     verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
     decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
@@ -304,7 +285,7 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
     return decision
 
 
-def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
+def _mark_ties(scores: list[Choice], by_config: Mapping[Config, Mapping[str, dict]],
                shape_labels: Sequence[str]) -> None:
     """Label each config against the best with the same gate as the recommendation: configs
     that tie with the best are equally good choices (e.g. FlashInfer page sizes, docs/gpu-facts.md §1)."""
@@ -313,7 +294,7 @@ def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str
     best_rows = [by_config[best.config][l] for l in shape_labels]
     for score in scores[1:]:
         threshold, enough = _noise_threshold(best_rows, [by_config[score.config][l] for l in shape_labels])
-        faster = score.geomean_ms / best.geomean_ms - 1 > threshold
+        faster = score.score_ms / best.score_ms - 1 > threshold
         score.vs_best = "slower" if enough and faster else "tie"
 
 
@@ -331,21 +312,21 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
         return Decision("overall", None, None, None, None, Verdict.NO_VALID_CONFIG, [], [], norm)
 
     def score(config: Config) -> float:
-        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
+        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).score_ms) for k in kinds))
 
     def launch(config: Config) -> str | None:
         modes = {_score_of(decisions[k], config).launch for k in kinds}
         return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
 
     ranking = sorted(
-        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds),
-                     launch=launch(c))
+        (Choice(backend=c[0], block_size=c[1], kernel_block_size=_score_of(decisions[kinds[0]], c).kernel_block_size,
+                geomean_ms=score(c), shapes=len(kinds), launch=launch(c))
          for c in common),
-        key=lambda s: s.geomean_ms,
+        key=lambda s: s.score_ms,
     )
     best = ranking[0]
 
-    def pair_bar(other: ConfigScore) -> tuple[float, bool]:
+    def pair_bar(other: Choice) -> tuple[float, bool]:
         # The overall bar: the per-workload bars of this very pair, weighted like the score.
         threshold, enough = 0.0, True
         for k in kinds:
@@ -360,13 +341,13 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     best.vs_best = "best"
     for other in ranking[1:]:
         bar, enough = pair_bar(other)
-        other.vs_best = "slower" if enough and other.geomean_ms / best.geomean_ms - 1 > bar else "tie"
+        other.vs_best = "slower" if enough and other.score_ms / best.score_ms - 1 > bar else "tie"
     default = next((s for s in ranking if s.config == vllm_default), None)
     if default is None:
         return Decision("overall", best, None, None, None, Verdict.DEFAULT_NOT_MEASURED, ranking, [], norm)
     if default.config == best.config:
         return Decision("overall", best, default, 1.0, None, Verdict.DEFAULT_IS_FASTEST, ranking, [], norm)
-    speedup = default.geomean_ms / best.geomean_ms
+    speedup = default.score_ms / best.score_ms
     threshold, enough = pair_bar(default)
     verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
     compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
@@ -375,7 +356,7 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
 
 
-def _score_of(decision: Decision, config: Config) -> ConfigScore:
+def _score_of(decision: Decision, config: Config) -> Choice:
     return next(s for s in decision.ranking if s.config == config)
 
 

@@ -196,7 +196,8 @@ class ResultRow(Record):
 
 @dataclass
 class Choice(Record):
-    """A (backend, block size) pair with its score: a decision's best, vLLM's default, a ranked config."""
+    """A (backend, block size) pair with its score: a decision's best, vLLM's default, a ranked config
+    (bench/tune/recommend.py scores them; tune.json holds them)."""
 
     backend: str = absent_field()
     block_size: int = positive_field()
@@ -205,6 +206,19 @@ class Choice(Record):
     shapes: int | None = None
     vs_best: str | None = None  # "best", "tie" (within noise of it) or "slower"
     launch: str | None = None  # "graph", "eager" or "graph+eager"
+
+    written_order = ("backend", "block_size", "kernel_block_size", "geomean_ms", "shapes", "vs_best", "launch")
+
+    @property
+    def config(self) -> tuple[str, int]:
+        return (self.backend, self.block_size)
+
+    @property
+    def score_ms(self) -> float:
+        """The geometric-mean time of a config recommend.py scored (it always has one)."""
+        if self.geomean_ms is None:
+            raise ValueError(f"{self.backend} --block-size {self.block_size} has no score")
+        return self.geomean_ms
 
 
 @dataclass
