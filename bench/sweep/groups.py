@@ -37,14 +37,12 @@ CONFIG_CRASH_LIMIT = 2  # crashes of one (backend, block size) before its other 
 CONFIG_TIMEOUT_LIMIT = 1
 
 
-def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, status: str, error: str) -> dict:
-    w = WorkloadSpec.from_dict(item["workload"])
-    return {
-        "key": item["key"], "backend": backend, "block_size": item["block_size"],
-        "kernel_block_size": item.get("kernel_block_size"), "workload": w.to_dict(), "workload_label": w.label(),
-        "kind": w.kind, "dtype": shape.get("dtype"), "kv_cache_dtype": shape.get("kv_cache_dtype", "auto"),
-        "mode": mode_label(options.worker_options()), "status": status, "error": error,
-    }
+def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, status: R.RowStatus,
+                error: str) -> dict:
+    """The row of an item whose worker crashed, hung or never started, as results.jsonl holds it."""
+    return R.new_row(item["key"], backend, item["block_size"], item.get("kernel_block_size"),
+                     WorkloadSpec.from_dict(item["workload"]), shape.get("dtype"), shape.get("kv_cache_dtype", "auto"),
+                     mode_label(options.worker_options()), status, error).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,11 +184,11 @@ class _GroupRun:
         self.outcome.rows.append(row)
         self.on_row(row)
 
-    def fail(self, item: dict, status: str, error: str) -> None:
+    def fail(self, item: dict, status: R.RowStatus, error: str) -> None:
         self.emit(failure_row(item, self.backend, self.shape, self.options, status, error))
         self.pending = [i for i in self.pending if i["key"] != item["key"]]
 
-    def fail_all(self, status: str, error: str) -> None:
+    def fail_all(self, status: R.RowStatus, error: str) -> None:
         for item in list(self.pending):
             self.fail(item, status, error)
 
@@ -227,7 +225,7 @@ class _GroupRun:
             if deaths > self.options.max_restarts:
                 self.fail_all(R.STATUS_CRASHED, f"not run: the {self.backend} worker failed {deaths} times")
 
-    def give_up_on_config(self, failed: dict, status: str) -> None:
+    def give_up_on_config(self, failed: dict, status: R.RowStatus) -> None:
         """After a hang or repeated crashes, record the config's other shapes as not run."""
         bs = failed["block_size"]
         count = self.failures[(bs, status)] = self.failures.get((bs, status), 0) + 1

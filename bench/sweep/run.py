@@ -171,14 +171,11 @@ def skipped_rows(plan: Plan, options: SweepOptions) -> list[dict]:
     rows = []
     for config in plan.skipped_configs:
         for w in plan.workloads:
-            rows.append({
-                "key": R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode),
-                "backend": config.backend, "block_size": config.block_size, "kernel_block_size": None,
-                "workload": w.to_dict(), "workload_label": w.label(), "kind": w.kind,
-                "dtype": shape.dtype, "kv_cache_dtype": shape.kv_cache_dtype, "mode": mode,
-                "status": R.STATUS_SKIPPED_BY_VLLM, "error": "; ".join(config.reasons),
-                "vllm_reasons": list(config.reasons),
-            })
+            key = R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode)
+            row = R.new_row(key, config.backend, config.block_size, None, w, shape.dtype, shape.kv_cache_dtype, mode,
+                            R.STATUS_SKIPPED_BY_VLLM, "; ".join(config.reasons))
+            row.vllm_reasons = list(config.reasons)
+            rows.append(row.to_dict())
     return rows
 
 
