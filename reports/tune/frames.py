@@ -39,7 +39,7 @@ ROW_COLUMNS = [
 ]
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
         return None
     return float(value)
