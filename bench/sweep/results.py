@@ -158,11 +158,11 @@ VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
 VLLM_ADAPTER = "vllm"
 
 
-def stand_in_provider(row: dict) -> str | None:
+def stand_in_provider(row: ResultRow) -> str | None:
     """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
-    if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
+    if row.backend not in VLLM_DRIVEN_BACKENDS or row.adapter in (None, VLLM_ADAPTER):
         return None
-    return f"{row['backend']} by {row['adapter']}"
+    return f"{row.backend} by {row.adapter}"
 
 
 def is_timed(row: dict) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
-from attnsel.bench.tune.records import Choice
+from attnsel.bench.tune.records import Choice, ResultRow, Timing
 from attnsel.bench.tune.verdict import Verdict
 from attnsel.bench.tune.weights import DEFAULT_WEIGHTS, parse_weights  # noqa: F401  (REC.parse_weights)
 
@@ -58,10 +58,13 @@ LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
                 "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
 
 
-def launch_of(rows: Iterable[dict]) -> str | None:
+def launch_of(rows: Iterable[ResultRow]) -> str | None:
     """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
-    modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
-    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
+    return _launch_word(r.launch or (r.timing or Timing()).mode for r in rows)
+
+
+def _launch_word(launches: Iterable[str | None]) -> str | None:
+    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in launches if m}
     if not modes or not modes <= {"graph", "eager"}:
         return None
     return "graph+eager" if len(modes) == 2 else modes.pop()
@@ -172,32 +175,35 @@ class Recommendation:
 # ---------------------------------------------------------------------------------------------
 
 
-def _config(row: dict) -> Config:
-    return (row["backend"], int(row["block_size"]))
+def _config(row: ResultRow) -> Config:
+    return (row.backend, int(row.block_size))
 
 
-def disqualified_configs(rows: Iterable[dict]) -> dict[Config, str]:
+def disqualified_configs(rows: Iterable[ResultRow]) -> dict[Config, str]:
     """Configs with a failed correctness check -> the first failure's text."""
     out: dict[Config, str] = {}
     for row in rows:
-        if row.get("status") == R.STATUS_WRONG:
-            out.setdefault(_config(row), f"{row.get('workload_label')}: {row.get('error')}")
+        if row.status == R.STATUS_WRONG:
+            out.setdefault(_config(row), f"{row.workload_label}: {row.error}")
     return out
 
 
-def _stats(row: dict) -> T.TimingStats:
-    return T.TimingStats.from_dict(row["timing"])
+def _stats(row: ResultRow) -> T.TimingStats:
+    """A measured row's timing (its record read back as the stats it was written from)."""
+    if row.timing is None:
+        raise KeyError("timing")
+    return T.TimingStats.from_dict(row.timing.to_dict())
 
 
-def _timed_by_config(rows: Sequence[dict], kind: str) -> dict[Config, dict[str, dict]]:
-    table: dict[Config, dict[str, dict]] = {}
+def _timed_by_config(rows: Sequence[ResultRow], kind: str) -> dict[Config, dict[str, ResultRow]]:
+    table: dict[Config, dict[str, ResultRow]] = {}
     for row in rows:
-        if row.get("kind") == kind and row.get("status") != R.STATUS_SKIPPED_BY_VLLM:
-            table.setdefault(_config(row), {})[row["workload_label"]] = row
+        if row.kind == kind and row.status != R.STATUS_SKIPPED_BY_VLLM:
+            table.setdefault(_config(row), {})[str(row.workload_label)] = row
     return table
 
 
-def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) -> tuple[float, bool]:
+def _noise_threshold(best_rows: Sequence[ResultRow], default_rows: Sequence[ResultRow]) -> tuple[float, bool]:
     """(relative margin to beat, enough samples everywhere)."""
     spreads = []
     enough = True
@@ -211,7 +217,7 @@ def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) ->
 
 
 def decide_workload(
-    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Config | None,
+    rows: Sequence[ResultRow], kind: str, shape_labels: Sequence[str], vllm_default: Config | None,
     disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
@@ -220,16 +226,16 @@ def decide_workload(
     for config, by_label in sorted(by_config.items()):
         if config in disqualified:
             continue
-        missing = [lbl for lbl in shape_labels if by_label.get(lbl, {}).get("status") != R.STATUS_OK]
+        missing = [lbl for lbl in shape_labels if lbl not in by_label or by_label[lbl].status != R.STATUS_OK]
         if missing:
-            statuses = sorted({by_label[l]["status"] for l in missing if l in by_label} or {"not run"})
+            statuses = sorted({by_label[l].status for l in missing if l in by_label} or {"not run"})
             incomplete.append({"backend": config[0], "block_size": config[1], "missing": len(missing),
                                "statuses": statuses})
             continue
         chosen = [by_label[lbl] for lbl in shape_labels]
         scores.append(Choice(backend=config[0], block_size=config[1],
-                             kernel_block_size=chosen[0].get("kernel_block_size"),
-                             geomean_ms=geometric_mean(r["timing"]["median_ms"] for r in chosen), shapes=len(chosen),
+                             kernel_block_size=chosen[0].kernel_block_size,
+                             geomean_ms=geometric_mean(_stats(r).median_ms for r in chosen), shapes=len(chosen),
                              launch=launch_of(chosen)))
     scores.sort(key=lambda s: s.score_ms)
     best = scores[0] if scores else None
@@ -265,13 +271,13 @@ def stand_in_advice(best: str, margin: float, stand_in: str | None) -> str:
             f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
 
 
-def stand_ins_among(rows: Sequence[dict]) -> str | None:
+def stand_ins_among(rows: Sequence[ResultRow]) -> str | None:
     """The providers that stood in for vLLM's own kernel on these rows ("FLASH_ATTN by fa4"), or None."""
     stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in rows) if p})
     return "; ".join(stand_ins) if stand_ins else None
 
 
-def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
+def _guard_stand_ins(decision: Decision, compared_rows: Sequence[ResultRow]) -> Decision:
     """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
     for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
     where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
@@ -285,7 +291,7 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
     return decision
 
 
-def _mark_ties(scores: list[Choice], by_config: Mapping[Config, Mapping[str, dict]],
+def _mark_ties(scores: list[Choice], by_config: Mapping[Config, Mapping[str, ResultRow]],
                shape_labels: Sequence[str]) -> None:
     """Label each config against the best with the same gate as the recommendation: configs
     that tie with the best are equally good choices (e.g. FlashInfer page sizes, docs/gpu-facts.md §1)."""
@@ -299,7 +305,7 @@ def _mark_ties(scores: list[Choice], by_config: Mapping[Config, Mapping[str, dic
 
 
 def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
-                   vllm_default: Config | None, rows: Sequence[dict],
+                   vllm_default: Config | None, rows: Sequence[ResultRow],
                    workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Decision | None:
     """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
     kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
@@ -316,7 +322,7 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
 
     def launch(config: Config) -> str | None:
         modes = {_score_of(decisions[k], config).launch for k in kinds}
-        return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
+        return _launch_word(m for part in modes if part for m in part.split("+"))
 
     ranking = sorted(
         (Choice(backend=c[0], block_size=c[1], kernel_block_size=_score_of(decisions[kinds[0]], c).kernel_block_size,
@@ -350,8 +356,8 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     speedup = default.score_ms / best.score_ms
     threshold, enough = pair_bar(default)
     verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
-    compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
-                and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
+    compared = [r for r in rows if (r.backend, r.block_size) in (best.config, default.config)
+                and r.kind in kinds and r.status == R.STATUS_OK]
     decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
 
@@ -361,22 +367,23 @@ def _score_of(decision: Decision, config: Config) -> Choice:
 
 
 def recommend(
-    rows: Sequence[dict],
+    rows: Iterable[ResultRow | Mapping],
     *,
     workload_labels: Mapping[str, Sequence[str]],
     vllm_default: Config | None,
     weights: Mapping[str, float] | None = None,
     min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Recommendation:
-    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
+    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set).
+    `rows`: result rows, as records or as the objects results.jsonl / tune.json hold."""
     weights = dict(weights or DEFAULT_WEIGHTS)
-    rows = list(rows)
-    disqualified = disqualified_configs(rows)
+    records = [r if isinstance(r, ResultRow) else ResultRow.from_dict(r) for r in rows]
+    disqualified = disqualified_configs(records)
     decisions = {
-        kind: decide_workload(rows, kind, labels, vllm_default, disqualified, min_gain)
+        kind: decide_workload(records, kind, labels, vllm_default, disqualified, min_gain)
         for kind, labels in workload_labels.items() if labels
     }
-    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
+    overall = decide_overall(decisions, weights, vllm_default, records, workload_labels, min_gain)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)
 
