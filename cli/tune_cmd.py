@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import typer
 
 from attnsel import files
-from attnsel.cli import settings, verify_cmd
+from attnsel.cli import settings
 from attnsel.cli.common import handle_errors, print_json, stderr_console, stdout_console
 from attnsel.cli.completion import complete_gpu, complete_model, complete_vllm_version
 from attnsel.errors import EXIT_FAILED, CheckFailed, Interrupted
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
-def _progress(console):
+    from attnsel.bench.plan import Plan
+    from attnsel.bench.sweep import SweepProgress
+    from attnsel.bench.tune.request import TuneRequest
+    from attnsel.bench.tune.run import TuneOutcome
+
+
+def _progress(console: Console) -> tuple[Progress, SweepProgress]:
     """A rich progress bar on stderr, and the SweepProgress callbacks that drive it."""
     from rich.progress import (
         BarColumn,
@@ -23,7 +35,7 @@ def _progress(console):
         TimeElapsedColumn,
     )
 
-    from attnsel.bench.sweep import SweepProgress
+    from attnsel.bench.sweep import STATUS_OK, SweepProgress
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=False)
@@ -35,7 +47,7 @@ def _progress(console):
 
     def on_row(row: dict) -> None:
         problem = (row["backend"], row.get("status"), row.get("error"))
-        if row.get("status") != "ok" and problem not in reported:  # each distinct failure once
+        if row.get("status") != STATUS_OK and problem not in reported:  # each distinct failure once
             reported.add(problem)
             bar.console.print(f"  {row['backend']} --block-size {row['block_size']} {row.get('workload_label')}: "
                               f"{row.get('status')}: {(row.get('error') or '')[:120]}")
@@ -91,12 +103,7 @@ def register(app: typer.Typer) -> None:
         """Time each vLLM attention backend's real kernels over a paged KV cache and recommend
         --attention-backend / --block-size (exit 0: done; 1: nothing could be timed; 2: bad input;
         3: no GPU / torch / kernel library)."""
-        from attnsel.bench.tune import (
-            TuneFlags,
-            check_flags,
-            check_real_sweep_flags,
-            request_from_flags,
-        )
+        from attnsel.bench.tune import TuneFlags, resolve_request
 
         flags = TuneFlags(
             model=model, head_size=head_size, num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype,
@@ -105,31 +112,29 @@ def register(app: typer.Typer) -> None:
             tensor_parallel_size=tensor_parallel_size, backends=backends, block_sizes=block_sizes,
             workload=workload, weights=weights, min_gain=min_gain, quick=quick, full=full, cuda_graph=cuda_graph,
             eager=eager, timer=timer, hot_l2=hot_l2, check=check, tolerance=tolerance, timeout=timeout, gpus=gpus,
-            output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability,
+            output=output, resume=resume, retry_failed=retry_failed, gpu=gpu, capability=capability, dry_run=dry_run,
             vllm_version=vllm_version, prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
             mamba_cache_mode=mamba_cache_mode,
         )
-        check_flags(flags)
-        req = request_from_flags(flags)
+        req = resolve_request(flags)  # every flag checked once, the rule profile chosen once
         if dry_run:
             _dry_run(req, as_json)
             return
-        check_real_sweep_flags(flags, req)
         if verify:
             from attnsel.bench.verify import check_verify_possible
 
             check_verify_possible()  # no vLLM: exit 3 now, not after the sweep
-        outcome = _sweep(req, output, resume=resume, retry_failed=retry_failed)
+        outcome = _sweep(req)
         _show_outcome(outcome, as_json=as_json, verify=verify, show_rows=show_rows)
 
 
-def _dry_run(req, as_json: bool) -> None:
+def _dry_run(req: TuneRequest, as_json: bool) -> None:
     """--dry-run: the plan after vLLM's rules, with skip reasons; needs no GPU."""
     from attnsel.bench.tune import request as tune_request
     from attnsel.reports.tune import text as tune_report
 
-    cc, gpu_name = tune_request.capability_without_gpu(req)
-    plan = tune_request.make_plan(req, cc, gpu_name)
+    assert req.capability is not None  # a dry run's request names the GPU it plans for
+    plan = tune_request.make_plan(req, req.capability, req.gpu_name)
     doc = tune_request.plan_document(plan, req.options)
     if as_json:
         print_json(doc)
@@ -139,12 +144,12 @@ def _dry_run(req, as_json: bool) -> None:
         raise CheckFailed(tune_request.refused_grid_message(plan))
 
 
-def _sweep(req, output: str | None, *, resume: bool, retry_failed: bool):
+def _sweep(req: TuneRequest) -> TuneOutcome:
     """The sweep with a progress bar on stderr; Ctrl-C leaves whole rows and says how to resume."""
     from attnsel.bench.tune import run as TUNE
 
     err = stderr_console()
-    out_dir = Path(output) if output is not None else TUNE.default_output_dir()
+    out_dir = Path(req.output) if req.output is not None else TUNE.default_output_dir()
     files.check_output_folder(str(out_dir))  # before any progress line: a bad target is one line
     err.print("attnsel tune: asking the GPU (NVML; a torch worker only if NVML cannot tell)...")
     adapter_note = TUNE.vllm_adapter_note()
@@ -152,8 +157,7 @@ def _sweep(req, output: str | None, *, resume: bool, retry_failed: bool):
         err.print(adapter_note, markup=False)
     bar, progress = _progress(err)
     try:
-        return TUNE.run_tune(req, out_dir, resume=resume, retry_failed=retry_failed, progress=progress,
-                             on_plan=_announce_plan(err, bar, out_dir))
+        return TUNE.run_tune(req, out_dir, progress=progress, on_plan=_announce_plan(err, bar, out_dir))
     except KeyboardInterrupt:  # the sweep has stopped its workers; every row written so far is whole
         raise Interrupted(_interrupted(out_dir)) from None
     finally:
@@ -170,10 +174,10 @@ def _interrupted(out_dir: Path) -> str:
     return "interrupted before the first row was measured: nothing was kept; run the same command again"
 
 
-def _announce_plan(err, bar, out_dir: Path):
+def _announce_plan(err: Console, bar: Progress, out_dir: Path) -> Callable[[Plan], None]:
     """What the sweep will do, printed once the plan is known; then the progress bar starts."""
 
-    def on_plan(plan) -> None:
+    def on_plan(plan: Plan) -> None:
         err.print(f"results go to {out_dir}/ (results.jsonl is written row by row)")
         skipped = len(plan.skipped_configs)
         err.print(f"{plan.shape.describe()}; {len(plan.runnable_configs)} configs x {len(plan.workloads)} shapes"
@@ -183,14 +187,14 @@ def _announce_plan(err, bar, out_dir: Path):
     return on_plan
 
 
-def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
+def _show_outcome(outcome: TuneOutcome, *, as_json: bool, verify: bool, show_rows: bool) -> None:
     """summary.txt, the results on stdout, exit 1 when nothing was timed, then --verify."""
     from attnsel.bench.tune import DOCUMENT_FILE
     from attnsel.reports.tune import text as tune_report
 
     _write_summary(outcome, tune_report)
     if as_json and (not verify or outcome.timed_rows == 0):
-        print_json(outcome.document)
+        print_json(outcome.document.to_dict())
     elif not as_json:
         tune_report.render_results(outcome.document, stdout_console(), show_rows=show_rows)
     if outcome.timed_rows == 0:
@@ -198,13 +202,16 @@ def _show_outcome(outcome, *, as_json: bool, verify: bool, show_rows: bool) -> N
                                f"and the worker logs")
         raise typer.Exit(EXIT_FAILED)
     if verify:
-        code = verify_cmd.verify_after_tune(outcome.output_dir, as_json,
-                                            tune_document=outcome.document if as_json else None)
+        from attnsel.bench.verify.session import after_tune
+        from attnsel.cli.verify_display import run_and_render
+
+        code = run_and_render(after_tune(outcome.output_dir), outcome.output_dir, as_json=as_json,
+                              tune_document=outcome.document.to_dict() if as_json else None)
         if code:
             raise typer.Exit(code)
 
 
-def _write_summary(outcome, tune_report) -> None:
+def _write_summary(outcome: TuneOutcome, tune_report: ModuleType) -> None:
     from rich.console import Console
 
     from attnsel.bench.tune import SUMMARY_FILE

@@ -113,14 +113,16 @@ def test_the_cpu_check_fails_vllms_native_fp8_decode_and_passes_xqa(path):
 
 
 def test_a_row_that_fails_the_check_says_it_is_vllms_output(monkeypatch):
+    from attnsel.bench.sweep.results import ResultRow
     from attnsel.bench.worker.items import ItemRunner
 
     row = GPU["tune_rows"][0]
     fault = native_decode_q_scale_fault("FLASHINFER", _layer(0.01937), _metadata(torch.bfloat16), "fp8")
     toolkit = SimpleNamespace(relative_error=lambda prepared, batch: row["rel_error"])
     runner = ItemRunner(toolkit, "FLASHINFER", {"kv_cache_dtype": "fp8", "dtype": "bfloat16"}, {})
-    out: dict = {}
+    written = ResultRow.new()
     prepared = SimpleNamespace(details={"vllm_fault": fault})
-    assert runner._check(prepared, None, SimpleNamespace(label=lambda: row["workload_label"]), 16, out) is False
+    assert runner._check(prepared, None, SimpleNamespace(label=lambda: row["workload_label"]), 16, written) is False
+    out = written.to_dict()  # the row as the worker sends it
     assert out["status"] == "wrong" and out["error"].startswith("relative error 0.788 exceeds tolerance 0.15")
     assert out["error"].endswith(fault)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from attnsel.attention.versions import select_profile
 from attnsel.bench.plan import (
     hybrid_block_size,
     shape_from_model,
@@ -20,7 +21,7 @@ H100 = (9, 0)
 
 
 def jamba_plan(version: str):
-    return make_plan(TuneRequest(model="jamba-v0.1", vllm_version=version), H100, "H100")
+    return make_plan(TuneRequest(choice=select_profile(version), model="jamba-v0.1"), H100, "H100")
 
 
 def test_vllms_default_for_jamba_is_the_aligned_block_size():
@@ -63,7 +64,7 @@ def test_a_dense_model_plan_is_unchanged_by_the_hybrid_rules():
 
 def test_tune_takes_vllms_prefix_caching_and_ssm_dtype_flags_for_a_hybrid():
     def default(**flags):
-        return make_plan(TuneRequest(model="qwen3-next-80b-a3b", vllm_version="0.33", **flags), H100,
+        return make_plan(TuneRequest(choice=select_profile("0.33"), model="qwen3-next-80b-a3b", **flags), H100,
                          "H100").vllm_default_block_size
 
     assert default() == 576 and default(prefix_caching=False) == 544
@@ -74,7 +75,7 @@ def test_tune_takes_vllms_prefix_caching_and_ssm_dtype_flags_for_a_hybrid():
 def test_tune_plans_a_hybrid_with_vllms_mamba_cache_mode_and_verify_engines_run_without_it():
     # Jamba on 0.29 (prefix caching on by default): --mamba-cache-mode all keeps one Mamba state per
     # 2048-token block; align (the default) pages attention at 80. verify's engines pass no mode.
-    plan = make_plan(TuneRequest(model="jamba-v0.1", vllm_version="0.29", mamba_cache_mode="all"), H100, "H100")
+    plan = make_plan(TuneRequest(choice=select_profile("0.29"), model="jamba-v0.1", mamba_cache_mode="all"), H100, "H100")
     assert (plan.vllm_default_backend, plan.vllm_default_block_size) == ("FLASH_ATTN", 2048)
     shape = VP.shape_from_document(plan.to_dict())
     assert shape.hybrid["mamba_cache_mode"] == "all"

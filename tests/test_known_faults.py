@@ -133,5 +133,5 @@ def test_tune_results_carry_the_warning_of_the_plan():
     plan = dataclasses.replace(plan, known_faults=plan_faults(release, plan))
     doc = build_document(plan, SweepOptions(), [], REC.DEFAULT_WEIGHTS, device={"name": "NVIDIA A100"}, gpu_env={},
                          clocks={}, worker_info={})
-    assert [f["id"] for f in doc["plan"]["known_faults"]] == [FAULT]
-    assert any(w.startswith(f"known vLLM fault {FAULT}") for w in doc["warnings"])
+    assert [f["id"] for f in doc.to_dict()["plan"]["known_faults"]] == [FAULT]
+    assert any(w.startswith(f"known vLLM fault {FAULT}") for w in doc.warnings or [])

@@ -54,7 +54,7 @@ def test_rendered_results_show_flags_failures_and_disqualified_configs():
     assert text.count("CUDA out of memory") == 1  # two block sizes, one line
     assert "disqualified FLASHINFER --block-size 32" in text
     assert "skipped (vLLM would refuse): FLASH_ATTN --block-size 8: block_size not supported" in text
-    assert json.loads(json.dumps(doc))["schema"] == "attnsel-tune/1"  # the document is plain JSON
+    assert json.loads(json.dumps(doc.to_dict()))["schema"] == "attnsel-tune/1"  # the document is plain JSON
 
 
 def test_stand_in_providers_are_called_out_only_where_vllm_runs_another_kernel():

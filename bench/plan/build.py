@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.kernels import (
     BACKENDS,  # the dense backends tune times (one list)
@@ -28,8 +28,16 @@ from attnsel.bench.plan.rules import (
     vllm_verdict,
 )
 from attnsel.bench.plan.shape import TuneShape
-from attnsel.bench.plan.workloads import WORKLOAD_KINDS, WorkloadSpec, workload_grid
+from attnsel.bench.plan.workloads import (
+    WORKLOAD_KINDS,
+    WorkloadKind,
+    WorkloadSpec,
+    workload_grid,
+)
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions import FaultMatch, RuleProfile
 
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
 # FlexAttention recompiles per shape and block size; the default/quick grids keep vLLM's own
@@ -73,7 +81,7 @@ def parse_backends(value: str | None) -> list[str]:
     if bad:
         from attnsel.attention.versions import close_backend_names
 
-        hints = {n: close_backend_names(n, supported) for n in bad}
+        hints = {n: close_backend_names(n, list(supported)) for n in bad}
         named = [f"{n} (did you mean {', '.join(hints[n])}?)" if hints[n] else n for n in bad]
         raise UserInputError(f"unknown backend(s) {', '.join(named)}; tune supports {', '.join(supported)}")
     return list(dict.fromkeys(names))
@@ -115,7 +123,9 @@ class Plan:
     rule_profile: str | None = None  # the vLLM rule profile that filtered the grid
     rule_profile_reason: str | None = None
     # the release's known vLLM faults the timed rows meet (attention/versions/faults.py FaultMatch; bench/tune/request.py)
-    known_faults: tuple[Any, ...] = ()
+    known_faults: tuple[FaultMatch, ...] = ()
+    # the version object that filtered the grid (tune's request resolved it once); None: read by its name
+    profile: RuleProfile | None = field(default=None, compare=False, repr=False)
 
     @property
     def runnable_configs(self) -> list[PlannedConfig]:
@@ -132,10 +142,12 @@ class Plan:
         from attnsel.attention import versions
         from attnsel.attention.selector import cudagraph
 
-        profile = versions.get_profile(self.rule_profile) if self.rule_profile else None
+        profile = self.profile
+        if profile is None and self.rule_profile:
+            profile = versions.get_profile(self.rule_profile)
         version = profile.vllm_version if profile else "?"
         return cudagraph.decode_launch(profile.cudagraph if profile else None, version, backend,
-                                       tuple(self.capability), w.kind, w.query_tokens)
+                                       self.capability, w.kind, w.query_tokens)
 
     def launch_summary(self) -> dict[str, dict[str, str]]:
         """{backend: {workload label: "graph" | "eager"}} for the runnable backends."""
@@ -185,7 +197,7 @@ def build_plan(
     *,
     backends: Sequence[str] = (),
     block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
-    kinds: Sequence[str] = WORKLOAD_KINDS,
+    kinds: Sequence[WorkloadKind] = WORKLOAD_KINDS,
     grid: str = "default",
     gpu_name: str | None = None,
     verdict: Verdict = vllm_verdict,
@@ -229,7 +241,7 @@ def build_plan(
     default_backend, default_bs, default_error = default_choice(shape, capability)
     return Plan(
         shape=shape,
-        capability=tuple(capability),
+        capability=(capability[0], capability[1]),
         gpu_name=gpu_name,
         configs=tuple(configs),
         workloads=tuple(workload_grid(kinds, grid)),

@@ -16,12 +16,18 @@ cache (attention/kernels/kv_quant.py); the others stay skipped with vLLM's reaso
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from attnsel.attention.kernels import (  # vLLM's MLA backends (one list each)
     MLA_BACKENDS,
     SPARSE_MLA_BACKENDS,
 )
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.bench.plan.shape import TuneShape
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
 # (it sets the softmax scale and FLASHINFER_MLA's validity, docs/vllm-rules.md §3b/§9)
@@ -68,7 +74,7 @@ def make_mla_shape(
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
     qk_nope_head_dim: int | None = None,
-):
+) -> TuneShape:
     """An MLA layer from explicit flags (`--use-mla --kv-lora-rank --qk-rope-head-dim --num-heads`):
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.attention.rules import parse_dtype
@@ -78,13 +84,13 @@ def make_mla_shape(
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
     q_per_gpu, _kv = heads_per_gpu(num_heads, None, tensor_parallel_size)  # MLA: one latent KV head per GPU
-    return TuneShape(num_q_heads=q_per_gpu, dtype=parse_dtype(dtype),
+    return TuneShape(num_q_heads=int(q_per_gpu or 0), dtype=parse_dtype(dtype),
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
 
 
-def mla_fields_from_facts(facts) -> dict:
+def mla_fields_from_facts(facts: ModelFacts) -> dict[str, Any]:
     """The MLA sizes `explain --model` derived (attention/model/config.py: head_size is
     kv_lora_rank + qk_rope_head_dim for an MLA model)."""
     if not facts.use_mla:
@@ -101,18 +107,18 @@ def mla_assumption(qk_nope_head_dim: int | None) -> str | None:
             f"the softmax scale and whether vLLM accepts FLASHINFER_MLA")
 
 
-def workload_kinds(use_mla: bool, kinds: Sequence[str]) -> tuple[list[str], list[str]]:
+def workload_kinds(use_mla: bool, kinds: Sequence[WorkloadKind]) -> tuple[list[WorkloadKind], list[str]]:
     """(kinds to time, notes): an MLA plan times decode only and says why."""
     if not use_mla:
         return list(kinds), []
-    if "decode" not in kinds:
+    if WorkloadKind.DECODE not in kinds:
         raise UserInputError(f"{PREFILL_NOTE}; pass --workload decode")
-    notes = [TIMED_NOTE] + ([PREFILL_NOTE] if set(kinds) - {"decode"} else [])
-    return ["decode"], notes
+    notes = [TIMED_NOTE] + ([PREFILL_NOTE] if set(kinds) - {WorkloadKind.DECODE} else [])
+    return [WorkloadKind.DECODE], notes
 
 
-def shape_notes(shape) -> list[str]:
-    notes = []
+def shape_notes(shape: TuneShape) -> list[str]:
+    notes: list[str] = []
     if shape.use_sparse:
         notes.append(SPARSE_NOTE if shape.index_topk else SPARSE_WITHOUT_TOPK_NOTE)
     if shape.kv_cache_dtype not in ("auto", "bfloat16", "float16", shape.dtype):
@@ -132,16 +138,26 @@ def shape_notes(shape) -> list[str]:
     return notes
 
 
-def model_dims(shape) -> dict:
+class ModelDims(TypedDict, total=False):
+    """An MLA model's sizes, in the names of attention/model `ModelFacts`."""
+
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int | None
+    kv_lora_rank: int | None
+    v_head_dim: int | None
+    index_topk: int | None
+
+
+def model_dims(shape: TuneShape) -> ModelDims:
     """The MLA sizes vLLM's rules read from the model config (FLASHINFER_MLA: qk_nope_head_dim; 0.33:
     kv_lora_rank, rope, v_head_dim, sparse MLA's index_topk), in the names of attention/model `ModelFacts`."""
     if not shape.use_mla:
         return {}
-    return dict(qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
-                kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, index_topk=shape.index_topk)
+    return ModelDims(qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
+                     kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, index_topk=shape.index_topk)
 
 
-def describe(shape) -> str:
+def describe(shape: TuneShape) -> str:
     """"MLA, 16 query heads per GPU over one latent cache (kv_lora_rank 512 + rope 64 = 576)"."""
     return (f"MLA, {shape.num_q_heads} query heads per GPU over one latent cache (kv_lora_rank {shape.kv_lora_rank} "
             f"+ rope {shape.qk_rope_head_dim} = {shape.head_size})")

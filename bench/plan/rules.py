@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.bench.plan.shape import TuneShape
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.selector import SelectionRequest
+    from attnsel.attention.versions import RuleProfile
+    from attnsel.attention.versions.choice import ProfileChoice
 
 # (reasons vLLM would give, kernel block size) for one (backend, --block-size) on this GPU.
 Verdict = Callable[[str, int, TuneShape, tuple[int, int]], tuple[list[str], int | None]]
@@ -23,7 +29,7 @@ DefaultChoice = Callable[[TuneShape, tuple[int, int]], tuple[str | None, int | N
 HybridSize = Callable[[str, TuneShape, tuple[int, int]], int | None]
 
 
-def rule_profile_choice(vllm_version: str | None = None):
+def rule_profile_choice(vllm_version: str | None = None) -> ProfileChoice:
     """The rule profile `explain` would use: --vllm-version, else the installed vLLM, else the newest."""
     from attnsel.attention import versions
 
@@ -81,7 +87,7 @@ class ShapeFacts:
                    **plan_mla.model_dims(shape))
 
 
-def selection_request(shape: TuneShape, backend: str | None, block_size: int | None):
+def selection_request(shape: TuneShape, backend: str | None, block_size: int | None) -> SelectionRequest:
     """The deployment's flags for one tune row: the pair, the cache dtype, the hybrid flags."""
     from attnsel.attention.selector import SelectionRequest
 
@@ -96,39 +102,44 @@ def selection_request(shape: TuneShape, backend: str | None, block_size: int | N
 
 
 def _selection(shape: TuneShape, capability: tuple[int, int], backend: str | None, block_size: int | None,
-               vllm_version: str | None):
+               profile: RuleProfile | None, vllm_version: str | None
+               ) -> tuple[RuleProfile, SelectorInputs, SelectionContext]:
     """(profile, SelectorInputs, SelectionContext) as `explain` builds them for this shape and pair.
     importable=None: judge the target machine as vLLM ships (every package present), the way
-    `explain` does by default; tune times its own adapters, not vLLM's imports."""
+    `explain` does by default; tune times its own adapters, not vLLM's imports. `profile`: the
+    version object the caller resolved (tune's request); without it, chosen from `vllm_version`."""
     from attnsel.attention.selector import build_selection
 
-    profile = rule_profile_choice(vllm_version).profile
+    if profile is None:
+        profile = rule_profile_choice(vllm_version).profile
     inputs, ctx, _notes = build_selection(profile, selection_request(shape, backend, block_size),
                                           model_facts=ShapeFacts.of(shape), capability=capability)
     return profile, inputs, ctx
 
 
 def selector_inputs(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
-                    vllm_version: str | None = None):
+                    profile: RuleProfile | None = None,
+                    vllm_version: str | None = None) -> tuple[SelectorInputs, SelectionContext]:
     """(SelectorInputs, SelectionContext) of one tune row, the inputs `vllm_verdict` judges with the
     profile: bench/tools/vllm_cpu_check.py hands the same ones to the installed release's selector."""
-    _profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
+    _profile, inputs, ctx = _selection(shape, capability, backend, block_size, profile, vllm_version)
     return inputs, ctx
 
 
 def hybrid_block_size(backend: str, shape: TuneShape, capability: tuple[int, int], *,
-                      vllm_version: str | None = None) -> int | None:
+                      profile: RuleProfile | None = None, vllm_version: str | None = None) -> int | None:
     """The block size vLLM uses for a hybrid model with `--attention-backend BACKEND` and no
     --block-size (interface.py `_align_hybrid_block_size`); None for other models or when vLLM raises."""
     if not shape.hybrid:
         return None
     from attnsel.attention.selector import explain
 
-    explanation = explain(*_selection(shape, capability, backend, None, vllm_version))
+    explanation = explain(*_selection(shape, capability, backend, None, profile, vllm_version))
     return None if explanation.error else explanation.block_size
 
 
-def _hybrid_runs_as_given(profile, inputs, ctx, block_size: int) -> list[str]:
+def _hybrid_runs_as_given(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext,
+                          block_size: int) -> list[str]:
     """A hybrid model's --block-size N is raised when one attention page of N tokens holds no Mamba
     state (or, 0.18-0.32, to the next multiple of N): vLLM then never runs N."""
     from attnsel.attention.selector import explain
@@ -143,7 +154,7 @@ def _hybrid_runs_as_given(profile, inputs, ctx, block_size: int) -> list[str]:
 
 
 def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tuple[int, int], *,
-                 vllm_version: str | None = None) -> tuple[list[str], int | None]:
+                 profile: RuleProfile | None = None, vllm_version: str | None = None) -> tuple[list[str], int | None]:
     """What vLLM says about `--attention-backend BACKEND --block-size N` (docs/vllm-rules.md §2, §5f):
     its reasons (empty = accepted) and the kernel block size the framework block is split into."""
     from attnsel.attention import versions
@@ -153,7 +164,7 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
         validate_backend,
     )
 
-    profile, inputs, ctx = _selection(shape, capability, backend, block_size, vllm_version)
+    profile, inputs, ctx = _selection(shape, capability, backend, block_size, profile, vllm_version)
     if profile.registry_names and backend not in profile.registry_names:  # e.g. FLASH_ATTN_MLA_SPARSE before 0.25
         return [f"vLLM {profile.vllm_version} has no {backend} backend"], None
     cli_error = versions.block_size_cli_error(profile, block_size)
@@ -175,10 +186,10 @@ def vllm_verdict(backend: str, block_size: int, shape: TuneShape, capability: tu
         return [getattr(exc, "message", str(exc)).strip()], None
 
 
-def vllm_default_choice(shape: TuneShape, capability: tuple[int, int], *,
+def vllm_default_choice(shape: TuneShape, capability: tuple[int, int], *, profile: RuleProfile | None = None,
                         vllm_version: str | None = None) -> tuple[str | None, int | None, str | None]:
     """What `explain` says vLLM picks with neither flag: (backend, block size, error)."""
     from attnsel.attention.selector import explain
 
-    explanation = explain(*_selection(shape, capability, None, None, vllm_version))
+    explanation = explain(*_selection(shape, capability, None, None, profile, vllm_version))
     return explanation.selected, explanation.block_size, explanation.error

@@ -6,12 +6,18 @@ Torch-free (`--dry-run` works without a GPU).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.rules import parse_dtype
 from attnsel.errors import CheckFailed, UserInputError
 
+if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.model.rules import ModelRules
+    from attnsel.attention.versions import RuleProfile
 
-def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: tuple[int, int] | None = None) -> None:
+
+def check_kv_cache_dtype(kv_cache_dtype: str, profile: RuleProfile, capability: tuple[int, int] | None = None) -> None:
     """tune's --kv-cache-dtype against the release whose rules filter the grid (`profile`, the version
     object `explain` asks too). A value that release does not know is bad input (exit 2) listing that
     release's own values; one it knows that tune cannot time is CheckFailed (exit 1, as a grid with
@@ -25,7 +31,7 @@ def check_kv_cache_dtype(kv_cache_dtype: str, profile, capability: tuple[int, in
         raise CheckFailed(f"not timed: {why}")
 
 
-def untimed_kv_cache_dtype(kv_cache_dtype: str, profile, capability: tuple[int, int] | None) -> str | None:
+def untimed_kv_cache_dtype(kv_cache_dtype: str, profile: RuleProfile, capability: tuple[int, int] | None) -> str | None:
     """Why tune cannot time a cache dtype the release accepts; None when it can."""
     from attnsel.attention.kernels import TIMED_KV_CACHE_DTYPES
 
@@ -136,8 +142,8 @@ def make_shape(
     q_per_gpu, kv_per_gpu = heads_per_gpu(num_heads, kv, tensor_parallel_size)
     return TuneShape(
         head_size=head_size,
-        num_q_heads=q_per_gpu,
-        num_kv_heads=kv_per_gpu,
+        num_q_heads=int(q_per_gpu or 0),
+        num_kv_heads=int(kv_per_gpu or 0),
         dtype=parse_dtype(dtype),
         kv_cache_dtype=kv_cache_dtype,
         tensor_parallel_size=tensor_parallel_size,
@@ -151,7 +157,7 @@ def shape_from_model(
     dtype: str = "auto",
     kv_cache_dtype: str = "auto",
     tensor_parallel_size: int = 1,
-    model_rules=None,
+    model_rules: ModelRules | None = None,
     mamba_ssm_cache_dtype: str = "auto",
 ) -> TuneShape:
     """The same derivation as `explain --model` (attention/model/config.py); `model_rules`: the
@@ -164,7 +170,7 @@ def shape_from_model(
         hf, capability=capability, dtype=dtype, tensor_parallel_size=tensor_parallel_size, profile=model_rules,
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
     )
-    if getattr(facts, "dtype_error", None):
+    if facts.dtype_error:
         raise UserInputError(facts.dtype_error)
     if facts.is_attention_free:
         raise UserInputError(f"{model} has no attention layers (model_type {facts.model_type}): vLLM picks no "
@@ -174,7 +180,7 @@ def shape_from_model(
     return TuneShape(
         head_size=int(facts.head_size),
         num_q_heads=int(facts.num_heads_per_gpu),
-        num_kv_heads=heads_per_gpu(None, int(facts.num_kv_heads), tensor_parallel_size)[1],
+        num_kv_heads=int(heads_per_gpu(None, int(facts.num_kv_heads), tensor_parallel_size)[1] or 0),
         dtype=parse_dtype(str(facts.dtype)),
         kv_cache_dtype=(getattr(facts, "kv_cache_dtype_forced", None) if kv_cache_dtype == "auto" else None)
         or kv_cache_dtype,
@@ -193,7 +199,7 @@ def shape_from_model(
     )
 
 
-def _hybrid_fields(facts) -> dict | None:
+def _hybrid_fields(facts: ModelFacts) -> dict[str, Any] | None:
     layout = getattr(facts, "hybrid_layout", None)
     if layout is None:
         return None

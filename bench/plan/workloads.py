@@ -19,8 +19,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from attnsel.errors import UserInputError
+from attnsel.words import Word
 
-WORKLOAD_KINDS: tuple[str, ...] = ("decode", "prefill", "mixed")
+
+class WorkloadKind(Word):
+    """What one timed shape is (the kernels' `Workload.kind`, a row's "kind", the weights' keys)."""
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+    MIXED = "mixed"
+
+
+WORKLOAD_KINDS: tuple[WorkloadKind, ...] = tuple(WorkloadKind)
 GRIDS: tuple[str, ...] = ("quick", "default", "full")
 
 
@@ -31,15 +41,15 @@ class WorkloadSpec:
     `query_len` the new tokens per request (1 for decode). For "mixed", one request in eight (at
     least one) brings a `query_len` chunk and the rest decode (paged.mixed_prefill_count)."""
 
-    kind: str
+    kind: WorkloadKind
     batch: int
     context_len: int
     query_len: int = 1
 
     def label(self) -> str:
-        if self.kind == "decode":
+        if self.kind == WorkloadKind.DECODE:
             return f"decode b={self.batch} ctx={self.context_len}"
-        if self.kind == "prefill":
+        if self.kind == WorkloadKind.PREFILL:
             return f"prefill b={self.batch} q={self.query_len} ctx={self.context_len}"
         return f"mixed b={self.batch} ctx={self.context_len} chunk={self.query_len}"
 
@@ -49,7 +59,7 @@ class WorkloadSpec:
 
     @property
     def query_tokens(self) -> int:
-        if self.kind == "mixed":
+        if self.kind == WorkloadKind.MIXED:
             chunks = mixed_prefill_count(self.batch)
             return (self.batch - chunks) + chunks * self.query_len
         return self.batch * self.query_len
@@ -61,7 +71,7 @@ class WorkloadSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> WorkloadSpec:
-        return cls(d["kind"], int(d["batch"]), int(d["context_len"]), int(d.get("query_len", 1)))
+        return cls(WorkloadKind(d["kind"]), int(d["batch"]), int(d["context_len"]), int(d.get("query_len", 1)))
 
 
 def mixed_prefill_count(batch: int) -> int:
@@ -72,40 +82,40 @@ def mixed_prefill_count(batch: int) -> int:
 
 
 def _decode_grid(batches: Iterable[int], contexts: Iterable[int], max_kv_tokens: int) -> list[WorkloadSpec]:
-    return [WorkloadSpec("decode", b, c) for b in batches for c in contexts if b * c <= max_kv_tokens]
+    return [WorkloadSpec(WorkloadKind.DECODE, b, c) for b in batches for c in contexts if b * c <= max_kv_tokens]
 
 
-def workload_grid(kinds: Sequence[str], grid: str = "default") -> list[WorkloadSpec]:
+def workload_grid(kinds: Sequence[WorkloadKind], grid: str = "default") -> list[WorkloadSpec]:
     """The shapes timed for each workload kind (see the module docstring for the reasoning)."""
     if grid not in GRIDS:
         raise UserInputError(f"unknown grid {grid!r}")
     decode = {
-        "quick": [WorkloadSpec("decode", 1, 4096), WorkloadSpec("decode", 64, 4096), WorkloadSpec("decode", 256, 1024)],
+        "quick": [WorkloadSpec(WorkloadKind.DECODE, 1, 4096), WorkloadSpec(WorkloadKind.DECODE, 64, 4096), WorkloadSpec(WorkloadKind.DECODE, 256, 1024)],
         "default": _decode_grid((1, 16, 64, 256), (1024, 4096, 16384), 2**20),
         "full": _decode_grid((1, 4, 16, 32, 64, 128, 256), (512, 1024, 2048, 4096, 8192, 16384, 32768), 2**22),
     }
     prefill = {
-        "quick": [WorkloadSpec("prefill", 1, 2048, 2048)],
-        "default": [WorkloadSpec("prefill", 1, 2048, 2048), WorkloadSpec("prefill", 1, 16384, 2048),
-                    WorkloadSpec("prefill", 4, 4096, 512)],
-        "full": [WorkloadSpec("prefill", 1, 2048, 2048), WorkloadSpec("prefill", 1, 16384, 2048),
-                 WorkloadSpec("prefill", 4, 4096, 512), WorkloadSpec("prefill", 1, 8192, 8192),
-                 WorkloadSpec("prefill", 8, 8192, 1024), WorkloadSpec("prefill", 1, 32768, 512)],
+        "quick": [WorkloadSpec(WorkloadKind.PREFILL, 1, 2048, 2048)],
+        "default": [WorkloadSpec(WorkloadKind.PREFILL, 1, 2048, 2048), WorkloadSpec(WorkloadKind.PREFILL, 1, 16384, 2048),
+                    WorkloadSpec(WorkloadKind.PREFILL, 4, 4096, 512)],
+        "full": [WorkloadSpec(WorkloadKind.PREFILL, 1, 2048, 2048), WorkloadSpec(WorkloadKind.PREFILL, 1, 16384, 2048),
+                 WorkloadSpec(WorkloadKind.PREFILL, 4, 4096, 512), WorkloadSpec(WorkloadKind.PREFILL, 1, 8192, 8192),
+                 WorkloadSpec(WorkloadKind.PREFILL, 8, 8192, 1024), WorkloadSpec(WorkloadKind.PREFILL, 1, 32768, 512)],
     }
     mixed = {
-        "quick": [WorkloadSpec("mixed", 32, 4096, 512)],
-        "default": [WorkloadSpec("mixed", 32, 4096, 512), WorkloadSpec("mixed", 128, 2048, 256)],
-        "full": [WorkloadSpec("mixed", 32, 4096, 512), WorkloadSpec("mixed", 128, 2048, 256),
-                 WorkloadSpec("mixed", 16, 16384, 2048), WorkloadSpec("mixed", 256, 1024, 128)],
+        "quick": [WorkloadSpec(WorkloadKind.MIXED, 32, 4096, 512)],
+        "default": [WorkloadSpec(WorkloadKind.MIXED, 32, 4096, 512), WorkloadSpec(WorkloadKind.MIXED, 128, 2048, 256)],
+        "full": [WorkloadSpec(WorkloadKind.MIXED, 32, 4096, 512), WorkloadSpec(WorkloadKind.MIXED, 128, 2048, 256),
+                 WorkloadSpec(WorkloadKind.MIXED, 16, 16384, 2048), WorkloadSpec(WorkloadKind.MIXED, 256, 1024, 128)],
     }
-    table = {"decode": decode, "prefill": prefill, "mixed": mixed}
+    table = {WorkloadKind.DECODE: decode, WorkloadKind.PREFILL: prefill, WorkloadKind.MIXED: mixed}
     out: list[WorkloadSpec] = []
     for kind in kinds:
         out.extend(table[kind][grid])
     return out
 
 
-def parse_workloads(value: str) -> list[str]:
+def parse_workloads(value: str) -> list[WorkloadKind]:
     value = (value or "all").strip().lower()
     if value == "all":
         return list(WORKLOAD_KINDS)
@@ -113,5 +123,5 @@ def parse_workloads(value: str) -> list[str]:
     bad = [k for k in kinds if k not in WORKLOAD_KINDS]
     if bad or not kinds:
         raise UserInputError(f"unknown --workload {value!r}; use decode, prefill, mixed or all")
-    return list(dict.fromkeys(kinds))
+    return [WorkloadKind(k) for k in dict.fromkeys(kinds)]
 

@@ -37,14 +37,12 @@ CONFIG_CRASH_LIMIT = 2  # crashes of one (backend, block size) before its other 
 CONFIG_TIMEOUT_LIMIT = 1
 
 
-def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, status: str, error: str) -> dict:
-    w = WorkloadSpec.from_dict(item["workload"])
-    return {
-        "key": item["key"], "backend": backend, "block_size": item["block_size"],
-        "kernel_block_size": item.get("kernel_block_size"), "workload": w.to_dict(), "workload_label": w.label(),
-        "kind": w.kind, "dtype": shape.get("dtype"), "kv_cache_dtype": shape.get("kv_cache_dtype", "auto"),
-        "mode": mode_label(options.worker_options()), "status": status, "error": error,
-    }
+def failure_row(item: dict, backend: str, shape: dict, options: SweepOptions, status: R.RowStatus,
+                error: str) -> dict:
+    """The row of an item whose worker crashed, hung or never started, as results.jsonl holds it."""
+    return R.new_row(item["key"], backend, item["block_size"], item.get("kernel_block_size"),
+                     WorkloadSpec.from_dict(item["workload"]), shape.get("dtype"), shape.get("kv_cache_dtype", "auto"),
+                     mode_label(options.worker_options()), status, error).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,8 +167,11 @@ def run_backend_group(
 
 
 class _GroupRun:
-    def __init__(self, backend, items, shape, options, log_path, on_row, on_start, on_info, worker=None):
+    def __init__(self, backend: str, items: list[dict], shape: dict, options: SweepOptions, log_path: Path,
+                 on_row: Callable[[dict], None], on_start: Callable[[dict], None] | None,
+                 on_info: Callable[[dict], None] | None, worker: WorkerProcess | None = None):
         self.backend, self.shape, self.options, self.log_path = backend, shape, options, log_path
+        self.env: dict | None = None
         self.on_row, self.on_start, self.on_info = on_row, on_start, on_info
         self.pending: list[dict] = list(items)
         self.by_key = {item["key"]: item for item in items}
@@ -183,11 +184,11 @@ class _GroupRun:
         self.outcome.rows.append(row)
         self.on_row(row)
 
-    def fail(self, item: dict, status: str, error: str) -> None:
+    def fail(self, item: dict, status: R.RowStatus, error: str) -> None:
         self.emit(failure_row(item, self.backend, self.shape, self.options, status, error))
         self.pending = [i for i in self.pending if i["key"] != item["key"]]
 
-    def fail_all(self, status: str, error: str) -> None:
+    def fail_all(self, status: R.RowStatus, error: str) -> None:
         for item in list(self.pending):
             self.fail(item, status, error)
 
@@ -224,7 +225,7 @@ class _GroupRun:
             if deaths > self.options.max_restarts:
                 self.fail_all(R.STATUS_CRASHED, f"not run: the {self.backend} worker failed {deaths} times")
 
-    def give_up_on_config(self, failed: dict, status: str) -> None:
+    def give_up_on_config(self, failed: dict, status: R.RowStatus) -> None:
         """After a hang or repeated crashes, record the config's other shapes as not run."""
         bs = failed["block_size"]
         count = self.failures[(bs, status)] = self.failures.get((bs, status), 0) + 1
@@ -236,11 +237,16 @@ class _GroupRun:
         for other in [i for i in self.pending if i["block_size"] == bs]:
             self.fail(other, status, f"not run: {self.backend} --block-size {bs} {what} (last on {label})")
 
+    @property
+    def group_started_at(self) -> float:
+        assert self.outcome.started_at is not None  # run() sets it before any worker is driven
+        return self.outcome.started_at
+
     def drive(self, worker: WorkerProcess) -> bool:
         """Read one worker's messages until it finishes (True), dies or hangs (False)."""
         worker.go()
         watch = _Watch(worker, record_index=len(self.outcome.workers))
-        self.outcome.workers.append(worker_record(worker, None, None, self.outcome.started_at))
+        self.outcome.workers.append(worker_record(worker, None, None, self.group_started_at))
         while True:
             limit = self.options.item_timeout_s if watch.ready else self.options.startup_timeout_s
             try:
@@ -291,7 +297,7 @@ class _GroupRun:
         elif kind == "ready":
             watch.ready = True
             self.outcome.workers[watch.record_index] = worker_record(worker, message.get("startup"), time.time(),
-                                                                     self.outcome.started_at)
+                                                                     self.group_started_at)
             self.outcome.info = message.get("info")
             if self.on_info and self.outcome.info:
                 self.on_info(self.outcome.info)

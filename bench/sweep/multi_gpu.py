@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.lanes import assign_lanes, lane_facts, merge_lane_results
@@ -26,8 +27,14 @@ from attnsel.bench.timing import stats as T
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path
 
+if TYPE_CHECKING:
+    from attnsel.bench.plan import Plan
+    from attnsel.bench.sweep.run import SweepOptions, SweepProgress
 
-def gpu_ordinals(value: str | None):
+GroupOrder = list[tuple[str, list[dict]]]  # (backend, its items) in the order the groups run
+
+
+def gpu_ordinals(value: str | None) -> str | list[str] | None:
     """`--gpus` as written, checked before any GPU is asked: None, "all" or ordinals ["0", "1"].
 
     >>> gpu_ordinals(" ALL "), gpu_ordinals("0, 1")
@@ -75,8 +82,7 @@ def visible_entry(ordinal: str, env: dict | None = None) -> str:
     >>> visible_entry("1", {"CUDA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"}), visible_entry("1", {})
     ('GPU-bbb', '1')
     """
-    env = os.environ if env is None else env
-    current = env.get("CUDA_VISIBLE_DEVICES")
+    current = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if current is None or not current.strip():
         return str(ordinal)
     entries = [e.strip() for e in current.split(",") if e.strip()]
@@ -94,7 +100,7 @@ def same_model_reason(devices: list[dict]) -> str | None:
     return f"--gpus needs one GPU model, these differ: {listed}"
 
 
-def calibration_verdict(per_gpu: dict[str, dict]) -> tuple[bool, list[str]]:
+def calibration_verdict(per_gpu: dict[str, dict | None]) -> tuple[bool, list[str]]:
     """(the GPUs agree, one line per GPU compared with the first) from each GPU's timing of the
     same reference row (timing dicts as rows carry them)."""
     gpus = list(per_gpu)
@@ -119,7 +125,7 @@ def calibration_verdict(per_gpu: dict[str, dict]) -> tuple[bool, list[str]]:
     return agree, lines
 
 
-def calibrate(order, plan, options, gpus: list[str], output_dir: Path) -> dict:
+def calibrate(order: GroupOrder, plan: Plan, options: SweepOptions, gpus: list[str], output_dir: Path) -> dict:
     """Times the first planned row of the first backend on every GPU at once."""
     from attnsel.bench.sweep.groups import run_backend_group
     from attnsel.bench.sweep.run import Lane, gpu_lane
@@ -146,8 +152,9 @@ def calibrate(order, plan, options, gpus: list[str], output_dir: Path) -> dict:
             "per_gpu": timings, "agree": agree, "comparisons": lines}
 
 
-def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich: Callable[[dict], dict],
-                outcomes: dict, infos: dict, facts: dict) -> None:
+def run_on_gpus(order: GroupOrder, plan: Plan, options: SweepOptions, output_dir: Path, writer: R.ResultsWriter,
+                progress: SweepProgress, enrich: Callable[[dict], dict], outcomes: dict, infos: dict,
+                facts: dict) -> None:
     """Calibrate, then one lane per GPU in parallel (or the first GPU alone when they disagree);
     `facts` receives the calibration and the lanes (tune.json "gpus"). Each lane's first workers
     import while the GPUs are calibrated (on 2 x H200 the lanes' exposed starts, ~16 s each, came
@@ -176,7 +183,7 @@ def run_on_gpus(order, plan, options, output_dir: Path, writer, progress, enrich
     lane_outcomes: dict[str, dict] = {gpu: {} for gpu in gpus}
     lane_infos: dict[str, dict] = {gpu: {} for gpu in gpus}
 
-    def lane_run(gpu: str, lane_order) -> None:
+    def lane_run(gpu: str, lane_order: GroupOrder) -> None:
         try:
             run_groups(lane_order, plan, options, output_dir, writer, progress, enrich, lane_outcomes[gpu],
                        lane_infos[gpu], Lane(*gpu_lane(gpu)), prespawned=early.get(gpu))

@@ -22,26 +22,126 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnsel import files
-
-STATUS_OK = "ok"
-STATUS_SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
-STATUS_UNAVAILABLE = "unavailable"  # the kernel library is not installed here
-STATUS_UNSUPPORTED = "unsupported"  # the adapter cannot run this shape (not a vLLM rule)
-STATUS_WRONG = "wrong"  # ran, but failed the correctness check: disqualified
-STATUS_ERROR = "error"  # raised
-STATUS_OOM = "oom"
-STATUS_TIMEOUT = "timeout"
-STATUS_CRASHED = "crashed"  # the worker process died (segfault, abort)
-STATUSES = (
-    STATUS_OK, STATUS_SKIPPED_BY_VLLM, STATUS_UNAVAILABLE, STATUS_UNSUPPORTED, STATUS_WRONG,
-    STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED,
+from attnsel.bench.plan import WorkloadSpec
+from attnsel.bench.sweep.record import (
+    Record,
+    absent_field,
+    positive_field,
+    required_field,
+    time_field,
 )
+from attnsel.words import Word
+
+
+class RowStatus(Word):
+    """A result row's "status" (docs/measuring.md §7)."""
+
+    OK = "ok"
+    SKIPPED_BY_VLLM = "skipped"  # vLLM would refuse the combination: never timed
+    UNAVAILABLE = "unavailable"  # the kernel library is not installed here
+    UNSUPPORTED = "unsupported"  # the adapter cannot run this shape (not a vLLM rule)
+    WRONG = "wrong"  # ran, but failed the correctness check: disqualified
+    ERROR = "error"  # raised
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"  # the worker process died (segfault, abort)
+
+
+STATUS_OK = RowStatus.OK
+STATUS_SKIPPED_BY_VLLM = RowStatus.SKIPPED_BY_VLLM
+STATUS_UNAVAILABLE = RowStatus.UNAVAILABLE
+STATUS_UNSUPPORTED = RowStatus.UNSUPPORTED
+STATUS_WRONG = RowStatus.WRONG
+STATUS_ERROR = RowStatus.ERROR
+STATUS_OOM = RowStatus.OOM
+STATUS_TIMEOUT = RowStatus.TIMEOUT
+STATUS_CRASHED = RowStatus.CRASHED
+STATUSES: tuple[RowStatus, ...] = tuple(RowStatus)
 FAILED_STATUSES = (STATUS_WRONG, STATUS_ERROR, STATUS_OOM, STATUS_TIMEOUT, STATUS_CRASHED)
 
 RESULTS_FILE = "results.jsonl"
+
+
+# --- a result row as the worker writes it and tune.json / `attnsel report` read it ---------------
+
+
+@dataclass
+class Timing(Record):
+    # the recommendation's geometric mean and every ratio divide by these: a time is above zero
+    median_ms: float | None = time_field(required=True)
+    p20_ms: float | None = time_field()
+    p80_ms: float | None = time_field()
+    n: int | None = None
+    l2: str | None = None
+    mode: str | None = None
+    timer: str | None = None  # "cupti" or "events"
+
+
+@dataclass
+class Workload(Record):
+    batch: int | None = None
+    context_len: int | None = None
+    query_len: int | None = None
+    kind: str | None = None
+    label: str | None = None
+
+
+@dataclass
+class ResultRow(Record):
+    backend: str = required_field()
+    block_size: int = positive_field(required=True)
+    status: str = required_field(one_of=STATUSES)
+    key: str = absent_field()
+    kind: str | None = None
+    workload_label: str | None = None
+    error: str | None = None
+    adapter: str | None = None
+    provider: str | None = None
+    mode: str | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    checked: bool | None = None
+    kernel_block_size: int | None = None
+    workload: Workload | None = None
+    timing: Timing | None = field(default=None, metadata={"required_if": ("status", STATUS_OK)})  # a measured row
+    bandwidth_bytes_per_s: float | None = None
+    pct_of_peak_bandwidth: float | None = None
+    tflops: float | None = None
+    rel_error: float | None = None
+    first_call_s: float | None = None
+    peak_memory_bandwidth_bytes_per_s: float | None = None
+    vllm_reasons: list[str] | None = None
+    launch: str | None = None  # "graph" or "eager": how the timed calls were launched
+    kernel_block_size_used: int | None = None
+    setup_s: float | None = None
+    library_import_s: float | None = None
+    # what the worker writes besides (bench/worker/items.py), the parent's --gpus lane last
+    bytes_moved: float | None = None
+    flops: float | None = None
+    launch_reason: str | None = None
+    launch_source: str | None = None  # "flag", "installed vLLM", "recorded rule" or "default"
+    notes: list[str] | None = None
+    provider_details: dict | None = None  # what the provider says about itself (layout, knobs)
+    tolerance: float | None = None
+    traceback: str | None = None
+    row_wall_s: float | None = None
+    wall_breakdown_s: dict[str, float] | None = None
+    gpu: str | None = None  # --gpus: the lane (GPU) that timed the row
+
+
+def new_row(key: str, backend: str, block_size: int, kernel_block_size: int | None, workload: WorkloadSpec,
+            dtype: str | None, kv_cache_dtype: str, mode: str, status: RowStatus | None, error: str | None) -> ResultRow:
+    """The start of every result row, whoever writes it: the worker (a measured row), the parent (a
+    row whose worker crashed or hung, a row vLLM refuses); its writer adds the rest."""
+    return ResultRow.new(
+        key=key, backend=backend, block_size=block_size, kernel_block_size=kernel_block_size,
+        workload=Workload.from_dict(workload.to_dict()), workload_label=workload.label(), kind=workload.kind,
+        dtype=dtype, kv_cache_dtype=kv_cache_dtype, mode=mode, status=status, error=error,
+    )
 
 
 def row_key(backend: str, block_size: int, workload_label: str, dtype: str, kv_cache_dtype: str, mode: str) -> str:
@@ -58,11 +158,11 @@ VLLM_DRIVEN_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN",
 VLLM_ADAPTER = "vllm"
 
 
-def stand_in_provider(row: dict) -> str | None:
+def stand_in_provider(row: ResultRow) -> str | None:
     """The provider that stood in for vLLM's own kernel on this row (None: vLLM's kernel, as vLLM runs it)."""
-    if row.get("backend") not in VLLM_DRIVEN_BACKENDS or row.get("adapter") in (None, VLLM_ADAPTER):
+    if row.backend not in VLLM_DRIVEN_BACKENDS or row.adapter in (None, VLLM_ADAPTER):
         return None
-    return f"{row['backend']} by {row['adapter']}"
+    return f"{row.backend} by {row.adapter}"
 
 
 def is_timed(row: dict) -> bool:
@@ -102,7 +202,7 @@ class ResultsWriter:
     def __enter__(self) -> ResultsWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnsel.bench.plan import Plan
+from attnsel.bench.plan import Plan, WorkloadSpec
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
 from attnsel.bench.sweep.worker_process import (
@@ -31,14 +31,26 @@ from attnsel.bench.sweep.worker_process import (
 )
 from attnsel.bench.timing import mode_label
 from attnsel.bench.timing import stats as T
+from attnsel.bench.timing.launch_mode import LaunchMode, Timer
 from attnsel.bench.worker import DEFAULT_TOOLKIT
 from attnsel.errors import EnvironmentProblem
 from attnsel.probe import usable_cpu_count
+from attnsel.words import Word
 
 DEFAULT_ITEM_TIMEOUT_S = 180.0  # one row incl. a first-call JIT (FlashInfer decode: 12.4 s, docs/gpu-facts.md §1)
 DEFAULT_STARTUP_TIMEOUT_S = 240.0  # import torch + the kernel library (flashinfer: 8.5 s)
 DEFAULT_MAX_RESTARTS = 8
-CHECK_POLICIES = ("first", "all", "none")
+
+
+class CheckPolicy(Word):
+    """--check: which rows are checked against the fp32 reference."""
+
+    FIRST = "first"  # the smallest shape of each workload kind per block size
+    ALL = "all"
+    NONE = "none"
+
+
+CHECK_POLICIES: tuple[CheckPolicy, ...] = tuple(CheckPolicy)
 # Backends run in this order so that each pre-spawned worker's library import hides behind the
 # previous backend's rows. FLEX_ATTENTION goes first: it imports only torch (dynamo/inductor,
 # 7.6 s on an H100), while `import vllm` (18.9 s there) for the three vLLM-driven workers then
@@ -77,13 +89,13 @@ def import_slots(cpu_count: int | None = None) -> int:
 class SweepOptions:
     # How each row's call is launched: "vllm" (graph replay where vLLM captures the batch in a full
     # CUDA graph, eager elsewhere), or forced "graph" (--cuda-graph) / "eager" (--eager).
-    launch: str = "vllm"
-    timer: str = "auto"  # "auto" (CUPTI where cupti-python works, else CUDA events) | "cupti" | "events"
+    launch: str = LaunchMode.VLLM
+    timer: str = Timer.AUTO  # "auto" (CUPTI where cupti-python works, else CUDA events) | "cupti" | "events"
     cold_l2: bool = True
     warmup_ms: float = T.WARMUP_BUDGET_MS
     repeat_ms: float = T.REPEAT_BUDGET_MS
     max_samples: int = T.MAX_SAMPLES
-    check: str = "first"  # which rows are checked against the fp32 reference
+    check: str = CheckPolicy.FIRST  # which rows are checked against the fp32 reference
     tolerance: float | None = None
     seed: int = 0
     keep_samples: bool = False
@@ -122,13 +134,13 @@ class SweepOptions:
 # Items
 
 
-def items_for(plan: Plan, options: SweepOptions, skip_keys: set[str] = frozenset()) -> dict[str, list[dict]]:
+def items_for(plan: Plan, options: SweepOptions, skip_keys: Set[str] = frozenset()) -> dict[str, list[dict]]:
     """Rows to time, grouped by backend; `check` marks rows compared with the fp32 reference
     ("first": the smallest shape of each workload kind per block size -- the reference on a
     256 x 16k decode batch would cost more than the sweep)."""
     mode = mode_label(options.worker_options())
     shape = plan.shape
-    smallest = {}
+    smallest: dict[str, WorkloadSpec] = {}
     for w in plan.workloads:
         if w.kind not in smallest or w.kv_tokens < smallest[w.kind].kv_tokens:
             smallest[w.kind] = w
@@ -138,7 +150,7 @@ def items_for(plan: Plan, options: SweepOptions, skip_keys: set[str] = frozenset
             key = R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode)
             if key in skip_keys:
                 continue
-            check = options.check == "all" or (options.check == "first" and w == smallest[w.kind])
+            check = options.check == CheckPolicy.ALL or (options.check == CheckPolicy.FIRST and w == smallest[w.kind])
             launch, why = plan.launch(config.backend, w)
             groups.setdefault(config.backend, []).append({
                 "key": key,
@@ -159,14 +171,11 @@ def skipped_rows(plan: Plan, options: SweepOptions) -> list[dict]:
     rows = []
     for config in plan.skipped_configs:
         for w in plan.workloads:
-            rows.append({
-                "key": R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode),
-                "backend": config.backend, "block_size": config.block_size, "kernel_block_size": None,
-                "workload": w.to_dict(), "workload_label": w.label(), "kind": w.kind,
-                "dtype": shape.dtype, "kv_cache_dtype": shape.kv_cache_dtype, "mode": mode,
-                "status": R.STATUS_SKIPPED_BY_VLLM, "error": "; ".join(config.reasons),
-                "vllm_reasons": list(config.reasons),
-            })
+            key = R.row_key(config.backend, config.block_size, w.label(), shape.dtype, shape.kv_cache_dtype, mode)
+            row = R.new_row(key, config.backend, config.block_size, None, w, shape.dtype, shape.kv_cache_dtype, mode,
+                            R.STATUS_SKIPPED_BY_VLLM, "; ".join(config.reasons))
+            row.vllm_reasons = list(config.reasons)
+            rows.append(row.to_dict())
     return rows
 
 
@@ -307,7 +316,7 @@ def prespawn_lane(order: list[tuple[str, list[dict]]], plan: Plan, options: Swee
     return {0: _prespawn_at(order, 0, plan, options, output_dir, lane, previous=before)}
 
 
-def _prespawn_at(order, j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
+def _prespawn_at(order: list[tuple[str, list[dict]]], j: int, plan: Plan, options: SweepOptions, output_dir: Path, lane: Lane,
                  previous: str) -> WorkerProcess:
     backend, items = order[j]
     return prespawn_worker(backend, items, plan.shape.to_dict(), options, Path(output_dir) / lane.log_name(backend),
@@ -342,7 +351,7 @@ def run_groups(order: list[tuple[str, list[dict]]], plan: Plan, options: SweepOp
 
             start_due(reserved=0 if worker is not None else 1)  # a fresh worker for this backend imports too
 
-            def on_row(row: dict, start_due=start_due) -> None:
+            def on_row(row: dict, start_due: Callable[..., None] = start_due) -> None:
                 if lane.label is not None:
                     row["gpu"] = lane.label
                 row = enrich(row)

@@ -72,6 +72,8 @@ class WorkerProcess:
             start_new_session=True,  # its own process group: a timeout kills compiler children too
             env={**os.environ, **env} if env else None,  # --gpus: the worker's CUDA_VISIBLE_DEVICES
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
         _LIVE_WORKERS.add(self)
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -79,8 +81,8 @@ class WorkerProcess:
 
     def _write(self, text: str) -> None:
         try:
-            self.proc.stdin.write(text.encode())
-            self.proc.stdin.flush()
+            self._stdin.write(text.encode())
+            self._stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass  # it died (or stdin is closed); the reader sees EOF
 
@@ -93,10 +95,10 @@ class WorkerProcess:
 
     def _close_stdin(self) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
+            self._stdin.close()
 
     def _read(self) -> None:
-        for raw in self.proc.stdout:
+        for raw in self._stdout:
             line = raw.decode("utf-8", errors="replace")
             if self.import_done_at is None and '"imported"' in line:
                 self.import_done_at = time.time()  # noted here: a waiting worker's lines are read only at go

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attnsel.bench.timing import stats as T
+from attnsel.bench.timing.launch_mode import TIMERS, LaunchMode, Timer
 
-LAUNCHES = ("eager", "graph")
-TIMERS = ("auto", "cupti", "events")
+LAUNCHES = (LaunchMode.EAGER, LaunchMode.GRAPH)
 CUPTI_MIN_MAJOR = 13  # FlashInfer: "CUPTI needs to be >= 13.0.0"
 CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
 
@@ -238,23 +238,23 @@ def graph_runner(fn: Callable[[], object]) -> Callable[[], object]:
     return runner
 
 
-def resolve_timer(timer: str) -> tuple[str, str | None]:
+def resolve_timer(timer: str) -> tuple[Timer, str | None]:
     """("cupti" | "events", why events when CUPTI was asked for or auto found none)."""
     if timer not in TIMERS:
-        raise ValueError(f"timer must be one of {TIMERS}, got {timer!r}")
-    if timer == "events":
-        return "events", None
+        raise ValueError(f"timer must be one of {tuple(map(str, TIMERS))}, got {timer!r}")
+    if timer == Timer.EVENTS:
+        return Timer.EVENTS, None
     reason = cupti_unavailable_reason()
     if reason is None:
-        return "cupti", None
-    return "events", f"CUPTI unavailable ({reason}); timed with CUDA events"
+        return Timer.CUPTI, None
+    return Timer.EVENTS, f"CUPTI unavailable ({reason}); timed with CUDA events"
 
 
 def time_call(
     fn: Callable[[], object],
     *,
-    launch: str = "eager",
-    timer: str = "auto",
+    launch: str = LaunchMode.EAGER,
+    timer: str = Timer.AUTO,
     cold_l2: bool = True,
     warmup_budget_ms: float = T.WARMUP_BUDGET_MS,
     repeat_budget_ms: float = T.REPEAT_BUDGET_MS,
@@ -266,12 +266,12 @@ def time_call(
     import torch
 
     if launch not in LAUNCHES:
-        raise ValueError(f"launch must be one of {LAUNCHES}, got {launch!r}")
+        raise ValueError(f"launch must be one of {tuple(map(str, LAUNCHES))}, got {launch!r}")
     used_timer, note = resolve_timer(timer)
     host: dict[str, float] = {}
     mark = _Stopwatch(host)
-    runner = graph_runner(fn) if launch == "graph" else fn
-    mark("graph_capture" if launch == "graph" else "prepare")
+    runner = graph_runner(fn) if launch == LaunchMode.GRAPH else fn
+    mark("graph_capture" if launch == LaunchMode.GRAPH else "prepare")
     flush = torch.empty(l2_flush_bytes(device_index) if cold_l2 else 1, dtype=torch.int8, device="cuda")
     events = _EventSampler(torch, runner, flush if cold_l2 else None)
     events.learn_host_time()
@@ -282,11 +282,11 @@ def time_call(
     events.run_untimed(warmup)
     mark("warmup")
     samples: list[float] | None = None
-    if used_timer == "cupti":
+    if used_timer == Timer.CUPTI:
         try:
             samples = _cupti_samples(torch, runner, flush if cold_l2 else None, repeat, host)
         except Exception as exc:  # noqa: BLE001 -- e.g. another CUPTI subscriber: fall back
-            used_timer, note = "events", f"CUPTI failed ({type(exc).__name__}: {exc}); timed with CUDA events"
+            used_timer, note = Timer.EVENTS, f"CUPTI failed ({type(exc).__name__}: {exc}); timed with CUDA events"
         mark.restart()
     if samples is None:
         samples = events.samples(repeat)

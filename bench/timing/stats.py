@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 # Budgets from FlashInfer's bench_gpu_time defaults (dry_run_time_ms=25, repeat_time_ms=100).
 WARMUP_BUDGET_MS = 25.0
@@ -218,7 +219,7 @@ class TimingResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
+def spin_cycles_for(host_launch_s: float, torch_module: Any = None) -> int:
     """GPU cycles to spin so the host can queue the timed call (1.5x its queueing time + 20 us).
 
     >>> spin_cycles_for(40e-6)
@@ -232,7 +233,7 @@ def spin_cycles_for(host_launch_s: float, torch_module=None) -> int:
     return round(seconds * SPIN_CLOCK_HZ)
 
 
-def gpu_spin(torch_module, cycles: int) -> None:
+def gpu_spin(torch_module: Any, cycles: int) -> None:  # torch (imported by the caller)
     torch_module.cuda._sleep(int(cycles))
 
 
@@ -241,7 +242,7 @@ def gpu_spin(torch_module, cycles: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def bandwidth_bytes_per_s(bytes_moved: float, median_ms: float) -> float | None:
+def bandwidth_bytes_per_s(bytes_moved: float | None, median_ms: float) -> float | None:
     """Bytes of Q, K, V read and O written (actual lengths) over the median time."""
     if not bytes_moved or not median_ms or median_ms <= 0:
         return None
@@ -255,7 +256,7 @@ def percent_of_peak(achieved_bytes_per_s: float | None, peak_bytes_per_s: float 
     return 100.0 * achieved_bytes_per_s / peak_bytes_per_s
 
 
-def tflops(flops: float, median_ms: float) -> float | None:
+def tflops(flops: float | None, median_ms: float) -> float | None:
     if not flops or not median_ms or median_ms <= 0:
         return None
     return flops / (median_ms / 1e3) / 1e12

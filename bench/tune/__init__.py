@@ -6,12 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
     from attnsel.bench.tune.document import DOCUMENT_FILE
-    from attnsel.bench.tune.flags import (
-        TuneFlags,
-        check_flags,
-        check_real_sweep_flags,
-        request_from_flags,
-    )
+    from attnsel.bench.tune.flags import TuneFlags, resolve_request
     from attnsel.bench.tune.records import (
         Choice,
         DecisionRecord,
@@ -51,10 +46,8 @@ __all__ = [
     "Verdict",
     "Workload",
     "advised_flags",
-    "check_flags",
-    "check_real_sweep_flags",
-    "request_from_flags",
     "required_field",
+    "resolve_request",
     "with_recommendation",
 ]
 __getattr__ = lazy_door(__name__, {
@@ -76,9 +69,7 @@ __getattr__ = lazy_door(__name__, {
     "Verdict": "verdict",
     "Workload": "records",
     "advised_flags": "saved",
-    "check_flags": "flags",
-    "check_real_sweep_flags": "flags",
-    "request_from_flags": "flags",
+    "resolve_request": "flags",
     "required_field": "records",
     "with_recommendation": "saved",
 })

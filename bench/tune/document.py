@@ -5,15 +5,25 @@ environment, the recommendation, the warnings) and results.csv, its flat rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from attnsel import __version__, files
 from attnsel.bench.plan import WORKLOAD_KINDS
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import mla as plan_mla
-from attnsel.bench.sweep import SweepOptions
+from attnsel.bench.sweep import STATUS_OK, SweepOptions
 from attnsel.bench.tune import env_info
 from attnsel.bench.tune import recommend as REC
+from attnsel.bench.tune.records import (
+    DeviceEnvironment,
+    Environment,
+    GpuEnvironment,
+    PlanRecord,
+    RecommendationRecord,
+    ResultRow,
+    TuneDocument,
+)
 
 DOCUMENT_SCHEMA = "attnsel-tune/1"
 DOCUMENT_FILE = "tune.json"
@@ -46,7 +56,7 @@ def prespawn_warnings(outcomes: dict) -> list[str]:
 def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str]:
     """Say where a backend was timed with another provider than the kernel vLLM itself would run,
     since the flags we recommend make vLLM run its own kernel."""
-    adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == "ok"}
+    adapters = {(r.get("backend"), str(r.get("adapter") or "")) for r in rows if r.get("status") == STATUS_OK}
     out = []
     # vLLM runs its own FA3 build on Hopper and FA4 on Blackwell (docs/gpu-facts.md §3, docs/vllm-rules.md §3c)
     if next(iter(capability)) == 9 and any(b == "FLASH_ATTN" and "fa4" in a.lower() for b, a in adapters):
@@ -62,10 +72,12 @@ def stand_in_warnings(rows: list[dict], capability: tuple[int, int]) -> list[str
     return out
 
 
-def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: dict, *,
+def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weights: Mapping[str, float], *,
                    min_gain: float = REC.DEFAULT_MIN_GAIN, device: dict,
-                   gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: float | None = None) -> dict:
-    """The full results: one row per backend x block size x shape, the environment, the advice."""
+                   gpu_env: dict, clocks: dict, worker_info: dict, elapsed_s: float | None = None) -> TuneDocument:
+    """The full results: one row per backend x block size x shape, the environment, the advice.
+    The rows arrive as the workers wrote them (results.jsonl); the document is the typed record
+    `attnsel report` reads back (bench/tune/records.py), written as it always was."""
     default = None
     if plan.vllm_default_backend and plan.vllm_default_block_size:
         default = (plan.vllm_default_backend, int(plan.vllm_default_block_size))
@@ -75,19 +87,14 @@ def build_document(plan: P.Plan, options: SweepOptions, rows: list[dict], weight
     warnings += _bandwidth_warnings(rows)
     warnings += stand_in_warnings(rows, plan.capability)
     warnings += [match.line() for match in plan.known_faults]
-    return {
-        "schema": DOCUMENT_SCHEMA,
-        "attnsel_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "plan": plan.to_dict(),
-        "options": options.to_dict(),
-        "environment": {"gpu": gpu_env, "device": device, "clocks": clocks, "workers": worker_info,
-                        "versions": device.get("versions")},
-        "elapsed_s": elapsed_s,
-        "rows": sorted(rows, key=_row_order),
-        "recommendation": recommendation.to_dict(),
-        "warnings": warnings,
-    }
+    environment = Environment(gpu=GpuEnvironment.from_dict(gpu_env), device=DeviceEnvironment.from_dict(device),
+                              clocks=clocks, workers=worker_info, versions=device.get("versions"))
+    return TuneDocument(
+        schema=DOCUMENT_SCHEMA, attnsel_version=__version__, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        plan=PlanRecord.from_dict(plan.to_dict()), options=options.to_dict(), environment=environment,
+        elapsed_s=elapsed_s, rows=[ResultRow.from_dict(row) for row in sorted(rows, key=_row_order)],
+        recommendation=RecommendationRecord.from_dict(recommendation.to_dict()), warnings=warnings,
+    )
 
 
 def _row_order(row: dict) -> tuple:
@@ -117,27 +124,27 @@ CSV_COLUMNS = (
 )
 
 
-def csv_rows(document: dict) -> list[dict]:
+def csv_rows(document: TuneDocument) -> list[dict]:
     """One flat line per row, with the GPU and driver on each (for spreadsheets and pandas)."""
-    gpu = (document.get("environment") or {}).get("gpu") or {}
+    gpu = (document.environment or Environment()).gpu or GpuEnvironment()
     out = []
-    for r in document["rows"]:
+    for r in (row.to_dict() for row in document.rows):
         t, w = r.get("timing") or {}, r.get("workload") or {}
         bw = r.get("bandwidth_bytes_per_s")
         flat = {**{k: r.get(k) for k in CSV_COLUMNS}, **{k: t.get(k) for k in ("n", "median_ms", "p20_ms", "p80_ms")},
                 **{k: w.get(k) for k in ("batch", "context_len", "query_len")}}
-        flat.update(bandwidth_tb_per_s=bw / 1e12 if bw else None, gpu=gpu.get("name"), driver=gpu.get("driver_version"))
+        flat.update(bandwidth_tb_per_s=bw / 1e12 if bw else None, gpu=gpu.name, driver=gpu.driver_version)
         out.append(flat)
     return out
 
 
-def write_document(document: dict, output_dir: Path) -> Path:
+def write_document(document: TuneDocument, output_dir: Path) -> Path:
     """tune.json (everything) and results.csv (flat rows); written atomically."""
     import csv
 
     path = Path(output_dir) / DOCUMENT_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(files.json_text(document) + "\n", encoding="utf-8")  # RFC 8259: no NaN
+    tmp.write_text(files.json_text(document.to_dict()) + "\n", encoding="utf-8")  # RFC 8259: no NaN
     tmp.replace(path)
     csv_path = Path(output_dir) / CSV_FILE
     with open(csv_path.with_suffix(".csv.tmp"), "w", newline="", encoding="utf-8") as fh:

@@ -1,10 +1,11 @@
-"""`attnsel tune`'s flags as typed (cli/tune_cmd.py parses them), checked and turned into a
-TuneRequest before any plan, worker or output folder exists. Torch-free.
+"""`attnsel tune`'s flags as typed (cli/tune_cmd.py parses them), checked once and resolved into the
+frozen TuneRequest before any plan, worker or output folder exists. Torch-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnsel.attention.model import (
     check_hybrid_flags,
@@ -14,13 +15,21 @@ from attnsel.attention.model import (
 )
 from attnsel.bench.plan import build as P
 from attnsel.bench.plan import parse_workloads, rule_profile_choice
+from attnsel.bench.plan.shape import check_kv_cache_dtype
 from attnsel.bench.sweep import CHECK_POLICIES, SweepOptions, gpu_ordinals
+from attnsel.bench.sweep.run import CheckPolicy
+from attnsel.bench.timing.launch_mode import TIMERS, LaunchMode, Timer
 from attnsel.bench.tune import recommend as REC
-from attnsel.bench.tune.request import TuneRequest, check_shape_flags
+from attnsel.bench.tune.request import (
+    TuneRequest,
+    capability_without_gpu,
+    check_layer_flags,
+)
 from attnsel.errors import UserInputError
 from attnsel.probe import parse_capability
 
-TIMERS = ("auto", "cupti", "events")
+if TYPE_CHECKING:
+    from attnsel.attention.versions.choice import ProfileChoice
 
 
 @dataclass(frozen=True)
@@ -59,15 +68,62 @@ class TuneFlags:
     gpu: str | None
     capability: str | None
     vllm_version: str | None
+    dry_run: bool = False  # --dry-run: plan only, for --gpu/--capability or GPU 0
     prefix_caching: bool | None = None  # hybrid models: --enable-prefix-caching / --no-enable-prefix-caching
     mamba_ssm_cache_dtype: str | None = None
     mamba_cache_mode: str | None = None  # hybrid models: vLLM --mamba-cache-mode
 
 
-def check_flags(flags: TuneFlags) -> None:
+def resolve_request(flags: TuneFlags) -> TuneRequest:
+    """The flags checked and resolved once, in the order their errors are reported: bad or
+    contradicting flags (exit 2), the list flags parsed, the GPU a dry run plans for (or a real
+    sweep's refusal of --gpu/--capability), the layer the shape flags state, the rule profile
+    (--vllm-version, else the installed vLLM, else the newest: chosen here, once) and the
+    --kv-cache-dtype that release knows. Nothing is probed, no folder is made."""
+    chooser = _ProfileChooser(flags.vllm_version)
+    check_flags(flags, chooser)
+    backends, block_sizes = P.parse_backends(flags.backends), P.parse_block_sizes(flags.block_sizes)
+    kinds, weights = parse_workloads(flags.workload), REC.parse_weights(flags.weights)
+    capability = parse_capability(flags.capability) if flags.capability else None
+    gpu_name = flags.gpu
+    if flags.dry_run:
+        capability, gpu_name = capability_without_gpu(capability, gpu_name)
+    elif flags.gpu or flags.capability:
+        raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
+    check_layer_flags(flags)
+    choice = chooser()
+    check_kv_cache_dtype(flags.kv_cache_dtype, choice.profile)
+    return TuneRequest(
+        choice=choice, model=flags.model, head_size=flags.head_size, num_heads=flags.num_heads,
+        num_kv_heads=flags.num_kv_heads, dtype=flags.dtype, kv_cache_dtype=flags.kv_cache_dtype,
+        tensor_parallel_size=flags.tensor_parallel_size, backends=tuple(backends), block_sizes=tuple(block_sizes),
+        block_sizes_given=flags.block_sizes is not None, kinds=tuple(kinds), grid=_grid(flags), weights=weights,
+        min_gain=flags.min_gain / 100.0, gpu_name=gpu_name, capability=capability, gpus=flags.gpus,
+        use_mla=flags.use_mla, kv_lora_rank=flags.kv_lora_rank, qk_rope_head_dim=flags.qk_rope_head_dim,
+        qk_nope_head_dim=flags.qk_nope_head_dim, prefix_caching=flags.prefix_caching,
+        mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype, mamba_cache_mode=flags.mamba_cache_mode,
+        options=_sweep_options(flags), output=flags.output, resume=flags.resume, retry_failed=flags.retry_failed,
+    )
+
+
+class _ProfileChooser:
+    """The rule profile, chosen on first need (the flag checks that need it come before the others
+    that would report a bad --vllm-version) and never again."""
+
+    def __init__(self, vllm_version: str | None):
+        self.vllm_version = vllm_version
+        self.choice: ProfileChoice | None = None
+
+    def __call__(self) -> ProfileChoice:
+        if self.choice is None:
+            self.choice = rule_profile_choice(self.vllm_version)
+        return self.choice
+
+
+def check_flags(flags: TuneFlags, chooser: _ProfileChooser) -> None:
     """Bad or contradicting flags: one line, exit 2, before anything starts."""
     _check_choices(flags)
-    _check_values(flags)
+    _check_values(flags, chooser)
     if flags.retry_failed and not flags.resume:
         raise UserInputError("--retry-failed only makes sense with --resume")
     if flags.resume and flags.output is None:
@@ -87,7 +143,7 @@ def _check_choices(flags: TuneFlags) -> None:
         raise UserInputError(f"--check must be one of {', '.join(CHECK_POLICIES)}")
 
 
-def _check_values(flags: TuneFlags) -> None:
+def _check_values(flags: TuneFlags, chooser: _ProfileChooser) -> None:
     check_tune_flags(tolerance=flags.tolerance, timeout=flags.timeout, head_size=flags.head_size,
                      num_heads=flags.num_heads, num_kv_heads=flags.num_kv_heads,
                      tensor_parallel_size=flags.tensor_parallel_size,
@@ -104,24 +160,7 @@ def _check_values(flags: TuneFlags) -> None:
     if flags.mamba_ssm_cache_dtype is not None or flags.mamba_cache_mode is not None:
         # the --mamba-* values the target vLLM parses, as `explain` checks them: with or without a
         # model, before a GPU is asked (an unknown value is bad input, exit 2, not a missing GPU)
-        check_hybrid_flags(flags, rule_profile_choice(flags.vllm_version).profile)
-
-
-def request_from_flags(flags: TuneFlags) -> TuneRequest:
-    """The request the plan and the sweep read; the list flags are parsed here (bad ones: exit 2)."""
-    return TuneRequest(
-        model=flags.model, head_size=flags.head_size, num_heads=flags.num_heads, num_kv_heads=flags.num_kv_heads,
-        dtype=flags.dtype, kv_cache_dtype=flags.kv_cache_dtype, tensor_parallel_size=flags.tensor_parallel_size,
-        backends=P.parse_backends(flags.backends), block_sizes=P.parse_block_sizes(flags.block_sizes),
-        block_sizes_given=flags.block_sizes is not None, kinds=parse_workloads(flags.workload), grid=_grid(flags),
-        weights=REC.parse_weights(flags.weights), min_gain=flags.min_gain / 100.0, gpu_name=flags.gpu,
-        capability=parse_capability(flags.capability) if flags.capability else None,
-        vllm_version=flags.vllm_version, gpus=flags.gpus, use_mla=flags.use_mla, kv_lora_rank=flags.kv_lora_rank,
-        qk_rope_head_dim=flags.qk_rope_head_dim, qk_nope_head_dim=flags.qk_nope_head_dim,
-        prefix_caching=flags.prefix_caching, mamba_ssm_cache_dtype=flags.mamba_ssm_cache_dtype,
-        mamba_cache_mode=flags.mamba_cache_mode,
-        options=_sweep_options(flags),
-    )
+        check_hybrid_flags(flags, chooser().profile)
 
 
 def _grid(flags: TuneFlags) -> str:
@@ -129,13 +168,6 @@ def _grid(flags: TuneFlags) -> str:
 
 
 def _sweep_options(flags: TuneFlags) -> SweepOptions:
-    launch = "graph" if flags.cuda_graph else "eager" if flags.eager else "vllm"
-    return SweepOptions(launch=launch, timer=flags.timer, cold_l2=not flags.hot_l2, check=flags.check,
+    launch = LaunchMode.GRAPH if flags.cuda_graph else LaunchMode.EAGER if flags.eager else LaunchMode.VLLM
+    return SweepOptions(launch=launch, timer=Timer(flags.timer), cold_l2=not flags.hot_l2, check=CheckPolicy(flags.check),
                         tolerance=flags.tolerance, item_timeout_s=flags.timeout)
-
-
-def check_real_sweep_flags(flags: TuneFlags, req: TuneRequest) -> None:
-    """A real sweep (not --dry-run) measures this GPU; its shape flags must make a layer."""
-    if flags.gpu or flags.capability:
-        raise UserInputError("--gpu/--capability describe a GPU for --dry-run; a real sweep measures this machine's GPU")
-    check_shape_flags(req)

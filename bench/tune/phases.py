@@ -9,7 +9,11 @@ its own phases, from which each lane's elapsed time is read. A backend run whole
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnsel.bench.sweep.groups import GroupOutcome
 
 ROW_PHASES = (("batch_s", ("batch_s",)), ("setup_s", ("prepare_s", "first_call_s")), ("check_s", ("check_s",)),
               ("timing_s", ("timing_s",)))
@@ -19,7 +23,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
-def backend_phases(outcome) -> dict:
+def backend_phases(outcome: GroupOutcome) -> dict:
     """Where one backend's wall time went: exposed worker startup, then per-row batch build,
     setup (prepare: plan + JIT + first call, and the extra first call), check, timing, the Triton
     pre-compile pass if the worker ran one (`precompile_s` and its record `precompile`, only then
@@ -41,7 +45,7 @@ def backend_phases(outcome) -> dict:
     out["row_wall_s"] = sum(r.get("row_wall_s") or 0.0 for r in outcome.rows)
     detail = {}
     for key in ("interpreter_s", "torch_import_s", "library_import_s", "cuda_init_s", "overlapped_s"):
-        values = [w.get(key) for w in workers if isinstance(w.get(key), (int, float))]
+        values: list[float] = [w[key] for w in workers if isinstance(w.get(key), (int, float))]
         detail[key] = sum(values) if values else None
     out["startup_detail"] = detail
     host = timing_host_s(outcome.rows)
@@ -57,7 +61,7 @@ def backend_phases(outcome) -> dict:
     return out
 
 
-def timing_host_s(rows) -> dict:
+def timing_host_s(rows: Iterable[dict]) -> dict:
     """The rows' `timing.host_s` summed per part (graph capture, estimate, warm-up, timed calls,
     CUPTI start/stop): what a backend's timing_s is made of beyond the GPU time it measured. Empty
     for rows timed before it was recorded."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.timing import stats as T
+from attnsel.bench.tune.records import Choice, ResultRow, Timing
 from attnsel.bench.tune.verdict import Verdict
 from attnsel.bench.tune.weights import DEFAULT_WEIGHTS, parse_weights  # noqa: F401  (REC.parse_weights)
 
@@ -57,47 +58,29 @@ LAUNCH_WORDS = {"graph": "CUDA-graph replay", "eager": "eager launches",
                 "graph+eager": "CUDA-graph replay where vLLM captures the batch, eager launches elsewhere"}
 
 
-def launch_of(rows: Iterable[dict]) -> str | None:
+def launch_of(rows: Iterable[ResultRow]) -> str | None:
     """"graph", "eager" or "graph+eager": how these rows' kernels were launched while timed."""
-    modes = {r.get("launch") or (r.get("timing") or {}).get("mode") for r in rows}
-    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in modes if m}
+    return _launch_word(r.launch or (r.timing or Timing()).mode for r in rows)
+
+
+def _launch_word(launches: Iterable[str | None]) -> str | None:
+    modes = {"graph" if m in ("graph", "cuda_graph") else m for m in launches if m}
     if not modes or not modes <= {"graph", "eager"}:
         return None
     return "graph+eager" if len(modes) == 2 else modes.pop()
 
 
 @dataclass
-class ConfigScore:
-    backend: str
-    block_size: int
-    kernel_block_size: int | None
-    geomean_ms: float
-    shapes: int
-    # Against the best of its workload: "best", "tie" (within the noise gate) or "slower".
-    vs_best: str | None = None
-    # How its rows were launched (as vLLM launches them, or forced): "graph", "eager", "graph+eager"
-    launch: str | None = None
-
-    @property
-    def config(self) -> Config:
-        return (self.backend, self.block_size)
-
-    def to_dict(self) -> dict:
-        return {"backend": self.backend, "block_size": self.block_size, "kernel_block_size": self.kernel_block_size,
-                "geomean_ms": self.geomean_ms, "shapes": self.shapes, "vs_best": self.vs_best, "launch": self.launch}
-
-
-@dataclass
 class Decision:
     """The fastest config of one workload kind (or overall) against vLLM's default."""
 
-    scope: str  # "decode" | "prefill" | "mixed" | "overall"
-    best: ConfigScore | None
-    default: ConfigScore | None
+    scope: str  # a WorkloadKind, or "overall"
+    best: Choice | None
+    default: Choice | None
     speedup_vs_default: float | None  # > 1: best is faster than the default
     noise_threshold: float | None  # relative margin the speedup had to exceed
     verdict: Verdict  # what the margin advises (bench/tune/verdict.py)
-    ranking: list[ConfigScore] = field(default_factory=list)
+    ranking: list[Choice] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
     weights: dict | None = None
     stand_in: str | None = None  # the stand-in provider behind verdict "stand-in"
@@ -140,7 +123,7 @@ class Decision:
                 f"({(self.noise_threshold or 0) * 100:.1f}%): keeping the default is as good")
 
     @property
-    def equally_good(self) -> list[ConfigScore]:
+    def equally_good(self) -> list[Choice]:
         """Configs within noise of the best (`tie`): any of them is as good a choice, and which
         one ranks first can change between runs (FlashInfer's page sizes, docs/gpu-facts.md §1)."""
         return [c for c in self.ranking if c.vs_best == "tie"]
@@ -195,32 +178,35 @@ class Recommendation:
 # ---------------------------------------------------------------------------------------------
 
 
-def _config(row: dict) -> Config:
-    return (row["backend"], int(row["block_size"]))
+def _config(row: ResultRow) -> Config:
+    return (row.backend, int(row.block_size))
 
 
-def disqualified_configs(rows: Iterable[dict]) -> dict[Config, str]:
+def disqualified_configs(rows: Iterable[ResultRow]) -> dict[Config, str]:
     """Configs with a failed correctness check -> the first failure's text."""
     out: dict[Config, str] = {}
     for row in rows:
-        if row.get("status") == R.STATUS_WRONG:
-            out.setdefault(_config(row), f"{row.get('workload_label')}: {row.get('error')}")
+        if row.status == R.STATUS_WRONG:
+            out.setdefault(_config(row), f"{row.workload_label}: {row.error}")
     return out
 
 
-def _stats(row: dict) -> T.TimingStats:
-    return T.TimingStats.from_dict(row["timing"])
+def _stats(row: ResultRow) -> T.TimingStats:
+    """A measured row's timing (its record read back as the stats it was written from)."""
+    if row.timing is None:
+        raise KeyError("timing")
+    return T.TimingStats.from_dict(row.timing.to_dict())
 
 
-def _timed_by_config(rows: Sequence[dict], kind: str) -> dict[Config, dict[str, dict]]:
-    table: dict[Config, dict[str, dict]] = {}
+def _timed_by_config(rows: Sequence[ResultRow], kind: str) -> dict[Config, dict[str, ResultRow]]:
+    table: dict[Config, dict[str, ResultRow]] = {}
     for row in rows:
-        if row.get("kind") == kind and row.get("status") != R.STATUS_SKIPPED_BY_VLLM:
-            table.setdefault(_config(row), {})[row["workload_label"]] = row
+        if row.kind == kind and row.status != R.STATUS_SKIPPED_BY_VLLM:
+            table.setdefault(_config(row), {})[str(row.workload_label)] = row
     return table
 
 
-def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) -> tuple[float, bool]:
+def _noise_threshold(best_rows: Sequence[ResultRow], default_rows: Sequence[ResultRow]) -> tuple[float, bool]:
     """(relative margin to beat, enough samples everywhere)."""
     spreads = []
     enough = True
@@ -234,26 +220,27 @@ def _noise_threshold(best_rows: Sequence[dict], default_rows: Sequence[dict]) ->
 
 
 def decide_workload(
-    rows: Sequence[dict], kind: str, shape_labels: Sequence[str], vllm_default: Config | None,
+    rows: Sequence[ResultRow], kind: str, shape_labels: Sequence[str], vllm_default: Config | None,
     disqualified: Mapping[Config, str], min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Decision:
     by_config = _timed_by_config(rows, kind)
-    scores: list[ConfigScore] = []
+    scores: list[Choice] = []
     incomplete: list[dict] = []
     for config, by_label in sorted(by_config.items()):
         if config in disqualified:
             continue
-        missing = [lbl for lbl in shape_labels if by_label.get(lbl, {}).get("status") != R.STATUS_OK]
+        missing = [lbl for lbl in shape_labels if lbl not in by_label or by_label[lbl].status != R.STATUS_OK]
         if missing:
-            statuses = sorted({by_label[l]["status"] for l in missing if l in by_label} or {"not run"})
+            statuses = sorted({by_label[l].status for l in missing if l in by_label} or {"not run"})
             incomplete.append({"backend": config[0], "block_size": config[1], "missing": len(missing),
                                "statuses": statuses})
             continue
         chosen = [by_label[lbl] for lbl in shape_labels]
-        scores.append(ConfigScore(config[0], config[1], chosen[0].get("kernel_block_size"),
-                                  geometric_mean(r["timing"]["median_ms"] for r in chosen), len(chosen),
-                                  launch=launch_of(chosen)))
-    scores.sort(key=lambda s: s.geomean_ms)
+        scores.append(Choice(backend=config[0], block_size=config[1],
+                             kernel_block_size=chosen[0].kernel_block_size,
+                             geomean_ms=geometric_mean(_stats(r).median_ms for r in chosen), shapes=len(chosen),
+                             launch=launch_of(chosen)))
+    scores.sort(key=lambda s: s.score_ms)
     best = scores[0] if scores else None
     if best is not None:
         _mark_ties(scores, by_config, shape_labels)
@@ -267,7 +254,7 @@ def decide_workload(
     per_shape_best = [by_config[best.config][l] for l in shape_labels]
     per_shape_default = [by_config[default.config][l] for l in shape_labels]
     threshold, enough = _noise_threshold(per_shape_best, per_shape_default)
-    speedup = default.geomean_ms / best.geomean_ms
+    speedup = default.score_ms / best.score_ms
     verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
     decision = Decision(kind, best, default, speedup, threshold, verdict, scores, incomplete)
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), per_shape_best + per_shape_default)
@@ -287,13 +274,13 @@ def stand_in_advice(best: str, margin: float, stand_in: str | None) -> str:
             f"vLLM's own kernel: keep vLLM's default until tune runs here with vLLM installed")
 
 
-def stand_ins_among(rows: Sequence[dict]) -> str | None:
+def stand_ins_among(rows: Sequence[ResultRow]) -> str | None:
     """The providers that stood in for vLLM's own kernel on these rows ("FLASH_ATTN by fa4"), or None."""
     stand_ins = sorted({p for p in (R.stand_in_provider(r) for r in rows) if p})
     return "; ".join(stand_ins) if stand_ins else None
 
 
-def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decision:
+def _guard_stand_ins(decision: Decision, compared_rows: Sequence[ResultRow]) -> Decision:
     """A margin measured with a stand-in for vLLM's own kernel (FA4 for FA3, attnsel's Triton kernel
     for vLLM's, FlashInfer called directly) is not advice: on an H100 our Triton kernel read 148 us
     where vLLM's own runs 152-312 us (issue "tune measures what vLLM really runs"). The winner is
@@ -307,7 +294,7 @@ def _guard_stand_ins(decision: Decision, compared_rows: Sequence[dict]) -> Decis
     return decision
 
 
-def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str, dict]],
+def _mark_ties(scores: list[Choice], by_config: Mapping[Config, Mapping[str, ResultRow]],
                shape_labels: Sequence[str]) -> None:
     """Label each config against the best with the same gate as the recommendation: configs
     that tie with the best are equally good choices (e.g. FlashInfer page sizes, docs/gpu-facts.md §1)."""
@@ -316,12 +303,12 @@ def _mark_ties(scores: list[ConfigScore], by_config: Mapping[Config, Mapping[str
     best_rows = [by_config[best.config][l] for l in shape_labels]
     for score in scores[1:]:
         threshold, enough = _noise_threshold(best_rows, [by_config[score.config][l] for l in shape_labels])
-        faster = score.geomean_ms / best.geomean_ms - 1 > threshold
+        faster = score.score_ms / best.score_ms - 1 > threshold
         score.vs_best = "slower" if enough and faster else "tie"
 
 
 def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, float],
-                   vllm_default: Config | None, rows: Sequence[dict],
+                   vllm_default: Config | None, rows: Sequence[ResultRow],
                    workload_labels: Mapping[str, Sequence[str]], min_gain: float = DEFAULT_MIN_GAIN) -> Decision | None:
     """Weighted geometric mean over the workload kinds that have candidates and weight > 0."""
     kinds = [k for k, d in decisions.items() if d.ranking and weights.get(k, 0) > 0]
@@ -334,21 +321,21 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
         return Decision("overall", None, None, None, None, Verdict.NO_VALID_CONFIG, [], [], norm)
 
     def score(config: Config) -> float:
-        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).geomean_ms) for k in kinds))
+        return math.exp(sum(norm[k] * math.log(_score_of(decisions[k], config).score_ms) for k in kinds))
 
     def launch(config: Config) -> str | None:
         modes = {_score_of(decisions[k], config).launch for k in kinds}
-        return launch_of({"launch": m} for part in modes if part for m in part.split("+"))
+        return _launch_word(m for part in modes if part for m in part.split("+"))
 
     ranking = sorted(
-        (ConfigScore(c[0], c[1], _score_of(decisions[kinds[0]], c).kernel_block_size, score(c), len(kinds),
-                     launch=launch(c))
+        (Choice(backend=c[0], block_size=c[1], kernel_block_size=_score_of(decisions[kinds[0]], c).kernel_block_size,
+                geomean_ms=score(c), shapes=len(kinds), launch=launch(c))
          for c in common),
-        key=lambda s: s.geomean_ms,
+        key=lambda s: s.score_ms,
     )
     best = ranking[0]
 
-    def pair_bar(other: ConfigScore) -> tuple[float, bool]:
+    def pair_bar(other: Choice) -> tuple[float, bool]:
         # The overall bar: the per-workload bars of this very pair, weighted like the score.
         threshold, enough = 0.0, True
         for k in kinds:
@@ -363,42 +350,43 @@ def decide_overall(decisions: Mapping[str, Decision], weights: Mapping[str, floa
     best.vs_best = "best"
     for other in ranking[1:]:
         bar, enough = pair_bar(other)
-        other.vs_best = "slower" if enough and other.geomean_ms / best.geomean_ms - 1 > bar else "tie"
+        other.vs_best = "slower" if enough and other.score_ms / best.score_ms - 1 > bar else "tie"
     default = next((s for s in ranking if s.config == vllm_default), None)
     if default is None:
         return Decision("overall", best, None, None, None, Verdict.DEFAULT_NOT_MEASURED, ranking, [], norm)
     if default.config == best.config:
         return Decision("overall", best, default, 1.0, None, Verdict.DEFAULT_IS_FASTEST, ranking, [], norm)
-    speedup = default.geomean_ms / best.geomean_ms
+    speedup = default.score_ms / best.score_ms
     threshold, enough = pair_bar(default)
     verdict = Verdict.FASTER if enough and speedup - 1 > threshold else Verdict.NOISY
-    compared = [r for r in rows if (r.get("backend"), r.get("block_size")) in (best.config, default.config)
-                and r.get("kind") in kinds and r.get("status") == R.STATUS_OK]
+    compared = [r for r in rows if (r.backend, r.block_size) in (best.config, default.config)
+                and r.kind in kinds and r.status == R.STATUS_OK]
     decision = Decision("overall", best, default, speedup, threshold, verdict, ranking, [], norm)
     return _guard_stand_ins(_guard_small_gains(decision, min_gain), compared)
 
 
-def _score_of(decision: Decision, config: Config) -> ConfigScore:
+def _score_of(decision: Decision, config: Config) -> Choice:
     return next(s for s in decision.ranking if s.config == config)
 
 
 def recommend(
-    rows: Sequence[dict],
+    rows: Iterable[ResultRow | Mapping],
     *,
     workload_labels: Mapping[str, Sequence[str]],
     vllm_default: Config | None,
     weights: Mapping[str, float] | None = None,
     min_gain: float = DEFAULT_MIN_GAIN,
 ) -> Recommendation:
-    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set)."""
+    """`workload_labels`: kind -> the shape labels the plan timed for it (the comparison set).
+    `rows`: result rows, as records or as the objects results.jsonl / tune.json hold."""
     weights = dict(weights or DEFAULT_WEIGHTS)
-    rows = list(rows)
-    disqualified = disqualified_configs(rows)
+    records = [r if isinstance(r, ResultRow) else ResultRow.from_dict(r) for r in rows]
+    disqualified = disqualified_configs(records)
     decisions = {
-        kind: decide_workload(rows, kind, labels, vllm_default, disqualified, min_gain)
+        kind: decide_workload(records, kind, labels, vllm_default, disqualified, min_gain)
         for kind, labels in workload_labels.items() if labels
     }
-    overall = decide_overall(decisions, weights, vllm_default, rows, workload_labels, min_gain)
+    overall = decide_overall(decisions, weights, vllm_default, records, workload_labels, min_gain)
     dq = [{"backend": c[0], "block_size": c[1], "reason": why} for c, why in sorted(disqualified.items())]
     return Recommendation(vllm_default, decisions, overall, dq)
 

@@ -27,9 +27,9 @@ from attnsel.bench.tune.document import (
     write_document,
 )
 from attnsel.bench.tune.phases import phase_breakdown
+from attnsel.bench.tune.records import TuneDocument
 from attnsel.bench.tune.request import (
     TuneRequest,
-    check_shape_flags,
     make_plan,
     refused_grid_message,
 )
@@ -40,12 +40,12 @@ SUMMARY_FILE = "summary.txt"
 
 @dataclass
 class TuneOutcome:
-    document: dict
+    document: TuneDocument
     output_dir: Path
 
     @property
     def timed_rows(self) -> int:
-        return sum(1 for r in self.document["rows"] if r.get("status") == R.STATUS_OK)
+        return sum(1 for r in self.document.rows if r.status == R.STATUS_OK)
 
 
 @dataclass
@@ -74,18 +74,16 @@ def run_tune(
     req: TuneRequest,
     output_dir: Path,
     *,
-    resume: bool = False,
-    retry_failed: bool = False,
     progress: SweepProgress | None = None,
     on_plan: Callable[[P.Plan], None] | None = None,
 ) -> TuneOutcome:
+    """The sweep the request describes (its flags checked: bench/tune/flags.py), written to `output_dir`."""
     options = req.options
     output_dir = Path(output_dir)
     results_path = output_dir / R.RESULTS_FILE
-    if results_path.exists() and results_path.stat().st_size > 0 and not resume:
+    if results_path.exists() and results_path.stat().st_size > 0 and not req.resume:
         raise UserInputError(f"{results_path} already holds results: pass --resume to continue that sweep, "
                              f"or choose another --output")
-    check_shape_flags(req)
     run_started = time.time()
     if req.gpus:
         options = dataclasses.replace(options, gpus=selected_gpus(req.gpus))
@@ -100,7 +98,7 @@ def run_tune(
         raise CheckFailed(refused_grid_message(plan))
     if on_plan:
         on_plan(plan)
-    measured = measure_sweep(plan, options, output_dir, device, resume=resume, retry_failed=retry_failed,
+    measured = measure_sweep(plan, options, output_dir, device, resume=req.resume, retry_failed=req.retry_failed,
                              progress=progress)
     document = finish_document(req, plan, options, device, measured, probe_s=probe_s, run_started=run_started)
     write_document(document, output_dir)
@@ -132,7 +130,7 @@ def measure_sweep(plan: P.Plan, options: SweepOptions, output_dir: Path, device:
 
 
 def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, device: dict, measured: MeasuredSweep, *,
-                    probe_s: float, run_started: float) -> dict:
+                    probe_s: float, run_started: float) -> TuneDocument:
     """tune.json for this run: the planned rows only, the device and sweep warnings first, the phases."""
     device_warnings = []
     if device.get("source") == "nvml":
@@ -144,8 +142,8 @@ def finish_document(req: TuneRequest, plan: P.Plan, options: SweepOptions, devic
                               gpu_env=measured.gpu_env, clocks=measured.clocks, worker_info=measured.worker_info,
                               elapsed_s=measured.elapsed_s)
     adapters = [note] if (note := vllm_adapter_note()) else []
-    document["warnings"] = adapters + device_warnings + prespawn_warnings(measured.outcomes) + document["warnings"]
-    document["phases"] = phase_breakdown(measured.outcomes, probe_s=probe_s, total_s=time.time() - run_started,
+    document.warnings = adapters + device_warnings + prespawn_warnings(measured.outcomes) + (document.warnings or [])
+    document.phases = phase_breakdown(measured.outcomes, probe_s=probe_s, total_s=time.time() - run_started,
                                          probe_source=device.get("source", "worker"))
     if options.gpus:
         _add_gpus_section(document, options.gpus, measured.facts)
@@ -160,16 +158,17 @@ def vllm_adapter_note() -> str | None:
     return installed_adapter_facts()[2]
 
 
-def _add_gpus_section(document: dict, gpus: list[str], facts: dict) -> None:
-    document["gpus"] = {"requested": gpus, **facts}
+def _add_gpus_section(document: TuneDocument, gpus: list[str], facts: dict) -> None:
+    document.gpus = {"requested": gpus, **facts}
     calibration = facts.get("calibration")
     if calibration and not calibration["agree"]:
-        document["warnings"].insert(0, f"--gpus {','.join(gpus)}: the GPUs did not time the same row alike "
+        document.warnings = document.warnings or []
+        document.warnings.insert(0, f"--gpus {','.join(gpus)}: the GPUs did not time the same row alike "
                                        f"({'; '.join(calibration['comparisons'])}), so the sweep ran on GPU "
                                        f"{gpus[0]} alone")
 
 
-def selected_gpus(value: str) -> list[str]:
+def selected_gpus(value: str) -> list[str] | None:
     """--gpus resolved against the GPUs NVML sees for this process; one GPU model required."""
     from attnsel.bench.sweep import multi_gpu
 
@@ -183,7 +182,7 @@ def selected_gpus(value: str) -> list[str]:
         raise EnvironmentProblem("--gpus needs NVML to see this machine's GPUs (plain indices or UUIDs in "
                              "CUDA_VISIBLE_DEVICES); run without --gpus to use GPU 0")
     chosen = multi_gpu.parse_gpus(value, len(visible))
-    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in chosen])
+    reason = multi_gpu.same_model_reason([g for g in visible if g["ordinal"] in (chosen or ())])
     if reason:
         raise UserInputError(reason)
     return chosen

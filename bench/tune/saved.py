@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune.recommend import recommend, stand_in_advice, stand_ins_among
-from attnsel.bench.tune.records import Record
+from attnsel.bench.tune.records import Record, ResultRow
 from attnsel.bench.tune.verdict import Verdict
 
 
@@ -71,7 +71,7 @@ def _todays_decision(decision: dict, rows: list) -> dict:
     scope = decision.get("scope")
     compared = [r for r in rows if isinstance(r, dict) and (r.get("backend"), r.get("block_size")) in pairs
                 and scope in (None, "overall", r.get("kind"))]
-    stand_in = stand_ins_among(compared)
+    stand_in = stand_ins_among([ResultRow.from_dict(r) for r in compared])
     if stand_in is None or not isinstance(best, dict):
         return decision
     margin = decision.get("margin_pct")

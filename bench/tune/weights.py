@@ -5,36 +5,38 @@ from __future__ import annotations
 
 import math
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.errors import UserInputError
 
-DEFAULT_WEIGHTS = {"decode": 0.7, "prefill": 0.2, "mixed": 0.1}
+DEFAULT_WEIGHTS: dict[str, float] = {WorkloadKind.DECODE: 0.7, WorkloadKind.PREFILL: 0.2, WorkloadKind.MIXED: 0.1}
 
 
 def parse_weights(text: str | None) -> dict[str, float]:
     """`decode=0.7,prefill=0.2,mixed=0.1` -> dict; kinds left out weigh 0.
 
-    >>> parse_weights("decode=3,prefill=1")
-    {'decode': 3.0, 'prefill': 1.0, 'mixed': 0.0}
+    >>> parse_weights("decode=3,prefill=1") == {"decode": 3.0, "prefill": 1.0, "mixed": 0.0}
+    True
     """
     if not text:
         return dict(DEFAULT_WEIGHTS)
-    weights = {k: 0.0 for k in DEFAULT_WEIGHTS}
+    weights = dict.fromkeys(DEFAULT_WEIGHTS, 0.0)
     seen: set[str] = set()
     for part in text.split(","):
         if not part.strip():
             continue
-        name, sep, value = part.partition("=")
-        name = name.strip().lower()
+        given, sep, value = part.partition("=")
+        name = given.strip().lower()
         if sep and name in seen:
             raise UserInputError(f"--weights gives {name} twice: {text!r}")
         seen.add(name)
         if not sep or name not in weights:
             raise UserInputError(f"--weights must look like decode=0.7,prefill=0.2,mixed=0.1, got {text!r}")
+        kind = WorkloadKind(name)
         try:
-            weights[name] = float(value)
+            weights[kind] = float(value)
         except ValueError:
             raise UserInputError(f"--weights: {value!r} is not a number") from None
-        if weights[name] < 0 or not math.isfinite(weights[name]):
+        if weights[kind] < 0 or not math.isfinite(weights[kind]):
             raise UserInputError(f"--weights must be finite numbers >= 0, got {name}={value.strip()}")
     if sum(weights.values()) <= 0:
         raise UserInputError("--weights must give at least one workload a positive weight")

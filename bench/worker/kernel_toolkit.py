@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.timing import stats as T
+from attnsel.bench.timing.launch_mode import LaunchMode, Timer
 from attnsel.bench.worker.prebuild import error_text, import_backend_libraries
 from attnsel.probe.libraries import library_versions  # also probe --json's `libraries`
+
+if TYPE_CHECKING:
+    from attnsel.attention.kernels.base import KernelAdapter, PreparedKernel
+    from attnsel.attention.kernels.paged import Workload
+    from attnsel.attention.kernels.triton_precompile import CompileOnly
+    from attnsel.bench.worker.toolkit import Batch
 
 EMPTY_CACHE_FRACTION = 0.5  # KernelToolkit.release(): keep torch's cached blocks below this share of the GPU
 
@@ -69,10 +76,10 @@ class KernelToolkit:
             "versions": library_versions(),
         }
 
-    def adapters_for(self, backend: str) -> list:
+    def adapters_for(self, backend: str) -> list[KernelAdapter]:
         return list(self.registry.adapters_for(backend, device=getattr(self, "device", "cuda")))
 
-    def workload(self, shape: dict, spec: WorkloadSpec) -> Any:
+    def workload(self, shape: dict, spec: WorkloadSpec) -> Workload:
         mla = bool(shape.get("use_mla"))
         return self.paged.Workload(
             kind=spec.kind,
@@ -90,23 +97,24 @@ class KernelToolkit:
             index_topk=shape.get("index_topk") if mla and shape.get("use_sparse") else None,
         )
 
-    def make_batch(self, workload: Any, block_size: int, seed: int) -> Any:
+    def make_batch(self, workload: Workload, block_size: int, seed: int) -> Batch:
         """A paged batch (fp8 cache included), or a latent-cache batch for an MLA workload."""
         if workload.is_mla:
             from attnsel.attention.kernels.mla import make_mla_batch
 
-            batch = make_mla_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
-        else:
-            batch = self.paged.make_paged_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
+            mla_batch = make_mla_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
+            self._live.append(mla_batch)
+            return mla_batch
+        batch = self.paged.make_paged_batch(workload, block_size, device=self.batch_device, seed=seed, ragged=True)
         self._live.append(batch)
         return batch
 
-    def first_call_seconds(self, prepared: Any) -> float:
+    def first_call_seconds(self, prepared: PreparedKernel) -> float:
         from attnsel.bench.timing import measure_first_call
 
         return measure_first_call(prepared.run)
 
-    def relative_error(self, prepared: Any, batch: Any) -> float:
+    def relative_error(self, prepared: PreparedKernel, batch: Batch) -> float:
         if prepared.poison_output is not None:
             prepared.poison_output()  # a kernel that writes nothing must not pass on stale data
         prepared.run()
@@ -116,31 +124,35 @@ class KernelToolkit:
         del ref
         return err
 
-    def time(self, adapter: Any, prepared: Any, batch: Any, workload: Any, block_size: int, options: dict,
-             launch: str = "eager") -> T.TimingResult:
+    def time(self, adapter: KernelAdapter, prepared: PreparedKernel, batch: Batch, workload: Workload,
+             block_size: int, options: dict,
+             launch: str = LaunchMode.EAGER) -> T.TimingResult:
         from attnsel.bench.timing import gpu as G
 
-        kwargs = dict(
-            timer=str(options.get("timer", "auto")), cold_l2=bool(options.get("cold_l2", True)),
-            warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
-            repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
-            max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
-        )
-        if launch != "graph":
-            return G.time_call(prepared.run, launch="eager", **kwargs)
+        def timed(how: str) -> T.TimingResult:
+            return G.time_call(
+                prepared.run, launch=how, timer=str(options.get("timer", Timer.AUTO)),
+                cold_l2=bool(options.get("cold_l2", True)),
+                warmup_budget_ms=float(options.get("warmup_ms", T.WARMUP_BUDGET_MS)),
+                repeat_budget_ms=float(options.get("repeat_ms", T.REPEAT_BUDGET_MS)),
+                max_samples=int(options.get("max_samples", T.MAX_SAMPLES)),
+            )
+
+        if launch != LaunchMode.GRAPH:
+            return timed(LaunchMode.EAGER)
         try:
-            return G.time_call(prepared.run, launch="graph", **kwargs)
+            return timed(LaunchMode.GRAPH)
         except Exception as exc:  # noqa: BLE001 -- not every kernel is capture-safe; say so and fall back
-            result = G.time_call(prepared.run, launch="eager", **kwargs)
+            result = timed(LaunchMode.EAGER)
             return dataclasses.replace(result, note=f"CUDA-graph capture failed ({error_text(exc)}); timed eagerly")
 
-    def triton_compile_only(self, threads: int) -> Any:
+    def triton_compile_only(self, threads: int) -> CompileOnly:
         """A block in which Triton launches only compile, `threads` at a time (bench/worker/precompile.py)."""
         from attnsel.attention.kernels.triton_precompile import CompileOnly
 
         return CompileOnly(threads)
 
-    def figures(self, batch: Any) -> tuple[float | None, float | None]:
+    def figures(self, batch: Batch) -> tuple[float | None, float | None]:
         return float(batch.bytes_moved()), float(batch.flops())
 
     def is_out_of_memory(self, exc: BaseException) -> bool:

@@ -11,9 +11,13 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from attnsel.bench.plan import WorkloadSpec
+
+if TYPE_CHECKING:
+    from attnsel.attention.kernels.base import PrebuildingAdapter
+    from attnsel.bench.worker.toolkit import Toolkit
 
 # How long a pre-spawned worker waits after "go" for its JIT pre-build (Prebuild) before it goes
 # on anyway; the parent passes its own figure (below its startup timeout) in the job.
@@ -52,7 +56,7 @@ def error_text(exc: BaseException) -> str:
     return first[:500]
 
 
-def preload_libraries(toolkit: Any, backend: str | None) -> float:
+def preload_libraries(toolkit: Toolkit, backend: str | None) -> float:
     """Runs the toolkit's `preload(backend)` (import the kernel libraries, no CUDA) and returns the
     seconds spent. A pre-spawned worker pays this (FLASH_ATTN/FA4 6.1 s, FLASHINFER 5.5 s on an
     H200) while the previous backend is timing."""
@@ -115,7 +119,7 @@ class Prebuild:
     Best effort: whatever it raises is recorded, never re-raised. The hook gets the items'
     workloads and the shape; it must not touch CUDA (the previous backend is timing on the GPU)."""
 
-    def __init__(self, adapter: Any, workloads: list[WorkloadSpec], shape: dict, request: dict):
+    def __init__(self, adapter: PrebuildingAdapter, workloads: list[WorkloadSpec], shape: dict, request: dict):
         self.adapter = adapter
         self.workloads = workloads
         self.shape = shape
@@ -139,7 +143,7 @@ class Prebuild:
         try:
             shape = self.shape
             summary = self.adapter.prebuild(
-                self.workloads, dtype=shape.get("dtype"), head_size=int(shape.get("head_size", 0)),
+                self.workloads, dtype=shape["dtype"], head_size=int(shape.get("head_size", 0)),
                 num_q_heads=shape.get("num_q_heads"), num_kv_heads=shape.get("num_kv_heads"),
                 kv_cache_dtype=shape.get("kv_cache_dtype", "auto"),
                 capability=self.request.get("device_capability"),
@@ -191,7 +195,7 @@ def prebuild_note(record: dict) -> str | None:
     return text
 
 
-def start_prebuild(toolkit: Any, job: dict) -> Prebuild | None:
+def start_prebuild(toolkit: Toolkit, job: dict) -> Prebuild | None:
     """Starts the pre-build of `job`'s backend if the job asks for one (pre-spawned workers only)
     and the backend's preferred adapter has the optional hook (attention/kernels/base.py)."""
     request = job.get("prebuild")
@@ -206,5 +210,6 @@ def start_prebuild(toolkit: Any, job: dict) -> Prebuild | None:
     preferred = adapters[0] if adapters else None
     if not callable(getattr(preferred, "prebuild", None)):
         return None
+    hook = cast("PrebuildingAdapter", preferred)  # it has the optional hook
     workloads = [WorkloadSpec.from_dict(item["workload"]) for item in job.get("items") or []]
-    return Prebuild(preferred, workloads, job.get("shape") or {}, request).start()
+    return Prebuild(hook, workloads, job.get("shape") or {}, request).start()

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.bench.plan import WorkloadSpec
 from attnsel.bench.worker.prebuild import error_text
+
+if TYPE_CHECKING:
+    from attnsel.bench.worker.items import ItemRunner
 from attnsel.probe.cpus import usable_cpu_count
 
 PRECOMPILE_ENV = "ATTNSEL_TUNE_PRECOMPILE"
@@ -41,7 +44,7 @@ def precompile_enabled() -> bool:
     return os.environ.get(PRECOMPILE_ENV, "1") != "0"
 
 
-def precompile_rows(runner: Any, items: list[dict], *, threads: int | None = None,
+def precompile_rows(runner: ItemRunner, items: list[dict], *, threads: int | None = None,
                     budget_s: float = SUBMIT_BUDGET_S) -> dict | None:
     """The pass for `runner`'s backend (bench/worker/items.ItemRunner) over the job's items; its
     record, or None when nothing is to be done (turned off, no adapter that asks for it, a toolkit
@@ -72,7 +75,7 @@ def precompile_rows(runner: Any, items: list[dict], *, threads: int | None = Non
     return record
 
 
-def _compile_row(runner: Any, own: dict, item: dict, record: dict) -> None:
+def _compile_row(runner: ItemRunner, own: dict, item: dict, record: dict) -> None:
     """prepare() of one planned row with Triton launches compiling only; its batch freed after."""
     spec = WorkloadSpec.from_dict(item["workload"])
     block_size = int(item["block_size"])

@@ -10,6 +10,7 @@ import pandas as pd
 
 from attnsel.attention.explain import saved_flags
 from attnsel.attention.kernels import BACKENDS
+from attnsel.bench.plan.workloads import WORKLOAD_KINDS
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune import (
     Choice,
@@ -26,7 +27,7 @@ from attnsel.reports.tune.loaders import ReportData, TuneData
 
 REPORT_SCHEMA = "attnsel-report/1"  # `report --format json` (docs/schemas/; before it: `schema_version: 1`)
 
-KIND_ORDER = ("decode", "prefill", "mixed")
+KIND_ORDER = WORKLOAD_KINDS
 # what the per-kind margins are: tune times the attention kernels alone, never a whole step
 KERNEL_LEVEL_NOTE = "kernel-level gains (the attention kernels alone); check end to end with attnsel verify"
 BACKEND_ORDER = BACKENDS  # the plan's order (attention/kernels/base.py)
@@ -38,7 +39,7 @@ ROW_COLUMNS = [
 ]
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
         return None
     return float(value)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
-from typing import Any
 
 import pandas as pd
 
@@ -61,7 +60,7 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12.5px; }
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 

@@ -8,16 +8,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
 
 import pandas as pd
+
+from attnsel.bench.plan.workloads import WorkloadKind
+from attnsel.bench.sweep.results import RowStatus
 
 # Okabe-Ito colours (readable with colour-vision deficiencies), plus a marker shape per backend.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 MARKERS = ["circle", "square", "triangle", "diamond"]
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
@@ -71,7 +73,7 @@ def _tick_label(value: float) -> str:
 def latency_svg(frame: pd.DataFrame, label: str, backends: Sequence[str], width: int = 600, height: int = 300) -> str:
     """Median latency (y, ms, from 0; log scale when the points span more than LOG_SCALE_RATIO)
     vs --block-size (x, one slot per size) per backend; whiskers p20-p80; the fastest point circled."""
-    sub = frame[(frame["workload"] == label) & (frame["status"] == "ok") & frame["median_ms"].notna()]
+    sub = frame[(frame["workload"] == label) & (frame["status"] == RowStatus.OK) & frame["median_ms"].notna()]
     if sub.empty:
         return ""
     sizes = sorted(int(s) for s in frame.loc[frame["workload"] == label, "block_size"].dropna().unique())
@@ -173,7 +175,7 @@ def _fastest_mark(ax: _LatencyAxes, sub: pd.DataFrame) -> list[str]:
 def bandwidth_svg(best: pd.DataFrame, backends: Sequence[str], width: int = 1240) -> str:
     """Horizontal bars: achieved bandwidth as % of peak, per decode shape and backend (its best
     block size), on a 0-100% axis."""
-    decode = best[best["kind"] == "decode"]
+    decode = best[best["kind"] == WorkloadKind.DECODE]
     if decode.empty:
         return ""
     shapes = list(dict.fromkeys(decode["workload"]))

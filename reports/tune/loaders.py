@@ -130,7 +130,7 @@ def _add_verify(data: ReportData, path: Path) -> None:
             _set_verify(data, doc, path)
 
 
-def _set_verify(data: ReportData, doc: dict, source) -> None:
+def _set_verify(data: ReportData, doc: dict, source: object) -> None:
     if data.verify is not None:
         raise UserInputError(f"{source}: only one verify result per report")
     data.verify = doc
@@ -229,8 +229,8 @@ def _tune_from_document(path: Path, doc: dict) -> TuneData:
 
 def _check_advice_was_measured(path: Path, doc: dict) -> None:
     """A recommendation that names a fastest pair comes from timed rows: one without any is damage."""
-    recommendation = doc.get("recommendation") if isinstance(doc.get("recommendation"), dict) else {}
-    workloads = recommendation.get("workloads") if isinstance(recommendation.get("workloads"), dict) else {}
+    recommendation = doc["recommendation"] if isinstance(doc.get("recommendation"), dict) else {}
+    workloads = recommendation["workloads"] if isinstance(recommendation.get("workloads"), dict) else {}
     advised = [d["best"] for d in (recommendation.get("overall"), *workloads.values())
                if isinstance(d, dict) and d.get("best")]
     if advised and not any(isinstance(row, dict) and row.get("status") == R.STATUS_OK for row in doc["rows"]):

@@ -10,12 +10,13 @@ from typing import Any
 
 import pandas as pd
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.tune import Verdict
 from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.loaders import ReportData, TuneData
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     """One table cell: no newline, no bare pipe, None/NaN as an en dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -33,11 +34,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
     return "\n".join(lines)
 
 
-def _ms(value: Any) -> str:
+def _ms(value: object) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def _pct(value: Any, signed: bool = False) -> str:
+def _pct(value: object, signed: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{value:+.1f}%" if signed else f"{value:.1f}%"
@@ -141,7 +142,7 @@ def tune_markdown(tune: TuneData) -> str:
 
 def _bandwidth_section(frame: pd.DataFrame) -> list[str]:
     best = F.best_bandwidth(frame)
-    decode = best[best["kind"] == "decode"]
+    decode = best[best["kind"] == WorkloadKind.DECODE]
     if decode.empty:
         return []
     backends = list(dict.fromkeys(decode["backend"]))

@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune import (
     DecisionRecord,
     Environment,
     GpuEnvironment,
+    PlanRecord,
     RecommendationRecord,
     ResultRow,
     Timing,
@@ -21,7 +23,7 @@ from attnsel.bench.tune import (
     advised_flags,
 )
 
-STATUS_STYLE = {
+STATUS_STYLE: dict[str, str] = {
     R.STATUS_OK: "green", R.STATUS_SKIPPED_BY_VLLM: "dim", R.STATUS_UNAVAILABLE: "yellow",
     R.STATUS_UNSUPPORTED: "yellow", R.STATUS_WRONG: "bold red", R.STATUS_ERROR: "red", R.STATUS_OOM: "red",
     R.STATUS_TIMEOUT: "red", R.STATUS_CRASHED: "bold red",
@@ -72,7 +74,7 @@ def workloads_table(plan: dict) -> Table:
     for col in ("kind", "shape", "batch", "KV length", "new tokens/request"):
         table.add_column(col)
     for w in plan["workloads"]:
-        q = str(w["query_len"]) if w["kind"] != "mixed" else f"{w['query_len']} (chunks) / 1"
+        q = str(w["query_len"]) if w["kind"] != WorkloadKind.MIXED else f"{w['query_len']} (chunks) / 1"
         table.add_row(w["kind"], w["label"], str(w["batch"]), str(w["context_len"]), q)
     return table
 
@@ -94,7 +96,7 @@ def timing_method(opts: dict, rows: Sequence[ResultRow] = ()) -> str:
     timers = sorted({(r.timing or Timing()).timer or "events" for r in timed})
     names = {"cupti": "kernel time by CUPTI", "events": "CUDA events behind a GPU spin"}
     read = " and ".join(names.get(t, t) for t in timers) if timers else {"cupti": names["cupti"]}.get(
-        opts.get("timer"), "CUPTI where available, else CUDA events")
+        str(opts.get("timer")), "CUPTI where available, else CUDA events")
     l2 = "cold (2 x L2 flushed before each call)" if opts.get("cold_l2", True) else "hot (no flush)"
     return f"{launched}; {read}; L2 {l2}; median"
 
@@ -149,13 +151,13 @@ def ranking_table(decision: DecisionRecord, title: str, limit: int = 8) -> Table
     for col in ("#", "backend", "--block-size", "kernel block", "geomean us", "vs vLLM default", "vs best"):
         table.add_column(col, justify="right" if col in ("#", "geomean us", "vs vLLM default") else "left")
     default = decision.vllm_default
-    for i, c in enumerate(decision.ranking[:limit], 1):
+    for i, c in enumerate((decision.ranking or [])[:limit], 1):
         rel = "-"
-        if default:
+        if default and default.geomean_ms is not None and c.geomean_ms is not None:
             rel = f"{default.geomean_ms / c.geomean_ms:.2f}x"
         is_default = default and (c.backend, c.block_size) == (default.backend, default.block_size)
         name = c.backend + (" (vLLM default)" if is_default else "")
-        vs_best = {"best": "best", "tie": "tie (within noise)"}.get(c.vs_best, c.vs_best or "")
+        vs_best = {"best": "best", "tie": "tie (within noise)"}.get(c.vs_best or "", c.vs_best or "")
         table.add_row(str(i), name, str(c.block_size), str(c.kernel_block_size or "-"),
                       _us(c.geomean_ms), rel, vs_best)
     return table
@@ -228,7 +230,7 @@ def setup_lines(rows: Sequence[ResultRow]) -> list[str]:
     return out
 
 
-def _s(value) -> str:
+def _s(value: object) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "?"
 
 
@@ -254,8 +256,8 @@ def render_recommendation(rec: Mapping | RecommendationRecord, console: Console)
     if isinstance(rec, Mapping):
         rec = RecommendationRecord.from_dict(rec)
     console.print("[bold]Recommendation[/bold]")
-    for kind, decision in rec.workloads.items():
-        console.print(f"  {kind:8s} {decision.advice}")
+    for kind, decision in (rec.workloads or {}).items():
+        console.print(f"  {kind:8s} {decision.advice if decision else None}")
     overall = rec.overall
     if overall:
         weights = ", ".join(f"{k}={v:.2f}" for k, v in (overall.weights or {}).items())
@@ -277,7 +279,7 @@ def render_recommendation(rec: Mapping | RecommendationRecord, console: Console)
 
 def render_results(document: Mapping | TuneDocument, console: Console, *, show_rows: bool = False) -> None:
     doc = document if isinstance(document, TuneDocument) else TuneDocument.from_dict(document)
-    plan = doc.plan.to_dict()  # the plan lines are shared with --dry-run, which prints a plan dict
+    plan = (doc.plan or PlanRecord()).to_dict()  # the plan lines are shared with --dry-run, which prints a plan dict
     env = doc.environment or Environment()
     gpu = env.gpu or GpuEnvironment()
     peak = gpu.peak_memory_bandwidth_bytes_per_s
@@ -291,12 +293,12 @@ def render_results(document: Mapping | TuneDocument, console: Console, *, show_r
     opts = doc.options or {}
     console.print(_shape_line(plan["shape"]))
     console.print(f"timing: {timing_method(opts, doc.rows)}, p20/p80 band; {_default_line(plan)}")
-    rec = doc.recommendation
-    for kind, decision in rec.workloads.items():
-        if decision.ranking:
+    rec = doc.recommendation or RecommendationRecord()
+    for kind, decision in (rec.workloads or {}).items():
+        if decision and decision.ranking:
             console.print(ranking_table(decision, f"{kind}: configs by geometric-mean time over "
                                                   f"{decision.ranking[0].shapes} shapes"))
-    rows = doc.rows
+    rows = doc.rows or []
     if show_rows:
         console.print(rows_table([r for r in rows if r.status != R.STATUS_SKIPPED_BY_VLLM]))
     problems = problems_table(rows)
