@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(2, "--repeats", help="Timed N1/N2 pairs per shape (>= 2; their spread is the noise)."),
         repeat_engine: int = typer.Option(1, "--repeat-engine", help="Engine starts per pair (1-10). From 2: the spread between starts of the same pair is reported beside the within-engine noise, and a gap must exceed it too."),
         decode_steps: int = typer.Option(128, "--decode-steps", help="N2 - N1: decode steps timed per pair."),
-        gpu_memory_utilization: float = typer.Option(0.92, "--gpu-memory-utilization", help="vLLM's setting for every engine, vLLM's own default by default (lowered when other processes hold GPU memory)."),
+        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM's setting for every engine. Default: the release's own (0.92; 0.34's extensible KV cache: 1.0), lowered when other processes hold GPU memory."),
         start_timeout: float = typer.Option(900.0, "--start-timeout", help="Seconds an engine may take to start before it is killed."),
         timeout: float = typer.Option(600.0, "--timeout", help="Seconds one generate call may take before the engine is killed."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Folder for verify.json and the engine logs (default: RUN_DIR)."),

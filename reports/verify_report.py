@@ -41,6 +41,11 @@ VERDICT_STYLES: dict[str, str] = {EngineVerdict.HOLDS: "bold green", EngineVerdi
 VERDICT_CLASSES: dict[str, str] = {EngineVerdict.HOLDS: "good", EngineVerdict.REVERSED: "bad"}  # HTML; others "meh"
 
 
+
+def _utilization(value: float | None) -> str:
+    """None: verify passed none, so the release's own default ran (0.34's extensible KV cache: 1.0)."""
+    return "vLLM's default" if value is None else f"{value}"
+
 def _figure(fig: Figure | None, fmt: str) -> str:
     """median (±spread%) of a figure from bench/verify/compare.py shape_figures."""
     if not fig or fig.median is None:
@@ -80,7 +85,7 @@ def context_lines(doc: Mapping | VerifyDocument) -> list[str]:
              f" · GPU {gpu.name} ({_gib(gpu.memory_total_bytes)} GiB, {_gib(gpu.memory_used_bytes)} GiB in use at start)",
              f"vLLM {', '.join(versions) or vllm.installed_version or '?'} · rules {vllm.rule_profile} · "
              f"dummy weights, prefix caching off, vLLM's default CUDA graphs and torch.compile · "
-             f"gpu_memory_utilization {opts.gpu_memory_utilization} · max_model_len {opts.max_model_len}",
+             f"gpu_memory_utilization {_utilization(opts.gpu_memory_utilization)} · max_model_len {opts.max_model_len}",
              f"decode per step = (T(N2) - T(N1)) / (N2 - N1), same prompts, one warm-up call per shape, "
              f"{opts.repeats} ABBA pairs; tokens/s = batch x N2 / T(N2): prompts of the shape's context, "
              f"N2 generated tokens each, prefill included; prefill tok/s = batch x prompt / time to the batch's first tokens"]

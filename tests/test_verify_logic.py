@@ -139,6 +139,18 @@ def test_memory_held_by_another_process_lowers_the_engines_share_and_says_how_mu
     assert "30.0 GiB of the GPU's 80.0 GiB are already in use" in note and "0.61 instead of 0.92" in note
 
 
+def test_without_the_flag_each_release_starts_with_its_own_utilization():
+    """0.33's default (0.92) is passed as nothing, and lowered only when other processes hold memory; 0.34's
+    extensible KV cache (1.0, sized from measured memory, no free-memory check) always gets nothing."""
+    total = 80 * VP.GIB
+    v033, v034 = versions.get_profile("0.33").memory, versions.get_profile("0.34").memory
+    assert VP.memory_budget(total, total - VP.GIB // 2, None, v033) == (None, None)
+    util, note = VP.memory_budget(total, 50 * VP.GIB, None, v033)
+    assert util == 0.61 and "0.61 instead of 0.92" in note
+    assert VP.memory_budget(total, 50 * VP.GIB, None, v034) == (None, None)
+    assert "gpu_memory_utilization" not in engine_worker.engine_kwargs({"model_dir": "m", "gpu_memory_utilization": None})
+
+
 def test_estimates_use_what_earlier_engines_took():
     cand = VP.Candidate(["tune-pick"], "FLASHINFER", 64)
     assert VP.start_estimate(cand, [], cache_warm=False, flashinfer_cubin=True) == VP.COLD_START_S

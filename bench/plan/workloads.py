@@ -18,17 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from attnsel.attention.kernels.base import (
+    WorkloadKind,  # one definition (torch-free), the plan's too
+)
 from attnsel.errors import UserInputError
-from attnsel.words import Word
-
-
-class WorkloadKind(Word):
-    """What one timed shape is (the kernels' `Workload.kind`, a row's "kind", the weights' keys)."""
-
-    DECODE = "decode"
-    PREFILL = "prefill"
-    MIXED = "mixed"
-
 
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = tuple(WorkloadKind)
 GRIDS: tuple[str, ...] = ("quick", "default", "full")

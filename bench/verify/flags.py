@@ -20,12 +20,12 @@ ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (
 
 def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str | None,
                        candidates: str | None, shapes: str | None, decode_steps: int,
-                       gpu_memory_utilization: float, start_timeout: float, timeout: float) -> None:
+                       gpu_memory_utilization: float | None, start_timeout: float, timeout: float) -> None:
     """Every verify flag the request does not check itself (bench/verify/request.py VerifyRequest: the
     repeats), in the order a user reads them; the output folder must be writable."""
     if run_dir is None and output is None:
         raise UserInputError("pass a tune result folder (attnsel verify RUN_DIR), or --output DIR with --model and --candidates")
-    if not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:  # also refuses NaN
         raise UserInputError("--gpu-memory-utilization must be in (0, 1]")
     check_size("--decode-steps", decode_steps, minimum=8, maximum=MAX_DECODE_STEPS)
     check_positive_number("--start-timeout", start_timeout)

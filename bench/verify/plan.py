@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from attnsel.attention.rules import shape_dtype
 from attnsel.attention.selector import capture_sizes_for_batches
@@ -33,6 +34,7 @@ from attnsel.errors import UserInputError
 
 GIB = 1024 ** 3
 MEMORY_HEADROOM_BYTES = GIB // 2  # left free besides vLLM's share, so its start-up check passes
+VLLM_DEFAULT_UTILIZATION = 0.92  # CacheConfig's default where a release's data does not say (0.20-0.33)
 # Shapes verified by default, when tune timed them: one long-context request (attention-heavy
 # per token) and the batch x context of the issue's comparison (docs/gpu-facts.md §6: 64 x 4096).
 PREFERRED_SHAPES: tuple[tuple[int, int], ...] = ((1, 16384), (64, 4096))
@@ -283,10 +285,20 @@ def graph_overrides(cudagraph: dict | None, shapes: Sequence[tuple[int, int]]) -
     return {group: {option: sizes}} if option else {group: sizes}
 
 
-def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: float) -> tuple[float, str | None]:
+def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: float | None,
+                  release_memory: Mapping[str, Any] | None = None) -> tuple[float | None, str | None]:
     """The gpu_memory_utilization an engine can start with: vLLM refuses to start when free memory
     is below utilization x total (v1/worker/utils.py request_memory). Memory another process
-    already holds lowers it, and says so."""
+    already holds lowers it, and says so. `requested` None: the release's own default, passed as nothing
+    (None) where it starts as it is -- with 0.34's extensible KV cache always, which sizes the cache from
+    the memory it measures and makes no free-memory check (docs/memory.md)."""
+    if requested is None:
+        memory = release_memory or {}
+        if (memory.get("extensible_kv_cache") or {}).get("default_on"):
+            return None, None
+        default = float(memory.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
+        util, note = memory_budget(total_bytes, free_bytes, default)
+        return (None, None) if util == default else (util, note)
     if not total_bytes or free_bytes is None:
         return requested, None
     fits = (free_bytes - MEMORY_HEADROOM_BYTES) / total_bytes

@@ -195,11 +195,12 @@ def build_flashinfer_modules(modules: list, attention: list | None = None) -> di
         jit_module_requests,
         named_jit_requests,
     )
+    from attnsel.attention.kernels.base import WorkloadKind
 
     requests = named_jit_requests(modules)
     for spec in attention or []:
         capability = tuple(spec["capability"]) if spec.get("capability") else None
-        requests += jit_module_requests(("decode", "prefill", "mixed"), spec["dtype"], int(spec["head_size"]),
+        requests += jit_module_requests(tuple(WorkloadKind), spec["dtype"], int(spec["head_size"]),
                                         capability, torch.version.cuda, kv_cache_dtype=spec.get("kv_cache_dtype") or "auto")
     return dict(build_jit_modules(requests))  # a PrebuildSummary, or {"skipped": why} above
 

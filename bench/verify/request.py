@@ -48,7 +48,6 @@ SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
 # vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class VerifyRequest:
     repeats: int = 2  # timed N1/N2 pairs per shape (>= 2: the spread is the noise)
     repeat_engine: int = 1  # engine starts per pair (>= 2: their spread is reported and gates the verdict)
     decode_steps: int = 128  # N2 - N1
-    gpu_memory_utilization: float = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    gpu_memory_utilization: float | None = None  # None: the release's own default (vLLM chooses it)
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     engine: str = field(default_factory=lambda: os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)
@@ -150,7 +149,7 @@ def plan_document(req: VerifyRequest, output_dir: Path, vllm_version: str | None
     shapes = req.shapes or VP.default_shapes(VP.decode_shapes_of((tune_doc or {}).get("plan") or {}), model_max)
     profile = versions.select_profile(None).profile  # the release that answers for the installed vLLM
     util, memory_note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"),
-                                         req.gpu_memory_utilization)
+                                         req.gpu_memory_utilization, profile.memory)
     document = {
         "schema": SCHEMA, "attnsel_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "tune": _tune_summary(req, tune_doc),

@@ -75,7 +75,7 @@ class VerifyProgress:
 # The run
 
 
-def engine_job(req: VerifyRequest, plan: VerifyPlan, candidate: VP.Candidate, util: float, start: int = 1) -> dict:
+def engine_job(req: VerifyRequest, plan: VerifyPlan, candidate: VP.Candidate, util: float | None, start: int = 1) -> dict:
     document = plan.document
     opts = document["options"]
     return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
@@ -227,7 +227,8 @@ def _installed(distribution: str) -> bool:
 def _run_candidate(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
     req, plan = run.req, run.plan
     gpu = wait_for_memory(plan.gpu.get("memory_free_bytes"), run.env)
-    util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization)
+    util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization,
+                                  plan.profile.memory)
     row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
     log_path = _log_path(run.output_dir, candidate.slug, start)
     row["log"] = str(log_path.relative_to(run.output_dir))
