@@ -165,12 +165,13 @@ def register(app: typer.Typer) -> None:
         compare_live: bool = typer.Option(False, "--compare-live", help="Show where the rule profile and the installed vLLM disagree (exit 1 if they do)."),
         as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
         max_model_len: str | None = typer.Option(None, "--max-model-len", help="vLLM --max-model-len for the memory plan (--model and --gpu; default: the config's), spelled as vLLM takes it: 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits)."),
-        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: vLLM's, 0.9)."),
+        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization for the memory plan (default: the release's: 0.92; 1.0 with 0.34's extensible KV cache)."),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size for the memory plan (the busiest stage's layers per GPU)."),
         max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs for the memory plan (default: vLLM's for the GPU)."),
         max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens for the memory plan: 8192, 8k, 8K (default: vLLM's for the GPU)."),
         quantization: str | None = typer.Option(None, "--quantization", help="vLLM --quantization for the memory plan (default: the config's; -q is attnsel's --quiet, vLLM's -q only inside a pasted serve line)."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager for the memory plan (no CUDA graphs)."),
+        allow_deprecated_quantization: bool = typer.Option(False, "--allow-deprecated-quantization", help="vLLM --allow-deprecated-quantization for the memory plan (fbgemm_fp8 then starts with a warning)."),
     ) -> None:
         """Which vLLM attention backend runs, why the others don't, the KV block size, vLLM's exact messages.
     A pasted `vllm serve` line after `--` is read as vLLM reads it (`-q` there is vLLM's --quantization)."""
@@ -199,7 +200,8 @@ def register(app: typer.Typer) -> None:
                                    gpu_memory_utilization=gpu_memory_utilization,
                                    pipeline_parallel_size=pipeline_parallel_size, max_num_seqs=max_num_seqs,
                                    max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
-                                   quantization=quantization, enforce_eager=enforce_eager)
+                                   quantization=quantization, enforce_eager=enforce_eager,
+                                   allow_deprecated_quantization=allow_deprecated_quantization)
         check_memory_flags(memory_flags)
         route = dataclasses.replace(route, memory_flags=memory_flags)
         attention = attention_flags(attention_backend, attention_config_text, dotted_attention_config(attention_config_dotted),

@@ -84,11 +84,12 @@ def register(app: typer.Typer) -> None:
         ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", help=RAY_HELP),
         pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", help="vLLM --pipeline-parallel-size: stages on this machine (TP x PP GPUs), or with --ray across nodes."),
         timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
-        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: vLLM's, 0.9)."),
+        gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="vLLM --gpu-memory-utilization (default: the release's: 0.92; 1.0 with 0.34's extensible KV cache)."),
         max_model_len: str | None = typer.Option(None, "--max-model-len", help="vLLM --max-model-len (default: the config's): 32768, 32k, 32K, 25.6k, or auto / -1 (the longest that fits), as vLLM reads it."),
         max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for the GPU)."),
         max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: vLLM's for the GPU): 8192, 8k, 8K as vLLM reads it."),
         quantization: str | None = typer.Option(None, "--quantization", help="vLLM --quantization (default: the config's quantization_config)."),
+        allow_deprecated_quantization: bool = typer.Option(False, "--allow-deprecated-quantization", help="vLLM --allow-deprecated-quantization (a deprecated method such as fbgemm_fp8 then starts with a warning)."),
         enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (no CUDA graphs: no graph memory)."),
     ) -> None:
         """Would this vLLM deployment start here, and well? GPU count, one GPU model, NVLink, dtype, attention
@@ -131,6 +132,7 @@ def register(app: typer.Typer) -> None:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=serve_int("--max-num-batched-tokens", max_num_batched_tokens),
             quantization=quantization,
+            allow_deprecated_quantization=allow_deprecated_quantization,
             enforce_eager=enforce_eager,
             decode_context_parallel_size=dcp,
             prefill_context_parallel_size=pcp,

@@ -95,3 +95,20 @@ def test_preflight_and_the_serve_line_refuse_the_same():
         result, _ = invoke(["preflight", *model, "--gpu", "H100", *args])
         assert result.exit_code == 1, result.stdout
         assert "Unknown quantization method: bogus" in result.stdout
+
+
+@pytest.mark.parametrize("version", ["vllm_0_33", "vllm_0_34"])
+def test_a_deprecated_method_is_refused_unless_allowed_as_vllm_says(version):
+    """config/model.py (0.34.0:1492-1505): a method in DEPRECATED_QUANTIZATION_METHODS raises unless
+    --allow-deprecated-quantization; vLLM passes ValueError two arguments, so its text is the tuple."""
+    rules = select_profile(version).profile.quantization
+    method = sorted(rules.deprecated)[0]
+    refused = _explain("--gpu", "H100", "--quantization", method, version=version)
+    assert refused.exit_code == 1
+    assert str(ValueError(rules.messages["deprecated"], method)) in refused.stderr
+    assert "To bypass, set `--allow-deprecated-quantization`." in refused.stderr
+    allowed = _explain("--gpu", "H100", "--quantization", method, "--allow-deprecated-quantization", version=version)
+    assert allowed.exit_code == 0, allowed.stderr
+    pasted, _ = invoke(["preflight", "--gpu", "H100", "--vllm-version", version, "--", "vllm", "serve", "llama-3.1-8b",
+                        "-q", method, "--allow-deprecated-quantization"])
+    assert pasted.exit_code == 0, pasted.stderr

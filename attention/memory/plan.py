@@ -70,6 +70,7 @@ class MemoryFlags:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     quantization: str | None = None
+    allow_deprecated_quantization: bool = False  # vLLM's --allow-deprecated-quantization
     enforce_eager: bool = False
     entrypoint: str = "serve"  # "serve" (vllm serve) | "llm" (the LLM class): their defaults differ
     enable_chunked_prefill: bool | None = None  # None: on (a generative decoder model)
@@ -219,7 +220,8 @@ def plan_memory(hf_config: Mapping, facts: ModelFacts, explanation: Explanation 
 
 def _quantization(rules: QuantizationRules | None, flags: MemoryFlags, hf_config: Mapping, capability: tuple[int, int] | None
                   ) -> Refusal | None:
-    refused = quantization_refusal(rules, flags.quantization, hf_config, capability, flags.model_dir)
+    refused = quantization_refusal(rules, flags.quantization, hf_config, capability, flags.model_dir,
+                                   allow_deprecated=flags.allow_deprecated_quantization)
     if refused is None:
         return None
     return Refusal(Verdict.QUANTIZATION, refused.message, refused.source, refused.fix)

@@ -69,6 +69,7 @@ class Deployment:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     quantization: str | None = None
+    allow_deprecated_quantization: bool = False
     enforce_eager: bool = False
     # read by the attention check only: the GPU layout and memory of context parallelism are not modelled
     decode_context_parallel_size: int = 1
@@ -96,6 +97,7 @@ class Deployment:
         for name in ("decode_context_parallel_size", "prefill_context_parallel_size"):
             if getattr(self, name) > 1:
                 flags += ["--" + name.replace("_", "-"), str(getattr(self, name))]
+        flags += ["--allow-deprecated-quantization"] if self.allow_deprecated_quantization else []
         return flags + (["--enforce-eager"] if self.enforce_eager else [])
 
 

@@ -7,6 +7,8 @@ In vLLM's order (docs/memory.md, "vLLM's start-up checks"):
    mismatch; then a name outside `QuantizationMethods` is unknown. `vllm serve` gives argparse a
    metavar, not choices (engine/arg_utils.py: the type also allows str), so an unknown name is this
    ValueError at start-up, not an argparse error: attnsel's verdict is 1 (vLLM would raise), not 2.
+   A method the release deprecates (`DEPRECATED_QUANTIZATION_METHODS`: fbgemm_fp8) is refused unless
+   --allow-deprecated-quantization (0.34.0:1492-1505).
 2. model_loader/weight_utils.py `get_quant_config` (0.34.0:410): a method that reads its own file
    beside a checkpoint without `quantization_config` (awq, gptq, modelopt ...) finds none.
 3. config/vllm.py `_get_quantization_config` (0.34.0:887-898): the GPU's capability is below the
@@ -33,6 +35,7 @@ class QuantizationRules:
     any_checkpoint: frozenset[str]
     messages: Mapping[str, str]
     sources: Mapping[str, str]
+    deprecated: frozenset[str] = frozenset()
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any] | None) -> QuantizationRules | None:
@@ -44,7 +47,8 @@ class QuantizationRules:
                    online=frozenset(data.get("online") or ()),
                    same_checkpoint=tuple(frozenset(g) for g in data.get("same_checkpoint") or ()),
                    any_checkpoint=frozenset(data.get("any_checkpoint") or ()),
-                   messages=dict(data["messages"]), sources=dict(data.get("sources") or {}))
+                   messages=dict(data["messages"]), sources=dict(data.get("sources") or {}),
+                   deprecated=frozenset(data.get("deprecated") or ()))
 
     def same(self, checkpoint: str, method: str) -> bool:
         return method == checkpoint or method in self.any_checkpoint or any(
@@ -60,7 +64,7 @@ class QuantizationRules:
 
 @dataclass(frozen=True)
 class QuantizationRefusal:
-    kind: str  # "mismatch" | "unknown" | "no_config_file" | "capability"
+    kind: str  # "mismatch" | "unknown" | "deprecated" | "no_config_file" | "capability"
     message: str  # vLLM's text
     source: str  # the release's file:line that raises it
     fix: str
@@ -84,9 +88,10 @@ def _has_file(folder: str | None, names: tuple[str, ...]) -> bool:
 
 
 def quantization_refusal(rules: QuantizationRules | None, flag: str | None, hf_config: Mapping[str, Any],
-                         capability: tuple[int, int] | None, model_dir: str | None = None
-                         ) -> QuantizationRefusal | None:
-    """vLLM's refusal of the model's quantization on this GPU, or None (it passes these checks)."""
+                         capability: tuple[int, int] | None, model_dir: str | None = None,
+                         allow_deprecated: bool = False) -> QuantizationRefusal | None:
+    """vLLM's refusal of the model's quantization on this GPU, or None (it passes these checks).
+    `allow_deprecated`: vLLM's --allow-deprecated-quantization (a deprecated method then only logs a warning)."""
     if rules is None:
         return None
     text, where = rules.messages, rules.sources
@@ -103,6 +108,11 @@ def quantization_refusal(rules: QuantizationRules | None, flag: str | None, hf_c
         return QuantizationRefusal("unknown", text["unknown"].format(method=method, methods=list(rules.methods)),
                                    where.get("unknown", ""), "--quantization with one of vLLM's names, or none "
                                    "(the checkpoint's own)")
+    if method in rules.deprecated and not allow_deprecated:
+        # config/model.py:1492-1505 @ 0.34.0 raises ValueError(text, method): two arguments, so vLLM's message
+        # is the tuple as Python prints it, its %s never filled in
+        return QuantizationRefusal("deprecated", str(ValueError(text["deprecated"], method)), where.get("deprecated", ""),
+                                   "--allow-deprecated-quantization (vLLM then only warns), or another --quantization")
     files = rules.config_files.get(method)
     if checkpoint is None and files and method not in rules.online and not _has_file(model_dir, files):
         return QuantizationRefusal("no_config_file", text["no_config_file"].format(method=method),

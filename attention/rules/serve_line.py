@@ -38,7 +38,8 @@ _VALUE_FLAGS = {
     "--mm-encoder-attn-backend": "--mm-encoder-attn-backend",
 }
 # vLLM's BooleanOptionalAction flags attnsel models: --X and --no-X
-_BOOL_FLAGS = {"--enforce-eager": "--enforce-eager", "--enable-prefix-caching": "--enable-prefix-caching"}
+_BOOL_FLAGS = {"--enforce-eager": "--enforce-eager", "--enable-prefix-caching": "--enable-prefix-caching",
+               "--allow-deprecated-quantization": "--allow-deprecated-quantization"}
 
 
 @dataclass(frozen=True)
