@@ -112,3 +112,27 @@ def test_a_deprecated_method_is_refused_unless_allowed_as_vllm_says(version):
     pasted, _ = invoke(["preflight", "--gpu", "H100", "--vllm-version", version, "--", "vllm", "serve", "llama-3.1-8b",
                         "-q", method, "--allow-deprecated-quantization"])
     assert pasted.exit_code == 0, pasted.stderr
+
+
+@pytest.mark.parametrize("section, text", [
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128, "desc_act": False, "sym": True},
+     "Unsupported quantization config: bits=3, sym=True"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False},
+     "Unsupported quantization config: bits=4, sym=False"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False},
+     "Cannot find any of ['sym'] in the model's quantization config."),
+    ({"quant_method": "awq", "w_bit": 8, "q_group_size": 128, "zero_point": True},
+     "Unsupported num_bits = 8. Supported: 4. For 8-bit AWQ, use Marlin backend by setting backend='awq:marlin' "
+     "or backend='marlin'."),
+])
+def test_a_gptq_or_awq_checkpoint_of_bits_vllm_cannot_load_is_refused_in_its_words(tmp_path, section, text):
+    """auto_gptq.py / auto_awq.py (0.33.0 and 0.34.0): TYPE_MAP holds GPTQ (4, sym) and (8, sym), AWQ 4."""
+    config = json.loads((CATALOG / "qwen3-8b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": section}))
+    for version in ("vllm_0_33", "vllm_0_34"):
+        result, _ = invoke(["preflight", "--model", str(tmp_path), "--gpu", "H100", "--vllm-version", version])
+        assert result.exit_code == 1 and text in result.stdout, (version, result.stdout[-600:])
+    fine = {**section, "bits": 4, "w_bit": 4, "sym": True}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": fine}))
+    result, _ = invoke(["preflight", "--model", str(tmp_path), "--gpu", "H100"])
+    assert result.exit_code == 0, result.stdout[-600:]

@@ -18,7 +18,7 @@ In vLLM's order (docs/memory.md, "vLLM's start-up checks"):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class QuantizationRules:
     messages: Mapping[str, str]
     sources: Mapping[str, str]
     deprecated: frozenset[str] = frozenset()
+    weight_bits: Mapping[str, Any] = field(default_factory=dict)  # `weight_bits`: gptq / awq TYPE_MAP checks
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any] | None) -> QuantizationRules | None:
@@ -48,7 +49,8 @@ class QuantizationRules:
                    same_checkpoint=tuple(frozenset(g) for g in data.get("same_checkpoint") or ()),
                    any_checkpoint=frozenset(data.get("any_checkpoint") or ()),
                    messages=dict(data["messages"]), sources=dict(data.get("sources") or {}),
-                   deprecated=frozenset(data.get("deprecated") or ()))
+                   deprecated=frozenset(data.get("deprecated") or ()),
+                   weight_bits=dict(data.get("weight_bits") or {}))
 
     def same(self, checkpoint: str, method: str) -> bool:
         return method == checkpoint or method in self.any_checkpoint or any(
@@ -64,18 +66,24 @@ class QuantizationRules:
 
 @dataclass(frozen=True)
 class QuantizationRefusal:
-    kind: str  # "mismatch" | "unknown" | "deprecated" | "no_config_file" | "capability"
+    kind: str  # "mismatch" | "unknown" | "deprecated" | "no_config_file" | "weight_bits" | "capability"
     message: str  # vLLM's text
     source: str  # the release's file:line that raises it
     fix: str
 
 
-def checkpoint_method(hf_config: Mapping[str, Any]) -> str | None:
-    """The checkpoint's quant_method (vLLM's model_arch_config.quantization_config; a VLM's text_config)."""
+def checkpoint_section(hf_config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The checkpoint's quantization config (vLLM's model_arch_config.quantization_config; a VLM's text_config)."""
     text = hf_config.get("text_config")
     section = hf_config.get("quantization_config") or hf_config.get("compression_config") or (
         text.get("quantization_config") if isinstance(text, Mapping) else None)
-    if not isinstance(section, Mapping):
+    return section if isinstance(section, Mapping) else None
+
+
+def checkpoint_method(hf_config: Mapping[str, Any]) -> str | None:
+    """The checkpoint's quant_method."""
+    section = checkpoint_section(hf_config)
+    if section is None:
         return None
     method = section.get("quant_method")
     return str(method) if method not in (None, "") else None
@@ -118,6 +126,9 @@ def quantization_refusal(rules: QuantizationRules | None, flag: str | None, hf_c
         return QuantizationRefusal("no_config_file", text["no_config_file"].format(method=method),
                                    where.get("no_config_file", ""), f"a checkpoint quantized with {method}, or an "
                                    "online method such as fp8")
+    refused = _weight_bits(rules, method, checkpoint_section(hf_config) if checkpoint is not None else None)
+    if refused is not None:
+        return refused
     minimum = rules.min_capability.get(method)
     if capability is not None and minimum is not None and capability[0] * 10 + capability[1] < minimum:
         current = capability[0] * 10 + capability[1]
@@ -125,3 +136,26 @@ def quantization_refusal(rules: QuantizationRules | None, flag: str | None, hf_c
                                    where.get("capability", ""), f"a GPU of compute capability {minimum // 10}.{minimum % 10} "
                                    "or newer, or another --quantization")
     return None
+
+
+def _weight_bits(rules: QuantizationRules, method: str, section: Mapping[str, Any] | None) -> QuantizationRefusal | None:
+    """The checkpoint's bits (and GPTQ's sym) against the method's TYPE_MAP, as vLLM reads them building its
+    quantization config (auto_gptq.py / auto_awq.py __init__, base_config.py get_from_keys)."""
+    rule = rules.weight_bits.get(method)
+    if rule is None or section is None:
+        return None
+    values = []
+    for keys in rule["keys"]:
+        found = next((section[key] for key in keys if key in section), _MISSING)
+        if found is _MISSING:
+            return QuantizationRefusal("weight_bits", rules.weight_bits["missing_key"].format(keys=list(keys)),
+                                       rules.weight_bits.get("missing_key_source", ""), "a checkpoint config that names it")
+        values.append(found)
+    if [list(t) for t in rule["supported"]].count(values):
+        return None
+    supported = ", ".join("/".join(str(v) for v in t) for t in rule["supported"])
+    return QuantizationRefusal("weight_bits", rule["text"].format(*values), rule.get("source", ""),
+                               f"a {method} checkpoint vLLM loads ({'/'.join(k[0] for k in rule['keys'])}: {supported})")
+
+
+_MISSING = object()
