@@ -166,6 +166,11 @@ class LogLine:
         return {"level": self.level, "message": self.message, "source": self.source}
 
 
+def reasons_str(invalid: Mapping[str, list[str]]) -> str:
+    """The `Reasons: {...}` part of vLLM's selector messages: each invalid backend and its reasons."""
+    return ", ".join(f"{name}: [{', '.join(reasons)}]" for name, reasons in invalid.items())
+
+
 class VllmRaises(Exception):
     """What vLLM would raise; `message` is vLLM's text, `exc_type` its exception class."""
 

@@ -10,7 +10,6 @@ Never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from attnsel.attention.rules import (
@@ -23,6 +22,7 @@ from attnsel.attention.rules import (
     SelectorInputs,
     VllmRaises,
     kernel_block_size_for,
+    reasons_str,
 )
 from attnsel.attention.versions import RuleProfile
 from attnsel.errors import UserInputError
@@ -69,10 +69,6 @@ def get_valid_backends(
         else:
             valid.append((name, priority))
     return valid, invalid
-
-
-def reasons_str(invalid: Mapping[str, list[str]]) -> str:
-    return ", ".join(f"{name}: [{', '.join(reasons)}]" for name, reasons in invalid.items())
 
 
 def select_attention_backend(
@@ -170,6 +166,20 @@ class Run:
                 return
             self._once.add(message)
         self.logs.append(LogLine(level, message, source))
+
+    # What the release's block-size flow (attention/versions/block_size.py) calls back: the engine
+    # hands itself to the flow, so the versions folder never imports the selector.
+    def layer_backend(self, cfg: SelectorInputs, user_backend: str | None) -> str:
+        """`get_attn_backend_cls` of one layer, logged into this run."""
+        return get_attn_backend_cls(self, cfg, user_backend)
+
+    def select(self, user_backend: str | None, cfg: SelectorInputs) -> str | None:
+        """`select_attention_backend(..., raise_on_invalid=False)` with this run's profile and context."""
+        return select_attention_backend(self.profile, user_backend, cfg, self.ctx, raise_on_invalid=False)
+
+    def invalid_backends(self, cfg: SelectorInputs) -> dict[str, list[str]]:
+        """The backends of the priority list `cfg` rules out, with their reasons."""
+        return get_valid_backends(self.profile, cfg, self.ctx)[1]
 
 
 def check_supports_dtype(inputs: SelectorInputs, ctx: SelectionContext) -> None:

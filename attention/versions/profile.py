@@ -17,6 +17,7 @@ from attnsel.attention.rules import (
     parse_kernel_sizes,
 )
 from attnsel.attention.versions.code import RuleCode
+from attnsel.attention.versions.model_rules import ModelRules, model_rules_from_data
 from attnsel.attention.versions.registry import code_class
 from attnsel.attention.versions.validation import ConfigurationChecks
 from attnsel.errors import UserInputError
@@ -85,10 +86,8 @@ class RuleProfile(ConfigurationChecks):
         return self.code.block_size_flow()
 
     @cached_property
-    def model_rules(self) -> Any:
-        """What vLLM derives from a model config in this version (attention/model/rules.py)."""
-        from attnsel.attention.model import model_rules_from_data
-
+    def model_rules(self) -> ModelRules:
+        """What vLLM derives from a model config in this version (model_rules.py; attention/model/ applies it)."""
         return model_rules_from_data(self.name, self.data["models"])
 
     @property

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.kernels.vllm.backend import STANDINS_ENV, VllmBackendAdapter
     from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
     from attnsel.attention.kernels.vllm.sparse_mla import VllmSparseMlaAdapter
@@ -16,25 +16,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         call_accepting,
     )
 
-__all__ = [
-    "STANDINS_ENV",
-    "MlaDims",
-    "StackBuilder",
-    "StackSpec",
-    "VllmBackendAdapter",
-    "VllmMlaAdapter",
-    "VllmSparseMlaAdapter",
-    "backend_class",
-    "call_accepting",
-]
-__getattr__ = lazy_door(__name__, {
-    "MlaDims": "stack",
-    "STANDINS_ENV": "backend",
-    "StackBuilder": "stack",
-    "StackSpec": "stack",
-    "VllmBackendAdapter": "backend",
-    "VllmMlaAdapter": "mla",
-    "VllmSparseMlaAdapter": "sparse_mla",
-    "backend_class": "stack",
-    "call_accepting": "stack",
-})
+__getattr__ = lazy_door(__name__)
