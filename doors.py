@@ -39,10 +39,7 @@ def door_exports_from_tree(tree: ast.Module, package: str) -> dict[str, str]:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for stmt in node.body:
                 if isinstance(stmt, ast.ImportFrom):
-                    base = stmt.module or ""
-                    if stmt.level:
-                        parts = package.split(".")[: len(package.split(".")) - (stmt.level - 1)]
-                        base = ".".join([*parts, *([base] if base else [])])
+                    base = _absolute("." * stmt.level + (stmt.module or ""), package)
                     for alias in stmt.names:
                         exports[alias.asname or alias.name] = base
         value = node.value if isinstance(node, ast.Assign) else None
@@ -55,15 +52,39 @@ def door_exports_from_tree(tree: ast.Module, package: str) -> dict[str, str]:
     return exports
 
 
-def door_exports(package: str) -> dict[str, str]:
-    """`door_exports_from_tree` of the door `package`, already imported, read from its file."""
-    import ast
+def _absolute(module: str, package: str) -> str:
+    """`module` as written in `package`'s door (`.sub` relative to it) as a full module name."""
+    dots = len(module) - len(module.lstrip("."))
+    if not dots:
+        return module
+    base = package.split(".")[: len(package.split(".")) - (dots - 1)]
+    return ".".join([*base, *([module[dots:]] if module[dots:] else [])])
 
+
+def door_exports(package: str) -> dict[str, str]:
+    """The public names of the door `package` (already imported) -> the full name of the module
+    defining each, read from the door's file: its `from X import ...` lines under `if TYPE_CHECKING:`.
+    A plain line scan, not `ast` (a tenth of the time on probe's start-up path); it reads what
+    `door_exports_from_tree` reads (tests/test_doors.py holds both to the same answer)."""
     path = sys.modules[package].__file__
     if path is None:
         raise ImportError(f"door {package!r} has no source file to read its names from")
     with open(path, encoding="utf-8") as fh:
-        return door_exports_from_tree(ast.parse(fh.read(), path), package)
+        text = fh.read()
+    block = text.partition("\nif TYPE_CHECKING:")[2]
+    exports: dict[str, str] = {}
+    module = ""
+    for line in block.splitlines()[1:]:
+        if line and not line[0].isspace():
+            break  # the block ends at the first line back at the left margin
+        code = line.split("#", 1)[0].replace("(", " ").replace(")", " ").strip()
+        if code.startswith("from "):
+            module, _, code = code[len("from "):].partition(" import")
+            module = _absolute(module.strip(), package)
+        for name in code.split(","):
+            if name.strip():
+                exports[name.split(" as ")[-1].strip()] = module
+    return exports
 
 
 def lazy_door(package: str, exports: Mapping[str, str] | None = None) -> Callable[[str], Any]:

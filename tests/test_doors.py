@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import attnsel
+from attnsel.doors import door_exports, door_exports_from_tree
 
 ROOT = Path(attnsel.__file__).resolve().parent
 
@@ -62,6 +63,12 @@ def test_a_door_lists_each_name_once_and_each_loads_from_where_it_is_listed(pack
         assert getattr(door, name) is getattr(importlib.import_module(module), name), f"{package}.{name}"
     with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
         door.not_a_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", sorted(LAZY_DOORS))
+def test_the_quick_reader_of_a_door_reads_what_the_syntax_tree_says(package):
+    importlib.import_module(package)
+    assert door_exports(package) == door_exports_from_tree(SOURCES[LAZY_DOORS[package]], package) != {}
 
 
 def test_a_star_import_through_a_door_takes_its_listing():
