@@ -6,6 +6,7 @@ from attnsel.doors import lazy_door
 
 if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.kernels.vllm.backend import STANDINS_ENV, VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.calls import call_accepting
     from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
     from attnsel.attention.kernels.vllm.sparse_mla import VllmSparseMlaAdapter
     from attnsel.attention.kernels.vllm.stack import (
@@ -13,7 +14,6 @@ if TYPE_CHECKING:  # the door's one listing: each name loads from its module on 
         StackBuilder,
         StackSpec,
         backend_class,
-        call_accepting,
     )
 
 __getattr__ = lazy_door(__name__)

@@ -164,6 +164,7 @@ class VllmBackendAdapter:
         import torch
 
         from attnsel.attention.kernels import paged
+        from attnsel.attention.kernels.vllm.calls import keyword_arguments, keyword_call
         from attnsel.attention.kernels.vllm.fp8_faults import (
             native_decode_q_scale_fault,
         )
@@ -173,7 +174,6 @@ class VllmBackendAdapter:
             kv_cache_tensor,
             set_layer_scales,
         )
-        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         started = time.perf_counter()
         stack = self.stack_for(b)
