@@ -49,7 +49,7 @@ def with_default_address(args: list[str]) -> list[str]:
     return out
 
 
-def _timeout(timeout: float | None) -> float:
+def ray_timeout(timeout: float | None) -> float:
     from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
 
     if timeout is None:
@@ -65,7 +65,7 @@ def refuse_timeout_without_ray(address: str | None, timeout: float | None) -> No
     if address is None and timeout is not None:
         raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
     if timeout is not None:
-        _timeout(timeout)  # before any cluster is asked
+        ray_timeout(timeout)  # before any cluster is asked
     check_names((("--ray", address),))
 
 
@@ -92,7 +92,7 @@ def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2
     if measure_p2p:
         raise UserInputError("--measure-p2p times copies on the GPUs, which a probe over Ray does not hold: "
                              "run `attnsel probe --measure-p2p` on the node itself")
-    fleet = probe_fleet(address, _timeout(timeout))
+    fleet = probe_fleet(address, ray_timeout(timeout))
     verdict = fleet_verdict(fleet)
     results = fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model)
     if json_output:
@@ -100,22 +100,3 @@ def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2
     else:
         print_fleet(fleet, verdict, stdout_console(), results)
     raise_if_unmet(results)
-
-
-# ---------------------------------------------------------------------------------------------
-# preflight --ray
-
-
-def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment, pipeline_parallel_size,
-                  hf_config: dict, choice, model: str) -> None:
-    from attnsel.attention.preflight import run_fleet_preflight
-    from attnsel.cli import settings
-    from attnsel.cli.preflight_cmd import emit
-    from attnsel.probe.fleet import probe_fleet
-    from attnsel.reports import fleet_report as view
-
-    fleet = probe_fleet(address, _timeout(timeout))
-    settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
-    result = run_fleet_preflight(fleet, hf_config, deployment, pipeline_parallel_size, profile=choice.profile,
-                                 model=model, profile_reason=choice.reason)
-    emit(result, fmt, quiet, view.fleet_preflight_json, view.render_preflight_github, view.render_preflight_text)

@@ -36,6 +36,7 @@ from attnsel.cli.fleet_cmd import (
     TIMEOUT_HELP,
     RayAddressCommand,
     check_ray_flags,
+    ray_timeout,
 )
 from attnsel.errors import UserInputError
 
@@ -161,8 +162,6 @@ def register(app: typer.Typer) -> None:
         )
         check_memory_flags(memory_flags(deployment))
         if ray is not None:
-            from attnsel.cli.fleet_cmd import run_ray_preflight
-
             run_ray_preflight(ray, timeout, fmt, quiet, deployment, pipeline_parallel_size, hf_config, choice, model)
             return
         report = machine_report(gpu, num_gpus, tensor_parallel_size * pipeline_parallel_size)
@@ -171,3 +170,17 @@ def register(app: typer.Typer) -> None:
         result = run_preflight(report, hf_config, deployment, profile=choice.profile, model=model,
                                profile_reason=choice.reason)
         emit(result, fmt, quiet, view.preflight_to_dict, view.render_github, view.render_text)
+
+
+def run_ray_preflight(address: str, timeout: float | None, fmt: str, quiet: bool, deployment, pipeline_parallel_size,
+                  hf_config: dict, choice, model: str) -> None:
+    from attnsel.attention.preflight import run_fleet_preflight
+    from attnsel.cli import settings
+    from attnsel.probe.fleet import probe_fleet
+    from attnsel.reports import fleet_report as view
+
+    fleet = probe_fleet(address, ray_timeout(timeout))
+    settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
+    result = run_fleet_preflight(fleet, hf_config, deployment, pipeline_parallel_size, profile=choice.profile,
+                                 model=model, profile_reason=choice.reason)
+    emit(result, fmt, quiet, view.fleet_preflight_json, view.render_preflight_github, view.render_preflight_text)
