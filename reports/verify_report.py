@@ -29,7 +29,7 @@ from attnsel.bench.verify import (
     VerifyOptions,
     VllmFacts,
 )
-from attnsel.reports.cells import formatted
+from attnsel.reports.cells import formatted, table
 
 SCHEMA = "attnsel-verify/1"  # bench/verify/run.py SCHEMA
 VERDICT_STYLES = {EngineVerdict.HOLDS: "bold green", EngineVerdict.WITHIN_NOISE: "bold yellow",
@@ -215,8 +215,6 @@ def render_terminal(doc: Mapping | VerifyDocument, console) -> None:
 
 
 def markdown(doc: Mapping | VerifyDocument, level: int = 1) -> str:
-    from attnsel.reports.tune.markdown import table
-
     doc = typed(doc)
     word, text, flags = headline(doc)
     h = "#" * level
