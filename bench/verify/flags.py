@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attnsel import files
+from attnsel.attention import versions
 from attnsel.attention.model import check_names, check_positive_number, check_size
-from attnsel.errors import UserInputError
+from attnsel.bench.verify import engine_worker as EW
+from attnsel.errors import EnvironmentProblem, UserInputError
 
 MAX_DECODE_STEPS = 1 << 20  # decode steps timed per pair: far beyond any context, bounded before an engine starts
 MAX_REPEATS = 100
 MAX_ENGINE_STARTS = 10  # --repeat-engine: starts of each pair's engine (each takes minutes on a GPU)
+ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
 
 
 def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str | None,
@@ -40,6 +44,14 @@ def check_verify_flags(run_dir: Path | None, output: Path | None, *, model: str 
 
 def check_verify_possible() -> None:
     """`tune --verify` fails before its sweep when the engine could not run afterwards (exit 3)."""
-    from attnsel.bench.verify import run as verify
+    vllm_version_or_fail(os.environ.get(ENGINE_ENV) or EW.DEFAULT_ENGINE)  # VerifyRequest's engine
 
-    verify.vllm_version_or_fail(verify.VerifyRequest().engine)
+
+def vllm_version_or_fail(engine: str) -> str | None:
+    """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
+    version = versions.installed_vllm_version()
+    if version is None and engine == EW.DEFAULT_ENGINE:
+        raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
+                                 "Python environment (pip install vllm)")
+    return version
+

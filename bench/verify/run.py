@@ -46,7 +46,11 @@ from attnsel.bench.verify.engine_process import (
     DEFAULT_START_TIMEOUT_S,
     run_engine,
 )
-from attnsel.bench.verify.flags import MAX_ENGINE_STARTS
+from attnsel.bench.verify.flags import (
+    ENGINE_ENV,
+    MAX_ENGINE_STARTS,
+    vllm_version_or_fail,
+)
 from attnsel.bench.verify.gpu_state import read_gpu, wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
@@ -55,12 +59,11 @@ from attnsel.bench.verify.verdict import (
     engine_start_spreads,
     summarize,
 )
-from attnsel.errors import EnvironmentProblem, UserInputError
+from attnsel.errors import UserInputError
 
 SCHEMA = "attnsel-verify/1"
 LOG_DIR = "verify"  # engine logs and the model's config.json, inside the run folder
 TUNE_DOCUMENT = "tune.json"
-ENGINE_ENV = "ATTNSEL_VERIFY_ENGINE"  # swaps in another engine for the worker (CI: a fake)
 # vLLM 0.24.0's own default (vllm/config/cache.py:67): engines get the share a deployment gets
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
@@ -108,15 +111,6 @@ def load_tune_document(tune_dir: Path) -> dict:
     if not isinstance(doc, dict) or not isinstance(doc.get("plan"), dict) or not isinstance(doc.get("rows"), list):
         raise UserInputError(f"{path} is not a tune result (no plan / rows): pass a `tune --output` folder")
     return doc
-
-
-def vllm_version_or_fail(engine: str) -> str | None:
-    """The installed vLLM's version; no vLLM with the real engine -> exit 3 (one line)."""
-    version = versions.installed_vllm_version()
-    if version is None and engine == EW.DEFAULT_ENGINE:
-        raise EnvironmentProblem("attnsel verify starts vLLM's own engine, and vLLM is not installed in this "
-                                 "Python environment (pip install vllm)")
-    return version
 
 
 def resolve_model(req: VerifyRequest, tune_doc: dict | None) -> tuple[str, dict]:
