@@ -46,7 +46,7 @@ def door_exports_from_tree(tree: ast.Module, package: str) -> dict[str, str]:
         if isinstance(value, ast.Call) and len(value.args) > 1 and isinstance(value.args[1], ast.Dict):
             old: dict[str, str] = {}
             for key, val in zip(value.args[1].keys, value.args[1].values):
-                if isinstance(key, ast.Constant) and isinstance(val, ast.Constant):
+                if isinstance(key, ast.Constant) and isinstance(val, ast.Constant) and isinstance(val.value, str):
                     old[str(key.value)] = f"{package}.{val.value}"
             return old
     return exports

@@ -224,7 +224,8 @@ VLLM_PP_UNEVEN = ("Hidden layers were unevenly partitioned: [{parts}]. This can 
 def pipeline_check(hf_config: dict, pp: int) -> Check:
     """vLLM's get_pp_indices (distributed/utils.py): layers split evenly, the remainder to the
     stages before the last."""
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), dict) else hf_config
+    sub_config = hf_config.get("text_config")
+    text: dict = sub_config if isinstance(sub_config, dict) else hf_config
     layers = text.get("num_hidden_layers", hf_config.get("num_hidden_layers"))
     if pp == 1:
         return Check("pipeline", PASS, "PP=1: one stage holds every layer")

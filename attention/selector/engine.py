@@ -51,7 +51,7 @@ def validate_backend(profile: RuleProfile, name: str, inputs: SelectorInputs, ct
         raise VllmRaises(_unregistered_message(name))
     if name in profile.data.get("missing_module", []):
         # the enum names a module that no wheel ships (docs/vllm-rules.md §9 "Not CUDA" table)
-        return [profile.code.import_failure_reason(profile.registry[name].rsplit(".", 1)[0])]
+        return [profile.code.import_failure_reason((profile.registry[name] or "").rsplit(".", 1)[0])]
     _check_explicit_backend_modelled(profile, name)
     return profile.validate(name, inputs, ctx)
 
@@ -305,7 +305,7 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
     return Explanation(
         profile=profile.name,
         vllm_version=profile.vllm_version,
-        capability=tuple(ctx.capability),
+        capability=(ctx.capability[0], ctx.capability[1]),
         gpu_name=ctx.gpu_name,
         inputs=inputs,
         context=ctx,

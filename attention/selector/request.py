@@ -235,7 +235,7 @@ def _selection_context(
 ) -> SelectionContext:
     """What vLLM's rules read besides the selector config: flag, else model, else default."""
     return SelectionContext(
-        capability=tuple(capability),
+        capability=(capability[0], capability[1]),
         num_heads=_pick(heads, getattr(facts, "num_heads_per_gpu", None), None),
         user_backend=req.attention_backend,
         is_hybrid=bool(_pick(req.hybrid, getattr(facts, "is_hybrid", None), False)),

@@ -76,7 +76,7 @@ class BlockSizeFlow:
         """The selector inputs vLLM validates the priority list with (what `explain` shows)."""
         return inputs
 
-    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
         """Log lines `get_attn_backend_cls` adds once a layer picked `chosen` (none by default)."""
 
     def hybrid_block_size(
@@ -160,7 +160,7 @@ class LayerBackendsFlow(BlockSizeFlow):
             block_size = self.hybrid_block_size(run, inputs, [selected], block_size, notes)
         return block_size, selected, inputs
 
-    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
         if self.params.get("log_precluded_by_block_size") and cfg.block_size is not None:
             log_precluded_by_block_size(run, cfg, chosen, valid, invalid)
 
@@ -304,7 +304,7 @@ def update_block_size_for_backend_at_config_time(
     )
 
 
-def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
     """`get_attn_backend_cls` (docs/vllm-rules.md §9): higher-priority backends whose ONLY reason was the block size."""
     priorities = run.profile.priority_list(cfg, run.ctx)
     chosen_priority = dict(valid)[chosen]

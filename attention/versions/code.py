@@ -90,7 +90,7 @@ class RuleCode:
             return rule
         return self._dispatch("per_head", rule["rule"])(rule, ctx)
 
-    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: str | None, ctx) -> bool:
+    def supports_kv_cache_dtype(self, spec: BackendSpec, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         rule = spec.kv_cache_dtypes
         if isinstance(rule, dict):
             return self._dispatch("kv", rule["rule"])(rule, kv_cache_dtype, ctx)
@@ -98,19 +98,19 @@ class RuleCode:
             return True
         return (not rule) or kv_cache_dtype in rule
 
-    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> str | None:
+    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if spec.combination is None:
             return None
         return self._dispatch("combination", spec.combination)(inputs, ctx)
 
-    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: SelectionContext, inputs) -> list[KernelBlockSize]:
+    def kernel_block_sizes_rule(self, spec: BackendSpec, ctx: SelectionContext, inputs: SelectorInputs | None) -> list[KernelBlockSize]:
         return self._dispatch("kernel_sizes", spec.kernel_block_sizes_rule)(ctx, inputs)
 
-    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: SelectionContext, inputs) -> list[KernelBlockSize]:
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: SelectionContext, inputs: SelectorInputs | None) -> list[KernelBlockSize]:
         raise ValueError(f"profile {self.profile.name} has no composite backends")
 
     def preferred_block_size_override(
-        self, spec: BackendSpec, ctx: SelectionContext, inputs, default: int
+        self, spec: BackendSpec, ctx: SelectionContext, inputs: SelectorInputs | None, default: int
     ) -> int | None:
         return None
 

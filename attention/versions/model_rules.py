@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,13 @@ _SET_FIELDS = (
 )
 
 
-def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRules:
+def model_rules_from_data(profile: str, data: Mapping[str, Any]) -> ModelRules:
     """A version's `models` data as ModelRules. The model types attnsel recognises are every type a
     list names plus `other_model_types` (decoders vLLM serves that no rule singles out)."""
-    sets = {name: frozenset(data.get(name, ())) for name in _SET_FIELDS}  # type: ignore[arg-type]
-    float16 = MappingProxyType(dict(data["float16_not_supported"]))  # type: ignore[arg-type]
+    sets = {name: frozenset(data.get(name, ())) for name in _SET_FIELDS}
+    float16 = MappingProxyType(dict(data["float16_not_supported"]))
     type_sets = [values for name, values in sets.items() if not name.startswith("mamba_ssm_dtype_from")]
-    known = frozenset(data["other_model_types"]).union(*type_sets, float16)  # type: ignore[arg-type]
+    known = frozenset(data["other_model_types"]).union(*type_sets, float16)
     defaults = data.get("transformers_defaults", {})
     return ModelRules(
         profile=profile,
@@ -97,17 +98,17 @@ def model_rules_from_data(profile: str, data: Mapping[str, object]) -> ModelRule
         mamba_ssm_dtype_hook_default=str(data["mamba_ssm_dtype_hook_default"]),
         known_model_types=known,
         transformers_defaults=MappingProxyType(
-            {k: MappingProxyType(dict(v)) for k, v in defaults.items()}  # type: ignore[union-attr]
+            {k: MappingProxyType(dict(v)) for k, v in defaults.items()}
         ),
         sub_config_model_types=MappingProxyType({
-            k: MappingProxyType(dict(v))  # type: ignore[arg-type]
-            for k, v in data.get("sub_config_model_types", {}).items() if not k.startswith("_")  # type: ignore[union-attr]
+            k: MappingProxyType(dict(v))
+            for k, v in data.get("sub_config_model_types", {}).items() if not k.startswith("_")
         }),
         non_causal_disables_mla=bool(data.get("non_causal_disables_mla", False)),
-        mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),  # type: ignore[arg-type]
+        mamba_dtypes=tuple(data.get("mamba_dtypes", ModelRules.mamba_dtypes)),
         sm10x_kv_cache_dtype_architectures=MappingProxyType({
-            arch: MappingProxyType(dict(rule))  # type: ignore[arg-type]
-            for arch, rule in data.get("sm10x_kv_cache_dtype_architectures", {}).items()  # type: ignore[union-attr]
+            arch: MappingProxyType(dict(rule))
+            for arch, rule in data.get("sm10x_kv_cache_dtype_architectures", {}).items()
         }),
         **sets,
     )

@@ -11,7 +11,7 @@ from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules import SelectionContext
+    from attnsel.attention.rules import NamedRule, SelectionContext
 
 
 class Rules(vllm_0_24.Rules):
@@ -29,7 +29,7 @@ class Rules(vllm_0_24.Rules):
         return ctx.capability[0] == 10
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flashinfer(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # flashinfer.py FlashInferBackend.supports_kv_cache_dtype: nvfp4 only on the SM100 family
         # with TRT-LLM prefill and decode
         if kv_cache_dtype == "nvfp4":
