@@ -206,7 +206,7 @@ def mla_block_size_and_backend(
     sparse = ctx.has_index_topk  # hasattr(hf_config, "index_topk")
     blackwell = ctx.capability[0] == 10  # is_device_capability_family(100)
     # v1/attention/ops/flashmla.py is_flashmla_dense_supported: the FLASHMLA combination rule, dense
-    flashmla_rule = run.profile.code._dispatch("combination", "flashmla")
+    flashmla_rule = run.profile.code.combination_rule("flashmla")
     dense_flashmla = flashmla_rule(inputs.replace(use_sparse=False), ctx) is None
     backend = user_backend
     if user_backend is None:

@@ -17,11 +17,34 @@ from attnsel.attention.versions.code import RuleCode
 
 if TYPE_CHECKING:
     from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        KvRuleFn,
+        PerHeadRuleFn,
+        SinkRuleFn,
+    )
 
 FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # docs/vllm-rules.md §3c, v0.16.0 column
 
 
 class Rules(RuleCode):
+    # --- the rule names this release's data uses (code.py: each kind's table) ---------------------
+    def sink_rules(self) -> dict[str, SinkRuleFn]:
+        return {**super().sink_rules(), "flash_attn_version": self._sink_flash_attn_version,
+                "flashinfer": self._sink_flashinfer}
+
+    def per_head_rules(self) -> dict[str, PerHeadRuleFn]:
+        return {**super().per_head_rules(), "flash_attn_version_at_least": self._per_head_flash_attn_version_at_least}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "flash_attn": self._kv_flash_attn}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "flash_attn": self._combination_flash_attn,
+                "flash_attn_mla": self._combination_flash_attn_mla, "flashmla": self._combination_flashmla,
+                "flashinfer_mla": self._combination_flashinfer_mla,
+                "flashinfer_mla_sparse": self._combination_flashinfer_mla_sparse}
+
     # --- FlashAttention version (docs/vllm-rules.md §3c) -------------------------------------------
     def _fa_rules_without_fa4(self) -> bool:
         return self.profile.params["flash_attn_version_rules"] == FA_RULES_WITHOUT_FA4_DEFAULT

@@ -21,9 +21,29 @@ from attnsel.attention.versions import seed_0_17
 
 if TYPE_CHECKING:
     from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        FlagRuleFn,
+        KernelSizesRuleFn,
+        KvRuleFn,
+    )
 
 
 class Rules(seed_0_17.Rules):
+    # --- rule names new in this release (code.py: each kind's table) ------------------------------
+    def flag_rules(self) -> dict[str, FlagRuleFn]:
+        return {**super().flag_rules(), "fa4_supported": self._flag_fa4_supported}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "turboquant": self._kv_turboquant}
+
+    def kernel_sizes_rules(self) -> dict[str, KernelSizesRuleFn]:
+        return {**super().kernel_sizes_rules(), "flashinfer": self._kernel_sizes_flashinfer}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "tokenspeed_mla": self._combination_tokenspeed_mla,
+                "flashinfer_mla_sparse_sm120": self._combination_flashinfer_mla_sparse_sm120}
+
     FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell DC devices"  # ops/flashmla.py (docs/vllm-rules.md §9)
 
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------

@@ -22,11 +22,31 @@ from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
     from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        FlagRuleFn,
+        KernelSizesRuleFn,
+        KvRuleFn,
+    )
 
 FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
 
 
 class Rules(MlaRules, vllm_0_24.Rules):
+    # --- rule names new in this release (code.py: each kind's table; MlaRules adds the MLA ones) ---
+    def flag_rules(self) -> dict[str, FlagRuleFn]:
+        return {**super().flag_rules(), "flashinfer_query_lens": self._flag_flashinfer_query_lens}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "flashinfer": self._kv_flashinfer}
+
+    def kernel_sizes_rules(self) -> dict[str, KernelSizesRuleFn]:
+        return {**super().kernel_sizes_rules(), "flash_attn": self._kernel_sizes_flash_attn}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "fa_causal_route": self._combination_fa_causal_route,
+                "flashinfer": self._combination_flashinfer}
+
     # flash_attn.py FlashAttentionBackend.supports_combination: its FP8 KV text, and the SM90 rule
     # that sends FP8 KV with mm_prefix to Triton (both new in 0.31)
     FA_FP8_KV_REASON = "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
@@ -233,7 +253,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             child_inputs = inputs if variant == 0 else inputs.replace(use_mm_prefix=False)
             reason = super().combination_reason(child, child_inputs, ctx)
             if reason is None and variant == 1 and composite.get("causal_combination"):
-                reason = self._dispatch("combination", composite["causal_combination"])(child_inputs, ctx)
+                reason = self.combination_rule(composite["causal_combination"])(child_inputs, ctx)
             if reason:
                 return f"{child.vllm_name or child.name}: {reason}"
         return None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import CombinationRuleFn
     from attnsel.attention.versions.vllm_0_24 import (
         Rules as _Release,  # what the mixin is mixed into
     )
@@ -16,6 +17,13 @@ else:
 
 
 class MlaRules(_Release):
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "flashinfer_mla_sparse": self._combination_flashinfer_mla_sparse,
+                "flash_attn_mla_sparse_fa4": self._combination_flash_attn_mla_sparse_fa4,
+                "flash_attn_mla_sparse": self._combination_flash_attn_mla_sparse,
+                "flashinfer_mla_sparse_sm90": self._combination_flashinfer_mla_sparse_sm90,
+                "flashmla_sparse": self._combination_flashmla_sparse}
+
     # mla/flashmla_sparse.py: the caches FLASHMLA_SPARSE serves head size 512 (NoPE) from on SM90
     FLASHMLA_SPARSE_NOPE_KV: tuple[str | None, ...] = (None, "auto", "bfloat16", "float16", "fp8_ds_mla")
     FLASHMLA_SPARSE_NOPE_KV_TEXT = "bf16 or fp8_ds_mla"
@@ -70,7 +78,8 @@ class MlaRules(_Release):
             return "FA4 is unavailable due to: vllm.vllm_flash_attn.cute.interface not found"
         return "FA4 is only supported on devices with compute capability 9.x, 10.x, or 11.x"
 
-    def _combination_flash_attn_mla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
+    def _combination_flash_attn_mla_sparse(self: _Release, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
+        # (self: any release's Rules -- vllm_0_25 takes this check as it is)
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseBackend.supports_combination
         if inputs.kv_cache_dtype not in (None, "auto", "float16", "bfloat16"):
             return "FlashAttention MLA Sparse currently supports only FP16/BF16 KV cache"
