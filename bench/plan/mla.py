@@ -21,6 +21,7 @@ from attnsel.attention.kernels import (  # vLLM's MLA backends (one list each)
     MLA_BACKENDS,
     SPARSE_MLA_BACKENDS,
 )
+from attnsel.bench.plan.shape import TuneShape
 from attnsel.errors import UserInputError
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
@@ -73,7 +74,6 @@ def make_mla_shape(
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.attention.rules import parse_dtype
     from attnsel.attention.selector import heads_per_gpu
-    from attnsel.bench.plan.shape import TuneShape
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
@@ -82,16 +82,6 @@ def make_mla_shape(
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
-
-
-def mla_fields_from_facts(facts) -> dict:
-    """The MLA sizes `explain --model` derived (attention/model/config.py: head_size is
-    kv_lora_rank + qk_rope_head_dim for an MLA model)."""
-    if not facts.use_mla:
-        return {}
-    rope = int(facts.qk_rope_head_dim or 0)
-    return dict(kv_lora_rank=int(facts.head_size) - rope, qk_rope_head_dim=rope,
-                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim, index_topk=facts.index_topk)
 
 
 def mla_assumption(qk_nope_head_dim: int | None) -> str | None:
@@ -141,7 +131,3 @@ def model_dims(shape) -> dict:
                 kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, index_topk=shape.index_topk)
 
 
-def describe(shape) -> str:
-    """"MLA, 16 query heads per GPU over one latent cache (kv_lora_rank 512 + rope 64 = 576)"."""
-    return (f"MLA, {shape.num_q_heads} query heads per GPU over one latent cache (kv_lora_rank {shape.kv_lora_rank} "
-            f"+ rope {shape.qk_rope_head_dim} = {shape.head_size})")
