@@ -11,17 +11,13 @@ the room: `attnsel probe` must start in well under a second and never import tor
 
 from __future__ import annotations
 
+import ast  # already loaded wherever attnsel runs (dataclasses imports inspect, which imports it)
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import ast
+from typing import Any
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    import ast
-
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
     )
@@ -32,8 +28,6 @@ def door_exports_from_tree(tree: ast.Module, package: str) -> dict[str, str]:
     parsed source: the `from X import A, B` statements under `if TYPE_CHECKING:` (relative ones
     resolved against `package`), or a mapping literal handed to `lazy_door` (the older doors'
     form, still read). Empty for a package that is no door."""
-    import ast
-
     exports: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.If) and _is_type_checking(node.test):

@@ -8,6 +8,7 @@ two commands cannot disagree about the same deployment.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -267,6 +268,8 @@ def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
     layout = getattr(facts, "hybrid_layout", None)
     if layout is None or req.hybrid is False:
         return None
+    # deferred: the hybrid modules (~3 ms of dataclasses) load only for a hybrid model, off the
+    # start-up path of every other `attnsel explain`
     from attnsel.attention.hybrid import HybridSetup
 
     return HybridSetup(layout=layout, mamba_ssm_cache_dtype=facts.mamba_ssm_cache_dtype,
@@ -316,8 +319,6 @@ def _kv_heads_per_gpu(facts: Any) -> int | None:
 def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContext, notes: Sequence[str] = ()) -> Any:
     """selector.explain plus what vLLM's argument parser says about --block-size first, and the
     build notes in front of the explanation's own."""
-    import dataclasses
-
     expl = explain(profile, inputs, ctx)
     cli_error = block_size_cli_error(profile, inputs.block_size)
     if cli_error is not None:

@@ -88,6 +88,8 @@ class BlockSizeFlow:
         if run.ctx.hybrid is None or "hybrid" not in run.profile.data:
             notes.append(self.hybrid_note)
             return block_size
+        # deferred: the hybrid modules (~3 ms of dataclasses) load only for a hybrid model, off the
+        # start-up path of every other `attnsel explain`
         from attnsel.attention.hybrid import SOURCE, align_hybrid_block_size
 
         lines: list[tuple[str, str]] = []

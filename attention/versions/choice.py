@@ -9,8 +9,8 @@ import re
 import sys
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
-from attnsel.attention.versions.adapter_facts import AdapterFacts
 from attnsel.attention.versions.profile import RuleProfile
 from attnsel.attention.versions.registry import (
     available_profiles,
@@ -20,6 +20,9 @@ from attnsel.attention.versions.registry import (
 )
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions.adapter_facts import AdapterFacts
 
 DEFAULT_PROFILE = "seed_0_17"  # the library default (the era attnsel was specified from)
 
@@ -195,7 +198,7 @@ def _metadata_version(path: str) -> str | None:
 
 
 def _version_from_importlib() -> str | None:
-    import importlib.metadata
+    import importlib.metadata  # deferred: only where the installed vLLM's version is asked (its metadata, never vLLM)
 
     try:
         return importlib.metadata.version("vllm")

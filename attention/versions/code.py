@@ -27,6 +27,7 @@ from attnsel.attention.rules import (
     SelectionContext,
     SelectorInputs,
 )
+from attnsel.attention.versions.block_size import BlockSizeFlow, flow_from_data
 
 if TYPE_CHECKING:
     from attnsel.attention.versions.profile import RuleProfile
@@ -62,11 +63,9 @@ class RuleCode:
     def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         raise NotImplementedError
 
-    def block_size_flow(self) -> Any:
+    def block_size_flow(self) -> BlockSizeFlow:
         """The start-up path that settles the KV block size (attention/versions/block_size.py), named
         by the data's `block_size_flow`; a release with a new path returns its own flow object."""
-        from attnsel.attention.versions.block_size import flow_from_data
-
         return flow_from_data(self.profile.data["block_size_flow"])
 
     # --- import failures (docs/vllm-rules.md §5b) -----------------------------------------------------
