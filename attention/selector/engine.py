@@ -10,7 +10,7 @@ Never imports torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.rules import (
     OPTIONAL_SELECTOR_FIELDS,
@@ -26,6 +26,9 @@ from attnsel.attention.rules import (
 )
 from attnsel.attention.versions import RuleProfile
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.hybrid import HybridAnswer
 
 
 # --- §5b / §5c ------------------------------------------------------------------------------------
@@ -158,7 +161,7 @@ class Run:
         self.logs: list[LogLine] = []
         self._once: set[str] = set()
         self.block_size: int | None = None  # the KV block size as far as the flow got
-        self.hybrid: Any = None  # HybridAnswer, once a hybrid model's block size is aligned
+        self.hybrid: HybridAnswer | None = None  # once a hybrid model's block size is aligned
 
     def log(self, level: str, message: str, source: str, once: bool = False) -> None:
         if once:
