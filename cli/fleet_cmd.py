@@ -55,7 +55,7 @@ def with_default_address(args: list[str]) -> list[str]:
     return out
 
 
-def _timeout(timeout: float | None) -> float:
+def ray_timeout(timeout: float | None) -> float:
     from attnsel.probe.fleet import DEFAULT_TIMEOUT_S
 
     if timeout is None:
@@ -71,7 +71,7 @@ def refuse_timeout_without_ray(address: str | None, timeout: float | None) -> No
     if address is None and timeout is not None:
         raise UserInputError("--timeout is for --ray (how long to wait for the cluster's nodes)")
     if timeout is not None:
-        _timeout(timeout)  # before any cluster is asked
+        ray_timeout(timeout)  # before any cluster is asked
     check_names((("--ray", address),))
 
 
@@ -98,7 +98,7 @@ def run_probe(address: str, timeout: float | None, json_output: bool, measure_p2
     if measure_p2p:
         raise UserInputError("--measure-p2p times copies on the GPUs, which a probe over Ray does not hold: "
                              "run `attnsel probe --measure-p2p` on the node itself")
-    fleet = probe_fleet(address, _timeout(timeout))
+    fleet = probe_fleet(address, ray_timeout(timeout))
     verdict = fleet_verdict(fleet)
     results = fleet_requirements(fleet, verdict, gpus, capability, nvlink, same_model)
     if json_output:
@@ -121,7 +121,7 @@ def run_ray_preflight(request: PreflightRequest, fmt: str, quiet: bool) -> None:
     from attnsel.reports import fleet_report as view
 
     assert request.ray is not None  # preflight routes here only with --ray
-    fleet = probe_fleet(request.ray, _timeout(request.timeout))
+    fleet = probe_fleet(request.ray, ray_timeout(request.timeout))
     settings.debug(f"preflight --ray: {len(fleet.nodes)} node(s) in {fleet.elapsed_s:.2f} s")
     deployment = request.deployment
     result = run_fleet_preflight(fleet, request.hf_config, deployment, deployment.pipeline_parallel_size,

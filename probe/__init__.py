@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.probe.capability import bf16_error, capability_facts, parse_capability
     from attnsel.probe.collect import collect_probe
     from attnsel.probe.cpus import usable_cpu_count
@@ -25,47 +25,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         raise_if_unmet,
     )
 
-__all__ = [
-    "GpuInfo",
-    "P2PPair",
-    "ProbeReport",
-    "RequirementResult",
-    "bf16_error",
-    "capability_facts",
-    "check_requirements",
-    "collect_probe",
-    "families",
-    "find_gpu",
-    "fleet_requirements",
-    "gpu_names",
-    "match_device_name",
-    "parse_capability",
-    "parse_required_capability",
-    "raise_if_unmet",
-    "report_fields",
-    "report_from_fields",
-    "same_model",
-    "usable_cpu_count",
-]
-__getattr__ = lazy_door(__name__, {
-    "GpuInfo": "facts",
-    "P2PPair": "facts",
-    "ProbeReport": "facts",
-    "RequirementResult": "requirements",
-    "bf16_error": "capability",
-    "capability_facts": "capability",
-    "check_requirements": "requirements",
-    "collect_probe": "collect",
-    "families": "gpu_table",
-    "find_gpu": "gpu_table",
-    "gpu_names": "gpu_table",
-    "fleet_requirements": "requirements",
-    "match_device_name": "gpu_table",
-    "parse_capability": "capability",
-    "parse_required_capability": "requirements",
-    "raise_if_unmet": "requirements",
-    "report_fields": "facts",
-    "report_from_fields": "facts",
-    "same_model": "mixed_gpus",
-    "usable_cpu_count": "cpus",
-})
+__getattr__ = lazy_door(__name__)

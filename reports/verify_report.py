@@ -30,7 +30,7 @@ from attnsel.bench.verify import (
     VerifyOptions,
     VllmFacts,
 )
-from attnsel.reports.cells import formatted
+from attnsel.reports.cells import formatted, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -226,8 +226,6 @@ def render_terminal(doc: Mapping | VerifyDocument, console: Console) -> None:
 
 
 def markdown(doc: Mapping | VerifyDocument, level: int = 1) -> str:
-    from attnsel.reports.tune.markdown import table
-
     doc = typed(doc)
     word, text, flags = headline(doc)
     h = "#" * level

@@ -1,11 +1,12 @@
 """Every room's door (its package `__init__`, attnsel/doors.py) offers what the code imports through
-it, and says the same thing in its three places.
+it, and lists each public name once.
 
-A door lists each public name three times: imported under TYPE_CHECKING (what readers and type
-checkers see), in `__all__`, and in the lazy map that loads the name's module on first use. A name
-missing from the map is an ImportError at run time only on the path that asks for it (a whole
-command can fail that way while every other test passes), so this checks every import in the
-repository against the doors statically, and every door's map by loading each name through it.
+A door's one listing is its imports under TYPE_CHECKING (what readers and type checkers see);
+`lazy_door` reads that block from the door's source and derives the name -> module map and
+`__all__` from it. A name the door does not list is an ImportError at run time only on the path
+that asks for it (a whole command can fail that way while every other test passes), so this checks
+every import in the repository against the doors statically, and every door by loading each name
+through it.
 """
 import ast
 import importlib
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import attnsel
+from attnsel.doors import door_exports, door_exports_from_tree
 
 ROOT = Path(attnsel.__file__).resolve().parent
 
@@ -36,35 +38,47 @@ LAZY_DOORS = {name: path for name, path in MODULES.items()
               if path.name == "__init__.py" and "lazy_door" in path.read_text(encoding="utf-8")}
 
 
-def _door_parts(package: str) -> tuple[set[str], set[str], dict[str, str]]:
-    """(names imported under TYPE_CHECKING, __all__, the lazy map) of one door."""
+def _door_listing(package: str) -> dict[str, str]:
+    """The names a door imports under TYPE_CHECKING -> the module each is imported from (read here
+    on its own, not with doors.py's reader)."""
     tree = SOURCES[LAZY_DOORS[package]]
-    typed: set[str] = set()
-    listed: set[str] = set()
-    lazy: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            typed |= {a.asname or a.name for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names}
-        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id == "__all__":
-                listed = set(ast.literal_eval(node.value))
-            elif node.targets[0].id == "__getattr__":
-                lazy = ast.literal_eval(node.value.args[1])
-    return typed, listed, lazy
+    return {a.asname or a.name: n.module for node in tree.body
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names}
 
 
 @pytest.mark.parametrize("package", sorted(LAZY_DOORS))
-def test_a_door_lists_the_same_names_in_its_three_places_and_each_loads(package):
-    typed, listed, lazy = _door_parts(package)
-    assert typed == listed == set(lazy), package
+def test_a_door_lists_each_name_once_and_each_loads_from_where_it_is_listed(package):
+    tree = SOURCES[LAZY_DOORS[package]]
+    listed = [a.asname or a.name for node in tree.body
+              if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+              for n in node.body if isinstance(n, ast.ImportFrom) for a in n.names]
+    assert listed and len(listed) == len(set(listed)), package
+    spelled = [node.targets[0].id for node in tree.body if isinstance(node, ast.Assign)
+               and isinstance(node.targets[0], ast.Name)]
+    assert spelled == ["__getattr__"], f"{package}: a door lists its names once, under TYPE_CHECKING"
     door = importlib.import_module(package)
-    for name, module in lazy.items():
-        defined_in = importlib.import_module(f"{package}.{module}")
-        assert getattr(door, name) is getattr(defined_in, name), f"{package}.{name}"
+    assert door.__all__ == sorted(listed)
+    for name, module in _door_listing(package).items():
+        assert getattr(door, name) is getattr(importlib.import_module(module), name), f"{package}.{name}"
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        door.not_a_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", sorted(LAZY_DOORS))
+def test_the_quick_reader_of_a_door_reads_what_the_syntax_tree_says(package):
+    importlib.import_module(package)
+    assert door_exports(package) == door_exports_from_tree(SOURCES[LAZY_DOORS[package]], package) != {}
+
+
+def test_a_star_import_through_a_door_takes_its_listing():
+    namespace: dict[str, object] = {}
+    exec("from attnsel.attention.versions import *", namespace)
+    assert {"RuleProfile", "release_profiles", "ModelRules"} <= set(namespace)
 
 
 def test_every_import_through_a_door_names_what_the_door_offers():
-    offered = {package: set(_door_parts(package)[2]) for package in LAZY_DOORS}
+    offered = {package: set(_door_listing(package)) for package in LAZY_DOORS}
     submodules = {package: {m.rsplit(".", 1)[1] for m in MODULES if m.rsplit(".", 1)[0] == package}
                   for package in LAZY_DOORS}
     missing = [f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name} from {node.module}"

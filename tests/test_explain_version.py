@@ -134,10 +134,11 @@ def test_default_follows_the_installed_version(monkeypatch):
 
 
 def test_an_installed_release_newer_than_every_profile_gets_the_newest_with_a_note(monkeypatch):
-    monkeypatch.setattr(rules, "installed_vllm_version", lambda: "0.35.0")
+    newer = f"{_NEWEST_MAJOR}.{_NEWEST_MINOR + 1}.0"
+    monkeypatch.setattr(rules, "installed_vllm_version", lambda: newer)
     choice = select_profile(None)
     assert choice.profile.name == rules.release_profiles()[-1]
-    assert "vLLM 0.35.0 is installed here" in choice.reason and "newer than every rule profile" in choice.reason
+    assert f"vLLM {newer} is installed here" in choice.reason and "newer than every rule profile" in choice.reason
 
 
 def test_flag_beats_the_installed_version(monkeypatch):
@@ -158,7 +159,7 @@ def test_detection_reads_a_real_dist_info_without_importing_vllm(monkeypatch, er
 
 
 def test_cli_note_for_a_newer_version():
-    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", "0.35")
+    result, doc = run_json("--head-size", "128", "--gpu", "H100", "--vllm-version", f"{_NEWEST_MAJOR}.{_NEWEST_MINOR + 1}")
     assert result.exit_code == 0
     assert doc["profile"] == rules.release_profiles()[-1] and "newer than every rule profile" in doc["profile_note"]
 

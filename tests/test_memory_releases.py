@@ -29,6 +29,8 @@ ENV = {"CUDA_VISIBLE_DEVICES": None, "ATTNSEL_NVML_SCENARIO": None, "NO_COLOR": 
 # every release in attention/versions, as major.minor (the seed is not a release)
 RELEASES = [".".join(map(str, get_profile(name).data["vllm_release"][:2])) for name in release_profiles()]
 RECORDED = json.loads((Path(__file__).parent / "fixtures" / "memory" / "wheel_facts.json").read_text())
+# the releases whose wheel facts are recorded (tests/test_parity_recorded.py's recording gate fails for one that is not)
+READ = [release for release in RELEASES if f"{release}.0" in RECORDED]
 
 
 def since(minor: int) -> set[str]:
@@ -91,7 +93,7 @@ def test_no_room_for_any_cache_block_is_in_the_releases_own_words(release):
                                                                                    and not extensible)
 
 
-@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("release", READ)
 def test_the_utilization_default_is_the_releases(release):
     plan = llama_8b(release)
     # as read from the wheel: 0.34's default is 1.0 with the extensible KV cache (on by default on CUDA) and
@@ -142,6 +144,6 @@ def test_preflight_checks_memory_for_017():
 
 def test_every_releases_memory_data_says_what_its_wheel_says():
     """tests/fixtures/memory/wheel_facts.json: bench/tools/memory_facts.py's reading of each wheel (--record)."""
-    assert {v.rsplit(".", 1)[0] for v in RECORDED} == set(RELEASES)
+    assert {v.rsplit(".", 1)[0] for v in RECORDED} <= set(RELEASES)  # no recording of a release attnsel has not
     for version, facts in RECORDED.items():
         assert differences(facts, get_profile(version).memory) == [], version

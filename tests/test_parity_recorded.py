@@ -38,10 +38,28 @@ def _inputs_and_context(case):
     return SelectorInputs(**case["inputs"]), SelectionContext(**ctx_kw)
 
 
-def test_every_release_profile_has_a_recording():
-    from attnsel.attention.versions import release_profiles
+def test_every_release_profile_has_its_recordings():
+    """The recording gate: a release added to attention/versions (its data file) is not done until
+    what its wheel says is recorded (attention/versions/README.md, "Adding the next vLLM release"):
+    vLLM's own selector (parity_live), its engine's arguments and log lines (engine_cpu_check, from
+    0.26: 0.24 is checked from its source), its memory facts (memory_facts). The tests that replay each
+    recording run for the releases that have one; this is where a missing one fails."""
+    from recordings import FIXTURES
 
-    assert set(release_profiles()) <= set(PROFILES.values())
+    from attnsel.attention.versions import release_profiles, resolved_data
+
+    memory = json.loads((FIXTURES / "memory" / "wheel_facts.json").read_text())
+    missing = []
+    for name in release_profiles():
+        release = tuple(resolved_data(name)["vllm_release"])
+        version = ".".join(map(str, release))
+        if name not in PROFILES.values():
+            missing.append(f"{name}: parity_live --vllm-version {version} --record (tests/fixtures/parity/)")
+        if release >= (0, 26, 0) and not (FIXTURES / "verify_engine" / f"{name}.json").exists():
+            missing.append(f"{name}: engine_cpu_check --record (tests/fixtures/verify_engine/{name}.json)")
+        if f"{release[0]}.{release[1]}.0" not in memory:
+            missing.append(f"{name}: memory_facts {version} --record (tests/fixtures/memory/wheel_facts.json)")
+    assert missing == []
 
 
 @pytest.mark.parametrize("record", sorted(RECORDS))

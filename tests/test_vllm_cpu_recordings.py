@@ -59,7 +59,7 @@ SPARSE_RECORDINGS = [p for p in RECORDINGS if any("top" in r["shape"] for r in _
 
 def test_a_release_with_sparse_mla_was_checked_with_it():
     # every recording saved since the sparse adapter exists: 0.26 on (from 0.27 the sparse impls ask
-    # vLLM's TP group while built: attention/kernels/vllm/mla.py tp_world_of_one)
+    # vLLM's TP group while built: attention/kernels/vllm/mla_layer.py tp_world_of_one)
     assert [p.stem for p in SPARSE_RECORDINGS] == [p.stem for p in RECORDINGS
                                                    if tuple(get_profile(_load(p)["vllm"]).data["vllm_release"]) >= (0, 26, 0)]
 
@@ -109,7 +109,7 @@ def test_the_release_profile_holds_the_facts_the_check_ran_with(path):
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
 def test_the_adapters_calls_bind_to_the_releases_own_signatures(path):
-    from attnsel.attention.kernels.vllm.stack import keyword_arguments
+    from attnsel.attention.kernels.vllm.calls import keyword_arguments
 
     recording = _load(path)
     facts = get_profile(recording["vllm"]).adapter_facts

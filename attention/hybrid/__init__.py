@@ -15,25 +15,13 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.hybrid.layout import HybridLayout, hybrid_layout
     from attnsel.attention.hybrid.pages import (
         SOURCE,
+        HybridAnswer,
         HybridSetup,
         align_hybrid_block_size,
     )
 
-__all__ = [
-    "SOURCE",
-    "HybridLayout",
-    "HybridSetup",
-    "align_hybrid_block_size",
-    "hybrid_layout",
-]
-__getattr__ = lazy_door(__name__, {
-    "HybridLayout": "layout",
-    "HybridSetup": "pages",
-    "SOURCE": "pages",
-    "align_hybrid_block_size": "pages",
-    "hybrid_layout": "layout",
-})
+__getattr__ = lazy_door(__name__)

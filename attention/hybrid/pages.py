@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.hybrid.groups import KvCacheGroups, kv_cache_groups
 from attnsel.attention.hybrid.layout import HybridLayout
 from attnsel.attention.hybrid.state import state_dtypes, state_shapes
 from attnsel.attention.rules import MultipleOf, VllmRaises, is_fp8
+
+if TYPE_CHECKING:  # type names only: the version object is a floor above this room
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions import RuleProfile
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SOURCE = "interface.py Platform._align_hybrid_block_size"
@@ -71,7 +75,7 @@ class HybridAnswer:
         return doc
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int | None:
+def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype: str) -> int | None:
     if kv_cache_dtype in (None, "auto"):
         return DTYPE_BYTES[model_dtype]
     if kv_cache_dtype in DTYPE_BYTES:
@@ -81,7 +85,7 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int | None:
     return None
 
 
-def attention_page_per_token(inputs: Any, num_kv_heads: int) -> int:
+def attention_page_per_token(inputs: SelectorInputs, num_kv_heads: int) -> int:
     """FullAttentionSpec(block_size=1).page_size_bytes, or MLAAttentionSpec's (no separate V)."""
     size = kv_dtype_bytes(inputs.kv_cache_dtype, inputs.dtype)
     if size is None:
@@ -122,12 +126,12 @@ def resolve_cache_mode(rules: dict, setup: HybridSetup, layout: HybridLayout, lo
     return True, mode
 
 
-def _min_kernel(profile: Any, backend: str, ctx: Any, inputs: Any) -> int:
+def _min_kernel(profile: RuleProfile, backend: str, ctx: SelectionContext, inputs: SelectorInputs) -> int:
     sizes = profile.kernel_block_sizes(backend, ctx, inputs)
     return min((s.base if isinstance(s, MultipleOf) else s) for s in sizes) if sizes else 1
 
 
-def _config_time_alignment(rules: dict, ctx: Any, inputs: Any) -> int:
+def _config_time_alignment(rules: dict, ctx: SelectionContext, inputs: SelectorInputs) -> int:
     if inputs.use_mla:
         return 128 if (ctx.user_backend or "").upper() == "CUTLASS_MLA" else 64
     blackwell_256 = rules.get("blackwell_head_256_alignment")  # flashinfer#1993 (0.17 only; 0.18 dropped it)
@@ -137,7 +141,7 @@ def _config_time_alignment(rules: dict, ctx: Any, inputs: Any) -> int:
     return 16
 
 
-def checkpoint_alignment(rules: dict, layout: HybridLayout, ctx: Any) -> int:
+def checkpoint_alignment(rules: dict, layout: HybridLayout, ctx: SelectionContext) -> int:
     """0.33 qwen_gdn_linear_attn.py `_resolve_gdn_prefill_backend`: FlashInfer GDN prefill on SM90,
     or SM10.x / SM12.x with head_k_dim 128 (CUDA 13 wheels), exports checkpoints every 64 tokens."""
     grid = rules.get("gdn_checkpoint_alignment")
@@ -149,7 +153,7 @@ def checkpoint_alignment(rules: dict, layout: HybridLayout, ctx: Any) -> int:
     return 1
 
 
-def indexer_kernel_block(rules: dict, layout: HybridLayout, ctx: Any) -> int:
+def indexer_kernel_block(rules: dict, layout: HybridLayout, ctx: SelectionContext) -> int:
     """0.33 mla/indexer.py `Glm5NextIndexerBackend.get_supported_kernel_block_sizes`: index_kpool x the
     paged-MQA page sizes (utils/deep_gemm.py: 32 or 64 entries, only 64 on SM12x); its smallest, or 0."""
     pages = rules.get("indexer_kernel_pages")
@@ -158,7 +162,7 @@ def indexer_kernel_block(rules: dict, layout: HybridLayout, ctx: Any) -> int:
     return layout.indexer_kpool * min(pages.get(str(ctx.capability[0]), pages["default"]))
 
 
-def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[str], block_size: int | None,
+def _alignment(profile: RuleProfile, rules: dict, ctx: SelectionContext, inputs: SelectorInputs, backends: list[str], block_size: int | None,
                layout: HybridLayout, mode: str) -> tuple[int, int]:
     """(kernel alignment, the multiple the result is rounded to)."""
     if rules["align"] == "config_time":
@@ -180,10 +184,11 @@ def _alignment(profile: Any, rules: dict, ctx: Any, inputs: Any, backends: list[
     return alignment, rounding
 
 
-def align_hybrid_block_size(profile: Any, ctx: Any, inputs: Any, backends: list[str],
+def align_hybrid_block_size(profile: RuleProfile, ctx: SelectionContext, inputs: SelectorInputs, backends: list[str],
                             block_size: int | None, logs: list) -> HybridAnswer:
     """The block size a hybrid model ends with; `logs` gets vLLM's (level, message) lines."""
     rules, setup = profile.data["hybrid"], ctx.hybrid
+    assert setup is not None  # the block-size flow asks only for a hybrid model with its layout
     layout = setup.layout
     prefix, mode = resolve_cache_mode(rules, setup, layout, logs)
     shapes = state_shapes(layout, setup.tensor_parallel_size)

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.kernels.base import (
         BACKENDS,
         MLA_BACKENDS,
@@ -18,25 +18,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.attention.kernels.kv_quant import FP8_TOLERANCE, TIMED_KV_CACHE_DTYPES
     from attnsel.attention.kernels.registry import adapters_for
 
-__all__ = [
-    "BACKENDS",
-    "FP8_TOLERANCE",
-    "MLA_BACKENDS",
-    "SPARSE_MLA_BACKENDS",
-    "TIMED_KV_CACHE_DTYPES",
-    "adapters_for",
-    "build_jit_modules",
-    "jit_module_requests",
-    "named_jit_requests",
-]
-__getattr__ = lazy_door(__name__, {
-    "BACKENDS": "base",
-    "FP8_TOLERANCE": "kv_quant",
-    "MLA_BACKENDS": "base",
-    "SPARSE_MLA_BACKENDS": "base",
-    "TIMED_KV_CACHE_DTYPES": "kv_quant",
-    "adapters_for": "registry",
-    "build_jit_modules": "flashinfer_jit",
-    "jit_module_requests": "flashinfer_jit",
-    "named_jit_requests": "flashinfer_jit",
-})
+__getattr__ = lazy_door(__name__)

@@ -73,6 +73,10 @@ class MlaBatch:
     q_scale: float = 1.0
     topk_indices: torch.Tensor | None = None  # sparse MLA: (tokens, index_topk) int32 positions, -1 after
 
+    def reference(self) -> torch.Tensor:
+        """The fp32 answer a kernel is checked against (paged.reference_attention asks for it)."""
+        return reference_mla(self)
+
     @property
     def index_topk(self) -> int | None:
         return None if self.topk_indices is None else int(self.topk_indices.shape[1])

@@ -314,11 +314,10 @@ def split_into_kernel_blocks(b: PagedBatch, kernel_block_size: int) -> PagedBatc
 def reference_attention(b: Batch) -> torch.Tensor:
     """fp32 attention from gathered K/V (dequantized for an fp8 cache). Query token i of a request
     with KV length L and Q new tokens sits at position L-Q+i and sees keys at positions <= L-Q+i.
-    An MLA batch (mla.MlaBatch) gets its own reference (absorbed MLA, mla.reference_mla)."""
+    An MLA batch (mla.MlaBatch) brings its own reference (absorbed MLA, mla.reference_mla): mla.py
+    builds on this module, not the other way."""
     if getattr(b, "kv_lora_rank", None) is not None:
-        from attnsel.attention.kernels.mla import reference_mla
-
-        return reference_mla(cast("MlaBatch", b))
+        return cast("MlaBatch", b).reference()
     b = cast(PagedBatch, b)
     seq_lens, q_lens = b.host_lists()
     cu = b.cu_query_lens.tolist()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.memory.fixes import (
         memory_for,
         suggest_fixes,
@@ -38,37 +38,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.attention.memory.weights import WeightBytes, weight_bytes
 
-__all__ = [
-    "FITS",
-    "MAX_MODEL_LEN",
-    "NO_CACHE_MEMORY",
-    "WEIGHTS",
-    "MemoryFlags",
-    "MemoryPlan",
-    "Verdict",
-    "WeightBytes",
-    "check_memory_flags",
-    "device_total_bytes",
-    "memory_for",
-    "plan_memory",
-    "suggest_fixes",
-    "weight_bytes",
-    "why_not_planned",
-]
-__getattr__ = lazy_door(__name__, {
-    "FITS": "verdict",
-    "MAX_MODEL_LEN": "verdict",
-    "MemoryFlags": "plan",
-    "MemoryPlan": "plan",
-    "NO_CACHE_MEMORY": "verdict",
-    "Verdict": "verdict",
-    "WEIGHTS": "verdict",
-    "WeightBytes": "weights",
-    "check_memory_flags": "plan",
-    "device_total_bytes": "plan",
-    "memory_for": "fixes",
-    "why_not_planned": "fixes",
-    "plan_memory": "plan",
-    "suggest_fixes": "fixes",
-    "weight_bytes": "weights",
-})
+__getattr__ = lazy_door(__name__)

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.model.config import (
         derive_model_facts,
         list_catalog,
@@ -12,7 +12,6 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     )
     from attnsel.attention.model.heads import kv_heads_split_assertion
     from attnsel.attention.model.kind import attention_layer_count, with_text_defaults
-    from attnsel.attention.model.rules import model_rules_from_data
     from attnsel.attention.model.validation import (
         check_heads,
         check_hybrid_flags,
@@ -25,39 +24,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         kind_of,
     )
 
-__all__ = [
-    "attention_layer_count",
-    "check_heads",
-    "check_hybrid_flags",
-    "check_names",
-    "check_parallel",
-    "check_positive_number",
-    "check_request",
-    "check_size",
-    "check_tune_flags",
-    "derive_model_facts",
-    "kind_of",
-    "kv_heads_split_assertion",
-    "list_catalog",
-    "load_model_config",
-    "model_rules_from_data",
-    "with_text_defaults",
-]
-__getattr__ = lazy_door(__name__, {
-    "kv_heads_split_assertion": "heads",
-    "attention_layer_count": "kind",
-    "check_heads": "validation",
-    "check_hybrid_flags": "validation",
-    "check_names": "validation",
-    "check_parallel": "validation",
-    "check_positive_number": "validation",
-    "check_request": "validation",
-    "check_size": "validation",
-    "check_tune_flags": "validation",
-    "derive_model_facts": "config",
-    "list_catalog": "config",
-    "kind_of": "validation",
-    "load_model_config": "config",
-    "model_rules_from_data": "rules",
-    "with_text_defaults": "kind",
-})
+__getattr__ = lazy_door(__name__)

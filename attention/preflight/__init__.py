@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.preflight.deployment import (
         Deployment,
         PreflightResult,
@@ -20,37 +20,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
     from attnsel.attention.preflight.request import PreflightRequest
     from attnsel.attention.preflight.status import FAIL, PASS, WARN, Check, CheckStatus
 
-__all__ = [
-    "FAIL",
-    "PASS",
-    "WARN",
-    "Check",
-    "CheckStatus",
-    "Deployment",
-    "FleetPreflightResult",
-    "PreflightRequest",
-    "PreflightResult",
-    "ScopedCheck",
-    "machine_report",
-    "raise_if_failed",
-    "run_fleet_preflight",
-    "run_preflight",
-    "target_report",
-]
-__getattr__ = lazy_door(__name__, {
-    "Check": "status",
-    "CheckStatus": "status",
-    "Deployment": "deployment",
-    "FAIL": "status",
-    "FleetPreflightResult": "fleet",
-    "PASS": "status",
-    "PreflightRequest": "request",
-    "PreflightResult": "deployment",
-    "ScopedCheck": "fleet",
-    "WARN": "status",
-    "machine_report": "outcome",
-    "raise_if_failed": "outcome",
-    "run_fleet_preflight": "fleet",
-    "run_preflight": "deployment",
-    "target_report": "gpu_checks",
-})
+__getattr__ = lazy_door(__name__)

@@ -22,6 +22,7 @@ from attnsel.attention.preflight.gpu_checks import (
     check_interconnect,
     check_same_model,
     group_gpus,
+    pipeline_check,
 )
 from attnsel.attention.preflight.memory_check import (
     memory_check_fields,
@@ -239,8 +240,6 @@ def not_checked(deployment: Deployment) -> list[str]:
 def _pipeline_checks(report: ProbeReport, hf_config: dict, deployment: Deployment) -> list[Check]:
     """Pipeline parallelism on one machine: TP x PP GPUs, one model among them all, each stage's
     TP group (GPUs [k*TP, (k+1)*TP), vLLM's rank order) checked for custom all-reduce, the layer split."""
-    from attnsel.attention.preflight.fleet import pipeline_check
-
     tp, pp = deployment.tensor_parallel_size, deployment.pipeline_parallel_size
     world = tp * pp
     count = check_gpu_count(report, world, parallel=f"TP={tp} x PP={pp}")

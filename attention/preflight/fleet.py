@@ -23,7 +23,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from attnsel.attention.preflight.deployment import Deployment, run_preflight
-from attnsel.attention.preflight.gpu_checks import check_interconnect, check_same_model
+from attnsel.attention.preflight.gpu_checks import (
+    check_interconnect,
+    check_same_model,
+    pipeline_check,
+)
 from attnsel.attention.preflight.status import (
     FAIL,
     PASS,
@@ -62,8 +66,6 @@ VLLM_TP_SPREAD_WARNING = (
     "nodes, like Infiniband. To resolve this issue, make sure you have more than {tp} GPUs available at each node."
 )
 VLLM_CAR_SPANS_NODES = "Custom allreduce is disabled because this process group spans across nodes."
-VLLM_PP_UNEVEN = ("Hidden layers were unevenly partitioned: [{parts}]. This can be manually overridden using the "
-                  "VLLM_PP_LAYER_PARTITION environment variable")
 
 
 @dataclass(frozen=True)
@@ -253,29 +255,6 @@ def _node_interconnect(node: NodeProbe, tp: int) -> Check:
     if all(r.status == results[worst].status for r in results):
         return replace(results[worst], message=f"GPUs {', '.join(spans)}: {results[worst].message}")
     return replace(results[worst], message=f"GPUs {spans[worst]}: {results[worst].message}")
-
-
-def pipeline_check(hf_config: dict, pp: int) -> Check:
-    """vLLM's get_pp_indices (distributed/utils.py): layers split evenly, the remainder to the
-    stages before the last."""
-    text_config = hf_config.get("text_config")
-    text = text_config if isinstance(text_config, dict) else hf_config
-    layers = text.get("num_hidden_layers", hf_config.get("num_hidden_layers"))
-    if pp == 1:
-        return Check("pipeline", PASS, "PP=1: one stage holds every layer")
-    if not isinstance(layers, int) or layers <= 0:
-        return Check("pipeline", WARN, f"PP={pp}: the config has no num_hidden_layers, so the split is unknown")
-    parts = [layers // pp] * pp
-    for i in range(2, layers % pp + 2):
-        parts[-i] += 1
-    split = ",".join(map(str, parts))
-    if min(parts) == 0:
-        return Check("pipeline", FAIL, f"PP={pp} stages for {layers} layers: layer split [{split}] leaves a stage "
-                     "without a layer", hint=f"use --pipeline-parallel-size <= {layers}")
-    if layers % pp:
-        return Check("pipeline", PASS, f"PP={pp}: {layers} layers split [{split}]",
-                     vllm_message=VLLM_PP_UNEVEN.format(parts=split))
-    return Check("pipeline", PASS, f"PP={pp}: {layers} layers split [{split}]")
 
 
 def _per_gpu_model(answered: Sequence[NodeProbe], classes: Sequence[GpuInfo], hf_config: dict, deployment: Deployment,

@@ -215,3 +215,30 @@ def check_dtype(group: Sequence[GpuInfo], dtype: str, dtype_source: str | None =
             hint="use one GPU model (CUDA_VISIBLE_DEVICES) or --dtype half",
         )
     return Check("dtype", PASS, f"dtype bfloat16{where}: supported by every GPU of the group")
+
+
+VLLM_PP_UNEVEN = ("Hidden layers were unevenly partitioned: [{parts}]. This can be manually overridden using the "
+                  "VLLM_PP_LAYER_PARTITION environment variable")
+
+
+def pipeline_check(hf_config: dict, pp: int) -> Check:
+    """vLLM's get_pp_indices (distributed/utils.py): layers split evenly, the remainder to the
+    stages before the last."""
+    sub_config = hf_config.get("text_config")
+    text: dict = sub_config if isinstance(sub_config, dict) else hf_config
+    layers = text.get("num_hidden_layers", hf_config.get("num_hidden_layers"))
+    if pp == 1:
+        return Check("pipeline", PASS, "PP=1: one stage holds every layer")
+    if not isinstance(layers, int) or layers <= 0:
+        return Check("pipeline", WARN, f"PP={pp}: the config has no num_hidden_layers, so the split is unknown")
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    split = ",".join(map(str, parts))
+    if min(parts) == 0:
+        return Check("pipeline", FAIL, f"PP={pp} stages for {layers} layers: layer split [{split}] leaves a stage "
+                     "without a layer", hint=f"use --pipeline-parallel-size <= {layers}")
+    if layers % pp:
+        return Check("pipeline", PASS, f"PP={pp}: {layers} layers split [{split}]",
+                     vllm_message=VLLM_PP_UNEVEN.format(parts=split))
+    return Check("pipeline", PASS, f"PP={pp}: {layers} layers split [{split}]")

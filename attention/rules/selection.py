@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.rules.spec import attn_type_str
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # type names only: rules/ is the floor the other rooms stand on
+    from attnsel.attention.hybrid import HybridAnswer, HybridSetup
     from attnsel.attention.versions import RuleProfile
 
 # Selector inputs that only some versions have (docs/vllm-rules.md §2, §9)
@@ -129,7 +130,7 @@ class SelectionContext:
     num_kv_heads: int | None = None
     # a hybrid model's state layout and Mamba cache flags (attention/hybrid/pages.py HybridSetup);
     # None: vLLM's hybrid block size is not computed
-    hybrid: Any | None = None
+    hybrid: HybridSetup | None = None
 
     def module_present(self, module: str) -> bool:
         if self.importable is None:
@@ -166,6 +167,11 @@ class LogLine:
         return {"level": self.level, "message": self.message, "source": self.source}
 
 
+def reasons_str(invalid: Mapping[str, list[str]]) -> str:
+    """The `Reasons: {...}` part of vLLM's selector messages: each invalid backend and its reasons."""
+    return ", ".join(f"{name}: [{', '.join(reasons)}]" for name, reasons in invalid.items())
+
+
 class VllmRaises(Exception):
     """What vLLM would raise; `message` is vLLM's text, `exc_type` its exception class."""
 
@@ -200,7 +206,7 @@ class Explanation:
     notes: tuple[str, ...] = ()
     profile_note: str | None = None
     profile_reason: str | None = None  # which profile answered and why (set by the CLI)
-    hybrid: Any | None = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
+    hybrid: HybridAnswer | None = None  # attention/hybrid/pages.py HybridAnswer: pages, padding, groups
     # attention/explain/explicit_block_sizes.py: what each explicit --block-size would do (hybrid models, set by explain)
     explicit_block_sizes: tuple[Any, ...] = ()
     # the forced flags that change what vLLM would do on its own (set by explain; None: not worked out)

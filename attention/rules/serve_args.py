@@ -9,12 +9,13 @@ vLLM 0.34.0 vllm/utils/argparse_utils.py:30 `human_readable_int` and :77 `human_
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnsel.errors import UserInputError
+from attnsel.errors import CheckFailed, UserInputError
 
 AUTO_MAX_MODEL_LEN = -1  # vLLM's value for `--max-model-len auto` / `-1`: fit the length to the KV cache memory
 # argparse_utils.py:43: one number (decimals allowed) and one suffix letter; lower case is decimal, upper binary
@@ -97,8 +98,6 @@ def split_dotted_attention_config(args: list) -> tuple:
     """vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py:460-487) lets `--attention-config.KEY VALUE`
     (or `=VALUE`, `-ac.KEY`) stand for a JSON object: (the other args, the merged object or None). Each
     value is JSON if it parses as JSON, else a human-readable int, else the text, as vLLM does."""
-    import json
-
     kept: list = []
     merged: dict | None = None
     i = 0
@@ -142,8 +141,6 @@ def attention_config(text: str | None, dotted: dict | None) -> dict:
     """The attention config object: -ac / --attention-config JSON (vLLM expands human-readable numbers in
     it first, arg_utils.py:300), or the dotted keys' object; with both, argparse keeps the last given
     value, which is the dotted keys' object vLLM appends (argparse_utils.py:493-496)."""
-    import json
-
     if dotted is not None:
         return dotted
     if text is None:
@@ -196,8 +193,6 @@ def attention_flags(attention_backend: str | None, config_text: str | None, dott
     --attention-backend (a name or `auto`) and the config's backend are exclusive even when one says
     auto (vLLM raises: exit 1); attnsel's --flash-attn-version / --use-trtllm-attention are the config's
     keys by another name, so a different value under each is two answers to one question (exit 2)."""
-    from attnsel.errors import CheckFailed
-
     doc = attention_config(config_text, dotted)
     backend = doc.get("backend")
     if backend is not None and not isinstance(backend, str):

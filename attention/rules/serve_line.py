@@ -180,7 +180,7 @@ def read_serve_line(tokens: list[str], takes: frozenset[str], declared: frozense
     return ServeLine(tuple(options), tuple(not_checked), tuple(flags))
 
 
-def _keep(options: list, not_checked: list, takes: frozenset[str], ours: str, option: str, value, arg: str) -> None:
+def _keep(options: list, not_checked: list, takes: frozenset[str], ours: str, option: str, value: str | None, arg: str) -> None:
     if ours in takes:
         options.append((option, value))
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 IMPORT_ERROR_REASON = "ImportError"  # docs/vllm-rules.md §5b: the literal reason for a missing package
 # Rules that read the model from vLLM's current VllmConfig get it from the SelectionContext; where
@@ -90,6 +90,58 @@ def intersect_sizes(lhs: KernelBlockSize, rhs: KernelBlockSize) -> KernelBlockSi
     return lhs if lhs == rhs else None
 
 
+# --- a backend's attributes as a release's data spells them (attention/versions/*.json, resolved) ----------
+class _RuleName(TypedDict):
+    rule: str
+
+
+class NamedRule(_RuleName, total=False):
+    """A rule the release's code implements, named in the data: {"rule": name, and its parameters}
+    (the release's `Rules` method `_<kind>_<name>`, attention/versions/code.py)."""
+
+    list: list[str]  # kv_cache_dtypes: the names the rule starts from
+    versions: list[int]  # sink: the FlashAttention versions with sinks
+    version: int  # per_head_quant_scales: the lowest FlashAttention version
+
+
+class HeadSizeRule(TypedDict, total=False):
+    """`supports_head_size`: a list, a multiple up to a maximum (another with FA4), or a minimum."""
+
+    list: list[int]
+    multiple_of: int
+    max: int
+    max_if_fa4: int
+    min: int
+
+
+class CapabilityRule(TypedDict, total=False):
+    """`supports_compute_capability`: a range of (major, minor), or a set of majors."""
+
+    min: list[int]
+    max: list[int]
+    majors: list[int]
+
+
+class LayoutRule(TypedDict):
+    HND_on_major: int  # the required KV-cache layout is HND on this compute-capability major
+
+
+class CompositeRule(TypedDict, total=False):
+    """A composite backend (vllm/v1/attention/backends/composite.py): a causal and a general child.
+    (A `null` in a release's data removes a key: merge-patch, registry.py; no value here is None.)"""
+
+    causal: str
+    general: str
+    causal_capability_major: int
+    causal_combination: str
+    device_major: int
+    head_sizes: list[int]
+    kernel_block_sizes: list[int]
+
+
+FlagRule = bool | NamedRule  # a plain yes/no, or a rule of the release's code
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     """One backend's attributes, as data (docs/vllm-rules.md §3a/§3b)."""
@@ -97,34 +149,34 @@ class BackendSpec:
     name: str
     class_path: str
     dtypes: tuple[str, ...]
-    kv_cache_dtypes: Any  # list of names, or {"rule": ..., "list": [...]}
+    kv_cache_dtypes: list[str] | NamedRule  # list of names, or {"rule": ..., "list": [...]}
     kernel_block_sizes: tuple[KernelBlockSize, ...]
     kernel_block_sizes_hybrid_float32_mamba: tuple[KernelBlockSize, ...] | None
-    head_sizes: Any  # "any" | {"list": [...]} | {"multiple_of": n, "max": m} | {"min": n}
-    capability: Any  # "any" | {"min": [M, m], "max": [M, m]} | {"majors": [...]}
-    sink: Any  # bool | {"rule": ...}
-    mm_prefix: Any  # bool | {"rule": ...}
+    head_sizes: Literal["any"] | HeadSizeRule  # "any" | {"list": [...]} | {"multiple_of": n, "max": m} | {"min": n}
+    capability: Literal["any"] | CapabilityRule  # "any" | {"min": [M, m], "max": [M, m]} | {"majors": [...]}
+    sink: FlagRule  # bool | {"rule": ...}
+    mm_prefix: FlagRule  # bool | {"rule": ...}
     mla: bool
     sparse: bool
     attn_types: tuple[str, ...]
-    per_head_quant_scales: Any
+    per_head_quant_scales: FlagRule
     combination: str | None
     imports: tuple[str, ...]
-    required_layout: Any
+    required_layout: str | LayoutRule | None  # "HND", HND on one major, or none
     # later selector inputs (docs/vllm-rules.md §9 "New validation reasons"); older releases lack them.
-    sliding_window: Any = False
-    rswa: Any = False
-    non_causal: Any = False
-    non_causal_dcp: Any = False
-    batch_invariance: Any = False
-    kv_connector: Any = True
-    pcp: Any = False
-    dcp: Any = False
-    device_cpu_query_lens_mismatch: Any = True
+    sliding_window: FlagRule = False
+    rswa: FlagRule = False
+    non_causal: FlagRule = False
+    non_causal_dcp: FlagRule = False
+    batch_invariance: FlagRule = False
+    kv_connector: FlagRule = True
+    pcp: FlagRule = False
+    dcp: FlagRule | None = False
+    device_cpu_query_lens_mismatch: FlagRule = True
     # kernel block sizes computed by a rule (FLASH_ATTN, FLASHINFER in later releases); a composite backend
     # (TRITON_FLASH_ATTN, TRITON_FLASHINFER: vllm/v1/attention/backends/composite.py)
     kernel_block_sizes_rule: str | None = None
-    composite: dict | None = None
+    composite: CompositeRule | None = None
     vllm_name: str | None = None  # get_name(), when it differs from the enum name
 
     @property

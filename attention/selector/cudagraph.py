@@ -52,7 +52,7 @@ def decode_launch(facts: dict | None, version: str, backend: str, capability: tu
     """
     where = f"vLLM {version} (recorded)"
     support = cudagraph_support(facts, backend, capability) if facts else None
-    if support is None:
+    if support is None or facts is None:
         return "eager", f"{where}: no CUDA-graph facts for {backend}; timed eagerly"
     if kind != "decode":
         return "eager", (f"{where}: {facts['default_mode']} runs {kind} batches through piecewise graphs "

@@ -10,8 +10,7 @@ Never imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attnsel.attention.rules import (
     OPTIONAL_SELECTOR_FIELDS,
@@ -23,9 +22,13 @@ from attnsel.attention.rules import (
     SelectorInputs,
     VllmRaises,
     kernel_block_size_for,
+    reasons_str,
 )
 from attnsel.attention.versions import RuleProfile
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.hybrid import HybridAnswer
 
 
 # --- §5b / §5c ------------------------------------------------------------------------------------
@@ -51,7 +54,7 @@ def validate_backend(profile: RuleProfile, name: str, inputs: SelectorInputs, ct
         raise VllmRaises(_unregistered_message(name))
     if name in profile.data.get("missing_module", []):
         # the enum names a module that no wheel ships (docs/vllm-rules.md §9 "Not CUDA" table)
-        return [profile.code.import_failure_reason(profile.registry[name].rsplit(".", 1)[0])]
+        return [profile.code.import_failure_reason((profile.registry[name] or "").rsplit(".", 1)[0])]
     _check_explicit_backend_modelled(profile, name)
     return profile.validate(name, inputs, ctx)
 
@@ -69,10 +72,6 @@ def get_valid_backends(
         else:
             valid.append((name, priority))
     return valid, invalid
-
-
-def reasons_str(invalid: Mapping[str, list[str]]) -> str:
-    return ", ".join(f"{name}: [{', '.join(reasons)}]" for name, reasons in invalid.items())
 
 
 def select_attention_backend(
@@ -162,7 +161,7 @@ class Run:
         self.logs: list[LogLine] = []
         self._once: set[str] = set()
         self.block_size: int | None = None  # the KV block size as far as the flow got
-        self.hybrid: Any = None  # HybridAnswer, once a hybrid model's block size is aligned
+        self.hybrid: HybridAnswer | None = None  # once a hybrid model's block size is aligned
 
     def log(self, level: str, message: str, source: str, once: bool = False) -> None:
         if once:
@@ -170,6 +169,20 @@ class Run:
                 return
             self._once.add(message)
         self.logs.append(LogLine(level, message, source))
+
+    # What the release's block-size flow (attention/versions/block_size.py) calls back: the engine
+    # hands itself to the flow, so the versions folder never imports the selector.
+    def layer_backend(self, cfg: SelectorInputs, user_backend: str | None) -> str:
+        """`get_attn_backend_cls` of one layer, logged into this run."""
+        return get_attn_backend_cls(self, cfg, user_backend)
+
+    def select(self, user_backend: str | None, cfg: SelectorInputs) -> str | None:
+        """`select_attention_backend(..., raise_on_invalid=False)` with this run's profile and context."""
+        return select_attention_backend(self.profile, user_backend, cfg, self.ctx, raise_on_invalid=False)
+
+    def invalid_backends(self, cfg: SelectorInputs) -> dict[str, list[str]]:
+        """The backends of the priority list `cfg` rules out, with their reasons."""
+        return get_valid_backends(self.profile, cfg, self.ctx)[1]
 
 
 def check_supports_dtype(inputs: SelectorInputs, ctx: SelectionContext) -> None:
@@ -295,7 +308,7 @@ def explain(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext)
     return Explanation(
         profile=profile.name,
         vllm_version=profile.vllm_version,
-        capability=tuple(ctx.capability),
+        capability=(ctx.capability[0], ctx.capability[1]),
         gpu_name=ctx.gpu_name,
         inputs=inputs,
         context=ctx,

@@ -8,15 +8,22 @@ two commands cannot disagree about the same deployment.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.model import check_heads, kv_heads_split_assertion
 from attnsel.attention.rules import SelectionContext, SelectorInputs, shape_dtype
 from attnsel.attention.selector.engine import explain
 from attnsel.attention.versions import block_size_cli_error
 from attnsel.errors import UserInputError
+
+if TYPE_CHECKING:
+    from attnsel.attention.hybrid import HybridSetup
+    from attnsel.attention.model.facts import ModelFacts
+    from attnsel.attention.rules import Explanation
+    from attnsel.attention.versions import RuleProfile
 
 
 @dataclass(frozen=True)
@@ -138,10 +145,10 @@ def heads_per_gpu(num_heads: int | None, num_kv_heads: int | None,
 
 
 def build_selection(
-    profile: Any,
+    profile: RuleProfile,
     request: SelectionRequest = SelectionRequest(),
     *,
-    model_facts: Any = None,
+    model_facts: ModelFacts | None = None,
     capability: tuple[int, int],
     gpu_name: str | None = None,
     importable: Mapping[str, bool] | None = None,
@@ -174,7 +181,7 @@ def build_selection(
     return inputs, ctx, [*notes, *req.notes]
 
 
-def _selector_inputs(profile: Any, req: SelectionRequest, facts: Any, capability: tuple[int, int]) -> SelectorInputs:
+def _selector_inputs(profile: RuleProfile, req: SelectionRequest, facts: ModelFacts | None, capability: tuple[int, int]) -> SelectorInputs:
     """vLLM's AttentionSelectorConfig fields: the flag, else the model's, else vLLM's default."""
     if facts is not None:
         dtype = facts.dtype  # the config helper resolved --dtype (auto included) against the model
@@ -213,7 +220,7 @@ def _model_mamba_cache_float32(req: SelectionRequest, facts: Any) -> bool | None
     return None
 
 
-def _context_inputs_read_by(profile: Any, stated: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _context_inputs_read_by(profile: RuleProfile, stated: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The CONTEXT_INPUTS flags as given (KV heads per GPU), those `profile`'s rules do not read set
     to None, with a note each."""
     notes: list[str] = []
@@ -235,7 +242,7 @@ def _selection_context(
 ) -> SelectionContext:
     """What vLLM's rules read besides the selector config: flag, else model, else default."""
     return SelectionContext(
-        capability=tuple(capability),
+        capability=(capability[0], capability[1]),
         num_heads=_pick(heads, getattr(facts, "num_heads_per_gpu", None), None),
         user_backend=req.attention_backend,
         is_hybrid=bool(_pick(req.hybrid, getattr(facts, "is_hybrid", None), False)),
@@ -262,11 +269,13 @@ def _selection_context(
     )
 
 
-def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
+def _hybrid_setup(req: SelectionRequest, facts: ModelFacts | None) -> HybridSetup | None:
     """What vLLM's hybrid block-size alignment reads (attention/hybrid/pages.py), or None."""
     layout = getattr(facts, "hybrid_layout", None)
-    if layout is None or req.hybrid is False:
+    if facts is None or layout is None or req.hybrid is False:
         return None
+    # deferred: the hybrid modules (~3 ms of dataclasses) load only for a hybrid model, off the
+    # start-up path of every other `attnsel explain`
     from attnsel.attention.hybrid import HybridSetup
 
     return HybridSetup(layout=layout, mamba_ssm_cache_dtype=facts.mamba_ssm_cache_dtype,
@@ -275,7 +284,7 @@ def _hybrid_setup(req: SelectionRequest, facts: Any) -> Any:
                        mamba_cache_mode=req.mamba_cache_mode)
 
 
-def unknown_model_dims_note(profile: Any, inputs: Any, ctx: Any) -> str:
+def unknown_model_dims_note(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> str:
     """Bare MLA shapes: which backends' verdicts hang on the model's MLA fields, found by asking the
     rules once more as if a model config without those fields were there."""
     as_if_stated = ctx.replace(model_dims_known=True)
@@ -292,7 +301,7 @@ def unknown_model_dims_note(profile: Any, inputs: Any, ctx: Any) -> str:
     )
 
 
-def bare_shape_note(profile: Any, inputs: Any, ctx: Any) -> list[str]:
+def bare_shape_note(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
     """A dense shape without --model selects as vLLM does with no model config; where a verdict reads
     the model config (mm-prefix and R-SWA before FA4's head-256 kernel, fa_utils.py; FlashInfer's
     query-lens check), say which backends a real model's config would refuse."""
@@ -313,11 +322,10 @@ def _kv_heads_per_gpu(facts: Any) -> int | None:
     return heads_per_gpu(None, int(total), int(getattr(facts, "tensor_parallel_size", 1) or 1))[1]
 
 
-def explain_selection(profile: Any, inputs: SelectorInputs, ctx: SelectionContext, notes: Sequence[str] = ()) -> Any:
+def explain_selection(profile: RuleProfile, inputs: SelectorInputs, ctx: SelectionContext,
+                      notes: Sequence[str] = ()) -> Explanation:
     """selector.explain plus what vLLM's argument parser says about --block-size first, and the
     build notes in front of the explanation's own."""
-    import dataclasses
-
     expl = explain(profile, inputs, ctx)
     cli_error = block_size_cli_error(profile, inputs.block_size)
     if cli_error is not None:

@@ -82,29 +82,3 @@ class AdapterFacts:
             return f"{self.profile} (checked on vLLM {self.checked_on} by the CPU check)"
         origin = f"vLLM {self.checked_on}'s checked facts" if self.checked_on else "facts read from vLLM's source"
         return f"{self.profile} (not checked on vLLM {self.vllm_version}: {origin})"
-
-
-def installed_adapter_facts() -> tuple[str | None, AdapterFacts | None, str | None]:
-    """(the installed vLLM's version, the facts its profile holds, one line when those facts were not
-    checked on that release); (None, None, None) without vLLM. The installed version picks the
-    profile as the CLI does (choice.py): the same major.minor, else the nearest older one."""
-    from attnsel.attention.versions.choice import (
-        installed_vllm_version,
-        profile_for_version,
-    )
-
-    installed = installed_vllm_version()
-    if installed is None:
-        return None, None, None
-    try:
-        choice = profile_for_version(installed)
-    except Exception:  # noqa: BLE001 -- an unreadable version string: no facts to offer
-        return installed, None, f"vLLM {installed} is installed: attnsel cannot tell its release, so no adapter facts were checked on it"
-    facts = choice.profile.adapter_facts
-    if facts is None:
-        return installed, None, (f"vLLM {installed} is installed: {choice.profile.name} has no adapter facts, "
-                                 f"so tune cannot drive vLLM's own classes with checked facts")
-    if facts.checked and choice.note is None:
-        return installed, facts, None
-    return installed, facts, (f"vLLM {installed} is installed and attnsel's adapters were not checked on it: "
-                              f"tune drives its classes with the facts of {facts.describe()}")

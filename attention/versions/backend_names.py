@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
-from attnsel.attention.versions.registry import resolved_data
+from attnsel.attention.versions.registry import release_profiles, resolved_data
 
 if TYPE_CHECKING:
     from attnsel.attention.versions.profile import RuleProfile
@@ -48,8 +48,6 @@ def _spelling_key(name: str) -> str:
 def removed_in(profile: RuleProfile, typed: str) -> str | None:
     """"vLLM 0.20.0 removed X (0.19.0 had it)" or "vLLM 0.25.0 added X" from the releases' registries;
     None when no modelled release had it and it is not a known older backend."""
-    from attnsel.attention.versions.choice import release_profiles
-
     names = release_profiles()
     versions = [".".join(str(part) for part in resolved_data(name)["vllm_release"]) for name in names]
     had = [i for i, name in enumerate(names) if typed in {n for n, _ in resolved_data(name)["registry"]}]

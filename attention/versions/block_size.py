@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnsel.attention.rules import (
     MultipleOf,
@@ -26,17 +26,38 @@ from attnsel.attention.rules import (
     SelectorInputs,
     VllmRaises,
     kernel_sizes_repr,
-)
-from attnsel.attention.selector import (
-    Run,
-    get_attn_backend_cls,
-    get_valid_backends,
     reasons_str,
-    select_attention_backend,
 )
-from attnsel.attention.versions.profile import RuleProfile
+
+if TYPE_CHECKING:
+    from attnsel.attention.hybrid import HybridAnswer
+    from attnsel.attention.versions.profile import RuleProfile
 
 FlowResult = tuple[int | None, str | None, SelectorInputs | None]  # block size, backend, layer config
+
+
+class Run(Protocol):
+    """One simulated start-up as a flow sees it: the selector's run (attention/selector/engine.py `Run`)
+    hands itself in, with the selector's steps as methods, so this folder never imports the selector."""
+
+    profile: RuleProfile
+    ctx: SelectionContext
+    block_size: int | None
+    hybrid: HybridAnswer | None
+
+    def log(self, level: str, message: str, source: str, once: bool = False) -> None: ...
+
+    def layer_backend(self, cfg: SelectorInputs, user_backend: str | None) -> str:
+        """`get_attn_backend_cls` of one layer."""
+        ...
+
+    def select(self, user_backend: str | None, cfg: SelectorInputs) -> str | None:
+        """`select_attention_backend` without raising (None where no backend is valid)."""
+        ...
+
+    def invalid_backends(self, cfg: SelectorInputs) -> dict[str, list[str]]:
+        """The backends of the priority list `cfg` rules out, with their reasons."""
+        ...
 
 
 class BlockSizeFlow:
@@ -55,7 +76,7 @@ class BlockSizeFlow:
         """The selector inputs vLLM validates the priority list with (what `explain` shows)."""
         return inputs
 
-    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
         """Log lines `get_attn_backend_cls` adds once a layer picked `chosen` (none by default)."""
 
     def hybrid_block_size(
@@ -67,6 +88,8 @@ class BlockSizeFlow:
         if run.ctx.hybrid is None or "hybrid" not in run.profile.data:
             notes.append(self.hybrid_note)
             return block_size
+        # deferred: the hybrid modules (~3 ms of dataclasses) load only for a hybrid model, off the
+        # start-up path of every other `attnsel explain`
         from attnsel.attention.hybrid import SOURCE, align_hybrid_block_size
 
         lines: list[tuple[str, str]] = []
@@ -108,7 +131,7 @@ class ConfigTimeFlow(BlockSizeFlow):
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, block_size, notes)
         layer_cfg = inputs.replace(block_size=block_size)
-        return block_size, get_attn_backend_cls(run, layer_cfg, user_backend), layer_cfg
+        return block_size, run.layer_backend(layer_cfg, user_backend), layer_cfg
 
 
 class LayerBackendsFlow(BlockSizeFlow):
@@ -126,7 +149,7 @@ class LayerBackendsFlow(BlockSizeFlow):
     def run(self, run: Run, inputs: SelectorInputs, user_backend: str | None, notes: list[str]) -> FlowResult:
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, inputs.block_size, notes)
-        selected = get_attn_backend_cls(run, inputs, user_backend)
+        selected = run.layer_backend(inputs, user_backend)
         if run.ctx.is_hybrid and run.profile.data.get("hybrid", {}).get("align") == "config_time":
             # 0.18-0.19: HybridAttentionMambaModelConfig sized the block at config time from --block-size
             # or the default; update_block_size_for_backend leaves a hybrid model's backends out
@@ -139,7 +162,7 @@ class LayerBackendsFlow(BlockSizeFlow):
             block_size = self.hybrid_block_size(run, inputs, [selected], block_size, notes)
         return block_size, selected, inputs
 
-    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+    def after_layer_selection(self, run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
         if self.params.get("log_precluded_by_block_size") and cfg.block_size is not None:
             log_precluded_by_block_size(run, cfg, chosen, valid, invalid)
 
@@ -170,7 +193,7 @@ class Release017Flow(ConfigTimeFlow):
         if run.ctx.is_attention_free:
             return self.attention_free(run, inputs, block_size, notes)
         layer_cfg = self.layer_inputs(inputs)
-        return block_size, get_attn_backend_cls(run, layer_cfg, backend), layer_cfg
+        return block_size, run.layer_backend(layer_cfg, backend), layer_cfg
 
 
 CUDA_PY_0_17 = "cuda.py check_and_update_config"
@@ -185,7 +208,7 @@ def mla_block_size_and_backend(
     sparse = ctx.has_index_topk  # hasattr(hf_config, "index_topk")
     blackwell = ctx.capability[0] == 10  # is_device_capability_family(100)
     # v1/attention/ops/flashmla.py is_flashmla_dense_supported: the FLASHMLA combination rule, dense
-    flashmla_rule = run.profile.code._dispatch("combination", "flashmla")
+    flashmla_rule = run.profile.code.combination_rule("flashmla")
     dense_flashmla = flashmla_rule(inputs.replace(use_sparse=False), ctx) is None
     backend = user_backend
     if user_backend is None:
@@ -240,9 +263,9 @@ def update_block_size_for_backend_at_config_time(
     block_size = user_block_size if user_block_size is not None else default
     # it builds its own AttentionSelectorConfig: no sinks, decoder, no per-head scales
     cfg = inputs.replace(has_sink=False, attn_type="decoder", use_per_head_quant_scales=False)
-    chosen = select_attention_backend(profile, user_backend, cfg, ctx, raise_on_invalid=False)
+    chosen = run.select(user_backend, cfg)
     if chosen is not None and user_block_size is not None and user_backend is None:
-        optimal = select_attention_backend(profile, None, cfg.replace(block_size=None), ctx, raise_on_invalid=False)
+        optimal = run.select(None, cfg.replace(block_size=None))
         if optimal is not None and optimal != chosen:
             run.log(
                 "warning",
@@ -275,7 +298,7 @@ def update_block_size_for_backend_at_config_time(
             f"--attention-backend {user_backend} (supported kernel block sizes: {supported}). "
             "Either remove --block-size to auto-select, or choose a compatible value."
         )
-    _valid, invalid = get_valid_backends(profile, cfg, ctx)
+    invalid = run.invalid_backends(cfg)
     raise VllmRaises(
         f"No valid attention backend found for --block-size {block_size}. "
         f"Reasons: {{{reasons_str(invalid)}}}. Either remove --block-size to auto-select, "
@@ -283,7 +306,7 @@ def update_block_size_for_backend_at_config_time(
     )
 
 
-def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid, invalid) -> None:
+def log_precluded_by_block_size(run: Run, cfg: SelectorInputs, chosen: str, valid: list[tuple[str, int]], invalid: dict[str, list[str]]) -> None:
     """`get_attn_backend_cls` (docs/vllm-rules.md §9): higher-priority backends whose ONLY reason was the block size."""
     priorities = run.profile.priority_list(cfg, run.ctx)
     chosen_priority = dict(valid)[chosen]

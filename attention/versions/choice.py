@@ -9,11 +9,20 @@ import re
 import sys
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from attnsel.attention.versions.profile import RuleProfile
-from attnsel.attention.versions.registry import available_profiles, resolved_data
+from attnsel.attention.versions.registry import (
+    available_profiles,
+    release_of,
+    release_profiles,
+    resolved_data,
+)
 from attnsel.errors import UserInputError
 from attnsel.files import shown_path
+
+if TYPE_CHECKING:
+    from attnsel.attention.versions.adapter_facts import AdapterFacts
 
 DEFAULT_PROFILE = "seed_0_17"  # the library default (the era attnsel was specified from)
 
@@ -72,15 +81,6 @@ def is_version_text(text: str) -> bool:
     return _VERSION_FLAG.fullmatch(str(text).strip().lower()) is not None
 
 
-def _release(name: str) -> tuple[int, int, int]:
-    return tuple(resolved_data(name)["vllm_release"])  # type: ignore[return-value]
-
-
-def release_profiles() -> list[str]:
-    """Profiles of vLLM releases, oldest first (a profile of unreleased code is picked by name only)."""
-    names = [n for n in available_profiles() if resolved_data(n).get("release", True)]
-    return sorted(names, key=_release)
-
 
 def _version_str(release: tuple[int, ...]) -> str:
     return ".".join(str(part) for part in release)
@@ -95,26 +95,26 @@ def profile_for_version(version: str) -> ProfileChoice:
     if release is None:
         raise UserInputError(f"cannot read a vLLM version from {version!r} (expected e.g. 0.33.0)")
     names = release_profiles()
-    older = [n for n in names if _release(n)[:2] <= release[:2]]
+    older = [n for n in names if release_of(n)[:2] <= release[:2]]
     if not older:
         oldest = names[0]
         note = (
             f"vLLM {version} is older than every rule profile; answered with the oldest, "
-            f"{oldest} (vLLM {_version_str(_release(oldest))}), so the answer may be wrong"
+            f"{oldest} (vLLM {_version_str(release_of(oldest))}), so the answer may be wrong"
         )
         return ProfileChoice(load_profile(oldest), version, note)
     chosen = older[-1]
-    if _release(chosen)[:2] == release[:2]:
+    if release_of(chosen)[:2] == release[:2]:
         return ProfileChoice(load_profile(chosen), version)
     if chosen == names[-1]:
         note = (
             f"vLLM {version} is newer than every rule profile; answered with the newest, "
-            f"{chosen} (vLLM {_version_str(_release(chosen))}); run `attnsel explain --compare-live` to check"
+            f"{chosen} (vLLM {_version_str(release_of(chosen))}); run `attnsel explain --compare-live` to check"
         )
     else:
         note = (
             f"no rule profile for vLLM {version}; answered with {chosen} "
-            f"(vLLM {_version_str(_release(chosen))}), the nearest older one"
+            f"(vLLM {_version_str(release_of(chosen))}), the nearest older one"
         )
     return ProfileChoice(load_profile(chosen), version, note)
 
@@ -198,7 +198,7 @@ def _metadata_version(path: str) -> str | None:
 
 
 def _version_from_importlib() -> str | None:
-    import importlib.metadata
+    import importlib.metadata  # deferred: only where the installed vLLM's version is asked (its metadata, never vLLM)
 
     try:
         return importlib.metadata.version("vllm")
@@ -220,3 +220,24 @@ def select_profile(version_flag: str | None = None) -> ProfileChoice:
 def get_profile(name_or_version: str | None = None) -> RuleProfile:
     """The rule profile for a profile name ("seed_0_17") or a vLLM version ("0.17.0"); loads lazily."""
     return choose_profile(name_or_version).profile
+
+
+def installed_adapter_facts() -> tuple[str | None, AdapterFacts | None, str | None]:
+    """(the installed vLLM's version, the facts its profile holds, one line when those facts were not
+    checked on that release); (None, None, None) without vLLM. The installed version picks the
+    profile as the CLI does (choice.py): the same major.minor, else the nearest older one."""
+    installed = installed_vllm_version()
+    if installed is None:
+        return None, None, None
+    try:
+        choice = profile_for_version(installed)
+    except Exception:  # noqa: BLE001 -- an unreadable version string: no facts to offer
+        return installed, None, f"vLLM {installed} is installed: attnsel cannot tell its release, so no adapter facts were checked on it"
+    facts = choice.profile.adapter_facts
+    if facts is None:
+        return installed, None, (f"vLLM {installed} is installed: {choice.profile.name} has no adapter facts, "
+                                 f"so tune cannot drive vLLM's own classes with checked facts")
+    if facts.checked and choice.note is None:
+        return installed, facts, None
+    return installed, facts, (f"vLLM {installed} is installed and attnsel's adapters were not checked on it: "
+                              f"tune drives its classes with the facts of {facts.describe()}")

@@ -14,15 +14,20 @@ from attnsel.attention.rules import (
     BackendSpec,
     KernelBlockSize,
     MultipleOf,
+    QuantizationRules,
     parse_kernel_sizes,
 )
+from attnsel.attention.versions.block_size import BlockSizeFlow
 from attnsel.attention.versions.code import RuleCode
+from attnsel.attention.versions.faults import KnownFault, known_faults_from_data
+from attnsel.attention.versions.model_rules import ModelRules, model_rules_from_data
 from attnsel.attention.versions.registry import code_class
 from attnsel.attention.versions.validation import ConfigurationChecks
 from attnsel.errors import UserInputError
 
-if TYPE_CHECKING:  # the dataclasses live in selector.py; rules only read their attributes
+if TYPE_CHECKING:
     from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions.adapter_facts import AdapterFacts
 
 
 _OPTIONAL_SPEC_FIELDS = (
@@ -80,15 +85,13 @@ class RuleProfile(ConfigurationChecks):
         return bool(self.data.get("release", True))
 
     @cached_property
-    def block_size_flow(self) -> Any:
+    def block_size_flow(self) -> BlockSizeFlow:
         """The start-up path that settles the KV block size (attention/versions/block_size.py)."""
         return self.code.block_size_flow()
 
     @cached_property
-    def model_rules(self) -> Any:
-        """What vLLM derives from a model config in this version (attention/model/rules.py)."""
-        from attnsel.attention.model import model_rules_from_data
-
+    def model_rules(self) -> ModelRules:
+        """What vLLM derives from a model config in this version (model_rules.py; attention/model/ applies it)."""
         return model_rules_from_data(self.name, self.data["models"])
 
     @property
@@ -98,8 +101,9 @@ class RuleProfile(ConfigurationChecks):
         return self.data.get("cudagraph")
 
     @cached_property
-    def adapter_facts(self) -> Any:
+    def adapter_facts(self) -> AdapterFacts | None:
         """What tune's adapters of vLLM's own classes need from this release (adapter_facts.py)."""
+        # deferred: only tune and verify (vLLM's own classes) ask; explain's start-up does not load it
         from attnsel.attention.versions.adapter_facts import AdapterFacts
 
         return AdapterFacts.from_data(self.data)
@@ -113,11 +117,9 @@ class RuleProfile(ConfigurationChecks):
         return dict(self.data.get("engine") or {})
 
     @cached_property
-    def known_faults(self) -> tuple[Any, ...]:
+    def known_faults(self) -> tuple[KnownFault, ...]:
         """The vLLM faults known in this release (faults.py KnownFault, from `known_faults`), which
         explain and tune warn about where a configuration meets one (faults.py `faults_met`)."""
-        from attnsel.attention.versions.faults import known_faults_from_data
-
         return known_faults_from_data(self.data.get("known_faults"))
 
     @property
@@ -127,12 +129,10 @@ class RuleProfile(ConfigurationChecks):
         return tuple((self.data.get("sampler") or {}).get("jit_modules") or ())
 
     @cached_property
-    def quantization(self) -> Any:
+    def quantization(self) -> QuantizationRules | None:
         """vLLM's first checks on --quantization in this release (attention/rules/quantization.py
         QuantizationRules, from `quantization`): its method names, each method's minimum capability,
         the files a method reads; None where the release's data has none (the seed)."""
-        from attnsel.attention.rules import QuantizationRules
-
         return QuantizationRules.from_data(self.data.get("quantization"))
 
     @cached_property
@@ -205,6 +205,7 @@ class RuleProfile(ConfigurationChecks):
         upper = name.strip().upper()
         if upper in self.registry:
             return upper
+        # deferred: the spelling suggestions load only for a name vLLM does not know (bad input)
         from attnsel.attention.versions.backend_names import unknown_backend_message
 
         raise UserInputError(unknown_backend_message(self, upper))

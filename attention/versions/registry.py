@@ -119,3 +119,13 @@ def _plain(values: list) -> bool:
 def code_class(module: str) -> type:
     """The `Rules` class of `attention/versions/<module>.py`."""
     return importlib.import_module(f"{__package__}.{module}").Rules
+
+
+def release_of(name: str) -> tuple[int, int, int]:
+    return tuple(resolved_data(name)["vllm_release"])  # type: ignore[return-value]
+
+
+def release_profiles() -> list[str]:
+    """Profiles of vLLM releases, oldest first (a profile of unreleased code is picked by name only)."""
+    names = [n for n in available_profiles() if resolved_data(n).get("release", True)]
+    return sorted(names, key=release_of)

@@ -10,13 +10,41 @@ version), §5a (priorities); the seed's vllm/platforms/cuda.py and vllm/v1/atten
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.rules import FlashAttnResolution
 from attnsel.attention.versions.code import RuleCode
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        KvRuleFn,
+        PerHeadRuleFn,
+        SinkRuleFn,
+    )
 
 FA_RULES_WITHOUT_FA4_DEFAULT = "0.16.0"  # docs/vllm-rules.md §3c, v0.16.0 column
 
 
 class Rules(RuleCode):
+    # --- the rule names this release's data uses (code.py: each kind's table) ---------------------
+    def sink_rules(self) -> dict[str, SinkRuleFn]:
+        return {**super().sink_rules(), "flash_attn_version": self._sink_flash_attn_version,
+                "flashinfer": self._sink_flashinfer}
+
+    def per_head_rules(self) -> dict[str, PerHeadRuleFn]:
+        return {**super().per_head_rules(), "flash_attn_version_at_least": self._per_head_flash_attn_version_at_least}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "flash_attn": self._kv_flash_attn}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "flash_attn": self._combination_flash_attn,
+                "flash_attn_mla": self._combination_flash_attn_mla, "flashmla": self._combination_flashmla,
+                "flashinfer_mla": self._combination_flashinfer_mla,
+                "flashinfer_mla_sparse": self._combination_flashinfer_mla_sparse}
+
     # --- FlashAttention version (docs/vllm-rules.md §3c) -------------------------------------------
     def _fa_rules_without_fa4(self) -> bool:
         return self.profile.params["flash_attn_version_rules"] == FA_RULES_WITHOUT_FA4_DEFAULT
@@ -25,7 +53,7 @@ class Rules(RuleCode):
         # AttentionConfig.flash_attn_version: Literal[2, 3], or [2, 3, 4] with FA4 (docs/vllm-rules.md §3c)
         return (2, 3) if self._fa_rules_without_fa4() else (2, 3, 4)
 
-    def fa_version_supported(self, version: int, ctx) -> bool:
+    def fa_version_supported(self, version: int, ctx: SelectionContext) -> bool:
         major, _minor = ctx.capability
         mods = self.profile.data["flash_attn_modules"]
         if version == 2:
@@ -39,7 +67,7 @@ class Rules(RuleCode):
             return ctx.module_present(mods["fa4"]) and major in (9, 10, 11)
         return False
 
-    def flash_attn_version(self, ctx, head_size: int | None = None, inputs=None) -> FlashAttnResolution:
+    def flash_attn_version(self, ctx: SelectionContext, head_size: int | None = None, inputs: SelectorInputs | None=None) -> FlashAttnResolution:
         without_fa4 = self._fa_rules_without_fa4()
         major = ctx.capability[0]
         warnings: list[str] = []
@@ -72,15 +100,15 @@ class Rules(RuleCode):
             return FlashAttnResolution(None, tuple(warnings))
         return FlashAttnResolution(version, tuple(warnings))
 
-    def flash_attn_supports_fp8(self, ctx) -> bool:
+    def flash_attn_supports_fp8(self, ctx: SelectionContext) -> bool:
         return self.flash_attn_version(ctx).version == 3 and ctx.capability[0] == 9
 
-    def flash_attn_supports_mla(self, ctx) -> bool:
+    def flash_attn_supports_mla(self, ctx: SelectionContext) -> bool:
         # fa_utils.flash_attn_supports_mla: FA3 supported and family 9.x, independent of overrides
         return self.fa_version_supported(3, ctx) and ctx.capability[0] == 9
 
     # --- §5a priorities (`_get_backend_priorities(use_mla, cc, num_heads)`) -------------------
-    def priority_list(self, inputs, ctx) -> list[str]:
+    def priority_list(self, inputs: SelectorInputs, ctx: SelectionContext) -> list[str]:
         prio = self.profile.data["priorities"]
         blackwell = ctx.capability[0] == prio["blackwell_major"]
         if inputs.use_mla:
@@ -92,25 +120,25 @@ class Rules(RuleCode):
         return list(prio["blackwell"] if blackwell else prio["other"])
 
     # --- FlashInfer sinks through TRT-LLM (docs/vllm-rules.md §3a, §7) ----------------------------
-    def supports_trtllm_attention(self, ctx) -> bool:
+    def supports_trtllm_attention(self, ctx: SelectionContext) -> bool:
         if ctx.batch_invariant:
             return False
         return ctx.capability[0] == 10 and self.has_nvidia_artifactory(ctx)
 
     # --- rules named in the data ----------------------------------------------------------
-    def _sink_flash_attn_version(self, rule: dict, ctx) -> bool:
+    def _sink_flash_attn_version(self, rule: NamedRule, ctx: SelectionContext) -> bool:
         return self.flash_attn_version(ctx).version in tuple(rule["versions"])
 
-    def _sink_flashinfer(self, rule: dict, ctx) -> bool:
+    def _sink_flashinfer(self, rule: NamedRule, ctx: SelectionContext) -> bool:
         if ctx.use_trtllm_attention is False:
             return False
         return self.supports_trtllm_attention(ctx)
 
-    def _per_head_flash_attn_version_at_least(self, rule: dict, ctx) -> bool:
+    def _per_head_flash_attn_version_at_least(self, rule: NamedRule, ctx: SelectionContext) -> bool:
         version = self.flash_attn_version(ctx).version
         return version is not None and version >= rule["version"]
 
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flash_attn(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # FlashAttentionBackend.supports_kv_cache_dtype: None is fine; any "fp8*" iff FA3 on 9.x
         if kv_cache_dtype is None:
             return True
@@ -118,12 +146,12 @@ class Rules(RuleCode):
             return self.flash_attn_supports_fp8(ctx)
         return kv_cache_dtype in rule["list"]
 
-    def _combination_flash_attn(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
         return None
 
-    def _combination_flash_attn_mla(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn_mla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if not self.flash_attn_supports_mla(ctx):
             return "FlashAttention MLA not supported on this device"
         return None
@@ -131,7 +159,7 @@ class Rules(RuleCode):
     # FlashMLABackend.supports_combination returns is_flashmla_{sparse,dense}_supported()[1]
     FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell devices"
 
-    def _flashmla_available_reason(self, ctx) -> str | None:
+    def _flashmla_available_reason(self, ctx: SelectionContext) -> str | None:
         flashmla_c, extension_c = self.profile.data["flashmla_modules"]
         if not ctx.module_present(flashmla_c):
             return (
@@ -142,7 +170,7 @@ class Rules(RuleCode):
             return "vllm._flashmla_extension_C is not available, likely was not compiled due to a build error."
         return None
 
-    def _combination_flashmla(self, inputs, ctx) -> str | None:
+    def _combination_flashmla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         """v1/attention/ops/flashmla.py is_flashmla_{sparse,dense}_supported (docs/vllm-rules.md §3b)."""
         unavailable = self._flashmla_available_reason(ctx)
         if unavailable is not None:
@@ -156,7 +184,7 @@ class Rules(RuleCode):
             return "FlashMLA Dense is only supported on Hopper devices."
         return None
 
-    def _combination_flashinfer_mla(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if not ctx.model_dims_known:  # vLLM reads hf_text_config only when model_config is not None
             return None
         qk_nope = ctx.effective_qk_nope_head_dim
@@ -164,7 +192,7 @@ class Rules(RuleCode):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim == 128, but got {qk_nope}"
         return None
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if not ctx.model_dims_known:
             return None
         qk_nope = ctx.effective_qk_nope_head_dim

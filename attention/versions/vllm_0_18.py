@@ -6,7 +6,12 @@ each method names the file of vllm/ it follows (restated, not copied).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.versions import seed_0_17, vllm_0_19
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 class Rules(vllm_0_19.Rules):
@@ -20,7 +25,7 @@ class Rules(vllm_0_19.Rules):
         return False  # no KV-dtype branch yet: only the head count orders the sparse backends
 
     # --- supports_combination texts ------------------------------------------------------------
-    def _combination_flashinfer_mla(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1) in [64, 128]
         qk_nope = ctx.effective_qk_nope_head_dim
         if qk_nope not in (64, 128):

@@ -5,8 +5,13 @@ bench/tools/parity_live.py; each method names the file of vllm/ it follows (rest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.rules import UNQUANTIZED_KV_CACHE_DTYPES
 from attnsel.attention.versions import vllm_0_20
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import NamedRule, SelectionContext
 
 
 class Rules(vllm_0_20.Rules):
@@ -21,7 +26,7 @@ class Rules(vllm_0_20.Rules):
         return kv_cache_dtype.startswith("fp8")  # kv_cache_dtype.startswith("fp8") here
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flash_attn(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: fp8* iff flash_attn_supports_fp8()
         if kv_cache_dtype is None:
             return True

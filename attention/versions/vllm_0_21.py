@@ -5,13 +5,18 @@ bench/tools/parity_live.py; each method names the file of vllm/ it follows (rest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.rules import UNQUANTIZED_KV_CACHE_DTYPES
 from attnsel.attention.versions import vllm_0_23
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import NamedRule, SelectionContext
 
 
 class Rules(vllm_0_23.Rules):  # 0.22 brought no code of its own
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flash_attn(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: every dtype that
         # utils/torch_utils.py is_quantized_kv_cache calls quantized (fp8*, *per_token_head, nvfp4)
         # runs iff flash_attn_supports_fp8() (FA3 on 9.x); 0.22 narrows it to fp8 / fp8_e4m3

@@ -25,12 +25,12 @@ class Rules(vllm_0_24.Rules):
         return super().priority_list(inputs, ctx)
 
     # --- supports_combination texts ------------------------------------------------------------
-    def _combination_flash_attn(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # flash_attn.py FlashAttentionBackend.supports_combination: no mm_prefix argument yet
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
         return None
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseBackend: one class for 10.x, no fp8_ds_mla text
         return self._flashinfer_mla_sparse_model_reason(ctx)

@@ -20,10 +20,30 @@ from attnsel.attention.rules import (
 from attnsel.attention.versions import seed_0_17
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        FlagRuleFn,
+        KernelSizesRuleFn,
+        KvRuleFn,
+    )
 
 
 class Rules(seed_0_17.Rules):
+    # --- rule names new in this release (code.py: each kind's table) ------------------------------
+    def flag_rules(self) -> dict[str, FlagRuleFn]:
+        return {**super().flag_rules(), "fa4_supported": self._flag_fa4_supported}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "turboquant": self._kv_turboquant}
+
+    def kernel_sizes_rules(self) -> dict[str, KernelSizesRuleFn]:
+        return {**super().kernel_sizes_rules(), "flashinfer": self._kernel_sizes_flashinfer}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "tokenspeed_mla": self._combination_tokenspeed_mla,
+                "flashinfer_mla_sparse_sm120": self._combination_flashinfer_mla_sparse_sm120}
+
     FLASHMLA_SPARSE_DEVICES = "Hopper and Blackwell DC devices"  # ops/flashmla.py (docs/vllm-rules.md §9)
 
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
@@ -81,7 +101,7 @@ class Rules(seed_0_17.Rules):
             return True  # "FA3 does not support head_size=N on SM90"
         return has_sinks and head_size is not None and head_size_v is not None and head_size != head_size_v
 
-    def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
+    def _fa4_kernel_fallbacks(self, version: int, ctx: SelectionContext, inputs: SelectorInputs | None, head_size: int | None, head_size_v: int | None, has_sinks: bool, block_size: int | None,
                               supports_fa4_hd256: bool, warnings: list[str]) -> int:
         """FA4 kernels with their own limits, checked before the TMEM rule (none in this release)."""
         return version
@@ -104,7 +124,7 @@ class Rules(seed_0_17.Rules):
         )
 
     @staticmethod
-    def quantized_kv(kv_cache_dtype: str) -> bool:
+    def quantized_kv(kv_cache_dtype: str | None) -> bool:
         # the release's is_quantized_kv_cache (vllm/utils/torch_utils.py, later kv_cache_interface.py)
         return is_quantized_kv_cache(kv_cache_dtype)
 
@@ -153,15 +173,15 @@ class Rules(seed_0_17.Rules):
         return self.supports_trtllm_attention(ctx)  # one answer for prefill and decode here
 
     # --- flags named by rule in the data ------------------------------------------------------
-    def _flag_fa4_supported(self, ctx) -> bool:
+    def _flag_fa4_supported(self, ctx: SelectionContext) -> bool:
         return self.fa_version_supported(4, ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_turboquant(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_turboquant(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # TurboQuantAttentionBackend.supports_kv_cache_dtype: None is NOT accepted
         return kv_cache_dtype is not None and kv_cache_dtype.startswith("turboquant_")
 
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flash_attn(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # flash_attn.py FlashAttentionBackend.supports_kv_cache_dtype: fp8/fp8_e4m3 iff FA3 on 9.x
         if kv_cache_dtype is None:
             return True
@@ -172,7 +192,7 @@ class Rules(seed_0_17.Rules):
         return True
 
     # --- kernel block sizes ------------------------------------------------------------------------
-    def _kernel_sizes_flashinfer(self, ctx, inputs) -> list[KernelBlockSize]:
+    def _kernel_sizes_flashinfer(self, ctx: SelectionContext, inputs: SelectorInputs | None) -> list[KernelBlockSize]:
         # FlashInferBackend.get_supported_kernel_block_sizes: pages >= 128 only for GQA on
         # 10.x when TRT-LLM attention can run
         large = False
@@ -185,7 +205,7 @@ class Rules(seed_0_17.Rules):
         return [16, 32, 64, 128, 256, 512, 1024] if large else [16, 32, 64]
 
     # --- supports_combination texts ------------------------------------------------------------
-    def _combination_flash_attn(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # flash_attn.py FlashAttentionBackend.supports_combination
         if inputs.has_sink and tuple(ctx.capability) < (9, 0):
             return "sink not supported on compute capability < 9.0"
@@ -198,7 +218,7 @@ class Rules(seed_0_17.Rules):
             )
         return None
 
-    def _combination_flashinfer_mla(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla.py: getattr(hf_text_config, "qk_nope_head_dim", 1), read only when
         # vLLM has a model config
         if not ctx.model_dims_known:
@@ -208,7 +228,7 @@ class Rules(seed_0_17.Rules):
             return f"FlashInfer MLA kernel requires qk_nope_head_dim in [64, 128, 192], but got {qk_nope}"
         return None
 
-    def _combination_tokenspeed_mla(self, inputs, ctx) -> str | None:
+    def _combination_tokenspeed_mla(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/tokenspeed_mla.py: the package is imported here, not at module import
         if not ctx.module_present("tokenspeed_mla"):
             return "tokenspeed_mla package is not installed. Install it with: `uv pip install tokenspeed-mla`"
@@ -223,18 +243,18 @@ class Rules(seed_0_17.Rules):
             )
         return None
 
-    def _index_topk(self, ctx) -> int | None:
+    def _index_topk(self, ctx: SelectionContext) -> int | None:
         if not ctx.has_index_topk:
             return None
         return ctx.index_topk if ctx.index_topk is not None else DEFAULT_INDEX_TOPK
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if inputs.kv_cache_dtype == "fp8_ds_mla":
             return "FLASHINFER_MLA_SPARSE SM10 does not support fp8_ds_mla kv-cache dtype"
         return self._flashinfer_mla_sparse_model_reason(ctx)
 
-    def _flashinfer_mla_sparse_model_reason(self, ctx) -> str | None:
+    def _flashinfer_mla_sparse_model_reason(self, ctx: SelectionContext) -> str | None:
         # what FlashInfer's sparse MLA kernel needs of the model config (qk_nope_head_dim, index_topk),
         # read only when vLLM has one
         if not ctx.model_dims_known:
@@ -246,7 +266,7 @@ class Rules(seed_0_17.Rules):
             return "FlashInfer MLA Sparse requires model with index_topk config"
         return None
 
-    def _combination_flashinfer_mla_sparse_sm120(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla_sparse_sm120(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseSM120Backend (sparse decode API assumed present)
         if inputs.dtype != "bfloat16":
             return "dtype not supported"

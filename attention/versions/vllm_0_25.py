@@ -11,10 +11,17 @@ from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules import SelectionContext
+    from attnsel.attention.rules import NamedRule, SelectionContext
+    from attnsel.attention.versions.code import CombinationRuleFn, KvRuleFn
 
 
 class Rules(vllm_0_24.Rules):
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "flashinfer": self._kv_flashinfer}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "flash_attn_mla_sparse": self._combination_flash_attn_mla_sparse}
+
     # mla/flashattn_mla_sparse.py FlashAttnMLASparseBackend is back in the MLA priorities, with the
     # supports_combination that 0.33 still has
     _combination_flash_attn_mla_sparse = MlaRules._combination_flash_attn_mla_sparse
@@ -29,7 +36,7 @@ class Rules(vllm_0_24.Rules):
         return ctx.capability[0] == 10
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flashinfer(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # flashinfer.py FlashInferBackend.supports_kv_cache_dtype: nvfp4 only on the SM100 family
         # with TRT-LLM prefill and decode
         if kv_cache_dtype == "nvfp4":

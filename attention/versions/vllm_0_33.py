@@ -9,7 +9,7 @@ here they come from the SelectionContext (`MODEL_HEADS_WHEN_UNKNOWN` where it gi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnsel.attention.rules import (
     BackendSpec,
@@ -21,19 +21,39 @@ from attnsel.attention.versions import vllm_0_24
 from attnsel.attention.versions.vllm_0_33_mla import MlaRules
 
 if TYPE_CHECKING:
-    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.rules import NamedRule, SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import (
+        CombinationRuleFn,
+        FlagRuleFn,
+        KernelSizesRuleFn,
+        KvRuleFn,
+    )
 
 FA4_HD256_PAGE_SIZE = 128  # fa_utils.py: the hd256 kernel's 128-token page
 
 
 class Rules(MlaRules, vllm_0_24.Rules):
+    # --- rule names new in this release (code.py: each kind's table; MlaRules adds the MLA ones) ---
+    def flag_rules(self) -> dict[str, FlagRuleFn]:
+        return {**super().flag_rules(), "flashinfer_query_lens": self._flag_flashinfer_query_lens}
+
+    def kv_rules(self) -> dict[str, KvRuleFn]:
+        return {**super().kv_rules(), "flashinfer": self._kv_flashinfer}
+
+    def kernel_sizes_rules(self) -> dict[str, KernelSizesRuleFn]:
+        return {**super().kernel_sizes_rules(), "flash_attn": self._kernel_sizes_flash_attn}
+
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "fa_causal_route": self._combination_fa_causal_route,
+                "flashinfer": self._combination_flashinfer}
+
     # flash_attn.py FlashAttentionBackend.supports_combination: its FP8 KV text, and the SM90 rule
     # that sends FP8 KV with mm_prefix to Triton (both new in 0.31)
     FA_FP8_KV_REASON = "FP8 KV cache requires FA3 on SM90, FA4 with head_size=512 on SM90, or FA4 on SM100"
     FA_SM90_FP8_MM_PREFIX_NEEDS_TRITON = True
 
     # --- vllm/v1/attention/backends/fa_utils.py get_flash_attn_version ---------------------------
-    def _fa4_kernel_fallbacks(self, version: int, ctx, inputs, head_size, head_size_v, has_sinks, block_size,
+    def _fa4_kernel_fallbacks(self, version: int, ctx: SelectionContext, inputs: SelectorInputs | None, head_size: int | None, head_size_v: int | None, has_sinks: bool, block_size: int | None,
                               supports_fa4_hd256: bool, warnings: list[str]) -> int:
         # the FA4 head-256 kernel on 10.x/11.x (fa_utils.uses_fa4_hd256_kernel) and its fallbacks
         if version != 4 or not self._uses_fa4_hd256_kernel(ctx, head_size, head_size_v):
@@ -58,7 +78,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return False
         return ctx.capability[0] in (10, 11)
 
-    def _fa4_hd256_fallback_reason(self, ctx, inputs, has_sinks: bool, block_size: int | None) -> str | None:
+    def _fa4_hd256_fallback_reason(self, ctx: SelectionContext, inputs: SelectorInputs | None, has_sinks: bool, block_size: int | None) -> str | None:
         # fa_utils._fa4_hd256_fallback_reason (soft-capping is not a selector input: never set)
         if has_sinks:
             return "attention sinks"
@@ -77,7 +97,8 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return "decode context parallelism"
         return None
 
-    def flash_attn_supports_kv_cache_dtype(self, ctx, kv_cache_dtype: str, inputs=None, **version_args) -> bool:
+    def flash_attn_supports_kv_cache_dtype(self, ctx: SelectionContext, kv_cache_dtype: str, inputs: SelectorInputs | None = None,
+                                           **version_args: Any) -> bool:
         # fa_utils.flash_attn_supports_kv_cache_dtype
         if kv_cache_dtype == "fp8_e5m2":
             return False
@@ -119,7 +140,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
     def supports_trtllm_attention(self, ctx: SelectionContext) -> bool:
         return self.trtllm_supported(ctx, is_prefill=False)
 
-    def _sink_flashinfer(self, rule: dict, ctx) -> bool:
+    def _sink_flashinfer(self, rule: NamedRule, ctx: SelectionContext) -> bool:
         # flashinfer.py FlashInferBackend.supports_sink
         if ctx.use_trtllm_attention is False:
             return False
@@ -131,7 +152,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return self.trtllm_supported(ctx, False) and self.trtllm_supported(ctx, True)
 
     # --- flags named by rule in the data ------------------------------------------------------
-    def _flag_flashinfer_query_lens(self, ctx) -> bool:
+    def _flag_flashinfer_query_lens(self, ctx: SelectionContext) -> bool:
         # FlashInferBackend.supports_device_cpu_query_lens_mismatch: trtllm-gen decode on 10.x
         if ctx.capability[0] != 10:
             return False
@@ -140,7 +161,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return ctx.decode_context_parallel_size == 1 and self.can_use_trtllm_attention(ctx)
 
     # --- kv-cache dtypes --------------------------------------------------------------------------
-    def _kv_flash_attn(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flash_attn(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # FlashAttentionBackend.supports_kv_cache_dtype
         if kv_cache_dtype is None:
             return True
@@ -150,7 +171,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return self.flash_attn_supports_kv_cache_dtype(ctx, kv_cache_dtype)
         return True
 
-    def _kv_flashinfer(self, rule: dict, kv_cache_dtype: str | None, ctx) -> bool:
+    def _kv_flashinfer(self, rule: NamedRule, kv_cache_dtype: str | None, ctx: SelectionContext) -> bool:
         # FlashInferBackend.supports_kv_cache_dtype: nvfp4 on FA2-path GPUs (8.x/9.x/12.x) is
         # plain "nvfp4" only; on 10.x it needs TRT-LLM for prefill and decode
         if kv_cache_dtype is None:
@@ -166,11 +187,11 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return kv_cache_dtype in rule["list"]
 
     # --- kernel block sizes ------------------------------------------------------------------------
-    def _kernel_sizes_flash_attn(self, ctx, inputs) -> list[KernelBlockSize]:
+    def _kernel_sizes_flash_attn(self, ctx: SelectionContext, inputs: SelectorInputs | None) -> list[KernelBlockSize]:
         fixed = self._fa_fixed_block_size(ctx, inputs)
         return [fixed] if fixed is not None else [MultipleOf(16)]
 
-    def _fa_fixed_block_size(self, ctx, inputs) -> int | None:
+    def _fa_fixed_block_size(self, ctx: SelectionContext, inputs: SelectorInputs | None) -> int | None:
         """FlashAttentionBackend: SM90 FP8 KV at head 512 on FA4 -> 64 (its TMA tile); the FA4
         head-256 kernel on 10.x/11.x -> 128 (FA4_HD256_PAGE_SIZE)."""
         if inputs is None or not ctx.model_dims_known:
@@ -190,17 +211,19 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return FA4_HD256_PAGE_SIZE
         return None
 
-    def preferred_block_size_override(self, spec: BackendSpec, ctx, inputs, default: int) -> int | None:
+    def preferred_block_size_override(self, spec: BackendSpec, ctx: SelectionContext, inputs: SelectorInputs | None, default: int) -> int | None:
         if spec.kernel_block_sizes_rule == "flash_attn":
             fixed = self._fa_fixed_block_size(ctx, inputs)
             return max(default, fixed) if fixed is not None else None
         return None
 
-    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx, inputs) -> list[KernelBlockSize]:
+    def composite_kernel_block_sizes(self, spec: BackendSpec, ctx: SelectionContext, inputs: SelectorInputs | None) -> list[KernelBlockSize]:
         # composite.py: the listed sizes both children accept, else the intersection of their lists
-        general, causal = spec.composite["general"], spec.composite["causal"]
+        composite = spec.composite
+        assert composite is not None  # kernel_block_sizes asks this only for a composite backend
+        general, causal = composite["general"], composite["causal"]
         profile = self.profile
-        listed = spec.composite.get("kernel_block_sizes") or []
+        listed = composite.get("kernel_block_sizes") or []
         if listed:
             return [
                 size for size in listed
@@ -216,24 +239,26 @@ class Rules(MlaRules, vllm_0_24.Rules):
         return result
 
     # --- supports_combination texts ------------------------------------------------------------
-    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx) -> str | None:
+    def combination_reason(self, spec: BackendSpec, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         if spec.composite is not None:
             return self._composite_combination(spec, inputs, ctx)
         return super().combination_reason(spec, inputs, ctx)
 
-    def _composite_combination(self, spec: BackendSpec, inputs, ctx) -> str | None:
+    def _composite_combination(self, spec: BackendSpec, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # composite.py supports_combination: each child, mm_prefix only for the general child
-        for variant, name in enumerate((spec.composite["general"], spec.composite["causal"])):
+        composite = spec.composite
+        assert composite is not None  # combination_reason asks this only for a composite backend
+        for variant, name in enumerate((composite["general"], composite["causal"])):
             child = self.profile.backend(name)
             child_inputs = inputs if variant == 0 else inputs.replace(use_mm_prefix=False)
             reason = super().combination_reason(child, child_inputs, ctx)
-            if reason is None and variant == 1 and spec.composite.get("causal_combination"):
-                reason = self._dispatch("combination", spec.composite["causal_combination"])(child_inputs, ctx)
+            if reason is None and variant == 1 and composite.get("causal_combination"):
+                reason = self.combination_rule(composite["causal_combination"])(child_inputs, ctx)
             if reason:
                 return f"{child.vllm_name or child.name}: {reason}"
         return None
 
-    def _combination_fa_causal_route(self, inputs, ctx) -> str | None:
+    def _combination_fa_causal_route(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # triton_flash_attn.py _FABackend.supports_combination
         version = self.fa_version(
             ctx, inputs, head_size=inputs.head_size, has_sinks=inputs.has_sink,
@@ -243,7 +268,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             return "causal route requires FlashAttention v3 or v4"
         return None
 
-    def _combination_flash_attn(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # flash_attn.py FlashAttentionBackend.supports_combination
         kv = inputs.kv_cache_dtype
         quantized = kv is not None and self.quantized_kv(kv)
@@ -252,11 +277,11 @@ class Rules(MlaRules, vllm_0_24.Rules):
         sm90_fp8_mm_prefix = inputs.use_mm_prefix and quantized and tuple(ctx.capability) == (9, 0)
         if self.FA_SM90_FP8_MM_PREFIX_NEEDS_TRITON and sm90_fp8_mm_prefix:
             return "SM90 FP8 KV with mm_prefix requires Triton"
-        version_args = dict(
+        version_args: dict[str, Any] = dict(
             head_size=inputs.head_size, has_sinks=inputs.has_sink,
             block_size=inputs.block_size, supports_fa4_hd256=True,
         )
-        if quantized and not self.flash_attn_supports_kv_cache_dtype(
+        if quantized and kv is not None and not self.flash_attn_supports_kv_cache_dtype(
             ctx, kv, inputs, head_size_v=inputs.head_size, **version_args
         ):
             return self.profile.params.get("flash_attn_fp8_kv_reason", self.FA_FP8_KV_REASON)
@@ -267,7 +292,7 @@ class Rules(MlaRules, vllm_0_24.Rules):
             )
         return None
 
-    def _combination_flashinfer(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # flashinfer.py FlashInferBackend.supports_combination (NVFP4 on the FA2 prefill path)
         kv = inputs.kv_cache_dtype
         if kv is not None and kv.startswith("nvfp4") and ctx.capability[0] in (8, 9, 12):

@@ -4,13 +4,31 @@ backends)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-class MlaRules:
+if TYPE_CHECKING:
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
+    from attnsel.attention.versions.code import CombinationRuleFn
+    from attnsel.attention.versions.vllm_0_24 import (
+        Rules as _Release,  # what the mixin is mixed into
+    )
+else:
+    _Release = object
+
+
+class MlaRules(_Release):
+    def combination_rules(self) -> dict[str, CombinationRuleFn]:
+        return {**super().combination_rules(), "flashinfer_mla_sparse": self._combination_flashinfer_mla_sparse,
+                "flash_attn_mla_sparse_fa4": self._combination_flash_attn_mla_sparse_fa4,
+                "flash_attn_mla_sparse": self._combination_flash_attn_mla_sparse,
+                "flashinfer_mla_sparse_sm90": self._combination_flashinfer_mla_sparse_sm90,
+                "flashmla_sparse": self._combination_flashmla_sparse}
+
     # mla/flashmla_sparse.py: the caches FLASHMLA_SPARSE serves head size 512 (NoPE) from on SM90
-    FLASHMLA_SPARSE_NOPE_KV = (None, "auto", "bfloat16", "float16", "fp8_ds_mla")
+    FLASHMLA_SPARSE_NOPE_KV: tuple[str | None, ...] = (None, "auto", "bfloat16", "float16", "fp8_ds_mla")
     FLASHMLA_SPARSE_NOPE_KV_TEXT = "bf16 or fp8_ds_mla"
 
-    def _combination_flashinfer_mla_sparse(self, inputs, ctx, name: str = "FLASHINFER_MLA_SPARSE") -> str | None:
+    def _combination_flashinfer_mla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext, name: str = "FLASHINFER_MLA_SPARSE") -> str | None:
         # mla/flashinfer_mla_sparse.py FlashInferMLASparseTRTLLMBackend.supports_combination
         if ctx.prefill_context_parallel_size > 1 and ctx.decode_context_parallel_size > 1:
             return (
@@ -35,7 +53,7 @@ class MlaRules:
             return "FlashInfer MLA Sparse requires model with index_topk config"
         return None
 
-    def _combination_flash_attn_mla_sparse_fa4(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn_mla_sparse_fa4(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseFA4Backend.supports_combination
         if not self.fa_version_supported(4, ctx):
             return f"FA4 unavailable: {self._fa4_unsupported_reason(ctx)}"
@@ -54,13 +72,14 @@ class MlaRules:
             return f"FA4 sparse MLA requires {head_counts} gathered query heads, got num_heads={heads} * dcp_size={dcp}"
         return self._combination_flashinfer_mla_sparse(inputs, ctx, name="FLASH_ATTN_MLA_SPARSE_FA4")
 
-    def _fa4_unsupported_reason(self, ctx) -> str:
+    def _fa4_unsupported_reason(self, ctx: SelectionContext) -> str:
         # vllm_flash_attn/flash_attn_interface.py _is_fa4_supported
         if not ctx.module_present(self.profile.data["flash_attn_modules"]["fa4"]):
             return "FA4 is unavailable due to: vllm.vllm_flash_attn.cute.interface not found"
         return "FA4 is only supported on devices with compute capability 9.x, 10.x, or 11.x"
 
-    def _combination_flash_attn_mla_sparse(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn_mla_sparse(self: _Release, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
+        # (self: any release's Rules -- vllm_0_25 takes this check as it is)
         # mla/flashattn_mla_sparse.py FlashAttnMLASparseBackend.supports_combination
         if inputs.kv_cache_dtype not in (None, "auto", "float16", "bfloat16"):
             return "FlashAttention MLA Sparse currently supports only FP16/BF16 KV cache"
@@ -74,7 +93,7 @@ class MlaRules:
             return "FlashAttention MLA Sparse requires model with index_topk"
         return None
 
-    def _combination_flashinfer_mla_sparse_sm90(self, inputs, ctx) -> str | None:
+    def _combination_flashinfer_mla_sparse_sm90(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashinfer_mla_sparse_sm90.py (FlashInfer's SM90 NoPE MLA API assumed present)
         if not inputs.use_sparse:
             return "FLASHINFER_MLA_SPARSE_SM90 requires sparse MLA"
@@ -86,7 +105,7 @@ class MlaRules:
             return "FLASHINFER_MLA_SPARSE_SM90 requires qk_rope_head_dim in (0, 64)"
         return None
 
-    def _combination_flashmla_sparse(self, inputs, ctx) -> str | None:
+    def _combination_flashmla_sparse(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # mla/flashmla_sparse.py FlashMLASparseBackend.supports_combination
         kv = inputs.kv_cache_dtype
         major, minor = ctx.capability

@@ -4,11 +4,16 @@ site-packages, restated here, not copied). The texts and numbers are data (vllm_
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnsel.attention.versions import vllm_0_33
+
+if TYPE_CHECKING:
+    from attnsel.attention.rules import SelectionContext, SelectorInputs
 
 
 class Rules(vllm_0_33.Rules):
-    def _combination_flash_attn(self, inputs, ctx) -> str | None:
+    def _combination_flash_attn(self, inputs: SelectorInputs, ctx: SelectionContext) -> str | None:
         # flash_attn.py:474-483 @ 0.34.0 FlashAttentionBackend.supports_combination: FP8 KV at head 512
         # on SM90 (FA4's 64-token TMA tile) refuses blocks not a multiple of 64 and block sparsity,
         # before every older check

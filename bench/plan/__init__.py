@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.bench.plan.build import Plan
     from attnsel.bench.plan.rules import (
         hybrid_block_size,
@@ -26,35 +26,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         parse_workloads,
     )
 
-__all__ = [
-    "WORKLOAD_KINDS",
-    "Plan",
-    "TuneShape",
-    "WorkloadSpec",
-    "check_kv_cache_dtype",
-    "default_head_layout",
-    "hybrid_block_size",
-    "make_shape",
-    "parse_workloads",
-    "rule_profile_choice",
-    "selector_inputs",
-    "shape_from_model",
-    "vllm_default_choice",
-    "vllm_verdict",
-]
-__getattr__ = lazy_door(__name__, {
-    "Plan": "build",
-    "TuneShape": "shape",
-    "WORKLOAD_KINDS": "workloads",
-    "WorkloadSpec": "workloads",
-    "check_kv_cache_dtype": "shape",
-    "default_head_layout": "shape",
-    "hybrid_block_size": "rules",
-    "make_shape": "shape",
-    "parse_workloads": "workloads",
-    "rule_profile_choice": "rules",
-    "selector_inputs": "rules",
-    "shape_from_model": "shape",
-    "vllm_default_choice": "rules",
-    "vllm_verdict": "rules",
-})
+__getattr__ = lazy_door(__name__)

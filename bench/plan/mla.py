@@ -16,17 +16,17 @@ cache (attention/kernels/kv_quant.py); the others stay skipped with vLLM's reaso
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from attnsel.attention.kernels import (  # vLLM's MLA backends (one list each)
     MLA_BACKENDS,
     SPARSE_MLA_BACKENDS,
 )
+from attnsel.bench.plan.shape import TuneShape
 from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
-    from attnsel.attention.model.facts import ModelFacts
     from attnsel.bench.plan.shape import TuneShape
 
 # DeepSeek-V2/V3/R1 and Kimi-K2's qk_nope_head_dim: what `--use-mla` assumes when none is given
@@ -79,7 +79,6 @@ def make_mla_shape(
     query heads per GPU = total // TP over one latent cache (docs/vllm-rules.md §6)."""
     from attnsel.attention.rules import parse_dtype
     from attnsel.attention.selector import heads_per_gpu
-    from attnsel.bench.plan.shape import TuneShape
 
     if num_heads <= 0 or tensor_parallel_size <= 0:
         raise UserInputError("--num-heads and --tensor-parallel-size must be positive")
@@ -88,16 +87,6 @@ def make_mla_shape(
                      kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                      assumed=mla_assumption(qk_nope_head_dim),
                      **mla_fields(kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim))
-
-
-def mla_fields_from_facts(facts: ModelFacts) -> dict[str, Any]:
-    """The MLA sizes `explain --model` derived (attention/model/config.py: head_size is
-    kv_lora_rank + qk_rope_head_dim for an MLA model)."""
-    if not facts.use_mla:
-        return {}
-    rope = int(facts.qk_rope_head_dim or 0)
-    return dict(kv_lora_rank=int(facts.head_size) - rope, qk_rope_head_dim=rope,
-                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim, index_topk=facts.index_topk)
 
 
 def mla_assumption(qk_nope_head_dim: int | None) -> str | None:
@@ -157,7 +146,3 @@ def model_dims(shape: TuneShape) -> ModelDims:
                      kv_lora_rank=shape.kv_lora_rank, v_head_dim=shape.v_head_dim, index_topk=shape.index_topk)
 
 
-def describe(shape: TuneShape) -> str:
-    """"MLA, 16 query heads per GPU over one latent cache (kv_lora_rank 512 + rope 64 = 576)"."""
-    return (f"MLA, {shape.num_q_heads} query heads per GPU over one latent cache (kv_lora_rank {shape.kv_lora_rank} "
-            f"+ rope {shape.qk_rope_head_dim} = {shape.head_size})")

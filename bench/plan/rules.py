@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from attnsel.bench.plan.shape import TuneShape
 
 if TYPE_CHECKING:
+    from attnsel.attention.model.facts import ModelFacts
     from attnsel.attention.rules import SelectionContext, SelectorInputs
     from attnsel.attention.selector import SelectionRequest
     from attnsel.attention.versions import RuleProfile
@@ -113,7 +114,8 @@ def _selection(shape: TuneShape, capability: tuple[int, int], backend: str | Non
     if profile is None:
         profile = rule_profile_choice(vllm_version).profile
     inputs, ctx, _notes = build_selection(profile, selection_request(shape, backend, block_size),
-                                          model_facts=ShapeFacts.of(shape), capability=capability)
+                                          # ShapeFacts carries the ModelFacts fields build_selection reads
+                                          model_facts=cast("ModelFacts", ShapeFacts.of(shape)), capability=capability)
     return profile, inputs, ctx
 
 

@@ -82,9 +82,7 @@ class TuneShape:
     def describe(self) -> str:
         src = f"{self.model}, TP={self.tensor_parallel_size}: " if self.model else ""
         if self.use_mla and self.kv_lora_rank is not None:
-            from attnsel.bench.plan import mla as plan_mla
-
-            return f"{src}{plan_mla.describe(self)}, {self.dtype}, kv cache {self.kv_cache_dtype}"
+            return f"{src}{describe_mla(self)}, {self.dtype}, kv cache {self.kv_cache_dtype}"
         gqa = f"{self.num_q_heads}/{self.num_kv_heads} heads"
         return f"{src}head_size {self.head_size}, {gqa} per GPU, {self.dtype}, kv cache {self.kv_cache_dtype}"
 
@@ -163,7 +161,6 @@ def shape_from_model(
     """The same derivation as `explain --model` (attention/model/config.py); `model_rules`: the
     version's (default: the library's)."""
     from attnsel.attention.model import config as model_config
-    from attnsel.bench.plan import mla as plan_mla
 
     hf = model_config.load_model_config(model)
     facts = model_config.derive_model_facts(
@@ -195,7 +192,7 @@ def shape_from_model(
         mamba_cache_float32=bool(facts.mamba_cache_float32),
         sliding_window=getattr(facts, "sliding_window", None),
         hybrid=_hybrid_fields(facts),
-        **plan_mla.mla_fields_from_facts(facts),
+        **mla_fields_from_facts(facts),
     )
 
 
@@ -209,3 +206,19 @@ def _hybrid_fields(facts: ModelFacts) -> dict[str, Any] | None:
 
 def with_kv_cache_dtype(shape: TuneShape, kv_cache_dtype: str) -> TuneShape:
     return replace(shape, kv_cache_dtype=kv_cache_dtype)
+
+
+def mla_fields_from_facts(facts: ModelFacts) -> dict[str, Any]:
+    """The MLA sizes `explain --model` derived (attention/model/config.py: head_size is
+    kv_lora_rank + qk_rope_head_dim for an MLA model)."""
+    if not facts.use_mla:
+        return {}
+    rope = int(facts.qk_rope_head_dim or 0)
+    return dict(kv_lora_rank=int(facts.head_size) - rope, qk_rope_head_dim=rope,
+                qk_nope_head_dim=facts.qk_nope_head_dim, v_head_dim=facts.v_head_dim, index_topk=facts.index_topk)
+
+
+def describe_mla(shape: TuneShape) -> str:
+    """"MLA, 16 query heads per GPU over one latent cache (kv_lora_rank 512 + rope 64 = 576)"."""
+    return (f"MLA, {shape.num_q_heads} query heads per GPU over one latent cache (kv_lora_rank {shape.kv_lora_rank} "
+            f"+ rope {shape.qk_rope_head_dim} = {shape.head_size})")

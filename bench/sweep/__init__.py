@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.bench.sweep.multi_gpu import gpu_ordinals
     from attnsel.bench.sweep.results import STATUS_OK, STATUSES
     from attnsel.bench.sweep.run import (
@@ -17,27 +17,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         skipped_rows,
     )
 
-__all__ = [
-    "CHECK_POLICIES",
-    "STATUSES",
-    "STATUS_OK",
-    "SweepOptions",
-    "SweepProgress",
-    "gpu_ordinals",
-    "items_for",
-    "probe_device",
-    "run_sweep",
-    "skipped_rows",
-]
-__getattr__ = lazy_door(__name__, {
-    "CHECK_POLICIES": "run",
-    "STATUSES": "results",
-    "STATUS_OK": "results",
-    "SweepOptions": "run",
-    "SweepProgress": "run",
-    "gpu_ordinals": "multi_gpu",
-    "items_for": "run",
-    "probe_device": "run",
-    "run_sweep": "run",
-    "skipped_rows": "run",
-})
+__getattr__ = lazy_door(__name__)

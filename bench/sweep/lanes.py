@@ -15,6 +15,14 @@ from __future__ import annotations
 # The cost model, in "rows" of a vLLM-driven backend (~0.16 s each, warm, 2 x H200; the recorded
 # phases in tests/fixtures/tune/h200x2_gpus and docs/tune-performance.md "Finer lanes"):
 # a FLEX_ATTENTION row costs 4 (16 rows took 10.4 s: inductor compiles each shape).
+# Backends whose worker is pre-spawned when the sweep starts, whatever their place in the order:
+# their pre-build (JIT compile, CPU only) then overlaps every backend before them.
+EARLY_PREBUILD_BACKENDS = ("FLASHINFER",)
+# How many backends ahead workers are pre-spawned. Two: FLASHINFER's worker then starts with the
+# sweep and compiles its JIT modules (103 s of nvcc on a cold H200, 2026-11-21) while TRITON_ATTN
+# (38 s) and FLASH_ATTN (26 s) run, instead of during FLASH_ATTN only, most of which its own
+# 12 s import would use up. A waiting worker holds no CUDA context, only host memory.
+PRESPAWN_AHEAD = 2
 ROW_COST = {"FLEX_ATTENTION": 4}
 # A worker's start (torch + its library import), warm: FLEX_ATTENTION 9-10 s, the vLLM-driven ones
 # 16-20 s, FlashInfer 17-24 s. It is exposed only where the lane's earlier parts do not hide it.
@@ -42,8 +50,6 @@ def part_cost(backend: str, rows: int) -> int:
 def _spawned_at(j: int, backend: str, starts: list[int]) -> int:
     """When part j's worker starts importing (bench/sweep/run.py `positions_to_prespawn`): the
     first during the calibration, FlashInfer's with the lane, the others PRESPAWN_AHEAD parts ahead."""
-    from attnsel.bench.sweep.run import EARLY_PREBUILD_BACKENDS, PRESPAWN_AHEAD
-
     if j == 0:
         return -CALIBRATION_ROWS
     return 0 if backend in EARLY_PREBUILD_BACKENDS else starts[max(0, j - PRESPAWN_AHEAD)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,23 @@ def visible_entry(ordinal: str, env: dict | None = None) -> str:
     return entries[int(ordinal)] if int(ordinal) < len(entries) else str(ordinal)
 
 
+@dataclass
+class Lane:
+    """Where a run of backend groups executes: its workers' extra environment (--gpus: the GPU
+    they see) and what every row it produces records about it."""
+
+    label: str | None = None  # the GPU as given to --gpus (a CUDA ordinal of this process)
+    env: dict | None = None
+
+    def log_name(self, backend: str) -> str:
+        return f"worker-{backend}" + (f"-gpu{self.label}" if self.label is not None else "") + ".log"
+
+
+def gpu_lane(gpu: str) -> tuple[str, dict]:
+    """(label, worker env) for one --gpus entry: the worker sees only that GPU."""
+    return gpu, {"CUDA_VISIBLE_DEVICES": visible_entry(gpu)}
+
+
 def same_model_reason(devices: list[dict]) -> str | None:
     """Why these GPUs cannot share one sweep (None: one model): rows from different GPU models
     would rank their kernels, not the backends."""
@@ -128,7 +146,6 @@ def calibration_verdict(per_gpu: dict[str, dict | None]) -> tuple[bool, list[str
 def calibrate(order: GroupOrder, plan: Plan, options: SweepOptions, gpus: list[str], output_dir: Path) -> dict:
     """Times the first planned row of the first backend on every GPU at once."""
     from attnsel.bench.sweep.groups import run_backend_group
-    from attnsel.bench.sweep.run import Lane, gpu_lane
 
     backend, items = order[0]
     item = dict(items[0], key=items[0]["key"] + "|calibration", check=False)
@@ -154,12 +171,13 @@ def calibrate(order: GroupOrder, plan: Plan, options: SweepOptions, gpus: list[s
 
 def run_on_gpus(order: GroupOrder, plan: Plan, options: SweepOptions, output_dir: Path, writer: R.ResultsWriter,
                 progress: SweepProgress, enrich: Callable[[dict], dict], outcomes: dict, infos: dict,
-                facts: dict) -> None:
+                facts: dict, *, run_groups: Callable[..., None], prespawn_lane: Callable[..., dict]) -> None:
     """Calibrate, then one lane per GPU in parallel (or the first GPU alone when they disagree);
     `facts` receives the calibration and the lanes (tune.json "gpus"). Each lane's first workers
     import while the GPUs are calibrated (on 2 x H200 the lanes' exposed starts, ~16 s each, came
-    after a ~11 s calibration: docs/tune-performance.md); they are dropped if the lanes are not mixed."""
-    from attnsel.bench.sweep.run import Lane, gpu_lane, prespawn_lane, run_groups
+    after a ~11 s calibration: docs/tune-performance.md); they are dropped if the lanes are not mixed.
+    `run_groups` and `prespawn_lane` run one lane (bench/sweep/run.py hands them in: that module
+    runs this one, not the other way)."""
     from attnsel.bench.sweep.worker_process import stop_all_workers
 
     gpus = list(options.gpus or [])

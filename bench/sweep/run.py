@@ -24,6 +24,8 @@ from pathlib import Path
 from attnsel.bench.plan import Plan, WorkloadSpec
 from attnsel.bench.sweep import results as R
 from attnsel.bench.sweep.groups import GroupOutcome, prespawn_worker, run_backend_group
+from attnsel.bench.sweep.lanes import EARLY_PREBUILD_BACKENDS, PRESPAWN_AHEAD
+from attnsel.bench.sweep.multi_gpu import Lane, gpu_lane, run_on_gpus
 from attnsel.bench.sweep.worker_process import (
     WorkerProcess,
     allow_workers,
@@ -59,14 +61,6 @@ CHECK_POLICIES: tuple[CheckPolicy, ...] = tuple(CheckPolicy)
 # stayed exposed on an H100 (issue "tune measures what vLLM really runs"). Each backend has its
 # own process, so the order changes no measurement.
 STARTUP_ORDER = ("FLEX_ATTENTION", "TRITON_ATTN", "FLASH_ATTN", "FLASHINFER")
-# Backends whose worker is pre-spawned when the sweep starts, whatever their place in the order:
-# their pre-build (JIT compile, CPU only) then overlaps every backend before them.
-EARLY_PREBUILD_BACKENDS = ("FLASHINFER",)
-# How many backends ahead workers are pre-spawned. Two: FLASHINFER's worker then starts with the
-# sweep and compiles its JIT modules (103 s of nvcc on a cold H200, 2026-11-21) while TRITON_ATTN
-# (38 s) and FLASH_ATTN (26 s) run, instead of during FLASH_ATTN only, most of which its own
-# 12 s import would use up. A waiting worker holds no CUDA context, only host memory.
-PRESPAWN_AHEAD = 2
 # At most this many workers import at once per this many CPU cores (the first backend's worker
 # included): each import keeps a core busy for ~16 s (torch + vLLM), next to the first backend's
 # exposed start, FlashInfer's nvcc and the compilers. 16 cores (the H100 machines): 4, the sweep's
@@ -233,18 +227,6 @@ def ordered_groups(groups: dict[str, list[dict]]) -> list[tuple[str, list[dict]]
                   else len(STARTUP_ORDER))
 
 
-@dataclass
-class Lane:
-    """Where a run of backend groups executes: its workers' extra environment (--gpus: the GPU
-    they see) and what every row it produces records about it."""
-
-    label: str | None = None  # the GPU as given to --gpus (a CUDA ordinal of this process)
-    env: dict | None = None
-
-    def log_name(self, backend: str) -> str:
-        return f"worker-{backend}" + (f"-gpu{self.label}" if self.label is not None else "") + ".log"
-
-
 def run_sweep(
     plan: Plan,
     options: SweepOptions,
@@ -279,21 +261,13 @@ def run_sweep(
                 writer.write(row)
         order = ordered_groups(groups)
         if len(options.gpus or ()) > 1:
-            from attnsel.bench.sweep.multi_gpu import run_on_gpus
-
             run_on_gpus(order, plan, options, Path(output_dir), writer, progress, enrich, outcomes, infos,
-                        {} if facts is None else facts)
+                        {} if facts is None else facts,
+                        run_groups=run_groups, prespawn_lane=prespawn_lane)
         else:
             lane = Lane(*gpu_lane(options.gpus[0])) if options.gpus else Lane()
             run_groups(order, plan, options, Path(output_dir), writer, progress, enrich, outcomes, infos, lane)
     return list(R.latest_by_key(R.read_rows(path)).values()), infos
-
-
-def gpu_lane(gpu: str) -> tuple[str, dict]:
-    """(label, worker env) for one --gpus entry: the worker sees only that GPU."""
-    from attnsel.bench.sweep.multi_gpu import visible_entry
-
-    return gpu, {"CUDA_VISIBLE_DEVICES": visible_entry(gpu)}
 
 
 def positions_to_prespawn(order: list[tuple[str, list[dict]]], i: int, options: SweepOptions) -> list[int]:

@@ -4,17 +4,8 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.bench.timing.gpu import measure_first_call
     from attnsel.bench.timing.launch_mode import choose_launch, mode_label
 
-__all__ = [
-    "choose_launch",
-    "measure_first_call",
-    "mode_label",
-]
-__getattr__ = lazy_door(__name__, {
-    "choose_launch": "launch_mode",
-    "measure_first_call": "gpu",
-    "mode_label": "launch_mode",
-})
+__getattr__ = lazy_door(__name__)

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.bench.verify.compare import EngineVerdict, Judgement
     from attnsel.bench.verify.engine_log import parse_engine_log, read_log
     from attnsel.bench.verify.engine_process import run_engine
@@ -38,73 +38,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         summarize,
     )
 
-__all__ = [
-    "Candidate",
-    "Comparison",
-    "EngineFacts",
-    "EngineStart",
-    "EngineVerdict",
-    "Figure",
-    "GpuFacts",
-    "Judged",
-    "Judgement",
-    "Message",
-    "ModelFacts",
-    "RunStatus",
-    "ShapeFigures",
-    "ShapeResult",
-    "StartFigure",
-    "StartSpread",
-    "VerdictRecord",
-    "VerifyDocument",
-    "VerifyOptions",
-    "VerifyProgress",
-    "VerifyRequest",
-    "VllmFacts",
-    "build_comparisons",
-    "check_verify_flags",
-    "check_verify_possible",
-    "engine_start_spreads",
-    "is_aa_check",
-    "parse_engine_log",
-    "read_log",
-    "run_engine",
-    "run_verify",
-    "summarize",
-    "write_model_dir",
-]
-__getattr__ = lazy_door(__name__, {
-    "Candidate": "records",
-    "Comparison": "records",
-    "EngineFacts": "records",
-    "EngineStart": "records",
-    "EngineVerdict": "compare",
-    "Figure": "records",
-    "GpuFacts": "records",
-    "Judged": "records",
-    "Judgement": "compare",
-    "Message": "protocol",
-    "ModelFacts": "records",
-    "RunStatus": "status",
-    "ShapeFigures": "records",
-    "ShapeResult": "records",
-    "StartFigure": "records",
-    "StartSpread": "records",
-    "VerdictRecord": "records",
-    "VerifyDocument": "records",
-    "VerifyOptions": "records",
-    "VerifyProgress": "run",
-    "VerifyRequest": "request",
-    "VllmFacts": "records",
-    "build_comparisons": "verdict",
-    "check_verify_flags": "flags",
-    "check_verify_possible": "flags",
-    "engine_start_spreads": "verdict",
-    "is_aa_check": "verdict",
-    "parse_engine_log": "engine_log",
-    "read_log": "engine_log",
-    "run_engine": "engine_process",
-    "run_verify": "run",
-    "summarize": "verdict",
-    "write_model_dir": "request",
-})
+__getattr__ = lazy_door(__name__)

@@ -4,18 +4,9 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.bench.worker.kernel_toolkit import KernelToolkit
     from attnsel.bench.worker.prebuild import error_text
     from attnsel.bench.worker.toolkit import DEFAULT_TOOLKIT
 
-__all__ = [
-    "DEFAULT_TOOLKIT",
-    "KernelToolkit",
-    "error_text",
-]
-__getattr__ = lazy_door(__name__, {
-    "DEFAULT_TOOLKIT": "toolkit",
-    "KernelToolkit": "kernel_toolkit",
-    "error_text": "prebuild",
-})
+__getattr__ = lazy_door(__name__)

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.probe.fleet.collect import (
         DEFAULT_TIMEOUT_S,
         connect,
@@ -24,39 +24,4 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         model_of,
     )
 
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "MAX_LISTED",
-    "Difference",
-    "FleetProbe",
-    "FleetVerdict",
-    "NodeProbe",
-    "NodeSummary",
-    "RayNode",
-    "connect",
-    "fleet_verdict",
-    "list_nodes",
-    "model_classes",
-    "model_of",
-    "probe_fleet",
-    "probe_this_node",
-    "task_options",
-]
-__getattr__ = lazy_door(__name__, {
-    "DEFAULT_TIMEOUT_S": "collect",
-    "Difference": "verdict",
-    "FleetProbe": "facts",
-    "FleetVerdict": "verdict",
-    "MAX_LISTED": "verdict",
-    "NodeProbe": "facts",
-    "NodeSummary": "verdict",
-    "RayNode": "facts",
-    "connect": "collect",
-    "fleet_verdict": "verdict",
-    "list_nodes": "collect",
-    "model_classes": "verdict",
-    "model_of": "verdict",
-    "probe_fleet": "collect",
-    "probe_this_node": "collect",
-    "task_options": "collect",
-})
+__getattr__ = lazy_door(__name__)

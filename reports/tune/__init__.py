@@ -4,14 +4,7 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.reports.tune.loaders import load_inputs, refuse_to_overwrite
 
-__all__ = [
-    "load_inputs",
-    "refuse_to_overwrite",
-]
-__getattr__ = lazy_door(__name__, {
-    "load_inputs": "loaders",
-    "refuse_to_overwrite": "loaders",
-})
+__getattr__ = lazy_door(__name__)

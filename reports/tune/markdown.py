@@ -5,33 +5,15 @@ here (pandas' to_markdown needs `tabulate`, which is not a dependency)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
 from attnsel.bench.plan.workloads import WorkloadKind
 from attnsel.bench.tune import Verdict
+from attnsel.reports import verify_report
+from attnsel.reports.cells import cell, table
 from attnsel.reports.tune import frames as F
 from attnsel.reports.tune.loaders import ReportData, TuneData
-
-
-def cell(value: object) -> str:
-    """One table cell: no newline, no bare pipe, None/NaN as an en dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    text = " ".join(str(value).split())
-    return text.replace("|", "\\|")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """`align`: one of l/r/c per column (default: left)."""
-    align = align or "l" * len(headers)
-    marks = {"l": "---", "r": "--:", "c": ":-:"}
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
-             "|" + "|".join(marks[a] for a in align) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _ms(value: object) -> str:
@@ -56,8 +38,6 @@ def render(data: ReportData) -> str:
     if data.tune is not None:
         parts.append(tune_markdown(data.tune))
     if data.verify is not None:
-        from attnsel.reports import verify_report
-
         parts.append(verify_report.markdown(data.verify, level=2 if data.tune is not None else 1))
     for doc in data.explains:
         parts.append(explain_markdown(doc, level=2 if data.tune is not None else 1))

@@ -4,8 +4,9 @@ from typing import TYPE_CHECKING
 
 from attnsel.doors import lazy_door
 
-if TYPE_CHECKING:  # where each name is defined; at run time it is imported on first use
+if TYPE_CHECKING:  # the door's one listing: each name loads from its module on first use (doors.py)
     from attnsel.attention.kernels.vllm.backend import STANDINS_ENV, VllmBackendAdapter
+    from attnsel.attention.kernels.vllm.calls import call_accepting
     from attnsel.attention.kernels.vllm.mla import VllmMlaAdapter
     from attnsel.attention.kernels.vllm.sparse_mla import VllmSparseMlaAdapter
     from attnsel.attention.kernels.vllm.stack import (
@@ -13,28 +14,6 @@ if TYPE_CHECKING:  # where each name is defined; at run time it is imported on f
         StackBuilder,
         StackSpec,
         backend_class,
-        call_accepting,
     )
 
-__all__ = [
-    "STANDINS_ENV",
-    "MlaDims",
-    "StackBuilder",
-    "StackSpec",
-    "VllmBackendAdapter",
-    "VllmMlaAdapter",
-    "VllmSparseMlaAdapter",
-    "backend_class",
-    "call_accepting",
-]
-__getattr__ = lazy_door(__name__, {
-    "MlaDims": "stack",
-    "STANDINS_ENV": "backend",
-    "StackBuilder": "stack",
-    "StackSpec": "stack",
-    "VllmBackendAdapter": "backend",
-    "VllmMlaAdapter": "mla",
-    "VllmSparseMlaAdapter": "sparse_mla",
-    "backend_class": "stack",
-    "call_accepting": "stack",
-})
+__getattr__ = lazy_door(__name__)

@@ -174,6 +174,7 @@ class VllmBackendAdapter:
         import torch
 
         from attnsel.attention.kernels import paged as paged_batches
+        from attnsel.attention.kernels.vllm.calls import keyword_arguments, keyword_call
         from attnsel.attention.kernels.vllm.fp8_faults import (
             native_decode_q_scale_fault,
         )
@@ -183,7 +184,6 @@ class VllmBackendAdapter:
             kv_cache_tensor,
             set_layer_scales,
         )
-        from attnsel.attention.kernels.vllm.stack import keyword_arguments, keyword_call
 
         b = paged(batch)
         started = time.perf_counter()

@@ -11,7 +11,8 @@ import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from attnsel.attention.kernels.vllm.stack import VllmStack, call_accepting
+from attnsel.attention.kernels.vllm.calls import call_accepting
+from attnsel.attention.kernels.vllm.stack import VllmStack
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -4,7 +4,7 @@ installed vLLM's own classes at decode, with the indexer's top-k, the way MLAAtt
 
 Built as for dense MLA (mla.py), from a DeepSeek-V3.2-style config (index_topk set, so the sparse
 builders size their buffers from it) and an MLAAttention built use_sparse=True with one shared
-topk_indices_buffer, as deepseek_v2.py builds it (mla.py sparse_layer_arguments). The indexer is
+topk_indices_buffer, as deepseek_v2.py builds it (mla_layer.py sparse_layer_arguments). The indexer is
 not run: before the timed call the first rows of that buffer get the batch's top-k per decode token
 (request-local positions, -1 after them: what vLLM's indexer writes, attention/kernels/mla.py says
 how they are chosen). The timed call is `impl.forward_mqa(q, kv_cache, metadata, layer)`, which

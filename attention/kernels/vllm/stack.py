@@ -27,17 +27,26 @@ detection. Nothing here compares version strings. torch and vLLM are imported la
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnsel.attention.versions import AdapterFacts
+
+from attnsel.attention.kernels.vllm.calls import (
+    call_accepting,
+    construct,
+    keyword_call,
+)
+from attnsel.attention.kernels.vllm.mla_layer import (
+    mla_layer,
+    synthetic_mla_model_config,
+)
 
 GIB = 1 << 30
 
@@ -85,32 +94,6 @@ def synthetic_model_config(num_q_heads: int, num_kv_heads: int, head_size: int, 
         "rope_theta": 10000.0,
         "torch_dtype": dtype,
     }
-
-
-_Made = TypeVar("_Made")
-
-
-def construct(cls: Callable[..., _Made], **kwargs: object) -> _Made:
-    """`cls(**kwargs)` keeping only the keywords this release's class accepts (config dataclasses
-    gain and lose fields between releases)."""
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return cls(**kwargs)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return cls(**kwargs)
-    return cls(**{k: v for k, v in kwargs.items() if k in params})
-
-
-def call_accepting(fn: Callable[..., _Made], *args: object, **kwargs: object) -> _Made:
-    """`fn(*args, **kwargs)` dropping keywords the installed vLLM's function does not take."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return fn(*args, **kwargs)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **kwargs)
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
 def attention_layer_class() -> Any:
@@ -192,18 +175,6 @@ def resolve_kv_cache_layout(config: Any, backend_cls: Any, notes: list[str]) -> 
     notes.append(f"KV cache layout {layout.name} (vLLM's resolution for this backend)")
 
 
-def keyword_arguments(names: tuple[str, ...], *values: object) -> dict[str, object]:
-    """`values` under this release's parameter names (one of the adapter facts' lists)."""
-    if len(names) != len(values):
-        raise ValueError(f"{len(values)} values for the parameters {', '.join(names)}")
-    return dict(zip(names, values))
-
-
-def keyword_call(fn: Callable[..., _Made], names: tuple[str, ...], *values: object) -> _Made:
-    """`fn` called with `values` under this release's parameter names."""
-    return fn(**keyword_arguments(names, *values))
-
-
 @dataclass
 class StackSpec:
     """What one stack is built for (the per-GPU attention shape, one framework block size)."""
@@ -222,8 +193,6 @@ class StackSpec:
 
     def model_config_json(self) -> dict[str, object]:
         if self.mla is not None:
-            from attnsel.attention.kernels.vllm.mla import synthetic_mla_model_config
-
             return synthetic_mla_model_config(self)
         return synthetic_model_config(self.num_q_heads, self.num_kv_heads, self.head_size, self.dtype,
                                       self.max_model_len)
@@ -359,8 +328,6 @@ class StackBuilder:
         try:
             with torch.device(self.device):
                 if spec.mla is not None:
-                    from attnsel.attention.kernels.vllm.mla import mla_layer
-
                     return mla_layer(spec, config, backend_cls, prefix, self.facts)
                 return call_accepting(attention_layer_class(), spec.num_q_heads, spec.head_size,
                                       spec.head_size ** -0.5, num_kv_heads=spec.num_kv_heads,
