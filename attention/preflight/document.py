@@ -57,8 +57,8 @@ class ResultFields(TypedDict):
     rule_profile: str | None  # which vLLM rule profile answered, and why
 
 
-class PreflightDocument(TypedDict):
-    """`preflight --json` on one machine (`attnsel-preflight/1`)."""
+class _PreflightHead(TypedDict):
+    """What both preflight documents open with (their writers put these keys first, in this order)."""
 
     schema: str
     ok: bool
@@ -68,6 +68,11 @@ class PreflightDocument(TypedDict):
     model_type: str | None
     deployment: DeploymentFields
     rule_profile: str | None
+
+
+class PreflightDocument(_PreflightHead):
+    """`preflight --json` on one machine (`attnsel-preflight/1`)."""
+
     gpu_source: str  # nvml | torch | target
     gpus: list[dict]
     checks: list[CheckFields]
@@ -75,17 +80,9 @@ class PreflightDocument(TypedDict):
     memory: dict | None  # the memory plan (attention/memory MemoryPlan.to_dict), when the memory step ran
 
 
-class FleetPreflightDocument(TypedDict):
+class FleetPreflightDocument(_PreflightHead):
     """`preflight --ray --json` (`attnsel-fleet-preflight/1`)."""
 
-    schema: str
-    ok: bool
-    exit_code: int
-    counts: dict[str, int]
-    model: str | None
-    model_type: str | None
-    deployment: DeploymentFields
-    rule_profile: str | None
     cluster: dict
     checks: list[ScopedCheckFields]
     explain: dict[str, ExplainAnswer]  # GPU model -> explain's answer on it

@@ -4,11 +4,12 @@ carried to the GPU machine (0.33's torch 2.14 set with 0.34's vLLM and FlashInfe
 
 from __future__ import annotations
 
-from attnsel.bench.tools.evidence.claims import Recordings, claim, expect, ok_rows
+from attnsel.bench.tools.evidence.claims import Recordings, claim, expect
 from attnsel.bench.tools.evidence.verify import (
     _engines_ran_what_they_were_asked,
     _verdict_holds_without_flags,
 )
+from attnsel.bench.tools.evidence.vllm033 import release_rows_ran_its_own_classes
 from attnsel.bench.tune import Verdict
 
 RELEASE = "0.34.0"
@@ -25,17 +26,9 @@ MIN_GAIN_PCT = 5.0  # tune's --min-gain default: a gain worth changing flags for
 def vllm034_rows_ran_its_own_classes(rec: Recordings) -> None:
     for name, path in TUNES.items():
         doc = rec.json(path)
-        versions = doc["environment"]["versions"]
-        expect(versions["vllm"] == RELEASE and versions["torch"].startswith("2.14"), f"{name}: {versions}")
-        expect("H100" in doc["environment"]["gpu"]["name"], f"{name}: {doc['environment']['gpu']['name']}")
+        release_rows_ran_its_own_classes(name, doc, RELEASE, "H100")
         default = doc["recommendation"]["vllm_default"]
         expect((default["backend"], default["block_size"]) == ("FLASH_ATTN", 64), f"{name}: vLLM's default {default}")
-        timed = [r for r in ok_rows(doc["rows"]) if r["backend"] != "FLEX_ATTENTION"]
-        expect(timed, f"{name}: nothing timed")
-        for row in timed:
-            expect(row["provider"].startswith(f"vllm {RELEASE} "), f"{name}: {row['provider']}")
-            details = row["provider_details"]["adapter_facts"]
-            expect(details.startswith("vllm_0_34 "), f"{name}: {details}")
 
 
 @claim("docs/evidence.md 'vLLM 0.34.0 on the H100': `tune --head-size 128 --dtype bf16` and the Llama-3.1-8B sweep "
