@@ -11,7 +11,8 @@ piece of its one `error:` line derived from the rule of its family, never writte
   input (exit 2).
 - QUANT: the newest release's --quantization names (its data). Rule (vLLM's start-up, attention/rules/
   quantization.py): on a bf16 checkpoint a method that reads its own file beside the checkpoint finds
-  none (exit 1); on a GPU below the method's minimum capability it is refused (exit 1); otherwise
+  none (exit 1); a deprecated method (vLLM's DEPRECATED_QUANTIZATION_METHODS) is refused first (exit 1); on
+  a GPU below the method's minimum capability it is refused (exit 1); otherwise
   vLLM starts; a spelling outside the list (upper case, spaces) is an unknown method (exit 1).
 - CONFIG: memory-relevant sizes of config.json (vocab_size, intermediate_size, num_experts, ...) set to
   values transformers cannot build a model from (negative, zero, a string, a fraction, a list, an
@@ -107,8 +108,9 @@ def quant_cases() -> list[Case]:
         reads_a_file = method in rules.config_files and method not in rules.online
         for gpu, capability in (("H100", 90), ("V100", 70)):
             below = rules.min_capability.get(method, 0) > capability
-            code, fragment = (1, "Cannot find the config file") if reads_a_file else (
-                (1, "Minimum capability") if below else (0, None))
+            code, fragment = (1, "is deprecated") if method in rules.deprecated else (
+                (1, "Cannot find the config file") if reads_a_file else (
+                    (1, "Minimum capability") if below else (0, None)))
             cases.append(Case(f"quant:{gpu}:{method}", ["explain", "--model", "llama-3.1-8b", "--gpu", gpu,
                                                         "--max-model-len", "4096", "--quantization", method],
                               code, fragment))
