@@ -221,7 +221,6 @@ def with_serve_line(command: Command, args: list[str]) -> list[str]:
     if "--" not in args:
         return args
     from attnsel.attention.rules import (
-        check_serve_line_flags,
         merge_serve_line,
         read_serve_line,
     )
@@ -239,6 +238,8 @@ def with_serve_line(command: Command, args: list[str]) -> list[str]:
     declared = release.serve_flags if release is not None else frozenset()
     line = read_serve_line(args[cut + 1:], frozenset(canonical.values()), declared)
     if release is not None:
-        check_serve_line_flags(line, declared, release.vllm_version)
+        from attnsel.attention.versions.serve_parser import check_pasted_line
+
+        check_pasted_line(args[cut + 1:], line, release)
     merged = merge_serve_line(args[:cut], line, canonical)
     return merged + ([SERVE_NOTE_FLAG, line.note] if line.note else [])

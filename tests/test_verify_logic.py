@@ -147,7 +147,9 @@ def test_without_the_flag_each_release_starts_with_its_own_utilization():
     assert VP.memory_budget(total, total - VP.GIB // 2, None, v033) == (None, None)
     util, note = VP.memory_budget(total, 50 * VP.GIB, None, v033)
     assert util == 0.61 and "0.61 instead of 0.92" in note
-    assert VP.memory_budget(total, 50 * VP.GIB, None, v034) == (None, None)
+    util, note = VP.memory_budget(total, 50 * VP.GIB, None, v034)
+    assert util is None and "30.0 GiB of the GPU's 80.0 GiB are already in use" in note
+    assert VP.memory_budget(total, total - VP.GIB // 2, None, v034) == (None, None)
     assert "gpu_memory_utilization" not in engine_worker.engine_kwargs({"model_dir": "m", "gpu_memory_utilization": None})
 
 

@@ -295,7 +295,7 @@ def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: fl
     if requested is None:
         memory = release_memory or {}
         if (memory.get("extensible_kv_cache") or {}).get("default_on"):
-            return None, None
+            return None, _held_elsewhere(total_bytes, free_bytes)
         default = float(memory.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
         util, note = memory_budget(total_bytes, free_bytes, default)
         return (None, None) if util == default else (util, note)
@@ -309,6 +309,15 @@ def memory_budget(total_bytes: int | None, free_bytes: int | None, requested: fl
     return util, (f"{used:.1f} GiB of the GPU's {total_bytes / GIB:.1f} GiB are already in use by other "
                   f"processes (NVML): engines start with gpu_memory_utilization {util:.2f} instead of {requested:.2f}, "
                   f"so KV-cache capacity is lower than on an idle GPU")
+
+
+def _held_elsewhere(total_bytes: int | None, free_bytes: int | None) -> str | None:
+    """With 0.34's extensible KV cache nothing is lowered, but memory other processes hold still shrinks it."""
+    if not total_bytes or free_bytes is None or free_bytes >= total_bytes - MEMORY_HEADROOM_BYTES:
+        return None
+    return (f"{(total_bytes - free_bytes) / GIB:.1f} GiB of the GPU's {total_bytes / GIB:.1f} GiB are already in use by "
+            "other processes (NVML): vLLM's extensible KV cache sizes itself from what is free, so KV-cache capacity "
+            "is lower than on an idle GPU")
 
 
 def _text_config(hf_config: dict) -> dict:
