@@ -1,7 +1,11 @@
 """Developer script: the installed vLLM's own `vllm serve` parser on a set of pasted lines, recorded for
-tests/test_serve_parser.py (run where vLLM is installed and its parser builds: a machine with a GPU).
+tests/test_serve_parser.py, through attnsel's own path (attention/versions/serve_parser.py).
 
-    python -m attnsel.bench.tools.serve_parser_answers OUT.json
+    python -m attnsel.bench.tools.release_env run 0.34.0 -- -m attnsel.bench.tools.serve_parser_answers OUT.json
+
+`--cpu-platform` lets the parser build on a machine without a GPU: vLLM's serve parser asks the current
+platform while it is built (RuntimeError "Failed to infer device type" without one), so its CPU platform
+stands in; the option strings, choices and value types the answers come from do not depend on it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ LINES = [
 
 
 def main(argv: list[str]) -> int:
+    if "--cpu-platform" in argv:
+        argv = [a for a in argv if a != "--cpu-platform"]
+        import vllm.platforms as platforms
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
     answers = []
     version = None
     for text in LINES:
