@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,10 +56,15 @@ def installed_parser_answer(tokens: list[str]) -> ParserAnswer | None:
         args = args[2:]
     elif args[:1] in (["serve"], ["vllm"]):
         args = args[1:]
-    try:
-        version, parser = _serve_parser()
-    except Exception:  # noqa: BLE001 -- no vLLM, or one that cannot build its parser here: the table decides
-        return None
+    # vLLM's logger binds to the stdout it finds at import and logs INFO lines there, and its import raises
+    # Python warnings: both stay out of the command's own output (a --json stdout above all)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            version, parser = _serve_parser()
+        except Exception:  # noqa: BLE001 -- no vLLM, or one that cannot build its parser here: the table decides
+            return None
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(io.StringIO()):
