@@ -111,8 +111,11 @@ def write(found: dict[str, list[str]]) -> None:
 def _with_serve_flags(text: str, value: object) -> str:
     """The file's text with `serve_flags` as its last key (the rest of the file as it was written)."""
     marker = '\n "serve_flags": '
-    if marker in text:  # written by an earlier run: always the last key
-        text = text[:text.index(marker)].rstrip().rstrip(",") + "\n}\n"
+    if marker in text:  # written by an earlier run: that key and its value out, wherever they stand
+        start = text.index(marker)
+        _, end = json.JSONDecoder().raw_decode(text, start + len(marker))
+        before, after = text[:start].rstrip(), text[end:].lstrip()
+        text = (before.rstrip(",") + "\n" + after) if after.startswith("}") else (before + "\n" + after.lstrip(",").lstrip())
     if value is None:
         return text
     body = json.dumps(value, indent=1, ensure_ascii=False).replace("\n", "\n ")

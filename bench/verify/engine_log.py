@@ -3,7 +3,8 @@ and CUDA-graph work. `attnsel verify` keeps each engine's log (its stdout and st
 vLLM's logger writes) and reads these lines from it; the engine worker also reads the backend
 and the KV cache back in-process (bench/verify/engine_worker.py), and where both exist they must agree.
 
-Each pattern of PATTERNS mirrors one vLLM 0.24.0 log call (file:line of vLLM's source in the comment)
+Each pattern of PATTERNS mirrors one vLLM 0.24.0 log call and is release data (`engine_log_patterns`,
+attention/versions/vllm_0_33.json, which every release inherits: its file, format-string anchor and example line)
 and reads that line in every release since (a release that moved or reworded the call says where in its
 data, `engine.log_sources`). Lines a release brought are the release's data (`engine.log_patterns` in
 attention/versions/vllm_0_X.json, inherited by later releases): `release_patterns` turns them into
@@ -46,77 +47,13 @@ def _p(field: str, regex: str, read: Callable[[re.Match[str]], Any], source: str
     return LogPattern(field, re.compile(regex), read, source, anchor, example)
 
 
-# The first match wins unless the field is counted or listed. file:line are vLLM 0.24.0's; a
-# release that moved a call names its own source in attention/versions (`engine.log_sources`).
-PATTERNS: tuple[LogPattern, ...] = (
-    # platforms/cuda.py:481 (vLLM picked it) and :419 (--attention-backend given); for MLA layers too
-    _p("backend_selected", r"Using (\w+) attention backend out of potential backends", lambda m: m.group(1),
-       "platforms/cuda.py", "Using %s attention backend out of potential backends: %s.",
-       "Using FLASHMLA attention backend out of potential backends: ['FLASHMLA', 'TRITON_MLA']."),
-    _p("backend_selected", r"Using (?:AttentionBackendEnum\.)?(\w+) backend\.\s*$", lambda m: m.group(1),
-       "platforms/cuda.py", '"Using %s backend."', "Using AttentionBackendEnum.FLASHMLA backend."),
-    _p("block_size_set", r"Setting kv cache block size to (\d+) for ([\w/]+) backend", lambda m: int(m.group(1)),
-       "platforms/interface.py", "Setting kv cache block size to %d for %s backend.",
-       "Setting kv cache block size to 64 for FLASHMLA backend."),
-    _p("flash_attn_version", r"Using FlashAttention version (\d+)", lambda m: int(m.group(1)),
-       "v1/attention/backends/flash_attn.py", "Using FlashAttention version %s", "Using FlashAttention version 3"),
-    # v1/worker/gpu_model_runner.py:5256
-    _p("model_load_s", rf"Model loading took {_NUMBER} GiB memory and {_NUMBER} seconds", lambda m: _number(m.group(2)),
-       "v1/worker/gpu_model_runner.py", "Model loading took %s GiB memory and %.6f seconds",
-       "Model loading took 14.99 GiB memory and 3.125000 seconds"),
-    _p("model_memory_gib", rf"Model loading took {_NUMBER} GiB memory", lambda m: _number(m.group(1)),
-       "v1/worker/gpu_model_runner.py", "Model loading took %s GiB memory",
-       "Model loading took 14.99 GiB memory and 3.125000 seconds"),
-    # compilation/backends.py:1148, compilation/monitor.py:20
-    _p("dynamo_s", rf"Dynamo bytecode transform time: {_NUMBER} s", lambda m: _number(m.group(1)),
-       "compilation/backends.py", "Dynamo bytecode transform time: %.2f s", "Dynamo bytecode transform time: 6.10 s"),
-    _p("torch_compile_s", rf"torch\.compile took {_NUMBER} s in total", lambda m: _number(m.group(1)),
-       "compilation/monitor.py", "torch.compile took %.2f s in total", "torch.compile took 30.71 s in total"),
-    # compilation/backends.py:292 (a graph read from the compile cache) and :393 (compiled now)
-    _p("compile_cache_hits", r"Directly load the compiled graph\(s\) for compile range", lambda m: 1,
-       "compilation/backends.py", "Directly load the compiled graph(s) for compile range %s ",
-       "Directly load the compiled graph(s) for compile range (1, 16384) from the cache, took 2.107 s"),
-    _p("compile_cache_misses", r"Compiling a graph for compile range", lambda m: 1,
-       "compilation/backends.py", "Compiling a graph for compile range %s takes %.2f s",
-       "Compiling a graph for compile range (1, 16384) takes 21.40 s"),
-    # compilation/backends.py:1089
-    _p("compile_cache_dir", r"Using cache directory: (\S+) for vLLM's torch\.compile", lambda m: m.group(1),
-       "compilation/backends.py", "Using cache directory: %s for vLLM's torch.compile",
-       "Using cache directory: /root/.cache/vllm/torch_compile_cache/0a1b2c3d/rank_0_0/backbone for vLLM's torch.compile"),
-    # v1/worker/gpu_worker.py:509
-    _p("kv_cache_memory_gib", rf"Available KV cache memory: {_NUMBER} GiB", lambda m: _number(m.group(1)),
-       "v1/worker/gpu_worker.py", "Available KV cache memory: %s GiB", "Available KV cache memory: 55.53 GiB"),
-    # v1/core/kv_cache_utils.py:2146-2148
-    _p("kv_cache_tokens", rf"GPU KV cache size: {_NUMBER} tokens", lambda m: int(_number(m.group(1))),
-       "v1/core/kv_cache_utils.py", '"GPU KV cache size: %s tokens"', "GPU KV cache size: 832,000 tokens"),
-    _p("max_concurrency", rf"Maximum concurrency for {_NUMBER} tokens per request: {_NUMBER}x",
-       lambda m: {"tokens": int(_number(m.group(1))), "requests": _number(m.group(2))},
-       "v1/core/kv_cache_utils.py", "Maximum concurrency for %s tokens per request: %.2fx",
-       "Maximum concurrency for 4,352 tokens per request: 20.05x"),
-    # config/compilation.py:1353-1403 (vLLM lowered the CUDA-graph mode for this backend)
-    _p("cudagraph_mode_set", r"setting cudagraph_mode=(\w+)", lambda m: m.group(1),
-       "config/compilation.py", "; setting cudagraph_mode=PIECEWISE",
-       "FLASHMLA backend does not support full cudagraphs; setting cudagraph_mode=PIECEWISE"),
-    # v1/worker/gpu_model_runner.py:6718 (tqdm description of each capture pass); the model runner that
-    # replaced it names the mode only (v1/worker/gpu/cudagraph_utils.py:496 @ 0.34.0: "(FULL)")
-    _p("cudagraph_captures", r"Capturing CUDA graphs \((?:([\w -]+), )?(\w+)\)",
-       lambda m: f"{m.group(1)}: {m.group(2)}" if m.group(1) else m.group(2),
-       "v1/worker/gpu_model_runner.py", "Capturing CUDA graphs ({}, {})",
-       "Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67 [00:03<00:00]"),
-    # v1/worker/gpu_model_runner.py:6657
-    _p("graph_capture_s", rf"Graph capturing finished in {_NUMBER} secs", lambda m: _number(m.group(1)),
-       "v1/worker/gpu_model_runner.py", "Graph capturing finished in %.0f secs, took %.2f GiB",
-       "Graph capturing finished in 7 secs, took 0.53 GiB"),
-    _p("graph_memory_gib", rf"Graph capturing finished in {_NUMBER} secs, took {_NUMBER} GiB", lambda m: _number(m.group(2)),
-       "v1/worker/gpu_model_runner.py", "Graph capturing finished in %.0f secs, took %.2f GiB",
-       "Graph capturing finished in 7 secs, took 0.53 GiB"),
-    # v1/engine/core.py:328-345
-    _p("init_engine_s", rf"init engine \(profile, create kv cache, warmup model\) took {_NUMBER} s",
-       lambda m: _number(m.group(1)), "v1/engine/core.py", "init engine (profile, create kv cache, warmup model) took ",
-       "init engine (profile, create kv cache, warmup model) took 49.80 s (compilation: 30.71 s)"),
-    _p("compilation_s", rf"init engine .* took {_NUMBER} s \(compilation: {_NUMBER} s", lambda m: _number(m.group(2)),
-       "v1/engine/core.py", "(compilation: %.2f s", "init engine (profile, create kv cache, warmup model) took 49.80 s (compilation: 30.71 s)"),
-)
+def _base_patterns() -> tuple[LogPattern, ...]:
+    """The log calls every release is read with: the release data's `engine_log_patterns` (vLLM 0.24.0's
+    calls, in order; attention/versions/vllm_0_33.json, inherited by every release), read by READERS."""
+    from attnsel.attention.versions import release_profiles
+    from attnsel.attention.versions.registry import resolved_data
+
+    return tuple(_pattern(spec) for spec in resolved_data(release_profiles()[-1])["engine_log_patterns"])
 
 
 def release_source(pattern: LogPattern, log_sources: dict | None) -> tuple[str, str, str]:
@@ -127,26 +64,39 @@ def release_source(pattern: LogPattern, log_sources: dict | None) -> tuple[str, 
             moved.get("example", pattern.example))
 
 
-# how a release's own pattern (`engine.log_patterns`, by field) reads its match: the value of `group`
+# how a pattern of the data reads its match: the value of match `group` (default 1) ...
 READERS: dict[str, Callable[[str], Any]] = {"number": _number, "int": lambda text: int(_number(text)), "text": str.strip}
+# ... or the whole match: a counted line, a capture pass's "decode: FULL", the concurrency line's two numbers
+MATCH_READERS: dict[str, Callable[[re.Match[str]], Any]] = {
+    "one": lambda match: 1,
+    "labelled": lambda match: f"{match.group(1)}: {match.group(2)}" if match.group(1) else match.group(2),
+    "tokens_requests": lambda match: {"tokens": int(_number(match.group(1))), "requests": _number(match.group(2))},
+}
+
+
+def _pattern(spec: dict, field: str | None = None) -> LogPattern:
+    name = spec.get("read", "text")
+    if name in MATCH_READERS:
+        read = MATCH_READERS[name]
+    else:
+        read = _group_reader(READERS[name], int(spec.get("group", 1)))
+    return _p(field or spec["field"], spec["regex"], read, spec["source"], spec["anchor"], spec["example"])
 
 
 def release_patterns(engine: dict | None) -> tuple[LogPattern, ...]:
     """The log lines a release brought or reworded beyond what PATTERNS reads, from its
     `engine.log_patterns` data: each field's `regex` (searched anywhere in a line), `read` (a READERS
-    name) of match `group` (default 1), and the call's `source`, `anchor` and `example` as in PATTERNS.
-    A field PATTERNS has too is read by the release's pattern instead (patterns_for). Empty for a
-    release without any."""
-    out = []
-    for field, spec in sorted(((engine or {}).get("log_patterns") or {}).items()):
-        reader, group = READERS[spec.get("read", "text")], int(spec.get("group", 1))
-        out.append(_p(field, spec["regex"], _group_reader(reader, group), spec["source"], spec["anchor"],
-                      spec["example"]))
-    return tuple(out)
+    or MATCH_READERS name) of match `group` (default 1), and the call's `source`, `anchor` and `example`
+    as in PATTERNS. A field PATTERNS has too is read by the release's pattern instead (patterns_for).
+    Empty for a release without any."""
+    return tuple(_pattern(spec, field) for field, spec in sorted(((engine or {}).get("log_patterns") or {}).items()))
 
 
 def _group_reader(reader: Callable[[str], Any], group: int) -> Callable[[re.Match[str]], Any]:
     return lambda match: reader(match.group(group))
+
+
+PATTERNS: tuple[LogPattern, ...] = _base_patterns()
 
 
 def patterns_for(own: tuple[LogPattern, ...]) -> tuple[LogPattern, ...]:
