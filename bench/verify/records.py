@@ -71,6 +71,22 @@ class EngineStart(Record):
     roles: list[str] | None = None
     engine: EngineFacts | None = None
     shapes: list[ShapeResult] | None = None
+    # the pair (bench/verify/plan.py Candidate.to_dict) and how its engine ran (bench/verify/run.py)
+    backend: str | None = None
+    block_size: int | None = None
+    start: int | None = None  # a further start's number (--repeat-engine)
+    predicted: list[Scalar] | None = None  # vLLM's predicted pair: [backend, block size]
+    flags: str | None = None
+    reasons: list[str] | None = None
+    gpu_memory_utilization: float | None = None
+    memory_note: str | None = None
+    memory_free_bytes: float | None = None
+    log: str | None = None
+    wall_s: float | None = None
+    exit: str | None = None
+    resumed: bool | None = None
+    prespawn: dict[str, object] | None = None  # the worker spawned ahead of its turn (bench/verify/beside.py)
+    hold: dict[str, object] | None = None
 
 
 @dataclass
@@ -102,6 +118,9 @@ class Comparison(Record):
     decode: Judged | None = None
     end_to_end: Judged | None = None
     prefill: Judged | None = None
+    roles: list[str] | None = None
+    flags: str | None = None
+    shape: str | None = None
 
 
 @dataclass
@@ -127,13 +146,42 @@ class StartSpread(Record):
     measured: int | None = None
     decode: StartFigure | None = None
     end_to_end: StartFigure | None = None
+    shape: str | None = None
+
+
+@dataclass
+class ShapeVerdict(Record):
+    """One shape's word on tune's advice (bench/verify/verdict.py _shape_verdict)."""
+
+    shape: str | None = None
+    end_to_end: EngineVerdict | None = None
+    decode: EngineVerdict | None = None
+
+
+@dataclass
+class BestPair(Record):
+    """The pair with the best tokens/s end to end (bench/verify/verdict.py best_end_to_end)."""
+
+    name: str | None = None
+    flags: str | None = None
+    gain_pct: float | None = None
 
 
 @dataclass
 class VerdictRecord(Record):
+    """The verdict: with a subject compared, the pick and the question asked come first; without
+    one ("not measured"), only the word, the empty shapes and the reason (bench/verify/verdict.py)."""
+
     verdict: EngineVerdict | None = None
     text: str | None = None
     flags: str | None = None
+    pick: str | None = None
+    pick_is_default: bool | None = None
+    tune_advised_flags: bool | None = None
+    min_gain_pct: float | None = None
+    compared: str | None = None
+    shapes: list[ShapeVerdict] | None = None
+    best_end_to_end: BestPair | None = None
 
 
 @dataclass
@@ -164,6 +212,17 @@ class VerifyOptions(Record):
     max_model_len: Scalar | None = None
     repeats: Scalar | None = None
     repeat_engine: Scalar | None = None
+    # the rest of the options bench/verify/request.py writes
+    shapes: list[list[int]] | None = None
+    decode_steps: int | None = None
+    gpu_memory_utilization_requested: float | None = None
+    engine_overrides: dict[str, object] | None = None
+    start_timeout_s: float | None = None
+    call_timeout_s: float | None = None
+    engine: str | None = None
+    compile_cache_root: str | None = None
+    prefix_caching: bool | None = None
+    weights: str | None = None
 
 
 @dataclass
