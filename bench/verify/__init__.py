@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the door's one listing: each name loads from its module on 
     from attnsel.bench.verify.flags import check_verify_flags, check_verify_possible
     from attnsel.bench.verify.protocol import Message
     from attnsel.bench.verify.records import (
+        BestPair,
         Candidate,
         Comparison,
         EngineFacts,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # the door's one listing: each name loads from its module on 
         ModelFacts,
         ShapeFigures,
         ShapeResult,
+        ShapeVerdict,
         StartFigure,
         StartSpread,
         VerdictRecord,
@@ -33,9 +35,12 @@ if TYPE_CHECKING:  # the door's one listing: each name loads from its module on 
     from attnsel.bench.verify.status import RunStatus
     from attnsel.bench.verify.verdict import (
         build_comparisons,
+        comparison_records,
         engine_start_spreads,
         is_aa_check,
+        start_spread_records,
         summarize,
+        verdict_record,
     )
 
 __getattr__ = lazy_door(__name__)

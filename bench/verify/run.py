@@ -48,9 +48,9 @@ from attnsel.bench.verify.request import (
 from attnsel.bench.verify.resume import DOCUMENT_FILE, kept_rows, previous_rows, row_key
 from attnsel.bench.verify.status import RunStatus
 from attnsel.bench.verify.verdict import (
-    build_comparisons,
-    engine_start_spreads,
-    summarize,
+    comparison_records,
+    start_spread_records,
+    verdict_record,
 )
 
 if TYPE_CHECKING:
@@ -111,10 +111,13 @@ def run_verify(req: VerifyRequest, output_dir: Path, progress: VerifyProgress | 
         prebuild = run.beside.close()
         if prebuild is not None:
             document["prebuild"] = dict(prebuild, note=PB.note(prebuild))
-    document["comparisons"] = build_comparisons(document, plan.tune_doc)
+    # what verify derives is built as its records (bench/verify/records.py) and written as they write themselves
+    comparisons = comparison_records(document, plan.tune_doc)
+    document["comparisons"] = [c.to_dict() for c in comparisons]
+    starts = start_spread_records(document) if req.repeat_engine > 1 else []
     if req.repeat_engine > 1:
-        document["engine_starts"] = engine_start_spreads(document)
-    document["verdict"] = summarize(document)
+        document["engine_starts"] = [s.to_dict() for s in starts]
+    document["verdict"] = verdict_record(document, comparisons, starts).to_dict()
     document["elapsed_s"] = time.time() - started
     document["warnings"] += engine_warnings(document)
     write_document(document, output_dir)

@@ -7,7 +7,7 @@ and never recomputes it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from attnsel.bench.sweep import results as R
 from attnsel.bench.tune import (
@@ -26,6 +26,15 @@ from attnsel.bench.verify.plan import (
     ROLE_NAMED,
     ROLE_PICK,
     ROLE_RUNNER_UP,
+)
+from attnsel.bench.verify.records import (
+    BestPair,
+    Comparison,
+    Judged,
+    ShapeVerdict,
+    StartFigure,
+    StartSpread,
+    VerdictRecord,
 )
 from attnsel.bench.verify.status import RunStatus
 
@@ -122,7 +131,12 @@ def predicted_margin(tune_doc: TuneInput, default: tuple | None, config: tuple |
 
 
 def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
-    """One entry per (candidate other than vLLM's default) x shape."""
+    """verify.json's "comparisons", as written (comparison_records)."""
+    return [c.to_dict() for c in comparison_records(document, tune_doc)]
+
+
+def comparison_records(document: dict, tune_doc: TuneInput) -> list[Comparison]:
+    """One entry per (candidate other than vLLM's default) x shape, its keys in the order written."""
     tune_doc = tune_record(tune_doc)  # read once: each shape of each candidate looks its kernels up
     annotate_attention(document, tune_doc)
     base = default_row(document)
@@ -134,26 +148,32 @@ def build_comparisons(document: dict, tune_doc: TuneInput) -> list[dict]:
         if row is base:
             continue
         for index, (batch, context) in enumerate(document["options"]["shapes"]):
-            entry = {"candidate": row["name"], "short": row.get("short"), "roles": row["roles"], "flags": row["flags"],
-                     "shape": _label(batch, context), "batch": batch, "context": context}
+            entry = Comparison.new(candidate=row["name"], short=row.get("short"), roles=row["roles"], flags=row["flags"],
+                                   shape=_label(batch, context), batch=batch, context=context)
             mine, theirs = _figures(row, index), _figures(base, index)
             if mine and theirs:
-                entry.update(EC.compare_shape(mine, theirs))
+                for name, judged in EC.compare_shape(mine, theirs).items():  # decode, end_to_end, prefill
+                    setattr(entry, name, Judged.new(**judged))
             else:
-                entry["missing"] = _missing(row, base, index)
+                entry.missing = _missing(row, base, index)
             pct, source = predicted_margin(tune_doc, base_config, run_config(row), batch, context)
-            entry["predicted_kernel_margin_pct"], entry["predicted_source"] = pct, source
+            entry.predicted_kernel_margin_pct, entry.predicted_source = pct, source
             k_default = kernels.get((*base_config, batch, context)) if base_config else None
             mine_config = run_config(row)
             k_mine = kernels.get((*mine_config, batch, context)) if mine_config else None
             step_default = ((theirs or {}).get("decode_step_ms") or {}).get("median")
             gain = EC.expected_step_gain(k_default, k_mine, layers, step_default)
-            entry["expected_step_margin_pct"] = None if gain is None else gain * 100
+            entry.expected_step_margin_pct = None if gain is None else gain * 100
             out.append(entry)
     return out
 
 
 def engine_start_spreads(document: dict) -> list[dict]:
+    """verify.json's "engine_starts", as written (start_spread_records)."""
+    return [s.to_dict() for s in start_spread_records(document)]
+
+
+def start_spread_records(document: dict) -> list[StartSpread]:
     """Per pair started more than once (--repeat-engine) and shape: each start's median, the spread
     between the starts beside the within-engine noise the gate uses (compare.py across_starts)."""
     out = []
@@ -162,15 +182,15 @@ def engine_start_spreads(document: dict) -> list[dict]:
             continue
         for index, (batch, context) in enumerate(document["options"]["shapes"]):
             across = _figures(row, index) or {}
-            entry = {"candidate": row["name"], "short": row.get("short"), "shape": _label(batch, context),
-                     "batch": batch, "context": context, "starts": 1 + len(row["restarts"]),
-                     "measured": across.get("measured", 0)}
+            entry = StartSpread.new(candidate=row["name"], short=row.get("short"), shape=_label(batch, context),
+                                    batch=batch, context=context, starts=1 + len(row["restarts"]),
+                                    measured=across.get("measured", 0))
             for name, key in (("decode", "decode_step_ms"), ("end_to_end", "output_tokens_per_s")):
                 fig = across.get(key)
                 if fig:
-                    entry[name] = {"medians": fig["medians"], "median": fig["median"],
-                                   "start_spread_pct": _pct(fig["start_spread"]), "within_noise_pct": _pct(fig["spread"]),
-                                   "gate_pct": EC.noise_bar(fig, None) * 100}
+                    setattr(entry, name, StartFigure.new(
+                        medians=fig["medians"], median=fig["median"], start_spread_pct=_pct(fig["start_spread"]),
+                        within_noise_pct=_pct(fig["spread"]), gate_pct=EC.noise_bar(fig, None) * 100))
             out.append(entry)
     return out
 
@@ -182,10 +202,22 @@ def _pct(fraction: float | None) -> float | None:
 def is_aa_check(document: dict) -> bool:
     """Only vLLM's default, started several times (`--candidates default --repeat-engine N`), and
     some shape measured on two of its starts: an A/A check, whose answer is the spread, not a verdict."""
+    return _is_aa_check(document, _start_records(document))
+
+
+def _is_aa_check(document: dict, starts: Sequence[StartSpread]) -> bool:
     rows = document["candidates"]
     return (len(rows) == 1 and "restarts" in rows[0]
-            and any((e.get("end_to_end") or {}).get("start_spread_pct") is not None
-                    for e in document.get("engine_starts") or []))
+            and any(s.end_to_end is not None and s.end_to_end.start_spread_pct is not None for s in starts))
+
+
+def _comparison_records(document: dict) -> list[Comparison]:
+    """The document's comparisons as records (read from a file, or built by comparison_records)."""
+    return [c if isinstance(c, Comparison) else Comparison.from_dict(c) for c in document.get("comparisons") or []]
+
+
+def _start_records(document: dict) -> list[StartSpread]:
+    return [s if isinstance(s, StartSpread) else StartSpread.from_dict(s) for s in document.get("engine_starts") or []]
 
 
 def _missing(row: dict, base: dict | None, index: int) -> str:
@@ -213,22 +245,22 @@ def _subject(document: dict) -> tuple[dict | None, bool]:
     return None, False
 
 
-def best_end_to_end(document: dict, comparisons: list[dict], min_gain_pct: float = 0.0) -> dict | None:
+def best_end_to_end(document: dict, comparisons: Sequence[Comparison], min_gain_pct: float = 0.0) -> BestPair | None:
     """The measured pair with the best tokens/s across shapes (geometric mean of its gains over
     vLLM's default; the default itself is 1.0), counted only when it beat the default beyond noise
     at one shape, lost at none, and gained at least `min_gain_pct` overall (tune's --min-gain:
     below it, changing flags is not worth it)."""
     best, best_ratio = None, 1.0
     for row in document["candidates"]:
-        mine = [c for c in comparisons if c["candidate"] == row["name"] and c.get("end_to_end")]
-        if not mine or any(c["end_to_end"]["result"] == Judgement.SLOWER for c in mine):
+        mine = [c.end_to_end for c in comparisons if c.candidate == row["name"] and c.end_to_end]
+        if not mine or any(e.result == Judgement.SLOWER for e in mine):
             continue
-        ratio = EC.geomean_ratio(1 + (c["end_to_end"]["margin_pct"] or 0) / 100 for c in mine)
+        ratio = EC.geomean_ratio(1 + (e.margin_pct or 0) / 100 for e in mine)
         if ratio and ratio > best_ratio and (ratio - 1) * 100 >= min_gain_pct \
-                and any(c["end_to_end"]["result"] == Judgement.FASTER for c in mine):
+                and any(e.result == Judgement.FASTER for e in mine):
             best, best_ratio = row, ratio
     row = best or default_row(document)
-    return {"name": row["name"], "flags": row["flags"], "gain_pct": (best_ratio - 1) * 100} if row else None
+    return BestPair.new(name=row["name"], flags=row["flags"], gain_pct=(best_ratio - 1) * 100) if row else None
 
 
 def tune_advice(document: dict) -> tuple[bool | None, float]:
@@ -243,72 +275,76 @@ def tune_advice(document: dict) -> tuple[bool | None, float]:
 
 
 def summarize(document: dict) -> dict:
+    """verify.json's "verdict", as written (verdict_record), from the document's comparisons."""
+    return verdict_record(document, _comparison_records(document), _start_records(document)).to_dict()
+
+
+def verdict_record(document: dict, comparisons: Sequence[Comparison], starts: Sequence[StartSpread]) -> VerdictRecord:
     """The verdict on tune's advice, in words, with the flags to paste. Two questions, by what tune
     advised: flags (is the pick faster end to end? holds / within noise / reversed), or keeping
     vLLM's default, which includes a fastest pair within noise or below --min-gain (does any pair
     beat the default end to end by the gain worth changing flags for? reversed if so, else holds)."""
     subject, pick_is_default = _subject(document)
-    comparisons = document["comparisons"]
     if subject is None:
-        if is_aa_check(document):
-            return _not_measured(document, _aa_text(document))
-        return _not_measured(document, "there is no second candidate to compare with vLLM's default")
+        if _is_aa_check(document, starts):
+            return _not_measured(_aa_text(document, starts))
+        return _not_measured("there is no second candidate to compare with vLLM's default")
     advised, min_gain = tune_advice(document)
     keeps_default = pick_is_default or advised is False
-    mine = [c for c in comparisons if c["candidate"] == subject["name"]]
-    shapes = [{"shape": c["shape"], "end_to_end": _shape_verdict(c.get("end_to_end"), keeps_default, min_gain),
-               "decode": _shape_verdict(c.get("decode"), keeps_default, min_gain)} for c in mine]
-    word = EC.overall_verdict(s["end_to_end"] for s in shapes)
+    mine = [c for c in comparisons if c.candidate == subject["name"]]
+    shapes = [ShapeVerdict.new(shape=c.shape, end_to_end=_shape_verdict(c.end_to_end, keeps_default, min_gain),
+                               decode=_shape_verdict(c.decode, keeps_default, min_gain)) for c in mine]
+    word = EC.overall_verdict(s.end_to_end for s in shapes)
     if word is None:
-        why = next((c.get("missing") for c in mine if c.get("missing")), None) or subject.get("error")
-        return _not_measured(document, why or "nothing could be compared")
+        why = next((c.missing for c in mine if c.missing), None) or subject.get("error")
+        return _not_measured(why or "nothing could be compared")
     best = best_end_to_end(document, comparisons, min_gain)
     if keeps_default:
         pick_row = default_row(document)
         assert pick_row is not None  # a subject to compare exists only beside vLLM's default (_subject)
-        worth = best if best and best["name"] != pick_row["name"] else None
+        worth = best if best and best.name != pick_row["name"] else None
         word = EngineVerdict.REVERSED if worth else EngineVerdict.HOLDS
-        flags = worth["flags"] if worth else ""
+        flags = (worth.flags or "") if worth else ""
     else:
         pick_row = subject
         if word is EngineVerdict.HOLDS:
             flags = pick_row["flags"]
         else:  # within noise: keep the default; reversed: the best pair end to end, if any beat it
-            flags = "" if word.keeps_default else (best or {}).get("flags", "")
+            flags = "" if word.keeps_default or best is None else (best.flags or "")
     text = (_keep_default_text(word, subject, mine, pick_is_default, best, min_gain, flags) if keeps_default
             else _verdict_text(word, pick_row, mine, flags)) + _starts_note(mine)
-    return {"verdict": word, "pick": pick_row["name"], "pick_is_default": pick_is_default,
-            "tune_advised_flags": not keeps_default, "min_gain_pct": min_gain,
-            "compared": subject["name"], "shapes": shapes, "flags": flags, "best_end_to_end": best, "text": text}
+    return VerdictRecord.new(verdict=word, pick=pick_row["name"], pick_is_default=pick_is_default,
+                             tune_advised_flags=not keeps_default, min_gain_pct=min_gain, compared=subject["name"],
+                             shapes=shapes, flags=flags, best_end_to_end=best, text=text)
 
 
-def _shape_verdict(comparison: dict | None, keeps_default: bool, min_gain: float) -> EngineVerdict | None:
+def _shape_verdict(comparison: Judged | None, keeps_default: bool, min_gain: float) -> EngineVerdict | None:
     """One shape's word on tune's advice: with flags advised, the pick faster / slower / within
     noise; with the default advised, reversed only where the other pair wins by --min-gain or more."""
-    result = (comparison or {}).get("result")
+    result = comparison.result if comparison else None
     if not keeps_default:
         return EC.recommendation_verdict(result, pick_is_default=False)
     if result is None or comparison is None:
         return None
-    wins = result == Judgement.FASTER and (comparison.get("margin_pct") or 0) >= min_gain
+    wins = result == Judgement.FASTER and (comparison.margin_pct or 0) >= min_gain
     return EngineVerdict.REVERSED if wins else EngineVerdict.HOLDS
 
 
-def _not_measured(document: dict, why: str) -> dict:
-    return {"verdict": EngineVerdict.NOT_MEASURED, "flags": None, "shapes": [], "best_end_to_end": None,
-            "text": f"no verdict: {why}"}
+def _not_measured(why: str) -> VerdictRecord:
+    return VerdictRecord.new(verdict=EngineVerdict.NOT_MEASURED, flags=None, shapes=[], best_end_to_end=None,
+                             text=f"no verdict: {why}")
 
 
-def _aa_text(document: dict) -> str:
+def _aa_text(document: dict, starts: Sequence[StartSpread]) -> str:
     """The A/A check's answer: how far two starts of vLLM's default drift apart, against the noise gate."""
     parts = []
-    for entry in document.get("engine_starts") or []:
-        e2e = entry.get("end_to_end") or {}
-        if e2e.get("start_spread_pct") is not None:
-            parts.append(f"{entry['shape']}: {e2e['start_spread_pct']:.1f}% tokens/s between starts "
-                         f"(within one engine {_pct_words(e2e.get('within_noise_pct'))}, gate {e2e['gate_pct']:.1f}%)")
-    starts = document["candidates"][0]
-    return (f"only vLLM's default was started ({1 + len(starts['restarts'])} engine starts, an A/A check): "
+    for entry in starts:
+        e2e = entry.end_to_end
+        if e2e and e2e.start_spread_pct is not None:
+            parts.append(f"{entry.shape}: {e2e.start_spread_pct:.1f}% tokens/s between starts "
+                         f"(within one engine {_pct_words(e2e.within_noise_pct)}, gate {e2e.gate_pct:.1f}%)")
+    first = document["candidates"][0]
+    return (f"only vLLM's default was started ({1 + len(first['restarts'])} engine starts, an A/A check): "
             + "; ".join(parts))
 
 
@@ -316,32 +352,33 @@ def _pct_words(value: float | None) -> str:
     return "?" if value is None else f"{value:.1f}%"
 
 
-def _starts_note(comparisons: list[dict]) -> str:
+def _starts_note(comparisons: Sequence[Comparison]) -> str:
     """With several engine starts per pair: where a gap beat the within-engine noise but not the
-    start-to-start spread, and so was counted as within noise. Empty with one start per pair."""
-    judged = [(c, c["end_to_end"]) for c in comparisons if "start_spread_pct" in (c.get("end_to_end") or {})]
+    start-to-start spread, and so was counted as within noise. Empty with one start per pair. A
+    comparison judged over several starts is the one with a within-engine noise (compare.py compare_shape)."""
+    judged = [(c, c.end_to_end) for c in comparisons if c.end_to_end and c.end_to_end.within_noise_pct is not None]
     if not judged:
         return ""
-    swallowed = [f"at {c['shape']} the {e['margin_pct']:+.1f}% gap exceeds the within-engine noise "
-                 f"({e['within_noise_pct']:.1f}%) but not the start-to-start spread ({e['start_spread_pct']:.1f}%)"
-                 for c, e in judged if e.get("margin_pct") is not None and e.get("start_spread_pct") is not None
-                 and e["within_noise_pct"] < abs(e["margin_pct"]) <= e["start_spread_pct"]]
-    spreads = [e["start_spread_pct"] for _c, e in judged if e.get("start_spread_pct") is not None]
+    swallowed = [f"at {c.shape} the {e.margin_pct:+.1f}% gap exceeds the within-engine noise "
+                 f"({e.within_noise_pct:.1f}%) but not the start-to-start spread ({e.start_spread_pct:.1f}%)"
+                 for c, e in judged if e.margin_pct is not None and e.start_spread_pct is not None
+                 and e.within_noise_pct is not None and e.within_noise_pct < abs(e.margin_pct) <= e.start_spread_pct]
+    spreads = [e.start_spread_pct for _c, e in judged if e.start_spread_pct is not None]
     note = (f"; engine starts: each pair's figure is the median over its starts; a gap must also exceed the "
             f"start-to-start spread (up to {max(spreads):.1f}% here)") if spreads else "; engine starts: no pair measured twice"
     return note + ("; " + "; ".join(swallowed) + ": counted as within noise" if swallowed else "")
 
 
-def _gain_words(comparisons: list[dict]) -> str:
+def _gain_words(comparisons: Sequence[Comparison]) -> str:
     parts = []
     for c in comparisons:
-        e2e = c.get("end_to_end")
-        if e2e and e2e.get("margin_pct") is not None:
-            parts.append(f"{e2e['margin_pct']:+.1f}% tokens/s at {c['shape']} (noise {e2e['noise_pct']:.1f}%)")
+        e2e = c.end_to_end
+        if e2e and e2e.margin_pct is not None:
+            parts.append(f"{e2e.margin_pct:+.1f}% tokens/s at {c.shape} (noise {e2e.noise_pct:.1f}%)")
     return "; ".join(parts)
 
 
-def _verdict_text(word: EngineVerdict, pick: dict, comparisons: list[dict], flags: str) -> str:
+def _verdict_text(word: EngineVerdict, pick: dict, comparisons: Sequence[Comparison], flags: str) -> str:
     gains = _gain_words(comparisons)
     paste = f"pass {flags}" if flags else "no flags needed (vLLM's default)"
     if word is EngineVerdict.HOLDS:
@@ -351,8 +388,8 @@ def _verdict_text(word: EngineVerdict, pick: dict, comparisons: list[dict], flag
     return f"reversed end to end: {pick['name']} is slower than vLLM's default ({gains}): {paste}"
 
 
-def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dict], pick_is_default: bool,
-                       best: dict | None, min_gain: float, flags: str) -> str:
+def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: Sequence[Comparison], pick_is_default: bool,
+                       best: BestPair | None, min_gain: float, flags: str) -> str:
     gains = _gain_words(comparisons)
     advice = ("vLLM's default, tune's pick" if pick_is_default else
               f"keeping vLLM's default, as tune advised (its fastest pair was within noise or below --min-gain "
@@ -361,6 +398,6 @@ def _keep_default_text(word: EngineVerdict, subject: dict, comparisons: list[dic
         return (f"holds: {advice}; end to end {subject['name']} gives {gains}: no pair gains the {min_gain:.0f}% "
                 f"worth changing flags for without a loss at some shape: no flags needed (vLLM's default)")
     assert best is not None  # reversed: a pair beat the default (summarize)
-    return (f"reversed: {best['name']} beats vLLM's default end to end by {best['gain_pct']:+.1f}% tokens/s "
+    return (f"reversed: {best.name} beats vLLM's default end to end by {best.gain_pct:+.1f}% tokens/s "
             f"(geometric mean over the shapes, none slower), at least the {min_gain:.0f}% worth changing flags for, "
             f"against {advice} ({subject['name']}: {gains}): pass {flags}")
