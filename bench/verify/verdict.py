@@ -34,6 +34,7 @@ from attnsel.bench.verify.records import (
     ShapeVerdict,
     StartFigure,
     StartSpread,
+    TuneAdvice,
     VerdictRecord,
 )
 from attnsel.bench.verify.status import RunStatus
@@ -266,10 +267,10 @@ def best_end_to_end(document: dict, comparisons: Sequence[Comparison], min_gain_
 def tune_advice(document: dict) -> tuple[bool | None, float]:
     """(whether tune advised passing flags, the gain in % worth changing flags for); None: no tune
     result (pairs the user named)."""
-    tune = document.get("tune") or {}
-    min_gain = tune.get("min_gain_pct")
-    min_gain = float(min_gain) if isinstance(min_gain, (int, float)) else REC.DEFAULT_MIN_GAIN * 100
-    if "advised_flags" not in tune and not tune.get("verdict"):
+    tune = TuneAdvice.from_dict(document.get("tune") or {})
+    given = tune.min_gain_pct
+    min_gain = float(given) if isinstance(given, (int, float)) else REC.DEFAULT_MIN_GAIN * 100
+    if "advised_flags" not in tune.to_dict() and not tune.verdict:  # absent, not null: no tune advice
         return None, min_gain
     return advised_flags(tune) is not None, min_gain
 
