@@ -191,6 +191,10 @@ class ModelFacts(Record):
     attention_layers: Scalar | None = None
     is_hybrid: bool | None = None
     tensor_parallel_size: Scalar | None = None
+    num_hidden_layers: Scalar | None = None
+    max_position_embeddings: Scalar | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
 
 
 @dataclass
@@ -204,6 +208,7 @@ class GpuFacts(Record):
 class VllmFacts(Record):
     installed_version: str | None = None
     rule_profile: str | None = None
+    predicted_default: list[Scalar] | None = None  # [backend, block size] vLLM picks without flags
 
 
 @dataclass
@@ -236,6 +241,9 @@ class TuneAdvice(Record):
     flags: str | None = None
     advised_flags: str | None = None
     min_gain_pct: float | None = None
+    advice: str | None = None
+    gpu: str | None = None
+    created: str | None = None
 
 
 @dataclass

@@ -37,6 +37,12 @@ from attnsel.bench.verify.flags import (
     MAX_REPEATS,
 )
 from attnsel.bench.verify.gpu_state import read_gpu
+from attnsel.bench.verify.records import (
+    ModelFacts,
+    TuneAdvice,
+    VerifyOptions,
+    VllmFacts,
+)
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -123,6 +129,8 @@ class VerifyPlan:
     attention: dict
     profile: RuleProfile
     log_patterns: tuple[engine_log.LogPattern, ...]  # the lines the installed release brought
+    options: VerifyOptions  # the document's "options" and "model", as their records
+    model: ModelFacts
 
 
 def plan_document(req: VerifyRequest, output_dir: Path, vllm_version: str | None,
@@ -150,47 +158,50 @@ def plan_document(req: VerifyRequest, output_dir: Path, vllm_version: str | None
     profile = versions.select_profile(None).profile  # the release that answers for the installed vLLM
     util, memory_note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"),
                                          req.gpu_memory_utilization, profile.memory)
+    # the parts decided here are built as their records (bench/verify/records.py), keys in the order written
+    model = ModelFacts.new(
+        name=model_name, model_type=hf_config.get("model_type"), attention_layers=attention_layer_count(hf_config),
+        num_hidden_layers=(hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
+        is_hybrid=shape.is_hybrid, max_position_embeddings=model_max, tensor_parallel_size=shape.tensor_parallel_size,
+        dtype=shape.dtype, kv_cache_dtype=shape.kv_cache_dtype)
+    options = VerifyOptions.new(
+        shapes=[list(s) for s in shapes], repeats=req.repeats, decode_steps=req.decode_steps,
+        gpu_memory_utilization_requested=req.gpu_memory_utilization, gpu_memory_utilization=util,
+        max_model_len=VP.max_model_len_for(shapes, req.decode_steps, model_max),
+        engine_overrides=VP.graph_overrides(profile.cudagraph, shapes),
+        start_timeout_s=req.start_timeout_s, call_timeout_s=req.call_timeout_s,
+        engine=req.engine, compile_cache_root=str(VP.compile_cache_root(env)),
+        prefix_caching=False, weights="dummy (load_format=dummy, config.json only)",
+        **({"repeat_engine": req.repeat_engine} if req.repeat_engine > 1 else {}))
+    vllm = VllmFacts.new(installed_version=vllm_version, rule_profile=profile.name,
+                         predicted_default=list(vllm_default) if vllm_default else None)
+    tune = _tune_summary(req, tune_doc)
     document = {
         "schema": SCHEMA, "attnsel_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "tune": _tune_summary(req, tune_doc),
-        "model": {"name": model_name, "model_type": hf_config.get("model_type"),
-                  "attention_layers": attention_layer_count(hf_config),
-                  "num_hidden_layers": (hf_config.get("text_config") or hf_config).get("num_hidden_layers"),
-                  "is_hybrid": shape.is_hybrid, "max_position_embeddings": model_max,
-                  "tensor_parallel_size": shape.tensor_parallel_size, "dtype": shape.dtype,
-                  "kv_cache_dtype": shape.kv_cache_dtype},
+        "tune": tune.to_dict() if tune else None, "model": model.to_dict(),
         "gpu": {k: gpu.get(k) for k in ("name", "capability", "uuid", "memory_total_bytes", "memory_free_bytes",
                                         "memory_used_bytes", "processes")},
-        "vllm": {"installed_version": vllm_version, "rule_profile": profile.name,
-                 "predicted_default": list(vllm_default) if vllm_default else None},
-        "options": {"shapes": [list(s) for s in shapes], "repeats": req.repeats, "decode_steps": req.decode_steps,
-                    "gpu_memory_utilization_requested": req.gpu_memory_utilization, "gpu_memory_utilization": util,
-                    "max_model_len": VP.max_model_len_for(shapes, req.decode_steps, model_max),
-                    "engine_overrides": VP.graph_overrides(profile.cudagraph, shapes),
-                    "start_timeout_s": req.start_timeout_s, "call_timeout_s": req.call_timeout_s,
-                    "engine": req.engine, "compile_cache_root": str(VP.compile_cache_root(env)),
-                    "prefix_caching": False, "weights": "dummy (load_format=dummy, config.json only)",
-                    **({"repeat_engine": req.repeat_engine} if req.repeat_engine > 1 else {})},
+        "vllm": vllm.to_dict(), "options": options.to_dict(),
         "candidates": [], "comparisons": [], "verdict": None,
         "warnings": [memory_note] if memory_note else [],
     }
     return VerifyPlan(document, candidates, hf_config, tune_doc, gpu,
                  model_dir=write_model_dir(hf_config, Path(output_dir) / LOG_DIR / "model"),
                  attention={"dtype": shape.dtype, "head_size": shape.head_size, "kv_cache_dtype": shape.kv_cache_dtype},
-                 profile=profile, log_patterns=_own_patterns(profile, vllm_version))
+                 profile=profile, log_patterns=_own_patterns(profile, vllm_version), options=options, model=model)
 
 
-def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> dict | None:
+def _tune_summary(req: VerifyRequest, tune_doc: dict | None) -> TuneAdvice | None:
     if not tune_doc:
         return None
     tune = TuneDocument.from_dict(tune_doc)
     assert isinstance(tune, TuneDocument)
     scope = VP.tune_scope(tune.recommendation) or DecisionRecord()
     gpu = (tune.environment.gpu if tune.environment else None) or GpuEnvironment()
-    return {"source": str(req.tune_dir), "scope": scope.scope, "verdict": scope.verdict,
-            "margin_pct": scope.margin_pct, "flags": scope.flags, "advice": scope.advice,
-            "advised_flags": advised_flags(scope), "min_gain_pct": scope.min_gain_pct,
-            "gpu": gpu.name or (tune.plan.gpu if tune.plan else None), "created": tune.created}
+    return TuneAdvice.new(source=str(req.tune_dir), scope=scope.scope, verdict=scope.verdict,
+                          margin_pct=scope.margin_pct, flags=scope.flags, advice=scope.advice,
+                          advised_flags=advised_flags(scope), min_gain_pct=scope.min_gain_pct,
+                          gpu=gpu.name or (tune.plan.gpu if tune.plan else None), created=tune.created)
 
 
 def release_log_patterns(installed_version: str | None) -> tuple[engine_log.LogPattern, ...]:

@@ -36,6 +36,7 @@ from attnsel.bench.verify.engine_process import (
 from attnsel.bench.verify.flags import vllm_version_or_fail
 from attnsel.bench.verify.gpu_state import wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
+from attnsel.bench.verify.records import VerifyOptions
 from attnsel.bench.verify.request import (
     LOG_DIR,
     SCHEMA,
@@ -76,14 +77,13 @@ class VerifyProgress:
 
 
 def engine_job(req: VerifyRequest, plan: VerifyPlan, candidate: VP.Candidate, util: float | None, start: int = 1) -> dict:
-    document = plan.document
-    opts = document["options"]
+    opts, model = plan.options, plan.model
     return {"engine": req.engine, "backend": candidate.backend, "block_size": candidate.block_size,
-            "model_dir": str(plan.model_dir), "tensor_parallel_size": document["model"]["tensor_parallel_size"],
-            "dtype": document["model"]["dtype"], "kv_cache_dtype": document["model"]["kv_cache_dtype"],
-            "gpu_memory_utilization": util, "max_model_len": opts["max_model_len"],
-            "engine_overrides": opts.get("engine_overrides") or {},
-            "vocab_size": VP.vocab_size(plan.hf_config), "shapes": [{"batch": b, "context": c} for b, c in opts["shapes"]],
+            "model_dir": str(plan.model_dir), "tensor_parallel_size": model.tensor_parallel_size,
+            "dtype": model.dtype, "kv_cache_dtype": model.kv_cache_dtype,
+            "gpu_memory_utilization": util, "max_model_len": opts.max_model_len,
+            "engine_overrides": opts.engine_overrides or {},
+            "vocab_size": VP.vocab_size(plan.hf_config), "shapes": [{"batch": b, "context": c} for b, c in opts.shapes or []],
             "repeats": req.repeats, "decode_steps": req.decode_steps, "seed": 0, "engine_start": start,
             # the installed release's engine data, chosen once by the parent (the worker reads its inspection rules)
             "release_engine": plan.profile.engine}
@@ -176,7 +176,7 @@ def _log_path(output_dir: Path, slug: str, start: int) -> Path:
 
 def _timed_start(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
     timing = run.timing
-    estimate = _estimate(run.req, run.plan.document, candidate, timing.starts, timing.measured)
+    estimate = _estimate(run.req, run.plan.options, candidate, timing.starts, timing.measured)
     run.progress.on_candidate(timing.done, timing.total, row, estimate)
     timing.done += 1
     _run_candidate(run, candidate, row, start)
@@ -207,12 +207,12 @@ def _restart_engines(run: _Run) -> None:
             write_document(document, run.output_dir)
 
 
-def _estimate(req: VerifyRequest, document: dict, candidate: VP.Candidate, starts: list[float],
+def _estimate(req: VerifyRequest, options: VerifyOptions, candidate: VP.Candidate, starts: list[float],
               measured: list[float]) -> float:
     cache = VP.compile_cache_root() / "torch_compile_cache"
     warm = cache.is_dir() and any(cache.iterdir())
     cubin = _installed("flashinfer-cubin")
-    shapes = [(int(b), int(c)) for b, c in document["options"]["shapes"]]
+    shapes = [(int(b), int(c)) for b, c in options.shapes or []]
     return (VP.start_estimate(candidate, starts, warm, cubin)
             + VP.measure_estimate(shapes, req.repeats, req.decode_steps, measured))
 
