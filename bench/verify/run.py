@@ -36,7 +36,13 @@ from attnsel.bench.verify.engine_process import (
 from attnsel.bench.verify.flags import vllm_version_or_fail
 from attnsel.bench.verify.gpu_state import wait_for_memory
 from attnsel.bench.verify.readback import engine_facts, engine_warnings
-from attnsel.bench.verify.records import VerifyOptions
+from attnsel.bench.verify.records import (
+    Candidate,
+    EngineFacts,
+    EngineStart,
+    ShapeResult,
+    VerifyOptions,
+)
 from attnsel.bench.verify.request import (
     LOG_DIR,
     SCHEMA,
@@ -150,15 +156,17 @@ class _Run:
 def _run_engines(run: _Run, kept: dict) -> None:
     document = run.plan.document
     for candidate in run.plan.candidates:
-        row = candidate.to_dict()
-        if row_key(row) in kept:
-            row = dict(kept[row_key(row)], resumed=True)  # measured by the run being resumed
+        planned = candidate.to_dict()
+        row = Candidate.new(**planned)  # a row is built as its record, its keys in the order they are set
+        if row_key(planned) in kept:
+            row = Candidate.from_dict(dict(kept[row_key(planned)], resumed=True))  # measured by the run being resumed
         elif candidate.reasons:
-            row.update(status=RunStatus.REFUSED, error="vLLM would refuse this pair: " + "; ".join(candidate.reasons))
+            row.status, row.error = RunStatus.REFUSED, "vLLM would refuse this pair: " + "; ".join(candidate.reasons)
         else:
             _timed_start(run, candidate, row)
-        document["candidates"].append(row)
-        run.progress.on_candidate_done(row)
+        written = row.to_dict()
+        document["candidates"].append(written)
+        run.progress.on_candidate_done(written)
         write_document(document, run.output_dir)
     _restart_engines(run)
 
@@ -174,15 +182,15 @@ def _log_path(output_dir: Path, slug: str, start: int) -> Path:
     return output_dir / LOG_DIR / (f"engine-{slug}.log" if start == 1 else f"engine-{slug}-start{start}.log")
 
 
-def _timed_start(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
+def _timed_start(run: _Run, candidate: VP.Candidate, row: EngineStart, start: int = 1) -> None:
     timing = run.timing
     estimate = _estimate(run.req, run.plan.options, candidate, timing.starts, timing.measured)
-    run.progress.on_candidate(timing.done, timing.total, row, estimate)
+    run.progress.on_candidate(timing.done, timing.total, row.to_dict(), estimate)
     timing.done += 1
     _run_candidate(run, candidate, row, start)
-    if row.get("start_s"):
-        timing.starts.append(row["start_s"] - (row.get("engine", {}).get("torch_compile_s") or 0.0))
-        timing.measured.append(max(0.0, (row.get("wall_s") or 0.0) - row["start_s"]))
+    if row.start_s:
+        timing.starts.append(row.start_s - ((row.engine.torch_compile_s if row.engine else None) or 0.0))
+        timing.measured.append(max(0.0, (row.wall_s or 0.0) - row.start_s))
 
 
 def _restart_engines(run: _Run) -> None:
@@ -199,11 +207,11 @@ def _restart_engines(run: _Run) -> None:
             restarts = row.setdefault("restarts", [])
             if len(restarts) >= start - 1:
                 continue
-            again = {"start": start, "name": f"{row['name']} start {start}", "short": f"{row['short']} #{start}",
-                     "backend": row.get("backend"), "block_size": row.get("block_size")}
+            again = EngineStart.new(start=start, name=f"{row['name']} start {start}", short=f"{row['short']} #{start}",
+                                    backend=row.get("backend"), block_size=row.get("block_size"))
             _timed_start(run, candidate, again, start)
-            restarts.append(again)
-            run.progress.on_candidate_done(again)
+            restarts.append(again.to_dict())
+            run.progress.on_candidate_done(restarts[-1])
             write_document(document, run.output_dir)
 
 
@@ -227,14 +235,14 @@ def _installed(distribution: str) -> bool:
         return False
 
 
-def _run_candidate(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1) -> None:
+def _run_candidate(run: _Run, candidate: VP.Candidate, row: EngineStart, start: int = 1) -> None:
     req, plan = run.req, run.plan
     gpu = wait_for_memory(plan.gpu.get("memory_free_bytes"), run.env)
     util, note = VP.memory_budget(gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes"), req.gpu_memory_utilization,
                                   plan.profile.memory)
-    row.update(gpu_memory_utilization=util, memory_note=note, memory_free_bytes=gpu.get("memory_free_bytes"))
+    row.gpu_memory_utilization, row.memory_note, row.memory_free_bytes = util, note, gpu.get("memory_free_bytes")
     log_path = _log_path(run.output_dir, candidate.slug, start)
-    row["log"] = str(log_path.relative_to(run.output_dir))
+    row.log = str(log_path.relative_to(run.output_dir))
     beside, key = run.beside, (candidate.slug, start)
     process, prespawned = beside.take(key)
     progress = run.progress
@@ -246,10 +254,14 @@ def _run_candidate(run: _Run, candidate: VP.Candidate, row: dict, start: int = 1
     beside.measured()
     own = plan.log_patterns
     log = engine_log.parse_engine_log(engine_log.read_log(log_path), own)
-    row.update(status=result.status, error=result.error, start_s=result.start_s, wall_s=result.wall_s,
-               exit=result.exit, engine=engine_facts(result.facts, log, tuple(p.field for p in own)),
-               shapes=[shape_row(s) for s in result.shapes])
-    row.update({k: v for k, v in (("prespawn", prespawned), ("hold", result.hold)) if v})
+    row.status, row.error, row.start_s, row.wall_s = result.status, result.error, result.start_s, result.wall_s
+    row.exit = result.exit
+    row.engine = EngineFacts.from_dict(engine_facts(result.facts, log, tuple(p.field for p in own)))
+    row.shapes = [ShapeResult.from_dict(shape_row(s)) for s in result.shapes]
+    if prespawned:
+        row.prespawn = prespawned
+    if result.hold:
+        row.hold = result.hold
 
 
 def engine_env(env: Mapping[str, str]) -> dict:
