@@ -200,25 +200,22 @@ def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100
 
 
-def is_aa_check(document: dict) -> bool:
+def is_aa_check(document: dict, starts: Sequence[StartSpread] | None = None) -> bool:
     """Only vLLM's default, started several times (`--candidates default --repeat-engine N`), and
     some shape measured on two of its starts: an A/A check, whose answer is the spread, not a verdict."""
-    return _is_aa_check(document, _start_records(document))
-
-
-def _is_aa_check(document: dict, starts: Sequence[StartSpread]) -> bool:
     rows = document["candidates"]
     return (len(rows) == 1 and "restarts" in rows[0]
-            and any(s.end_to_end is not None and s.end_to_end.start_spread_pct is not None for s in starts))
+            and any(s.end_to_end is not None and s.end_to_end.start_spread_pct is not None
+                    for s in (_start_records(document) if starts is None else starts)))
 
 
 def _comparison_records(document: dict) -> list[Comparison]:
-    """The document's comparisons as records (read from a file, or built by comparison_records)."""
-    return [c if isinstance(c, Comparison) else Comparison.from_dict(c) for c in document.get("comparisons") or []]
+    """The document's comparisons as records (as read from a file, or as written by run.py)."""
+    return [Comparison.from_dict(c) for c in document.get("comparisons") or []]
 
 
 def _start_records(document: dict) -> list[StartSpread]:
-    return [s if isinstance(s, StartSpread) else StartSpread.from_dict(s) for s in document.get("engine_starts") or []]
+    return [StartSpread.from_dict(s) for s in document.get("engine_starts") or []]
 
 
 def _missing(row: dict, base: dict | None, index: int) -> str:
@@ -287,7 +284,7 @@ def verdict_record(document: dict, comparisons: Sequence[Comparison], starts: Se
     beat the default end to end by the gain worth changing flags for? reversed if so, else holds)."""
     subject, pick_is_default = _subject(document)
     if subject is None:
-        if _is_aa_check(document, starts):
+        if is_aa_check(document, starts):
             return _not_measured(_aa_text(document, starts))
         return _not_measured("there is no second candidate to compare with vLLM's default")
     advised, min_gain = tune_advice(document)
