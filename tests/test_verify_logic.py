@@ -495,3 +495,22 @@ def test_when_tune_picked_the_default_a_runner_up_below_min_gain_does_not_revers
     doc["candidates"][0]["roles"].append("tune-pick")
     v = _verdict(doc)
     assert (v["verdict"], v["flags"]) == ("holds", "")
+
+
+def test_a_verify_run_that_passed_no_utilization_reports_vllms_default(tmp_path):
+    """Without --gpu-memory-utilization, verify passes none (0.34's extensible KV cache runs at 1.0): the
+    document holds null there, and `report` reads it as the release's own default, not as damage."""
+    from typer.testing import CliRunner
+
+    from attnsel.cli.app import app
+
+    source = Path(__file__).parent / "fixtures" / "verify" / "h100_vllm034_llama8b"
+    doc = json.loads((source / "verify.json").read_text())
+    doc["options"]["gpu_memory_utilization"] = doc["options"]["gpu_memory_utilization_requested"] = None
+    for row in doc["candidates"]:
+        row["gpu_memory_utilization"] = None
+    (tmp_path / "verify.json").write_text(json.dumps(doc))
+    (tmp_path / "tune.json").write_text((source / "tune.json").read_text())
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "gpu_memory_utilization vLLM's default" in result.stdout
