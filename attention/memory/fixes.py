@@ -75,13 +75,7 @@ def suggest_fixes(plan: MemoryPlan, hf_config: Mapping, facts: ModelFacts, expla
 
     fixes = []
     if plan.verdict == MAX_MODEL_LEN and plan.estimated_max_model_len:
-        shorter = _shorter(plan)
-        retry = again(max_model_len=shorter)
-        if retry.verdict == MAX_MODEL_LEN and retry.estimated_max_model_len:
-            # 0.34's extensible cache: the estimate of the check on the reservation can still fail the
-            # check after warm-up (kv_cache_planning.py shrink_kv_cache_configs); that one's estimate holds
-            shorter = _shorter(retry)
-            retry = again(max_model_len=shorter)
+        shorter, retry = _at_the_estimate(plan, again)
         shorter = _surely(retry, shorter, again)
         fixes.append(f"--max-model-len {shorter} (vLLM's estimate of what fits: {plan.estimated_max_model_len})")
     if plan.verdict == MAX_MODEL_LEN and not is_fp8(flags.kv_cache_dtype or "auto") and not facts.kv_cache_dtype_forced:
@@ -106,6 +100,18 @@ def _surely(plan: MemoryPlan, length: int, again: Callable[..., MemoryPlan]) -> 
     return length
 
 
+def _at_the_estimate(plan: MemoryPlan, again: Any, minimum: int = 1, **changes: Any) -> tuple[int, MemoryPlan]:
+    """The length vLLM's estimate names (rounded down to 1024) and the re-plan at it. With 0.34's extensible
+    cache the estimate of the check on the reservation can still fail the check after warm-up
+    (kv_cache_planning.py shrink_kv_cache_configs): that one's estimate, when at least `minimum`, holds."""
+    shorter = _shorter(plan)
+    retry = again(max_model_len=shorter, **changes)
+    if retry.verdict == MAX_MODEL_LEN and (retry.estimated_max_model_len or 0) >= minimum:
+        shorter = _shorter(retry)
+        retry = again(max_model_len=shorter, **changes)
+    return shorter, retry
+
+
 def _shorter(plan: MemoryPlan) -> int:
     estimate = plan.estimated_max_model_len or 0
     return estimate // 1024 * 1024 or estimate
@@ -117,11 +123,7 @@ def _starts(plan: MemoryPlan, again: Any, **changes: Any) -> tuple[str, MemoryPl
     if plan.fits:
         return "", plan
     if plan.verdict == MAX_MODEL_LEN and (plan.estimated_max_model_len or 0) >= MIN_USEFUL_LEN:
-        shorter = _shorter(plan)
-        retry = again(max_model_len=shorter, **changes)
-        if retry.verdict == MAX_MODEL_LEN and (retry.estimated_max_model_len or 0) >= MIN_USEFUL_LEN:
-            shorter = _shorter(retry)  # 0.34: the check after warm-up's, as in suggest_fixes
-            retry = again(max_model_len=shorter, **changes)
+        shorter, retry = _at_the_estimate(plan, again, MIN_USEFUL_LEN, **changes)
         if retry.fits:
             return f" with --max-model-len {shorter}", retry
     return None

@@ -151,7 +151,7 @@ def _weight_bits(rules: QuantizationRules, method: str, section: Mapping[str, An
             return QuantizationRefusal("weight_bits", rules.weight_bits["missing_key"].format(keys=list(keys)),
                                        rules.weight_bits.get("missing_key_source", ""), "a checkpoint config that names it")
         values.append(found)
-    if [list(t) for t in rule["supported"]].count(values):
+    if values in [list(t) for t in rule["supported"]]:
         return None
     supported = ", ".join("/".join(str(v) for v in t) for t in rule["supported"])
     return QuantizationRefusal("weight_bits", rule["text"].format(*values), rule.get("source", ""),

@@ -8,6 +8,7 @@ vllm/entrypoints/cli/serve.py (the positional model tag wins over --model, :56).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -106,6 +107,7 @@ def check_serve_line_flags(line: ServeLine, declared: frozenset[str], release: s
                              f"{' '.join(refused)} (`vllm serve --help` there lists its flags)")
 
 
+@functools.lru_cache(maxsize=8)  # per release's flag set: expand_abbreviation asks for it once per flag
 def _accepted_forms(declared: frozenset[str]) -> frozenset[str]:
     forms = set(declared) | {"-h", "--help"}
     for option in declared:
@@ -130,15 +132,21 @@ def expand_abbreviation(name: str, declared: frozenset[str]) -> str:
     return matches[0] if len(matches) == 1 else name
 
 
+def serve_arguments(tokens: list[str]) -> list[str]:
+    """The line's arguments after `vllm serve` (pasted with it, with `serve` alone, or without either)."""
+    args = list(tokens)
+    if args[:2] == ["vllm", "serve"]:
+        return args[2:]
+    if args[:1] in (["serve"], ["vllm"]):
+        return args[1:]
+    return args
+
+
 def read_serve_line(tokens: list[str], takes: frozenset[str], declared: frozenset[str] = frozenset()) -> ServeLine:
     """`tokens`: what follows `--` (`vllm serve` itself optional). `takes`: the options the command has;
     a known vLLM flag the command has no option for is not checked, as is every unknown one. `declared`:
     the release's option strings, for argparse's abbreviations (none: names as written)."""
-    args = list(tokens)
-    if args[:2] == ["vllm", "serve"]:
-        args = args[2:]
-    elif args[:1] in (["serve"], ["vllm"]):
-        args = args[1:]
+    args = serve_arguments(tokens)
     options: list[tuple[str, str | None]] = []
     not_checked: list[str] = []
     flags = [vllm_flag_name(arg) for arg in args if arg.startswith("-") and arg != "-"]

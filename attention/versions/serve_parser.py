@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnsel.attention.rules.serve_line import check_serve_line_flags
+from attnsel.attention.rules.serve_line import check_serve_line_flags, serve_arguments
 from attnsel.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -51,11 +51,7 @@ def check_pasted_line(tokens: list[str], line: ServeLine, release: RuleProfile) 
 
 def installed_parser_answer(tokens: list[str]) -> ParserAnswer | None:
     """The installed vLLM's parser on `tokens` (`vllm serve` itself optional); None where it cannot run."""
-    args = list(tokens)
-    if args[:2] == ["vllm", "serve"]:
-        args = args[2:]
-    elif args[:1] in (["serve"], ["vllm"]):
-        args = args[1:]
+    args = serve_arguments(tokens)
     # vLLM's logger binds to the stdout it finds at import and logs INFO lines there, and its import raises
     # Python warnings: both stay out of the command's own output (a --json stdout above all)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
@@ -84,11 +80,17 @@ def _argparse_message(stderr: str) -> str:
 
 def _serve_parser() -> tuple[str, argparse.ArgumentParser]:
     """vLLM's top-level parser with the `serve` subcommand, as `vllm serve` builds it (entrypoints/cli/main.py)."""
+    version, parser, _serve = serve_parsers()
+    return version, parser
+
+
+def serve_parsers() -> tuple[str, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The installed vLLM's version, its top-level parser and the `serve` subparser within it."""
     import vllm
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(prog="vllm")
     subparsers = parser.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(subparsers)
-    return str(vllm.__version__), parser
+    serve = ServeSubcommand().subparser_init(subparsers)
+    return str(vllm.__version__), parser, serve

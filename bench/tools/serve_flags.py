@@ -126,20 +126,24 @@ def record_parser(out: Path) -> int:
     """Inside a release's environment (release_env run X -- -m attnsel.bench.tools.serve_flags --record-parser
     OUT): the option strings of that vLLM's own `vllm serve` parser, for tests/test_serve_flags.py to replay.
     The CPU platform stands in for CUDA (the parser's defaults may differ by platform, its options do not)."""
-    import vllm
+    from attnsel.attention.versions.serve_parser import serve_parsers
+
+    cpu_platform_stands_in()
+    version, _parser, serve = serve_parsers()
+    options = sorted({option for action in serve._actions for option in action.option_strings})
+    out.write_text(json.dumps({"vllm_version": version, "source": "bench/tools/serve_flags.py --record-parser",
+                               "options": options}, indent=1) + "\n")
+    print(f"{len(options)} option strings of vLLM {version}'s `vllm serve` in {out}")
+    return 0
+
+
+def cpu_platform_stands_in() -> None:
+    """vLLM's serve parser asks the current platform while it is built ("Failed to infer device type" on a
+    machine without a GPU): its CPU platform stands in, for the developer scripts that record the parser."""
     import vllm.platforms as platforms
     from vllm.platforms.cpu import CpuPlatform
 
     platforms._current_platform = CpuPlatform()
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    serve = ServeSubcommand().subparser_init(FlexibleArgumentParser().add_subparsers())
-    options = sorted({option for action in serve._actions for option in action.option_strings})
-    out.write_text(json.dumps({"vllm_version": vllm.__version__, "source": "bench/tools/serve_flags.py --record-parser",
-                               "options": options}, indent=1) + "\n")
-    print(f"{len(options)} option strings of vLLM {vllm.__version__}'s `vllm serve` in {out}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

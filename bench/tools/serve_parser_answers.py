@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from attnsel.attention.versions.serve_parser import installed_parser_answer
+from attnsel.bench.tools.serve_flags import cpu_platform_stands_in
 
 LINES = [
     "vllm serve m --max-model-len 32k --port 8000",
@@ -34,10 +35,7 @@ LINES = [
 def main(argv: list[str]) -> int:
     if "--cpu-platform" in argv:
         argv = [a for a in argv if a != "--cpu-platform"]
-        import vllm.platforms as platforms
-        from vllm.platforms.cpu import CpuPlatform
-
-        platforms._current_platform = CpuPlatform()
+        cpu_platform_stands_in()
     answers = []
     version = None
     for text in LINES:
